@@ -1,0 +1,69 @@
+"""The one config of a run: the starter's settings, applied to the whole group.
+
+Every field is an int so a config is exact on every wire and in every file.
+"""
+from dataclasses import dataclass, fields, asdict
+
+from .tokenizer import VOCAB_SIZE   # 257: bytes + EOT
+
+
+@dataclass(frozen=True)
+class Config:
+    width: int = 32        # embedding / channel width C of the transformer
+    seq_len: int = 32      # context window T in tokens
+    batch: int = 8         # sequences per device per step B (more devices = bigger batch)
+    steps: int = 300       # training steps of the run
+    lr_x1000: int = 10     # Adam learning rate times 1000 (10 means lr = 0.01)
+    layers: int = 2        # transformer blocks L
+    heads: int = 4         # attention heads H; width must be a multiple of heads
+    seed: int = 1234       # run seed: init, data slicing and sampling all derive from it
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def lr(self) -> float:
+        return self.lr_x1000 / 1000.0     # one IEEE division, same bits everywhere
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown setting(s): {', '.join(unknown)}")
+        return cls(**d)
+
+
+# name -> (min, max, what it is); the UI sliders and the validator read this one table.
+RANGES = {
+    "width": (16, 128, "model width"),
+    "seq_len": (16, 128, "sequence length"),
+    "batch": (2, 32, "batch per device"),
+    "steps": (100, 10000, "steps"),
+    "lr_x1000": (5, 50, "learning rate x1000"),
+    "layers": (1, 8, "layers"),
+    "heads": (1, 8, "heads"),
+    "seed": (0, 2**32 - 1, "seed"),
+}
+
+
+class ConfigError(ValueError):
+    """A setting is out of range or inconsistent; the message names it."""
+
+
+def validate(cfg: Config) -> None:
+    for name, (lo, hi, label) in RANGES.items():
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{label} ({name}) must be an integer, got {v!r}")
+        if not lo <= v <= hi:
+            raise ConfigError(f"{label} ({name}) must be in {lo}..{hi}, got {v}")
+    if cfg.width % cfg.heads:
+        raise ConfigError(f"model width ({cfg.width}) must be a multiple of heads ({cfg.heads})")

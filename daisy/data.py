@@ -1,0 +1,67 @@
+"""Training data for the reference trainer: a token stream and the batch addressing rule.
+
+A batch is addressed by (run seed, step, slot), so any peer can rebuild any other's batch:
+    k = prng.key(PURPOSE_DATA, seed, step, slot)        step counts from 0
+    start_b = prng.draw(k, b) mod (len(stream) - T)     b = 0..B-1
+    x_b = stream[start_b : start_b + T],  y_b = stream[start_b + 1 : start_b + T + 1]
+"""
+from pathlib import Path
+
+import numpy as np
+
+from . import prng
+from .tokenizer import encode_documents
+
+BUILTIN_CORPUS = Path(__file__).parent / "corpus" / "builtin.txt"
+DOC_SEPARATOR = "\n\n\n"
+
+
+class DataError(ValueError):
+    """The data file cannot be used; the message says why."""
+
+
+def builtin_documents() -> list:
+    text = BUILTIN_CORPUS.read_text(encoding="utf-8")
+    return [d.strip("\n") for d in text.split(DOC_SEPARATOR) if d.strip()]
+
+
+def builtin_stream() -> np.ndarray:
+    """The built-in corpus as one uint16 token stream (documents each followed by EOT)."""
+    return encode_documents(builtin_documents())
+
+
+def parquet_stream(path) -> np.ndarray:
+    """A parquet file with a string column `text` (FineWeb-Edu's schema) -> token stream."""
+    import pyarrow.parquet as pq
+    try:
+        table = pq.read_table(path, columns=["text"])
+    except FileNotFoundError:
+        raise DataError(f"--data: no such file: {path}") from None
+    except KeyError:
+        raise DataError(f"--data: {path} has no 'text' column (FineWeb-Edu schema expected)") from None
+    except Exception as e:   # pyarrow raises ArrowInvalid and friends for non-parquet bytes
+        raise DataError(f"--data: {path} is not a readable parquet file ({e})") from None
+    col = table.column("text")
+    import pyarrow as pa
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise DataError(f"--data: column 'text' in {path} has type {col.type}, expected string")
+    docs = [d for d in col.to_pylist() if d]
+    if not docs:
+        raise DataError(f"--data: {path} has no non-empty 'text' rows")
+    return encode_documents(docs)
+
+
+def batch_starts(n_tokens: int, seed: int, step: int, slot: int, B: int, T: int) -> np.ndarray:
+    """(B,) start offsets of the batch of (seed, step, slot) in a stream of n_tokens."""
+    if n_tokens < T + 1:
+        raise DataError(f"the token stream has {n_tokens} tokens; at least seq_len+1 = {T + 1} needed")
+    k = prng.key(prng.PURPOSE_DATA, seed, step, slot)
+    return prng.draw(k, np.arange(B, dtype=np.uint32)).astype(np.int64) % (n_tokens - T)
+
+
+def get_batch(stream: np.ndarray, seed: int, step: int, slot: int, B: int, T: int):
+    """-> x (B, T), y (B, T) int64 token ids."""
+    starts = batch_starts(len(stream), seed, step, slot, B, T)     # (B,)
+    rows = starts[:, None] + np.arange(T + 1)[None, :]              # (B, T+1)
+    window = stream[rows].astype(np.int64)
+    return window[:, :-1], window[:, 1:]
