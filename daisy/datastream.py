@@ -1,0 +1,481 @@
+"""Training data for the group: FineWeb-Edu streamed by row group, or the built-in corpus.
+
+Source. `HuggingFaceFW/fineweb-edu`, config `sample-10BT` (files `sample/10BT/*.parquet`),
+revision `REVISION` (override: env DAISY_DATA_REVISION), column `text`, read through
+`huggingface_hub.HfFileSystem` + `pyarrow.parquet`: the footer once per shard (pyarrow reads
+its last 64 KiB) and then only the `text` column chunk of the one row group a request needs,
+as HTTP Range requests (`cache_type="none"`: no read-ahead). Shards (0.5-2 GB) are never
+downloaded whole. HF_ENDPOINT picks the hub (tests point it at tests/testhub.py).
+
+Token stream of a row group. Its non-empty documents in file order, each encoded by
+daisy.tokenizer (byte-level `daisy-bytes-v1`) and followed by EOT (256), exactly as
+daisy.data.parquet_stream does for a whole file. Served as little-endian uint16.
+
+Keys (the same key always gives the same bytes for one `data_id`):
+    window(shard, rg, offset, length)  = stream(shard, rg)[offset : offset + length]
+    batch(seed, step, slot, batch, seq_len):
+        pick   = daisy.prng.key(PURPOSE_DATA, seed, step, slot, PICK_ROW_GROUP)
+        shard  = draw(pick, 0) % n_shards            (shards indexed in sorted path order)
+        rg     = draw(pick, 1) % n_row_groups(shard)
+        rows   = the reference trainer's rule (daisy.data.batch_starts) on stream(shard, rg):
+                 start_b = draw(key(PURPOSE_DATA, seed, step, slot), b) % (n - seq_len)
+                 row_b   = stream[start_b : start_b + seq_len + 1]
+        -> (batch, seq_len + 1) tokens, row-major; inputs row[:, :-1], targets row[:, 1:].
+    One batch reads one row group, so a cold batch costs at most one row group's bytes. The
+    chosen shard and rg come back in the X-Daisy-Shard / X-Daisy-Row-Group headers.
+    The built-in corpus is one shard with one row group (its whole stream), so a built-in
+    batch equals daisy.data.get_batch(builtin_stream(), seed, step, slot, B, T) bit for bit.
+
+Fallback. When the hub is offline (HF_HUB_OFFLINE=1), unreachable, answers an error, or lists
+no parquet file, the source switches to the built-in corpus (daisy/corpus/builtin.txt, or env
+DAISY_DATA_BUILTIN; documents separated by "\\n\\n\\n", read as daisy.data does). The switch
+is sticky for the process so the whole group keeps seeing one corpus; every response says which source served it
+(X-Daisy-Source, X-Daisy-Fallback-Reason, X-Daisy-Data-Id; /data/info `source` and `reason`).
+Peers must compare `data_id` before sharing batches.
+
+Caches. Decoded row groups (tokens) on disk under DAISY_DATA_CACHE_DIR (default
+~/.cache/daisy/data), at most DAISY_DATA_CACHE_MB MiB (default 256), least recently used
+evicted first; plus an in-memory LRU of DAISY_DATA_MEM_MB MiB (default 64).
+
+Routes (make_data_router):
+    GET /data/info
+    GET /data/window?shard=&rg=&offset=&length=     -> application/octet-stream
+    GET /data/batch?seed=&step=&slot=&batch=&seq_len= -> application/octet-stream
+Bad parameters -> 400 {"error": "...", "parameter": name}; data unavailable -> 503 {"error"}.
+
+Standalone server (tests, bench): python -m daisy.datastream --host 127.0.0.1 --port 7861
+"""
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import numpy as np
+
+from daisy import data, prng
+from daisy.tokenizer import EOT, TOKENIZER_ID, encode_documents
+
+DATASET = "HuggingFaceFW/fineweb-edu"
+CONFIG = "sample-10BT"
+SHARD_DIR = "sample/10BT"
+# PLACEHOLDER: pin to the dataset's commit sha (GET /api/datasets/HuggingFaceFW/fineweb-edu)
+# when online; "main" moves, so batches could change under a long-lived Space.
+REVISION = "main"
+TEXT_COLUMN = "text"
+
+MAX_TOKENS = 65536                # most tokens one window or batch response carries
+U32_MAX = 2**32 - 1
+BLOCK_SIZE = 64 * 1024            # HfFileSystem block size; with cache_type="none" no read-ahead
+PICK_ROW_GROUP = 1                # last key word of the shard/row-group choice of a batch
+
+
+class DataRequestError(ValueError):
+    """A request parameter is missing or out of range; the message names it."""
+
+    def __init__(self, parameter: str, message: str):
+        super().__init__(message)
+        self.parameter = parameter
+
+
+class DataUnavailable(RuntimeError):
+    """Neither the hub nor the built-in corpus can serve (e.g. built-in file missing)."""
+
+
+def describe_hub_error(exc: BaseException) -> str:
+    """One line saying why the hub could not serve: offline, unreachable, or an HTTP error."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+    msg = " ".join(str(exc).split())[:160]
+    if isinstance(exc, OfflineModeIsEnabled):
+        return "offline: HF_HUB_OFFLINE is set"
+    if isinstance(exc, HfHubHTTPError):
+        return f"hub error: HTTP {exc.response.status_code}"
+    if type(exc).__module__.startswith("httpx"):     # connection refused, DNS, timeouts
+        return f"unreachable: {type(exc).__name__}: {msg}"
+    if isinstance(exc, FileNotFoundError):
+        return f"not found: {msg}"
+    return f"{type(exc).__name__}: {msg}"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else int(raw)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A response: tokens (uint16) and where they came from."""
+    tokens: np.ndarray
+    source: str              # "fineweb-edu" | "builtin"
+    reason: str | None       # why it fell back, when source is builtin
+    data_id: str
+    shard: int
+    rg: int
+
+
+class DiskCache:
+    """Row-group token arrays as files, total size bounded, least recently used evicted."""
+
+    def __init__(self, directory: str, limit_bytes: int):
+        self.dir = directory
+        self.limit = limit_bytes
+        self.lock = threading.Lock()
+        os.makedirs(directory, exist_ok=True)
+        files = [e for e in os.scandir(directory) if e.name.endswith(".u16")]
+        files.sort(key=lambda e: e.stat().st_mtime_ns)
+        self.sizes: OrderedDict[str, int] = OrderedDict((e.name, e.stat().st_size) for e in files)
+        with self.lock:
+            self._evict()
+
+    def _name(self, key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()[:40] + ".u16"
+
+    def get(self, key: str) -> np.ndarray | None:
+        name = self._name(key)
+        with self.lock:
+            if name not in self.sizes:
+                return None
+            self.sizes.move_to_end(name)
+        path = os.path.join(self.dir, name)
+        try:
+            arr = np.fromfile(path, dtype="<u2")
+            os.utime(path)                 # mtime = last use, so LRU order survives restarts
+        except OSError:
+            with self.lock:
+                self.sizes.pop(name, None)
+            return None
+        return arr
+
+    def put(self, key: str, tokens: np.ndarray) -> None:
+        data = tokens.astype("<u2").tobytes()
+        if len(data) > self.limit:
+            return                          # larger than the whole cache: memory only
+        name = self._name(key)
+        path = os.path.join(self.dir, name)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)              # atomic: a reader never sees half a file
+        with self.lock:
+            self.sizes[name] = len(data)
+            self.sizes.move_to_end(name)
+            self._evict()
+
+    def _evict(self) -> None:
+        while self.sizes and sum(self.sizes.values()) > self.limit:
+            name, _ = self.sizes.popitem(last=False)
+            try:
+                os.remove(os.path.join(self.dir, name))
+            except FileNotFoundError:
+                pass
+
+    def total_bytes(self) -> int:
+        with self.lock:
+            return sum(self.sizes.values())
+
+
+class MemoryCache:
+    """In-memory LRU of token arrays bounded in bytes."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit = limit_bytes
+        self.items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> np.ndarray | None:
+        with self.lock:
+            arr = self.items.get(key)
+            if arr is not None:
+                self.items.move_to_end(key)
+            return arr
+
+    def put(self, key: str, arr: np.ndarray) -> None:
+        with self.lock:
+            if key in self.items:
+                return
+            self.items[key] = arr
+            self.bytes += arr.nbytes
+            while self.bytes > self.limit and len(self.items) > 1:
+                _, old = self.items.popitem(last=False)
+                self.bytes -= old.nbytes
+
+
+class DataSource:
+    """FineWeb-Edu row groups from the hub, else the built-in corpus; see the module docstring."""
+
+    def __init__(self, *, endpoint: str | None = None, revision: str | None = None,
+                 cache_dir: str | None = None, cache_mb: int | None = None,
+                 mem_mb: int | None = None, builtin_path: str | None = None):
+        self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
+        self.revision = revision or os.environ.get("DAISY_DATA_REVISION") or REVISION
+        self.builtin_path = builtin_path or os.environ.get("DAISY_DATA_BUILTIN") or str(data.BUILTIN_CORPUS)
+        cache_dir = cache_dir or os.environ.get("DAISY_DATA_CACHE_DIR") or os.path.expanduser("~/.cache/daisy/data")
+        self.disk = DiskCache(cache_dir, (cache_mb if cache_mb is not None else _env_int("DAISY_DATA_CACHE_MB", 256)) << 20)
+        self.memory = MemoryCache((mem_mb if mem_mb is not None else _env_int("DAISY_DATA_MEM_MB", 64)) << 20)
+        self.fetch_lock = threading.Lock()   # one hub fetch at a time; also guards setup
+        self.ready = False
+        self.source = "fineweb-edu"
+        self.reason: str | None = None
+        self.fs = None
+        self.shards: list[str] = []          # paths in repo, sorted
+        self.footers: dict[int, object] = {} # shard -> pyarrow FileMetaData
+        self.builtin: np.ndarray | None = None   # the built-in corpus' token stream
+
+    # -- setup and fallback -----------------------------------------------------------------
+    def _ensure_ready(self) -> None:
+        if self.ready:
+            return
+        with self.fetch_lock:
+            if self.ready:
+                return
+            try:
+                self._list_hub()
+            except Exception as exc:        # any hub failure: serve the built-in corpus
+                self._fall_back(describe_hub_error(exc))
+            self.ready = True
+
+    def _list_hub(self) -> None:
+        from huggingface_hub import HfFileSystem
+        self.fs = HfFileSystem(endpoint=self.endpoint, skip_instance_cache=True)
+        root = f"datasets/{DATASET}@{quote(self.revision, safe='')}/"
+        found = self.fs.glob(root + SHARD_DIR + "/*.parquet")
+        self.shards = sorted(p[len(root):] for p in found)
+        if not self.shards:
+            raise FileNotFoundError(f"no parquet files under {SHARD_DIR} at revision {self.revision}")
+
+    def _fall_back(self, reason: str) -> None:
+        self.source, self.reason = "builtin", reason
+        self.memory = MemoryCache(self.memory.limit)   # hub arrays are no use any more
+
+    def _load_builtin(self) -> np.ndarray:
+        if self.builtin is None:
+            try:
+                with open(self.builtin_path, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                raise DataUnavailable(f"built-in corpus unreadable at {self.builtin_path}: {exc.strerror}") from exc
+            # the same document rule as daisy.data.builtin_documents
+            docs = [d.strip("\n") for d in text.split(data.DOC_SEPARATOR) if d.strip()]
+            if not docs:
+                raise DataUnavailable(f"built-in corpus at {self.builtin_path} has no documents")
+            self.builtin = encode_documents(docs)
+            self.builtin_id = "builtin:" + hashlib.sha256(text.encode()).hexdigest()[:16] + ":" + TOKENIZER_ID
+        return self.builtin
+
+    @property
+    def data_id(self) -> str:
+        if self.source == "builtin":
+            self._load_builtin()
+            return self.builtin_id
+        return f"{DATASET}@{self.revision}:{CONFIG}:{TEXT_COLUMN}:{TOKENIZER_ID}"
+
+    # -- shape of the data ------------------------------------------------------------------
+    def num_shards(self) -> int:
+        self._ensure_ready()
+        return 1 if self.source == "builtin" else len(self.shards)
+
+    def num_row_groups(self, shard: int) -> int:
+        self._ensure_ready()
+        if self.source == "builtin":
+            return 1
+        return self._footer(shard).num_row_groups
+
+    def _footer(self, shard: int):
+        meta = self.footers.get(shard)
+        if meta is None:
+            import pyarrow.parquet as pq
+            with self.fetch_lock, self._open(shard) as f:
+                meta = pq.ParquetFile(f).metadata
+            if TEXT_COLUMN not in meta.schema.names:
+                raise DataUnavailable(f"{self.shards[shard]} has no column {TEXT_COLUMN!r}")
+            self.footers[shard] = meta
+        return meta
+
+    def _open(self, shard: int):
+        root = f"datasets/{DATASET}@{quote(self.revision, safe='')}/"
+        return self.fs.open(root + self.shards[shard], "rb", block_size=BLOCK_SIZE, cache_type="none")
+
+    def row_group_tokens(self, shard: int, rg: int) -> np.ndarray:
+        """The token stream of one row group (callers validate shard and rg)."""
+        if self.source == "builtin":
+            return self._load_builtin()
+        key = f"{self.data_id}/{self.shards[shard]}/{rg}"
+        arr = self.memory.get(key)
+        if arr is None:
+            arr = self.disk.get(key)
+            if arr is None:
+                arr = self._fetch_row_group(shard, rg, key)
+            self.memory.put(key, arr)
+        return arr
+
+    def _fetch_row_group(self, shard: int, rg: int, key: str) -> np.ndarray:
+        import pyarrow.parquet as pq
+        meta = self._footer(shard)
+        with self.fetch_lock:
+            cached = self.disk.get(key)      # another thread may have fetched it meanwhile
+            if cached is not None:
+                return cached
+            with self._open(shard) as f:
+                table = pq.ParquetFile(f, metadata=meta).read_row_group(rg, columns=[TEXT_COLUMN])
+            # non-empty documents only, as daisy.data.parquet_stream
+            arr = encode_documents([d for d in table.column(TEXT_COLUMN).to_pylist() if d])
+            self.disk.put(key, arr)
+        return arr
+
+    # -- keyed requests ---------------------------------------------------------------------
+    def _serve(self, pick) -> Tokens:
+        """Run pick() on the current source; on a hub failure switch to builtin and retry once."""
+        self._ensure_ready()
+        if self.source != "builtin":
+            try:
+                return pick()
+            except (DataRequestError, DataUnavailable):
+                raise
+            except Exception as exc:
+                with self.fetch_lock:
+                    if self.source != "builtin":
+                        self._fall_back("hub failed while streaming: " + describe_hub_error(exc))
+        return pick()
+
+    def _result(self, tokens: np.ndarray, shard: int, rg: int) -> Tokens:
+        return Tokens(tokens, self.source, self.reason, self.data_id, shard, rg)
+
+    def window(self, shard: int, rg: int, offset: int, length: int) -> Tokens:
+        _check("offset", offset, 0, None)
+        _check("length", length, 1, MAX_TOKENS)
+
+        def pick() -> Tokens:
+            _check("shard", shard, 0, self.num_shards() - 1)
+            _check("rg", rg, 0, self.num_row_groups(shard) - 1)
+            stream = self.row_group_tokens(shard, rg)
+            if offset + length > len(stream):
+                raise DataRequestError("offset", f"offset + length must be at most {len(stream)} "
+                                       f"(tokens in shard {shard} row group {rg}), got {offset + length}")
+            return self._result(stream[offset:offset + length], shard, rg)
+        return self._serve(pick)
+
+    def batch(self, seed: int, step: int, slot: int, batch: int, seq_len: int) -> Tokens:
+        for name, value in (("seed", seed), ("step", step), ("slot", slot)):
+            _check(name, value, 0, U32_MAX)
+        _check("batch", batch, 1, MAX_TOKENS // 2)
+        _check("seq_len", seq_len, 1, MAX_TOKENS - 1)
+        if batch * (seq_len + 1) > MAX_TOKENS:
+            raise DataRequestError("batch", f"batch * (seq_len + 1) must be at most {MAX_TOKENS}, "
+                                   f"got {batch} * {seq_len + 1} = {batch * (seq_len + 1)}")
+        choice = prng.key(prng.PURPOSE_DATA, seed, step, slot, PICK_ROW_GROUP)
+
+        def pick() -> Tokens:
+            shard = prng.draw(choice, 0) % self.num_shards()
+            rg = prng.draw(choice, 1) % self.num_row_groups(shard)
+            stream = self.row_group_tokens(shard, rg)
+            try:
+                starts = data.batch_starts(len(stream), seed, step, slot, batch, seq_len)   # (B,)
+            except data.DataError as exc:
+                raise DataUnavailable(f"shard {shard} row group {rg}: {exc}") from exc
+            rows = starts[:, None] + np.arange(seq_len + 1, dtype=np.int64)[None, :]         # (B, T+1)
+            return self._result(stream[rows].reshape(-1), shard, rg)
+        return self._serve(pick)
+
+    def info(self) -> dict:
+        self._ensure_ready()
+        out = {"source": self.source, "reason": self.reason, "dataset": DATASET, "config": CONFIG,
+               "revision": self.revision, "column": TEXT_COLUMN, "tokenizer": TOKENIZER_ID,
+               "eot": EOT, "max_tokens": MAX_TOKENS,
+               "cache": {"dir": self.disk.dir, "bytes": self.disk.total_bytes(), "limit_bytes": self.disk.limit,
+                         "memory_bytes": self.memory.bytes, "memory_limit_bytes": self.memory.limit}}
+        if self.source == "builtin":
+            try:
+                tokens = self._load_builtin()
+                out.update(data_id=self.builtin_id, shards=1, shard_files=[self.builtin_path],
+                           row_groups={"0": 1}, total_tokens=int(len(tokens)))
+            except DataUnavailable as exc:
+                out.update(data_id=None, shards=0, shard_files=[], row_groups={}, total_tokens=0, error=str(exc))
+        else:
+            out.update(data_id=self.data_id, shards=len(self.shards), shard_files=list(self.shards),
+                       row_groups={str(s): m.num_row_groups for s, m in sorted(self.footers.items())},
+                       total_tokens=None)    # unknown until every row group was read
+        return out
+
+
+def _check(name: str, value: int, lo: int, hi: int | None) -> None:
+    if value < lo or (hi is not None and value > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise DataRequestError(name, f"{name} must be an integer in {rng}, got {value}")
+
+
+# -- HTTP -------------------------------------------------------------------------------------
+def _int_params(query, names: tuple[str, ...]) -> dict[str, int]:
+    out = {}
+    for name in names:
+        raw = query.get(name)
+        if raw is None or raw == "":
+            raise DataRequestError(name, f"missing parameter {name} (an integer)")
+        text = raw.strip()
+        if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 40:
+            raise DataRequestError(name, f"{name} must be an integer, got {raw[:40]!r}")
+        out[name] = int(text)
+    return out
+
+
+def _header_text(s: str) -> str:
+    """Header-safe: printable ASCII, one line, bounded."""
+    return "".join(c if " " <= c <= "~" else "?" for c in s)[:200]
+
+
+def make_data_router(source: DataSource):
+    """A FastAPI router with /data/info, /data/window and /data/batch over `source`."""
+    from fastapi import APIRouter, Request
+    from fastapi.responses import JSONResponse, Response
+
+    router = APIRouter(prefix="/data")
+
+    def tokens_response(t: Tokens) -> Response:
+        headers = {"X-Daisy-Source": t.source, "X-Daisy-Data-Id": _header_text(t.data_id),
+                   "X-Daisy-Tokens": str(len(t.tokens)), "X-Daisy-Shard": str(t.shard),
+                   "X-Daisy-Row-Group": str(t.rg), "Cache-Control": "no-cache"}
+        if t.reason:
+            headers["X-Daisy-Fallback-Reason"] = _header_text(t.reason)
+        return Response(t.tokens.astype("<u2").tobytes(), media_type="application/octet-stream", headers=headers)
+
+    def answer(fn, query, names) -> Response:
+        try:
+            return tokens_response(fn(**_int_params(query, names)))
+        except DataRequestError as exc:
+            return JSONResponse({"error": str(exc), "parameter": exc.parameter}, status_code=400)
+        except DataUnavailable as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+
+    @router.get("/info")
+    def data_info():
+        return source.info()
+
+    @router.get("/window")
+    def data_window(request: Request):
+        return answer(source.window, request.query_params, ("shard", "rg", "offset", "length"))
+
+    @router.get("/batch")
+    def data_batch(request: Request):
+        return answer(source.batch, request.query_params, ("seed", "step", "slot", "batch", "seq_len"))
+
+    return router
+
+
+def main() -> None:
+    import argparse
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    ap = argparse.ArgumentParser(description="Serve only the /data routes (tests, benchmarks).")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=7861)
+    args = ap.parse_args()
+    app = FastAPI()
+    app.include_router(make_data_router(DataSource()))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
