@@ -1,0 +1,538 @@
+"""WebSocket signaling: groups peers, gates rooms behind host approval, relays WebRTC signals.
+
+The server never interprets what peers exchange: it assigns peer ids, decides who may talk to
+whom (same group, nobody pending) and stamps the sender on everything it relays. The wire
+protocol (messages, fields, close codes) is specified in docs/PROTOCOL.md.
+
+Use: `app.include_router(make_signaling_router(SignalingHub()))` — one hub per app, holding all
+state. The module-level `router` is the same thing over a hub built from the environment at
+import time, for apps that want one shared default.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+import re
+import secrets
+import time
+import unicodedata
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, FastAPI, WebSocket
+
+DEFAULT_ICE_SERVERS = [{"urls": "stun:stun.l.google.com:19302"}]
+ROOM_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_NAME = 40
+MAX_STATE = 64
+
+# Close codes (1xxx: RFC 6455 meanings; 4xxx: ours, echoing the HTTP status they resemble).
+CLOSE_LEFT = 1000  # the client sent `leave`
+CLOSE_POLICY = 1008  # kept flooding after `rate-limited`
+CLOSE_TOO_BIG = 1009  # frame over max_frame bytes
+CLOSE_SLOW = 1013  # the client reads too slowly: its outbox overflowed
+CLOSE_BAD_ROOM = 4400  # room code not 1-64 chars of [A-Za-z0-9_-]
+CLOSE_REJECTED = 4403  # the room host rejected this connection
+CLOSE_IDLE = 4408  # nothing received for idle_pings ping intervals
+CLOSE_REPLACED = 4409  # a newer connection resumed this peer with its token
+
+# Private, loopback and link-local ranges: all of them form one "local network" group.
+LOCAL_NETS = [ipaddress.ip_network(n) for n in (
+    "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+    "::1/128", "fc00::/7", "fe80::/10")]
+
+
+def _env_float(env, name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"{name}={raw!r} must be > 0")
+    return value
+
+
+def ice_servers_from_env(env=os.environ) -> list[dict]:
+    """DAISY_ICE_SERVERS (a JSON list of RTCIceServer objects) or the public STUN default,
+    plus a TURN server when DAISY_TURN_URL is set (with DAISY_TURN_USER / DAISY_TURN_PASS)."""
+    raw = env.get("DAISY_ICE_SERVERS")
+    servers = DEFAULT_ICE_SERVERS
+    if raw:
+        try:
+            servers = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"DAISY_ICE_SERVERS is not valid JSON: {err}") from None
+        if not isinstance(servers, list) or not all(
+                isinstance(s, dict) and isinstance(s.get("urls"), (str, list)) for s in servers):
+            raise ValueError('DAISY_ICE_SERVERS must be a JSON list of objects with "urls"')
+    servers = [dict(s) for s in servers]
+    if env.get("DAISY_TURN_URL"):
+        servers.append({"urls": env["DAISY_TURN_URL"], "username": env.get("DAISY_TURN_USER", ""),
+                        "credential": env.get("DAISY_TURN_PASS", "")})
+    return servers
+
+
+@dataclass(frozen=True)
+class SignalingConfig:
+    ping_s: float = 20.0  # server `ping` period
+    idle_pings: int = 3  # close a socket silent for this many ping periods
+    grace_s: float = 30.0  # how long a dropped peer's seat (id, role) waits for its token
+    rate_per_s: float = 50.0  # token bucket: sustained messages/s per socket
+    rate_burst: float = 100.0  # token bucket size; also the overdraft that gets a socket closed
+    max_frame: int = 65536  # bytes
+    outbox_max: int = 2000  # messages queued to one socket before it counts as stuck
+    ip_salt: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
+    ice_servers: list = field(default_factory=lambda: [dict(s) for s in DEFAULT_ICE_SERVERS])
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "SignalingConfig":
+        salt = env.get("DAISY_IP_SALT")
+        return cls(
+            ping_s=_env_float(env, "DAISY_PING_S", cls.ping_s),
+            grace_s=_env_float(env, "DAISY_RECONNECT_GRACE_S", cls.grace_s),
+            rate_per_s=_env_float(env, "DAISY_RATE_PER_S", cls.rate_per_s),
+            rate_burst=_env_float(env, "DAISY_RATE_BURST", cls.rate_burst),
+            ip_salt=salt.encode() if salt else secrets.token_bytes(16),
+            ice_servers=ice_servers_from_env(env))
+
+
+def client_ip(headers, client_host: str | None):
+    """The caller's public address: first X-Forwarded-For entry (proxies append), else the
+    socket's. None when neither parses."""
+    forwarded = headers.get("x-forwarded-for", "")
+    for text in (forwarded.split(",")[0].strip(), client_host or ""):
+        ip = _parse_ip(text)
+        if ip is not None:
+            return ip
+    return None
+
+
+def _parse_ip(text: str):
+    if text.startswith("["):  # "[v6]:port"
+        text = text[1:text.find("]")]
+    elif text.count(":") == 1:  # "v4:port"
+        text = text.split(":")[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return ip.ipv4_mapped or ip if ip.version == 6 else ip
+
+
+def network_key(ip, salt: bytes) -> str:
+    """Group key for a network group. IPv6 groups by /64: one home network shares a prefix
+    while each device has its own address. Only a salted hash ever leaves this function."""
+    if ip is None or any(ip in net for net in LOCAL_NETS if net.version == ip.version):
+        return "net:local"
+    where = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+    return "net:" + hmac.new(salt, where.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def _clean_text(value, limit: int) -> str:
+    if not isinstance(value, str):
+        return ""
+    text = "".join(c for c in value if unicodedata.category(c)[0] != "C")
+    return " ".join(text.split())[:limit]
+
+
+class Close:
+    """Outbox sentinel: the writer closes the socket after sending everything queued before."""
+
+    def __init__(self, code: int, reason: str):
+        self.code, self.reason = code, reason
+
+
+class Connection:
+    """One WebSocket: its outbox (sends never block the sender's handler), liveness and
+    token bucket."""
+
+    def __init__(self, ws: WebSocket, config: SignalingConfig):
+        self.ws, self.config = ws, config
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.closing: Close | None = None
+        self.last_seen = self.bucket_t = time.monotonic()
+        self.tokens = config.rate_burst
+        self.overdraft = 0.0  # rejected messages, draining at rate_per_s
+        self.limited = False  # inside a run of rejected messages (one error per run)
+
+    def send(self, message: dict | str) -> None:
+        if self.closing:
+            return
+        if self.outbox.qsize() >= self.config.outbox_max:
+            while not self.outbox.empty():  # a stuck reader: drop its backlog, then it
+                self.outbox.get_nowait()
+            self.close(CLOSE_SLOW, "outbox overflow: reading too slowly")
+            return
+        self.outbox.put_nowait(message if isinstance(message, str) else json.dumps(message))
+
+    def close(self, code: int, reason: str) -> None:
+        if not self.closing:
+            self.closing = Close(code, reason)
+            self.outbox.put_nowait(self.closing)
+
+    def admit(self) -> bool:
+        """Token bucket. An empty bucket drops the message (one `rate-limited` error per run);
+        an overdraft beyond a full burst closes the socket."""
+        now = time.monotonic()
+        refill = (now - self.bucket_t) * self.config.rate_per_s
+        self.bucket_t = now
+        self.tokens = min(self.config.rate_burst, self.tokens + refill)
+        self.overdraft = max(0.0, self.overdraft - refill)
+        if self.tokens >= 1:
+            self.tokens -= 1
+            self.limited = False
+            return True
+        self.overdraft += 1
+        if self.overdraft > self.config.rate_burst:
+            self.close(CLOSE_POLICY, "rate limit exceeded")
+        elif not self.limited:
+            self.limited = True
+            self.send(_error("rate-limited", f"over {self.config.rate_per_s:g} messages/s; "
+                                             "messages are being dropped"))
+        return False
+
+
+class Group:
+    def __init__(self, key: str, public_id: str):
+        self.key, self.public_id = key, public_id
+        self.kind = "room" if key.startswith("room:") else "network"
+        self.seats: dict[str, Seat] = {}  # peer id -> seat, in join order
+
+
+class Seat:
+    """A peer's identity in a group; outlives its connection by grace_s so a token resumes it."""
+
+    def __init__(self, peer_id: str, token: str, group: Group, name: str, role: str):
+        self.id, self.token, self.group, self.role = peer_id, token, group, role
+        self.name = name or f"peer-{peer_id[:4]}"
+        self.path: str | None = None
+        self.state = ""
+        self.joined_at = int(time.time() * 1000)
+        self.conn: Connection | None = None
+        self.expiry: asyncio.TimerHandle | None = None
+        self.released = False
+
+    @property
+    def admitted(self) -> bool:
+        return self.role != "pending"
+
+    def info(self) -> dict:
+        return {"id": self.id, "name": self.name, "joinedAt": self.joined_at, "role": self.role,
+                "path": self.path, "state": self.state}
+
+    def send(self, message: dict | str) -> None:
+        if self.conn:
+            self.conn.send(message)
+
+
+def _error(code: str, message: str, ref=None) -> dict:
+    err = {"type": "error", "code": code, "message": message}
+    if isinstance(ref, (str, int)) and not isinstance(ref, bool) and len(str(ref)) <= 64:
+        err["ref"] = ref
+    return err
+
+
+class SignalingHub:
+    """All signaling state of one app: groups[key].seats[peer_id] (rooms[key][peer_id])."""
+
+    def __init__(self, config: SignalingConfig | None = None):
+        self.config = config or SignalingConfig.from_env()
+        self.groups: dict[str, Group] = {}
+        self.by_token: dict[str, Seat] = {}
+        self.peer_ids: set[str] = set()
+
+    # ---- connection lifecycle -------------------------------------------------------------
+
+    async def serve(self, ws: WebSocket) -> None:
+        await ws.accept()  # accept first: a close before accept reaches the client as HTTP 403
+        room = ws.query_params.get("room")
+        if room is not None and not ROOM_CODE.fullmatch(room):
+            await ws.close(CLOSE_BAD_ROOM, "room code must be 1-64 characters of A-Z a-z 0-9 _ -")
+            return
+        if room is not None:
+            key = "room:" + room.lower()  # codes are read aloud and retyped: case-insensitive
+        else:
+            key = network_key(client_ip(ws.headers, ws.client.host if ws.client else None),
+                              self.config.ip_salt)
+        conn = Connection(ws, self.config)
+        seat = self._attach(conn, key, ws.query_params.get("token"), ws.query_params.get("name"))
+        reader = asyncio.create_task(self._read(seat, conn))
+        writer = asyncio.create_task(self._write(conn))
+        keepalive = asyncio.create_task(self._keepalive(conn))
+        try:
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if conn.closing and not writer.done():  # let the writer flush and send the close
+                await asyncio.wait({writer}, timeout=5)
+        finally:
+            for task in (reader, writer, keepalive):
+                task.cancel()
+            self._detach(seat, conn)
+
+    def _attach(self, conn: Connection, key: str, token: str | None, name: str | None) -> Seat:
+        seat = self.by_token.get(token or "")
+        resumed = seat is not None and seat.group.key == key
+        if resumed:
+            if seat.expiry:
+                seat.expiry.cancel()
+                seat.expiry = None
+            if seat.conn:  # the old socket is half-open or a second tab: the newest wins
+                seat.conn.close(CLOSE_REPLACED, "resumed by a newer connection")
+            if name:
+                seat.name = _clean_text(name, MAX_NAME) or seat.name
+        else:
+            group = self.groups.get(key)
+            if group is None:
+                public_id = hmac.new(self.config.ip_salt, key.encode(), hashlib.sha256)
+                group = self.groups[key] = Group(key, public_id.hexdigest()[:12])
+            if group.kind == "network":
+                role = "member"
+            else:
+                role = "pending" if any(s.role == "host" for s in group.seats.values()) else "host"
+            seat = Seat(self._new_peer_id(), secrets.token_urlsafe(24), group,
+                        _clean_text(name, MAX_NAME), role)
+            group.seats[seat.id] = seat
+            self.by_token[seat.token] = seat
+        seat.conn = conn
+        conn.send({"type": "welcome", "peerId": seat.id, "token": seat.token, "name": seat.name,
+                   "group": {"kind": seat.group.kind, "id": seat.group.public_id},
+                   "role": seat.role, "resumed": resumed, "iceServers": self.config.ice_servers,
+                   "peers": self._roster(seat), "pingIntervalS": self.config.ping_s,
+                   "maxFrame": self.config.max_frame})
+        self._announce_arrival(seat)
+        return seat
+
+    def _new_peer_id(self) -> str:
+        while (peer_id := secrets.token_hex(4)) in self.peer_ids:
+            pass
+        self.peer_ids.add(peer_id)
+        return peer_id
+
+    def _detach(self, seat: Seat, conn: Connection) -> None:
+        if seat.conn is not conn:  # already replaced by a resumed connection
+            return
+        seat.conn = None
+        if seat.released:
+            return
+        self._broadcast(self._viewers(seat), {"type": "peer-left", "peer": seat.id,
+                                               "reason": "disconnected"})
+        seat.expiry = asyncio.get_running_loop().call_later(
+            self.config.grace_s, self._release, seat)
+
+    def _release(self, seat: Seat) -> None:
+        """Drop a seat for good (left, rejected, or its grace ran out); hand over the host role."""
+        if seat.released:
+            return
+        seat.released = True
+        if seat.expiry:
+            seat.expiry.cancel()
+        group = seat.group
+        del group.seats[seat.id]
+        del self.by_token[seat.token]
+        self.peer_ids.discard(seat.id)
+        if not group.seats:
+            del self.groups[group.key]
+        elif seat.role == "host":
+            self._hand_over(group)
+
+    def _hand_over(self, group: Group) -> None:
+        """New host: the longest-present approved member (connected ones first); with no
+        approved member left, the longest-waiting pending peer (the room is empty anyway)."""
+        seats = list(group.seats.values())
+        ranked = ([s for s in seats if s.admitted and s.conn] + [s for s in seats if s.admitted]
+                  + [s for s in seats if s.conn] + seats)
+        host = ranked[0]
+        host.role = "host"
+        self._broadcast(self._members(group), {"type": "role", "peer": host.id, "role": "host"})
+        self._broadcast(self._members(group), {"type": "peers", "peers": self._roster(host)})
+        for seat in seats:
+            if not seat.admitted and seat.conn:
+                host.send(self._join_request(seat))
+
+    # ---- socket tasks ---------------------------------------------------------------------
+
+    async def _read(self, seat: Seat, conn: Connection) -> None:
+        max_frame = self.config.max_frame
+        while not conn.closing:
+            frame = await conn.ws.receive()
+            if frame["type"] == "websocket.disconnect":
+                return
+            conn.last_seen = time.monotonic()
+            text, data = frame.get("text"), frame.get("bytes")
+            size = len(data) if text is None else len(text)
+            if size > max_frame or (text is not None and len(text.encode()) > max_frame):
+                conn.close(CLOSE_TOO_BIG, f"frame over {max_frame} bytes")
+                return
+            if conn.admit():
+                if text is None:
+                    conn.send(_error("bad-json", "binary frames are not accepted: send JSON text"))
+                else:
+                    self._handle(seat, conn, text)
+
+    async def _write(self, conn: Connection) -> None:
+        try:
+            while True:
+                item = await conn.outbox.get()
+                if isinstance(item, Close):
+                    await conn.ws.close(item.code, item.reason)
+                    return
+                await conn.ws.send_text(item)
+        except Exception:  # the client went away mid-send: the reader sees the disconnect
+            return
+
+    async def _keepalive(self, conn: Connection) -> None:
+        ping = json.dumps({"type": "ping"})
+        while not conn.closing:
+            await asyncio.sleep(self.config.ping_s)
+            silent = time.monotonic() - conn.last_seen
+            if silent > self.config.idle_pings * self.config.ping_s:
+                conn.close(CLOSE_IDLE, f"nothing received for {silent:.1f} s")
+                return
+            conn.send(ping)
+
+    # ---- messages -------------------------------------------------------------------------
+
+    def _handle(self, seat: Seat, conn: Connection, text: str) -> None:
+        try:
+            msg = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as err:
+            conn.send(_error("bad-json", f"not valid JSON: {err}"[:200]))
+            return
+        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+            conn.send(_error("bad-message", 'a message is a JSON object with a string "type"'))
+            return
+        kind, ref = msg["type"], msg.get("ref")
+        if kind in ("signal", "relay"):
+            self._forward(seat, msg, ref)
+        elif kind in ("approve", "reject"):
+            self._decide(seat, msg, ref)
+        elif kind == "hello":
+            self._hello(seat, msg, ref)
+        elif kind == "ping":
+            conn.send({"type": "pong"})
+        elif kind == "pong":
+            pass  # liveness is any frame; last_seen is already updated
+        elif kind == "leave":
+            self._broadcast(self._viewers(seat), {"type": "peer-left", "peer": seat.id,
+                                                   "reason": "left"})
+            self._release(seat)
+            conn.close(CLOSE_LEFT, "left")
+        else:
+            conn.send(_error("unknown-type", f"unknown message type {kind[:40]!r}", ref))
+
+    def _forward(self, seat: Seat, msg: dict, ref) -> None:
+        to = msg.get("to")
+        if not isinstance(to, str) or "data" not in msg:
+            seat.send(_error("bad-message", f'{msg["type"]} needs "to" (a peer id) and "data"', ref))
+            return
+        target = seat.group.seats.get(to)
+        # One answer for "elsewhere", "nowhere", "pending" and "offline": ids can't be probed.
+        if target is None or target is seat or not target.conn or not (
+                target.admitted and seat.admitted):
+            seat.send(_error("no-such-peer", f"no peer {to[:40]!r} you can reach", ref))
+            return
+        target.send({"type": msg["type"], "from": seat.id, "data": msg["data"]})
+
+    def _decide(self, seat: Seat, msg: dict, ref) -> None:
+        if seat.role != "host":
+            seat.send(_error("not-host", f"only the room host can {msg['type']}", ref))
+            return
+        target = seat.group.seats.get(msg.get("peer") if isinstance(msg.get("peer"), str) else "")
+        if target is None or target.admitted or not target.conn:
+            seat.send(_error("no-such-peer", "no pending peer with that id", ref))
+            return
+        if msg["type"] == "approve":
+            target.role = "member"
+            target.send({"type": "approved", "role": "member", "peers": self._roster(target)})
+            self._announce_arrival(target)
+        else:
+            target.send({"type": "rejected", "reason": "the host declined the request"})
+            target.conn.close(CLOSE_REJECTED, "rejected by the host")
+            self._release(target)
+
+    def _hello(self, seat: Seat, msg: dict, ref) -> None:
+        path = msg.get("path")
+        if path not in (None, "gpu", "cpu") or not isinstance(msg.get("name", ""), str) or \
+                not isinstance(msg.get("state", ""), str):
+            seat.send(_error("bad-message", 'hello: "name" and "state" are strings, "path" is '
+                                            '"gpu" or "cpu"', ref))
+            return
+        if "name" in msg:
+            seat.name = _clean_text(msg["name"], MAX_NAME) or seat.name
+        if path:
+            seat.path = path
+        if "state" in msg:
+            seat.state = _clean_text(msg["state"], MAX_STATE)
+        if seat.admitted:
+            self._broadcast(self._members(seat.group), {"type": "peers",
+                                                        "peers": self._roster(seat)})
+        else:
+            self._announce_arrival(seat)  # the host sees the new name on the join request
+
+    # ---- who sees whom --------------------------------------------------------------------
+
+    @staticmethod
+    def _members(group: Group) -> list[Seat]:
+        return [s for s in group.seats.values() if s.admitted and s.conn]
+
+    def _roster(self, viewer: Seat) -> list[dict]:
+        """The peers `viewer` may know of, itself included; a pending peer sees only itself."""
+        if not viewer.admitted:
+            return [viewer.info()]
+        return [s.info() for s in self._members(viewer.group)]
+
+    def _viewers(self, seat: Seat) -> list[Seat]:
+        """Who is told about `seat` coming and going: members, or for a pending seat the host."""
+        if seat.admitted:
+            return [s for s in self._members(seat.group) if s is not seat]
+        return [s for s in self._members(seat.group) if s.role == "host"]
+
+    @staticmethod
+    def _join_request(seat: Seat) -> dict:
+        return {"type": "join-request", "peer": {"id": seat.id, "name": seat.name}}
+
+    def _announce_arrival(self, seat: Seat) -> None:
+        if seat.admitted:
+            message = {"type": "peer-joined", "peer": seat.info()}
+        else:
+            message = self._join_request(seat)
+        self._broadcast(self._viewers(seat), message)
+        if seat.role == "host":  # a host that (re)connects is owed the open requests
+            for other in seat.group.seats.values():
+                if not other.admitted and other.conn:
+                    seat.send(self._join_request(other))
+
+    @staticmethod
+    def _broadcast(seats: list[Seat], message: dict) -> None:
+        text = json.dumps(message)
+        for seat in seats:
+            seat.send(text)
+
+
+def make_signaling_router(hub: SignalingHub | None = None) -> APIRouter:
+    """The APIRouter with the WebSocket route /signal over `hub` (a new one from the
+    environment when None). Its only route: nothing lists rooms, codes or peers."""
+    hub = hub or SignalingHub()
+    signal_router = APIRouter()
+
+    @signal_router.websocket("/signal")
+    async def signal(websocket: WebSocket) -> None:
+        await hub.serve(websocket)
+
+    signal_router.hub = hub  # for tests and the app's status readouts
+    return signal_router
+
+
+def make_app(hub: SignalingHub | None = None) -> FastAPI:
+    """A FastAPI app serving only /signal (tests, the load benchmark)."""
+    app = FastAPI()
+    app.include_router(make_signaling_router(hub))
+    return app
+
+
+router = make_signaling_router()

@@ -1,0 +1,127 @@
+"""Test helpers for signaling: serve an ASGI app with real uvicorn on a free loopback port in a
+background thread, and a small real-websockets client that answers the server's pings."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from urllib.parse import urlencode
+
+import uvicorn
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+WAIT_S = 3.0  # bound on every wait for a message that must come
+
+
+@contextlib.contextmanager
+def serve_in_thread(app):
+    """Yield the ws:// base URL of `app` served by uvicorn on 127.0.0.1 (port picked by the OS)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                           timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start within 10 s")
+        time.sleep(0.01)
+    try:
+        yield f"ws://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+class SignalClient:
+    """One signaling connection. Messages other than `ping` queue up for next()/expect();
+    with auto_pong (the default) pings are answered and never queued."""
+
+    def __init__(self, ws, auto_pong: bool):
+        self.ws, self.auto_pong = ws, auto_pong
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self.closed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+        self.welcome: dict = {}
+
+    @classmethod
+    async def open(cls, base: str, *, room=None, token=None, name=None, xff=None,
+                   auto_pong=True, expect_welcome=True) -> "SignalClient":
+        params = {k: v for k, v in (("room", room), ("token", token), ("name", name)) if v is not None}
+        url = f"{base}/signal" + (f"?{urlencode(params)}" if params else "")
+        headers = {"X-Forwarded-For": xff} if xff else None
+        ws = await connect(url, additional_headers=headers, open_timeout=WAIT_S, max_size=2**22)
+        client = cls(ws, auto_pong)
+        if expect_welcome:
+            client.welcome = await client.expect("welcome")
+        return client
+
+    @property
+    def id(self) -> str:
+        return self.welcome["peerId"]
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                msg = json.loads(raw)
+                if msg.get("type") == "ping" and self.auto_pong:
+                    await self.ws.send(json.dumps({"type": "pong"}))
+                else:
+                    self.inbox.put_nowait(msg)
+        except ConnectionClosed:
+            pass
+        finally:
+            if self.ws.close_code is not None:
+                self.close_code, self.close_reason = self.ws.close_code, self.ws.close_reason
+            self.closed.set()
+
+    async def send(self, message) -> None:
+        await self.ws.send(message if isinstance(message, (str, bytes)) else json.dumps(message))
+
+    async def next(self, timeout: float = WAIT_S) -> dict:
+        try:
+            return await asyncio.wait_for(self.inbox.get(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"no message within {timeout} s (close code {self.close_code})")
+
+    async def expect(self, kind: str, timeout: float = WAIT_S) -> dict:
+        msg = await self.next(timeout)
+        assert msg.get("type") == kind, f"expected {kind!r}, got {msg}"
+        return msg
+
+    async def silent(self, duration: float = 0.3) -> None:
+        """Assert that nothing (pings aside) arrives for `duration` seconds."""
+        try:
+            msg = await asyncio.wait_for(self.inbox.get(), duration)
+        except TimeoutError:
+            return
+        raise AssertionError(f"expected silence, got {msg}")
+
+    async def wait_closed(self, timeout: float = WAIT_S) -> tuple[int | None, str]:
+        try:
+            await asyncio.wait_for(self.closed.wait(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"socket still open after {timeout} s")
+        return self.close_code, self.close_reason
+
+    async def close(self) -> None:
+        """Drop the socket without `leave` (the server keeps the seat for the grace period)."""
+        await self.ws.close()
+        await self.closed.wait()
+        self._reader.cancel()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
