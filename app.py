@@ -1,0 +1,52 @@
+"""DaisyChain-Web: `python app.py` serves the Space (page, signaling, data) with uvicorn.
+
+Host: --host, else $HOST, else $GRADIO_SERVER_NAME, else 0.0.0.0.
+Port: --port, else $PORT, else $GRADIO_SERVER_PORT, else 7860 (the Space's port).
+"""
+import argparse
+import os
+import sys
+
+import uvicorn
+
+from daisy.server import create_app
+
+DEFAULT_HOST = "0.0.0.0"
+DEFAULT_PORT = 7860
+
+
+def _env_port(env) -> int:
+    for name in ("PORT", "GRADIO_SERVER_PORT"):
+        raw = env.get(name)
+        if raw not in (None, ""):
+            if not raw.isdigit() or not 0 < int(raw) < 65536:
+                raise SystemExit(f"error: {name}={raw!r} is not a port number (1-65535)")
+            return int(raw)
+    return DEFAULT_PORT
+
+
+def parse_args(argv, env=os.environ):
+    ap = argparse.ArgumentParser(description="Serve DaisyChain-Web: the page, /signal and /data.")
+    ap.add_argument("--host", default=env.get("HOST") or env.get("GRADIO_SERVER_NAME") or DEFAULT_HOST,
+                    help="address to listen on (default: $HOST, $GRADIO_SERVER_NAME or 0.0.0.0)")
+    ap.add_argument("--port", type=int, default=None,
+                    help="port (default: $PORT, $GRADIO_SERVER_PORT or 7860)")
+    args = ap.parse_args(argv)
+    if args.port is None:
+        args.port = _env_port(env)
+    elif not 0 < args.port < 65536:
+        ap.error(f"--port must be in 1..65535, got {args.port}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    print(f"DaisyChain-Web on http://{'localhost' if args.host == '0.0.0.0' else args.host}:{args.port}",
+          flush=True)
+    # proxy_headers: behind the Space's proxy, X-Forwarded-For carries the caller's address
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info",
+                proxy_headers=True, forwarded_allow_ips="*")
+
+
+if __name__ == "__main__":
+    main()

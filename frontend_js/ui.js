@@ -1,0 +1,133 @@
+// Page glue: builds the peer panel inside the one gr.HTML Gradio never re-renders, starts the
+// peer, and draws its state (peer list, join requests, live readouts, loss plot).
+//   mount(element)   called once by the panel's js_on_load (daisy/server.py)
+// The panel element carries the server's settings table as data attributes:
+//   data-ranges (daisy.config.RANGES), data-defaults (Config()), data-modules (frontend_js files).
+import { bus } from './bus.js';
+import { Peer, automationApi } from './peer.js';
+
+const PLOT_W = 600, PLOT_H = 160, PAD = 28;
+
+const esc = (text) => String(text ?? '').replace(/[&<>"']/g, (c) => (
+  { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
+
+function readJson(el, name, fallback) {
+  try { return JSON.parse(el.dataset[name] || ''); } catch { return fallback; }
+}
+
+export function mount(element) {
+  const host = element.querySelector('#daisy-peer') || element;
+  if (window.daisy) return window.daisy;     // a second mount (Gradio re-mount): one peer per tab
+  const peer = new Peer(bus, {
+    ranges: readJson(host, 'ranges', {}),
+    defaults: readJson(host, 'defaults', {}),
+    modules: readJson(host, 'modules', []),
+  });
+  window.daisy = automationApi(peer, bus);
+  host.innerHTML = `
+    <div class="daisy-status" data-role="status">Connecting to the server…</div>
+    <div class="daisy-error" data-role="error"></div>
+    <h3>Peers</h3>
+    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th></tr></thead><tbody></tbody></table>
+    <div data-role="requests-box" hidden>
+      <h3>Join requests</h3>
+      <table data-role="requests"><tbody></tbody></table>
+    </div>
+    <h3>Run</h3>
+    <div class="daisy-readouts">
+      <div><b>step</b><span data-role="step">–</span></div>
+      <div><b>loss</b><span data-role="loss">–</span></div>
+      <div><b>tokens/s</b><span data-role="rate">–</span></div>
+      <div><b>weight hash</b><span data-role="hash">–</span></div>
+      <div><b>replica diff</b><span data-role="replicas">no run yet</span></div>
+      <div><b>compute</b><span data-role="path">checking…</span></div>
+      <div><b>data</b><span data-role="data">checking…</span></div>
+    </div>
+    <svg class="daisy-loss" data-role="plot" viewBox="0 0 ${PLOT_W} ${PLOT_H}" preserveAspectRatio="none"
+         role="img" aria-label="loss curve"></svg>`;
+  const $ = (role) => host.querySelector(`[data-role="${role}"]`);
+
+  host.addEventListener('click', (ev) => {
+    const button = ev.target.closest('button[data-action]');
+    if (!button) return;
+    try {
+      if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
+      else peer.reject(button.dataset.peer);
+    } catch (err) { $('error').textContent = err.message; }
+  });
+
+  let queued = false;
+  const render = () => {
+    queued = false;
+    const s = peer.s;
+    $('status').textContent = s.message || (s.peerId ? 'Connected.' : 'Connecting to the server…');
+    $('error').textContent = s.error || '';
+    $('peers').tBodies[0].innerHTML = s.peers.map((p) => peerRow(p, s)).join('');
+    const showRequests = s.role === 'host' && s.requests.length > 0;
+    $('requests-box').hidden = !showRequests;
+    $('requests').tBodies[0].innerHTML = showRequests ? s.requests.map(requestRow).join('') : '';
+    $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
+    $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
+    $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');
+    $('hash').textContent = s.hash ? s.hash.slice(0, 16) : '–';
+    $('hash').title = s.hash || '';
+    $('replicas').textContent = replicaText(s);
+    $('path').textContent = s.path ? `${s.path.toUpperCase()}: ${s.pathReason}` : 'checking…';
+    $('data').textContent = dataText(s.dataSource);
+    drawPlot($('plot'), s.curve);
+  };
+  bus.on('state', () => { if (!queued) { queued = true; setTimeout(render, 16); } });
+  peer.boot();
+  render();
+  return window.daisy;
+}
+
+function peerRow(p, s) {
+  const badges = [];
+  if (p.id === s.peerId) badges.push('<span class="daisy-badge me">you</span>');
+  if (p.role === 'host') badges.push('<span class="daisy-badge">host</span>');
+  if (/\bleader\b/.test(p.state || '')) badges.push('<span class="daisy-badge leader">leader</span>');
+  const state = (p.state || 'idle').replace(/\s*\bleader\b/, '');
+  return `<tr data-peer="${esc(p.id)}"><td>${esc(p.name)}${badges.join('')}</td>` +
+         `<td>${p.path ? esc(p.path.toUpperCase()) : '?'}</td><td>${esc(state)}</td></tr>`;
+}
+
+function requestRow(r) {
+  return `<tr data-request="${esc(r.id)}"><td>${esc(r.name)} asks to join</td><td>` +
+         `<button class="accept" data-action="approve" data-peer="${esc(r.id)}">Accept</button>` +
+         `<button class="reject" data-action="reject" data-peer="${esc(r.id)}">Reject</button></td></tr>`;
+}
+
+function replicaText(s) {
+  if (!s.replicas) return 'no run yet';
+  const { count, agree, step } = s.replicas;
+  if (count === 1) return `1 replica at step ${step} (no other peer in this run)`;
+  return agree ? `${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`;
+}
+
+function dataText(d) {
+  if (!d) return 'checking…';
+  if (d.source === 'fineweb-edu') return 'FineWeb-Edu';
+  if (d.source === 'builtin') return `built-in corpus${d.reason ? ` (${d.reason})` : ''}`;
+  return d.reason || d.source;
+}
+
+// The loss curve as an SVG polyline over (step, loss), axes labelled with the ranges.
+function drawPlot(svg, curve) {
+  if (curve.length === 0) {
+    svg.innerHTML = `<text x="${PLOT_W / 2}" y="${PLOT_H / 2}" text-anchor="middle" font-size="12" fill="currentColor" opacity="0.6">loss curve: no run yet</text>`;
+    return;
+  }
+  let s0 = curve[0][0], s1 = curve[curve.length - 1][0], lo = Infinity, hi = -Infinity;
+  for (const [, loss] of curve) { if (loss < lo) lo = loss; if (loss > hi) hi = loss; }
+  if (s1 === s0) s1 = s0 + 1;
+  if (hi === lo) hi = lo + 1e-6;
+  const x = (st) => PAD + ((st - s0) / (s1 - s0)) * (PLOT_W - 2 * PAD);
+  const y = (l) => PLOT_H - PAD + -((l - lo) / (hi - lo)) * (PLOT_H - 2 * PAD);
+  const points = curve.map(([st, l]) => `${x(st).toFixed(1)},${y(l).toFixed(1)}`).join(' ');
+  svg.innerHTML =
+    `<polyline fill="none" stroke="#2563eb" stroke-width="1.5" points="${points}"/>` +
+    `<text x="${PAD}" y="${PAD - 8}" font-size="11" fill="currentColor">${hi.toFixed(3)}</text>` +
+    `<text x="${PAD}" y="${PLOT_H - 6}" font-size="11" fill="currentColor">${lo.toFixed(3)} · step ${s0}</text>` +
+    `<text x="${PLOT_W - PAD}" y="${PLOT_H - 6}" font-size="11" text-anchor="end" fill="currentColor">step ${s1}</text>`;
+}
