@@ -29,8 +29,9 @@ Keys (the same key always gives the same bytes for one `data_id`):
 Fallback. When the hub is offline (HF_HUB_OFFLINE=1), unreachable, answers an error, or lists
 no parquet file, the source switches to the built-in corpus (daisy/corpus/builtin.txt, or env
 DAISY_DATA_BUILTIN; documents separated by "\\n\\n\\n", read as daisy.data does). The switch
-is sticky for the process so the whole group keeps seeing one corpus; every response says which source served it
-(X-Daisy-Source, X-Daisy-Fallback-Reason, X-Daisy-Data-Id; /data/info `source` and `reason`).
+is sticky for the process so the whole group keeps seeing one corpus; every response says which
+source served it (X-Daisy-Source, X-Daisy-Fallback-Reason, X-Daisy-Data-Id; /data/info `source`
+and `reason`).
 Peers must compare `data_id` before sharing batches.
 
 Caches. Decoded row groups (tokens) on disk under DAISY_DATA_CACHE_DIR (default

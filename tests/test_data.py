@@ -107,11 +107,12 @@ def world(tmp_path_factory):
     with open(builtin, "w", encoding="utf-8") as f:
         f.write("\n\n\n".join(docs) + "\n")
 
-    hubs = {name: TestHub(files) for name in ("main", "offline", "e404", "e500")}
+    hubs = {name: TestHub(files) for name in ("main", "offline", "e404", "e500", "broken")}
     for hub in hubs.values():
         hub.start()
     hubs["e404"].fail_status = 404
     hubs["e500"].fail_status = 500
+    hubs["broken"].fail_resolve_status = 404       # lists fine, then file reads fail
     base = {"DAISY_DATA_BUILTIN": builtin}
     specs = {
         "a": {"HF_ENDPOINT": hubs["main"].endpoint, "DAISY_DATA_CACHE_MB": str(CACHE_MB),
@@ -121,6 +122,7 @@ def world(tmp_path_factory):
         "closed": {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"},   # nothing listens there
         "e404": {"HF_ENDPOINT": hubs["e404"].endpoint},
         "e500": {"HF_ENDPOINT": hubs["e500"].endpoint},
+        "broken": {"HF_ENDPOINT": hubs["broken"].endpoint},
     }
     servers = {}
     try:
@@ -267,6 +269,19 @@ def test_hub_failures_fall_back_to_builtin(world, name, reason):
     assert r.status_code == 400 and r.json()["parameter"] == "shard"
     if name == "offline":
         assert world["hubs"]["offline"].requests == []               # offline means no request at all
+
+
+def test_hub_failing_mid_stream_switches_to_builtin(world):
+    server = world["servers"]["broken"]
+    assert server.get("/data/info").json()["source"] == "fineweb-edu"      # the listing worked
+    r = server.get("/data/window", shard=0, rg=0, offset=0, length=100)
+    assert tokens_of(r).shape == (100,)
+    assert r.headers["x-daisy-source"] == "builtin"
+    reason = r.headers["x-daisy-fallback-reason"]
+    assert "hub failed while streaming" in reason and "404" in reason, reason
+    info = server.get("/data/info").json()
+    assert info["source"] == "builtin" and info["reason"] == reason     # sticky: one corpus per run
+    assert server.proc.poll() is None
 
 
 BAD_REQUESTS = [

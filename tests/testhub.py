@@ -8,7 +8,8 @@ HfFileSystem + pyarrow.parquet stream a dataset file (DESIGN §5), over real HTT
 
 It counts the body bytes served per file (`bytes_served`) and records every request
 (`requests`), so a test can prove that only the needed row groups were fetched.
-`fail_status` makes every call answer that HTTP status (e.g. 404, 500).
+`fail_status` makes every call answer that HTTP status (e.g. 404, 500); `fail_resolve_status`
+only the file downloads (listing works, bytes fail: a hub that breaks mid-stream).
 
 Also here: `write_fineweb_shard`, a parquet file in FineWeb-Edu's schema with several row
 groups, and `rowgroup_tokens`, the token stream the data route must serve for a row group.
@@ -100,6 +101,7 @@ class TestHub:
         self.bytes_served: dict[str, int] = {}
         self.requests: list[tuple[str, str, str]] = []   # (method, path, range header)
         self.fail_status: int | None = None
+        self.fail_resolve_status: int | None = None
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -233,6 +235,8 @@ class _Handler(BaseHTTPRequestHandler):
             rev, _, file = path[len(resolve):].partition("/")
             if rev != hub.revision:
                 self._not_found(f"revision {rev}", "RevisionNotFound")
+            elif hub.fail_resolve_status is not None:
+                self._json(hub.fail_resolve_status, {"error": f"test hub answers {hub.fail_resolve_status}"})
             elif file not in hub.files:
                 self._not_found(f"file {file}")
             else:
