@@ -66,6 +66,25 @@ export const cpuEngine = {
     }
     return c;
   },
+  // int8 (batch, M, K) @ (int8 (batch, N, K))^T -> Int32Array (batch, M, N): dot products along K.
+  // Every partial sum is an integer below K*127^2 < 2^31, so float64 number adds are exact.
+  gemmBT(qa, qbT, batch, M, K, N) {
+    if (K > MAX_K) throw new Error(`K=${K} could overflow int32`);
+    const c = new Int32Array(batch * M * N);
+    for (let b = 0; b < batch; b++) {
+      const ao = b * M * K, bo = b * N * K, co = b * M * N;
+      for (let i = 0; i < M; i++) {
+        const ar = ao + i * K;
+        for (let j = 0; j < N; j++) {
+          const br = bo + j * K;
+          let acc = 0;
+          for (let k = 0; k < K; k++) acc += qa[ar + k] * qbT[br + k];
+          c[co + i * N + j] = acc;
+        }
+      }
+    }
+    return c;
+  },
 };
 
 // acc (batch*M*N) int32, sRow (batch*M), sCol (batch*N) -> float64: (acc * sRow[i]) * sCol[j]
@@ -83,10 +102,49 @@ export function epilogue(acc, sRow, sCol, batch, M, N) {
 // a (batch, M, K) @ b (batch, K, N) through the INT8 unit -> Float64Array (batch, M, N).
 // engine.gemm may return a Promise (GPU), so qmatmul is async.
 export async function qmatmul(engine, a, b, batch, M, K, N) {
-  const A = quantizeRows(a, batch, M, K);
-  const B = quantizeCols(b, batch, K, N);
-  const acc = await engine.gemm(A.q, B.q, batch, M, K, N);
-  return epilogue(acc, A.s, B.s, batch, M, N);
+  return qmatmulT(engine, a, false, b, false, batch, M, K, N);
+}
+
+// int8 (batch, R, Cc) -> (batch, Cc, R)
+export function transposeI8(q, batch, R, Cc) {
+  const t = new Int8Array(batch * R * Cc);
+  for (let b = 0; b < batch; b++) {
+    const o = b * R * Cc;
+    for (let i = 0; i < R; i++) for (let j = 0; j < Cc; j++) t[o + j * R + i] = q[o + i * Cc + j];
+  }
+  return t;
+}
+
+// qmatmul with either operand given transposed in storage, so the model never copies floats
+// to transpose them (the logical math, hence the bits, is that of qmatmul on the logical A, B):
+//   transA: a holds A^T, (batch, K, M);  transB: b holds B^T, (batch, N, K).
+// A is quantized per logical row, B per logical column, exactly as daisy.units.qmatmul.
+// The engine gets qa (batch, M, K); if it has gemmBT it gets qb^T (batch, N, K), else qb (K, N).
+export async function qmatmulT(engine, a, transA, b, transB, batch, M, K, N) {
+  let qa, sa, qbT, sb;
+  if (transA) {                                   // per column of the stored (K, M)
+    const A = quantizeCols(a, batch, K, M);
+    qa = transposeI8(A.q, batch, K, M); sa = A.s;
+  } else {
+    const A = quantizeRows(a, batch, M, K);
+    qa = A.q; sa = A.s;
+  }
+  if (transB) {                                   // logical column j = stored row j
+    const Bq = quantizeRows(b, batch, N, K);
+    qbT = Bq.q; sb = Bq.s;
+  } else {
+    const Bq = quantizeCols(b, batch, K, N);
+    sb = Bq.s;
+    if (!engine.gemmBT) {
+      const acc = await engine.gemm(qa, Bq.q, batch, M, K, N);
+      return epilogue(acc, sa, sb, batch, M, N);
+    }
+    qbT = transposeI8(Bq.q, batch, K, N);
+  }
+  const acc = engine.gemmBT
+    ? await engine.gemmBT(qa, qbT, batch, M, K, N)
+    : await engine.gemm(qa, transposeI8(qbT, batch, N, K), batch, M, K, N);
+  return epilogue(acc, sa, sb, batch, M, N);
 }
 
 // --- int8 packed four to a u32, as the WGSL kernels read them (little-endian lanes) ---------

@@ -1,0 +1,62 @@
+// The one config of a run, mirroring daisy/config.py: every field an int, validated on creation
+// with the same messages.
+import { VOCAB_SIZE } from './tokenizer.js';
+
+export { VOCAB_SIZE };
+
+export const DEFAULTS = Object.freeze({
+  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234,
+});
+
+// name -> [min, max, what it is]; the UI sliders and the validator read this one table.
+export const RANGES = Object.freeze({
+  width: [16, 128, 'model width'],
+  seq_len: [16, 128, 'sequence length'],
+  batch: [2, 32, 'batch per device'],
+  steps: [100, 10000, 'steps'],
+  lr_x1000: [5, 50, 'learning rate x1000'],
+  layers: [1, 8, 'layers'],
+  heads: [1, 8, 'heads'],
+  seed: [0, 2 ** 32 - 1, 'seed'],
+});
+
+export class ConfigError extends Error {
+  constructor(msg) { super(msg); this.name = 'ConfigError'; }
+}
+
+// Python's repr() of a non-int setting, for the message (strings in single quotes)
+const pyRepr = (v) => (typeof v === 'string' ? `'${v}'` : v === null || v === undefined ? 'None'
+  : typeof v === 'boolean' ? (v ? 'True' : 'False') : String(v));
+
+export function validate(cfg) {
+  for (const [name, [lo, hi, label]] of Object.entries(RANGES)) {
+    const v = cfg[name];
+    if (typeof v !== 'number' || !Number.isInteger(v)) {
+      throw new ConfigError(`${label} (${name}) must be an integer, got ${pyRepr(v)}`);
+    }
+    if (!(lo <= v && v <= hi)) throw new ConfigError(`${label} (${name}) must be in ${lo}..${hi}, got ${v}`);
+  }
+  if (cfg.width % cfg.heads) {
+    throw new ConfigError(`model width (${cfg.width}) must be a multiple of heads (${cfg.heads})`);
+  }
+}
+
+// makeConfig({width: 48, ...}) -> a frozen, validated config with head_dim and lr derived.
+export function makeConfig(settings = {}) {
+  const unknown = Object.keys(settings).filter((k) => !(k in DEFAULTS)).sort();
+  if (unknown.length) throw new ConfigError(`unknown setting(s): ${unknown.join(', ')}`);
+  const cfg = { ...DEFAULTS, ...settings };
+  validate(cfg);
+  return Object.freeze({
+    ...cfg,
+    head_dim: Math.floor(cfg.width / cfg.heads),
+    lr: cfg.lr_x1000 / 1000.0,                  // one IEEE division, same bits everywhere
+  });
+}
+
+// the wire form: exactly the eight int fields, in Python's field order
+export function configToDict(cfg) {
+  const d = {};
+  for (const k of Object.keys(DEFAULTS)) d[k] = cfg[k];
+  return d;
+}

@@ -1,0 +1,279 @@
+// The GPT-style decoder, forward and backward by hand, mirroring daisy/model.py function by
+// function and operation by operation (float64, row-major Float64Array; shapes in comments).
+//   tokens (B, T) -> wte + wpe -> L x [x += attn(norm1(x)); x += mlp(norm2(x))] -> norm_f -> head
+//   -> cross-entropy
+// Every matmul goes through the INT8 units (units.qmatmulT, straight-through in backward) on an
+// injected engine (CPU here, or the WGSL engine), so forward/backward are async. Linear weights
+// use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
+import { key, uniform, PURPOSE_INIT } from './prng.js';
+import { exp, log, treeSum } from './detmath.js';
+import { VOCAB_SIZE } from './tokenizer.js';
+import { qmatmulT, cpuEngine } from './units.js';
+
+export const NORM_EPS = 1e-5;
+export const EMBED_BOUND = 0.1;
+
+// [[name, shape], ...] in the canonical order (hash, init, checkpoint, wire)
+export function paramShapes(cfg) {
+  const C = cfg.width, T = cfg.seq_len, V = VOCAB_SIZE;
+  const shapes = [['wte.weight', [V, C]], ['wpe.weight', [T, C]]];
+  for (let l = 0; l < cfg.layers; l++) {
+    const p = `blocks.${l}.`;
+    shapes.push([p + 'norm1.weight', [C]], [p + 'attn.qkv.weight', [3 * C, C]],
+      [p + 'attn.proj.weight', [C, C]], [p + 'norm2.weight', [C]],
+      [p + 'mlp.fc.weight', [4 * C, C]], [p + 'mlp.proj.weight', [C, 4 * C]]);
+  }
+  shapes.push(['norm_f.weight', [C]], ['head.weight', [V, C]]);
+  return shapes;
+}
+
+// half-width of the uniform init; 0 means the constant 1.0 (norm gains)
+export function initBound(name, shape, cfg) {
+  if (name.endsWith('norm1.weight') || name.endsWith('norm2.weight') || name === 'norm_f.weight') return 0.0;
+  if (name === 'wte.weight' || name === 'wpe.weight') return EMBED_BOUND;
+  let bound = 1.0 / Math.sqrt(shape[1]);                      // 1/sqrt(fan_in)
+  if (name.endsWith('attn.proj.weight') || name.endsWith('mlp.proj.weight')) {
+    bound = bound / Math.sqrt(2 * cfg.layers);               // residual branches, as GPT-2
+  }
+  return bound;
+}
+
+// parameter p, element i (row-major) = (2u - 1) * bound, u = uniform(key(PURPOSE_INIT, seed, p), i)
+export function initParams(cfg) {
+  const params = {};
+  paramShapes(cfg).forEach(([name, shape], p) => {
+    const bound = initBound(name, shape, cfg);
+    const n = shape.reduce((a, b) => a * b, 1);
+    const w = new Float64Array(n);
+    if (bound === 0.0) w.fill(1.0);
+    else {
+      const k = key(PURPOSE_INIT, cfg.seed, p);
+      for (let i = 0; i < n; i++) w[i] = (uniform(k, i) * 2.0 - 1.0) * bound;
+    }
+    params[name] = w;
+  });
+  return params;
+}
+
+// --- the pieces, each with its backward ---------------------------------------------------
+
+// x (N, C), g (C,) -> y (N, C), cache {xhat (N, C), r (N,)}.
+// r = 1 / sqrt(tree_sum(x*x)/C + eps); y = (x * r) * g
+export function rmsnorm(x, g, N, C) {
+  const y = new Float64Array(N * C), xhat = new Float64Array(N * C), r = new Float64Array(N);
+  const sq = new Float64Array(C);
+  for (let n = 0; n < N; n++) {
+    const o = n * C;
+    for (let c = 0; c < C; c++) sq[c] = x[o + c] * x[o + c];
+    const ms = treeSum(sq, 0, C) / C;
+    const rn = 1.0 / Math.sqrt(ms + NORM_EPS);
+    r[n] = rn;
+    for (let c = 0; c < C; c++) { const xh = x[o + c] * rn; xhat[o + c] = xh; y[o + c] = xh * g[c]; }
+  }
+  return [y, { xhat, r }];
+}
+
+// dy (N, C) -> dx (N, C), dg (C,)
+export function rmsnormBackward(dy, g, cache, N, C) {
+  const { xhat, r } = cache;
+  const prod = new Float64Array(N * C);
+  for (let i = 0; i < N * C; i++) prod[i] = dy[i] * xhat[i];
+  const dg = new Float64Array(C);
+  for (let c = 0; c < C; c++) dg[c] = treeSum(prod, c, N, C);    // over rows n = 0..N-1
+  const dx = new Float64Array(N * C), t = new Float64Array(C), dxhat = new Float64Array(C);
+  for (let n = 0; n < N; n++) {
+    const o = n * C;
+    for (let c = 0; c < C; c++) { dxhat[c] = dy[o + c] * g[c]; t[c] = dxhat[c] * xhat[o + c]; }
+    const dotC = treeSum(t, 0, C) / C;
+    const rn = r[n];
+    for (let c = 0; c < C; c++) dx[o + c] = (dxhat[c] - xhat[o + c] * dotC) * rn;
+  }
+  return [dx, dg];
+}
+
+// s (G, T, T) -> p: row i over columns j <= i; masked entries exactly +0; z sums all T columns
+export function causalSoftmax(s, G, T) {
+  const p = new Float64Array(G * T * T), e = new Float64Array(T);
+  for (let row = 0; row < G * T; row++) {
+    const i = row % T, o = row * T;
+    let m = s[o];
+    for (let j = 1; j <= i; j++) if (s[o + j] > m) m = s[o + j];
+    for (let j = 0; j < T; j++) e[j] = j <= i ? exp(s[o + j] - m) : 0.0;
+    const z = treeSum(e, 0, T);
+    for (let j = 0; j < T; j++) p[o + j] = e[j] / z;
+  }
+  return p;
+}
+
+// dp, p (G, T, T) -> ds = (p * (dp - tree_sum(dp * p))) * scale  (scale applied after, as model.py)
+export function softmaxBackward(dp, p, G, T, scale) {
+  const ds = new Float64Array(G * T * T), t = new Float64Array(T);
+  for (let row = 0; row < G * T; row++) {
+    const o = row * T;
+    for (let j = 0; j < T; j++) t[j] = dp[o + j] * p[o + j];
+    const tr = treeSum(t, 0, T);
+    for (let j = 0; j < T; j++) ds[o + j] = (p[o + j] * (dp[o + j] - tr)) * scale;
+  }
+  return ds;
+}
+
+// logits (N, V), targets (N,) -> [mean loss, dlogits (N, V)]
+// loss_n = (m + log z) - logit[target]; loss = tree_sum(loss_n) / N; dlogits = (softmax - onehot) / N
+export function crossEntropy(logits, targets, N, V) {
+  const lossN = new Float64Array(N), dlogits = new Float64Array(N * V), e = new Float64Array(V);
+  for (let n = 0; n < N; n++) {
+    const o = n * V;
+    let m = logits[o];
+    for (let v = 1; v < V; v++) if (logits[o + v] > m) m = logits[o + v];
+    for (let v = 0; v < V; v++) e[v] = exp(logits[o + v] - m);
+    const z = treeSum(e, 0, V);
+    const tgt = targets[n];
+    lossN[n] = (m + log(z)) - logits[o + tgt];
+    for (let v = 0; v < V; v++) dlogits[o + v] = e[v] / z;
+    dlogits[o + tgt] = dlogits[o + tgt] - 1.0;
+    for (let v = 0; v < V; v++) dlogits[o + v] = dlogits[o + v] / N;
+  }
+  return [treeSum(lossN, 0, N) / N, dlogits];
+}
+
+// dx (N, C), idx (N,) -> dwte (V, C): row idx[n] += dx[n], n ascending
+export function embeddingBackward(dx, idx, V, N, C) {
+  const dwte = new Float64Array(V * C);
+  for (let n = 0; n < N; n++) {
+    const r = idx[n] * C, o = n * C;
+    for (let c = 0; c < C; c++) dwte[r + c] = dwte[r + c] + dx[o + c];
+  }
+  return dwte;
+}
+
+// --- layout moves (exact copies) ------------------------------------------------------------
+
+// qkv (N, 3C) as (B, T, 3, H, D) -> part s of (3, B, H, T, D), i.e. (B*H, T, D)
+function splitHeads(qkv, part, B, T, H, D) {
+  const C = H * D, out = new Float64Array(B * H * T * D);
+  for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) {
+    const src = (b * T + t) * 3 * C + part * C + h * D, dst = ((b * H + h) * T + t) * D;
+    for (let d = 0; d < D; d++) out[dst + d] = qkv[src + d];
+  }
+  return out;
+}
+
+// yh (B, H, T, D) -> out (N, W) at column offset col0: out[(b*T+t), col0 + h*D + d]
+function mergeHeads(yh, out, W, col0, B, T, H, D) {
+  for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) {
+    const src = ((b * H + h) * T + t) * D, dst = (b * T + t) * W + col0 + h * D;
+    for (let d = 0; d < D; d++) out[dst + d] = yh[src + d];
+  }
+  return out;
+}
+
+const addInPlace = (x, y) => { for (let i = 0; i < x.length; i++) x[i] = x[i] + y[i]; return x; };
+
+// --- the model --------------------------------------------------------------------------------
+
+// idx (B, T) Int32Array -> logits (B*T, V); with targets (B, T): {loss, cache} for backward.
+export async function forward(params, cfg, idx, B, T, targets = null, engine = cpuEngine) {
+  const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
+  const D = Math.floor(C / H), N = B * T, G = B * H;
+  const attScale = 1.0 / Math.sqrt(D);
+  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn);
+  const wte = params['wte.weight'], wpe = params['wpe.weight'];
+  const x = new Float64Array(N * C);                                          // (N, C)
+  for (let n = 0; n < N; n++) {
+    const r = idx[n] * C, t = (n % T) * C;
+    for (let c = 0; c < C; c++) x[n * C + c] = wte[r + c] + wpe[t + c];
+  }
+  const caches = [];
+  for (let l = 0; l < L; l++) {
+    const p = `blocks.${l}.`;
+    const [xn1, n1] = rmsnorm(x, params[p + 'norm1.weight'], N, C);        // (N, C)
+    const qkv = await mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);   // (N, 3C)
+    const q = splitHeads(qkv, 0, B, T, H, D);                                // (B, H, T, D)
+    const k = splitHeads(qkv, 1, B, T, H, D);
+    const v = splitHeads(qkv, 2, B, T, H, D);
+    const s = await mm(q, false, k, true, G, T, D, T);                      // (B, H, T, T) q k^T
+    for (let i = 0; i < s.length; i++) s[i] = s[i] * attScale;
+    const pr = causalSoftmax(s, G, T);                                       // (B, H, T, T)
+    const yh = await mm(pr, false, v, false, G, T, T, D);                   // (B, H, T, D)
+    const y = mergeHeads(yh, new Float64Array(N * C), C, 0, B, T, H, D);    // (N, C)
+    addInPlace(x, await mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C));
+    const [xn2, n2] = rmsnorm(x, params[p + 'norm2.weight'], N, C);        // (N, C)
+    const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);       // (N, 4C)
+    const hr = new Float64Array(h.length);                                   // (N, 4C) ReLU, np.maximum(h, 0)
+    for (let i = 0; i < h.length; i++) hr[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;
+    addInPlace(x, await mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C));
+    caches.push({ xn1, n1, q, k, v, pr, y, xn2, n2, h, hr });
+  }
+  const [xf, nf] = rmsnorm(x, params['norm_f.weight'], N, C);               // (N, C)
+  const logits = await mm(xf, false, params['head.weight'], true, 1, N, C, V);   // (N, V)
+  if (targets === null) return logits;
+  const [loss, dlogits] = crossEntropy(logits, targets, N, V);
+  return { loss, cache: { idx, B, T, caches, xf, nf, dlogits, attScale, engine } };
+}
+
+// The gradient of the mean loss w.r.t. every parameter, in canonical order.
+export async function backward(params, cfg, cache) {
+  const { idx, B, T, caches, xf, nf, dlogits, attScale, engine } = cache;
+  const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
+  const D = Math.floor(C / H), N = B * T, G = B * H;
+  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn);
+  const g = {};
+  g['head.weight'] = await mm(dlogits, true, xf, false, 1, V, N, C);        // (V, C) dlogits^T xf
+  const dxf = await mm(dlogits, false, params['head.weight'], false, 1, N, V, C);   // (N, C)
+  let dx;
+  [dx, g['norm_f.weight']] = rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C);
+  for (let l = L - 1; l >= 0; l--) {
+    const p = `blocks.${l}.`;
+    const { xn1, n1, q, k, v, pr, y, xn2, n2, h, hr } = caches[l];
+    // MLP branch: x += proj(relu(fc(norm2(x))))
+    g[p + 'mlp.proj.weight'] = await mm(dx, true, hr, false, 1, C, N, 4 * C);         // (C, 4C)
+    const dhr = await mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C);   // (N, 4C)
+    const dh = new Float64Array(dhr.length);                                 // (N, 4C)
+    for (let i = 0; i < dh.length; i++) dh[i] = h[i] > 0.0 ? dhr[i] : 0.0;
+    g[p + 'mlp.fc.weight'] = await mm(dh, true, xn2, false, 1, 4 * C, N, C);          // (4C, C)
+    const dxn2 = await mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C);    // (N, C)
+    let dxb;
+    [dxb, g[p + 'norm2.weight']] = rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C);
+    dx = addInPlace(Float64Array.from(dx), dxb);
+    // attention branch: x += proj(attn(qkv(norm1(x))))
+    g[p + 'attn.proj.weight'] = await mm(dx, true, y, false, 1, C, N, C);             // (C, C)
+    const dy = await mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C); // (N, C)
+    const dyh = splitHeads3(dy, B, T, H, D);                                 // (B, H, T, D)
+    const dpr = await mm(dyh, false, v, true, G, T, D, T);                  // (B, H, T, T) dyh v^T
+    const dv = await mm(pr, true, dyh, false, G, T, T, D);                  // (B, H, T, D) pr^T dyh
+    const ds = softmaxBackward(dpr, pr, G, T, attScale);                     // (B, H, T, T)
+    const dq = await mm(ds, false, k, false, G, T, T, D);                   // (B, H, T, D)
+    const dk = await mm(ds, true, q, false, G, T, T, D);                    // (B, H, T, D) ds^T q
+    const dqkv = new Float64Array(N * 3 * C);                                // (N, 3C) as (B, T, 3, H, D)
+    mergeHeads(dq, dqkv, 3 * C, 0, B, T, H, D);
+    mergeHeads(dk, dqkv, 3 * C, C, B, T, H, D);
+    mergeHeads(dv, dqkv, 3 * C, 2 * C, B, T, H, D);
+    g[p + 'attn.qkv.weight'] = await mm(dqkv, true, xn1, false, 1, 3 * C, N, C);      // (3C, C)
+    const dxn1 = await mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C);  // (N, C)
+    [dxb, g[p + 'norm1.weight']] = rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C);
+    dx = addInPlace(dx, dxb);
+  }
+  const dwpe = new Float64Array(T * C);                                      // (T, C) tree over b
+  for (let i = 0; i < T * C; i++) dwpe[i] = treeSum(dx, i, B, T * C);
+  g['wpe.weight'] = dwpe;
+  g['wte.weight'] = embeddingBackward(dx, idx, V, N, C);                     // (V, C)
+  const out = {};
+  for (const name of Object.keys(params)) out[name] = g[name];
+  return out;
+}
+
+// dy (N, C) as (B, T, H, D) -> (B, H, T, D)
+function splitHeads3(dy, B, T, H, D) {
+  const C = H * D, out = new Float64Array(B * H * T * D);
+  for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) {
+    const src = (b * T + t) * C + h * D, dst = ((b * H + h) * T + t) * D;
+    for (let d = 0; d < D; d++) out[dst + d] = dy[src + d];
+  }
+  return out;
+}
+
+// one peer's contribution to a step: {loss (mean over its B*T tokens), grads}
+export async function lossAndGrads(params, cfg, idx, targets, B, T, engine = cpuEngine) {
+  const { loss, cache } = await forward(params, cfg, idx, B, T, targets, engine);
+  return { loss, grads: await backward(params, cfg, cache) };
+}
