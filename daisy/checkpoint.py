@@ -47,12 +47,8 @@ import numpy as np
 from .config import Config, ConfigError
 from .tokenizer import TOKENIZER_ID, VOCAB_SIZE
 
-try:
-    from .hashing import weight_hash as _core_weight_hash
-except ModuleNotFoundError as e:  # the core's module is not there yet: same definition, below
-    if e.name != __package__ + ".hashing":
-        raise
-    _core_weight_hash = None
+from .hashing import weight_hash
+from .model import param_shapes as _model_param_shapes
 
 FORMAT = "daisychain"
 FORMAT_VERSION = 1
@@ -82,7 +78,7 @@ class Checkpoint:
     adam_m: dict              # same names/shapes
     adam_v: dict
     step: int
-    weight_hash: str          # equals weight_hash(params) (checked on load)
+    weight_hash: str          # daisy.hashing.weight_hash(params), checked on load
     adam_t: int = 0           # Adam's step counter
     extra: dict | None = None
 
@@ -91,34 +87,8 @@ class Checkpoint:
 # The model's tensor names and shapes
 
 def param_shapes(config) -> dict:
-    """name -> shape for the config, in the canonical order (the hash order). Linear weights are
-    (out_features, in_features) like torch.nn.Linear."""
-    cfg = _config_dict(config)
-    C, T, V, L = cfg["width"], cfg["seq_len"], VOCAB_SIZE, cfg["layers"]
-    shapes = {"wte.weight": (V, C), "wpe.weight": (T, C)}
-    for l in range(L):
-        b = f"blocks.{l}."
-        shapes[b + "norm1.weight"] = (C,)
-        shapes[b + "attn.qkv.weight"] = (3 * C, C)
-        shapes[b + "attn.proj.weight"] = (C, C)
-        shapes[b + "norm2.weight"] = (C,)
-        shapes[b + "mlp.fc.weight"] = (4 * C, C)
-        shapes[b + "mlp.proj.weight"] = (C, 4 * C)
-    shapes["norm_f.weight"] = (C,)
-    shapes["head.weight"] = (V, C)
-    return shapes
-
-
-def weight_hash(params: dict, names=None) -> str:
-    """SHA-256 hex over the float64 little-endian bytes of every param, in `names` order
-    (default: the dict's order). Uses daisy.hashing when present."""
-    ordered = {n: params[n] for n in (names if names is not None else params)}
-    if _core_weight_hash is not None:
-        return _core_weight_hash(ordered)
-    h = hashlib.sha256()
-    for a in ordered.values():
-        h.update(np.ascontiguousarray(a, dtype="<f8").data)
-    return h.hexdigest()
+    """name -> shape in the canonical (hash) order, for a Config or a config dict."""
+    return _model_param_shapes(config if isinstance(config, Config) else Config.from_dict(config))
 
 
 def _config_dict(config) -> dict:
@@ -324,7 +294,7 @@ def save_checkpoint(path_or_file, *, config, params, step, adam_m, adam_v, adam_
 
     top = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tokenizer": TOKENIZER_ID,
-        "config": cfg, "step": int(step), "weight_hash": weight_hash(model, shapes),
+        "config": cfg, "step": int(step), "weight_hash": weight_hash(model),
         "model": tensors(model),
         "optim": {"t": int(adam_t), "m": tensors(m), "v": tensors(v)},
     }
@@ -370,6 +340,8 @@ def _read_limited(path_or_bytes, max_bytes: int):
         return bytearray(path_or_bytes)
     if hasattr(path_or_bytes, "read"):
         data = bytearray(path_or_bytes.read(max_bytes + 1))
+        if len(data) > max_bytes:
+            raise CheckpointError(_too_big(len(data), max_bytes, exact=False))
     else:
         path = os.fspath(path_or_bytes)
         try:
@@ -386,16 +358,14 @@ def _read_limited(path_or_bytes, max_bytes: int):
                     raise CheckpointError(f"checkpoint {path!r} changed while it was being read")
         except OSError as e:
             raise CheckpointError(f"cannot read checkpoint {path!r}: {e.strerror or e}") from None
-    if len(data) > max_bytes:
-        raise CheckpointError(_too_big(len(data), max_bytes))
     return data
 
 
-def _too_big(size, max_bytes):
-    # a stream is read only up to max_bytes + 1, so its true size is unknown beyond that
-    what = f"{size:,} bytes" if size > max_bytes + 1 else f"more than {max_bytes:,} bytes"
-    return (f"file is too large: {what}, over the size limit of {max_bytes:,} bytes "
-            f"({max_bytes / 2**20:g} MiB)")
+def _too_big(size, max_bytes, exact=True):
+    # a stream is read only up to max_bytes + 1 bytes, so its true size is unknown beyond that
+    what = f"{size:,} bytes" if exact else f"more than {max_bytes:,} bytes"
+    mib = f" ({max_bytes / 2**20:g} MiB)" if max_bytes % 2**20 == 0 else ""
+    return f"file is too large: {what}, over the size limit of {max_bytes:,} bytes{mib}"
 
 
 class _Storage:
@@ -590,6 +560,8 @@ def _tensor_group(group: str, obj, shapes: dict, cfg: dict) -> dict:
         if not isinstance(t, _LoadedTensor):
             raise CheckpointError(f"{group}[{name!r}] is not a tensor ({type(t).__name__})")
         a = t.array
+        if not isinstance(a, np.ndarray):           # a pickle BUILD could have replaced it
+            raise CheckpointError(f"{group}[{name!r}] is not a tensor")
         if a.shape != shape:
             raise CheckpointError(f"tensor {group}[{name!r}] has shape {a.shape}, expected {shape} "
                                   f"for the checkpoint's config ({dims})")
@@ -618,7 +590,15 @@ def _looks_like(top) -> str:
 
 def load_checkpoint(path_or_bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Checkpoint:
     """Read and validate a .pt checkpoint (ours, or torch.save of the same dict). Pure: it never
-    executes code from the file and changes nothing; any problem raises CheckpointError."""
+    executes code from the file and changes nothing; any problem raises CheckpointError.
+    path_or_bytes: a path, bytes-like, or a binary file object."""
+    try:
+        return _load_checkpoint(path_or_bytes, max_bytes)
+    except RecursionError:                          # absurdly nested plain values in the pickle
+        raise CheckpointError("corrupt checkpoint: values are nested too deeply") from None
+
+
+def _load_checkpoint(path_or_bytes, max_bytes: int) -> Checkpoint:
     data = _read_limited(path_or_bytes, max_bytes)
     top = _unpickle_zip(data)
     if not isinstance(top, dict) or top.get("format") != FORMAT:
@@ -650,7 +630,7 @@ def load_checkpoint(path_or_bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Che
     adam_m = _tensor_group("optim.m", optim["m"], shapes, cfg)
     adam_v = _tensor_group("optim.v", optim["v"], shapes, cfg)
     stored = top["weight_hash"]
-    actual = weight_hash(params, shapes)
+    actual = weight_hash(params)
     if stored != actual:
         raise CheckpointError(f"weight hash mismatch: the file says {str(stored):.64}, its weights "
                               f"hash to {actual} (the tensor data is corrupt or was altered)")
