@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -184,6 +185,19 @@ def test_cold_window_fetches_only_its_row_group(world):
     again = tokens_of(a.get("/data/window", shard=0, rg=4, offset=len(stream4) - 300, length=300))
     assert_tokens_equal(again, got)
     assert hub.total_bytes() == 0
+
+
+def test_concurrent_cold_requests_fetch_the_row_group_once(world):
+    hub, b = world["hubs"]["main"], world["servers"]["b"]
+    tokens_of(b.get("/data/window", shard=1, rg=0, offset=0, length=1))     # footer of shard 1
+    hub.reset_counts()
+    params = dict(shard=1, rg=3, offset=100, length=500)
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda _: httpx.get(b.url + "/data/window", params=params, timeout=30), range(8)))
+    want = rowgroup_tokens(world["groups"][1][3])[100:600]
+    for r in responses:
+        assert_tokens_equal(tokens_of(r), want)
+    assert hub.bytes_served[shard_path(1)] == text_chunk_bytes(world["metas"][1], 3)
 
 
 def test_window_headers_and_end_of_row_group(world):
