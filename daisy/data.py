@@ -32,17 +32,18 @@ def builtin_stream() -> np.ndarray:
 
 def parquet_stream(path) -> np.ndarray:
     """A parquet file with a string column `text` (FineWeb-Edu's schema) -> token stream."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     try:
-        table = pq.read_table(path, columns=["text"])
+        pf = pq.ParquetFile(path)
     except FileNotFoundError:
         raise DataError(f"--data: no such file: {path}") from None
-    except KeyError:
-        raise DataError(f"--data: {path} has no 'text' column (FineWeb-Edu schema expected)") from None
     except Exception as e:   # pyarrow raises ArrowInvalid and friends for non-parquet bytes
         raise DataError(f"--data: {path} is not a readable parquet file ({e})") from None
-    col = table.column("text")
-    import pyarrow as pa
+    if "text" not in pf.schema_arrow.names:
+        raise DataError(f"--data: {path} has no 'text' column (FineWeb-Edu schema expected); "
+                        f"columns: {', '.join(pf.schema_arrow.names)}")
+    col = pf.read(columns=["text"]).column("text")
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         raise DataError(f"--data: column 'text' in {path} has type {col.type}, expected string")
     docs = [d for d in col.to_pylist() if d]

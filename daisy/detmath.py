@@ -37,7 +37,7 @@ def exp(x):
     p = np.full_like(r, EXP_COEFFS[13])
     for c in EXP_COEFFS[12::-1]:
         p = p * r + c
-    out = np.ldexp(p, k.astype(np.int64))                     # exact: result stays normal
+    out = np.ldexp(p, np.nan_to_num(k).astype(np.int64))      # exact: result stays normal
     out = np.where(x < EXP_MIN, 0.0, out)
     out = np.where(x > EXP_MAX, np.inf, out)
     return out
