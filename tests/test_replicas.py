@@ -1,0 +1,56 @@
+"""Bit-identical replicas: every simulated peer's hash equal at every step, for P = 1..4; two
+separate processes print the same sequence; a short run equals the committed golden sequence."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daisy import data
+from daisy.config import Config
+from daisy.train import Group
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden" / "train_p2_default_10.json"
+SMALL = Config(width=16, heads=2, seq_len=16, batch=2, layers=1, seed=77)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_all_peers_equal_every_step(P):
+    group = Group(SMALL, P, data.builtin_stream())
+    seen = []
+    for _ in range(6):
+        step, loss, hashes = group.step()
+        assert len(hashes) == P
+        for i, h in enumerate(hashes):
+            assert h == hashes[0], f"step {step}: peer {i} hash {h} != peer 0 hash {hashes[0]}"
+        seen.append(hashes[0])
+    assert len(set(seen)) == 6, "weights did not change between steps"
+
+
+def run_cli(*args):
+    out = subprocess.run([sys.executable, "-m", "daisy.train", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(l) for l in out.stdout.splitlines()]
+
+
+def test_two_processes_same_sequence():
+    args = ("--peers", "2", "--stop-after", "5", "--width", "16", "--heads", "2", "--seq-len", "16",
+            "--batch", "2", "--layers", "1", "--json")
+    a, b = run_cli(*args), run_cli(*args)
+    assert len(a) == 5
+    for x, y in zip(a, b):
+        assert x == y, f"step {x['step']}: {x} != {y}"
+
+
+def test_golden_hash_sequence():
+    """Regenerate (after an intended change to the math) with:
+    python -m daisy.train --peers 2 --stop-after 10 --json > tests/golden/train_p2_default_10.jsonl
+    then convert; the JS mirror must agree before a new golden is committed (docs/VERIFICATION.md)."""
+    golden = json.loads(GOLDEN.read_text())
+    lines = run_cli("--peers", "2", "--stop-after", str(len(golden["steps"])), "--json")
+    for want, got in zip(golden["steps"], lines):
+        assert got["hashes"] == [want["hash"]] * 2, f"step {want['step']}: got {got['hashes']}, golden {want['hash']}"
+        assert got["loss"] == want["loss"], f"step {want['step']}: loss {got['loss']!r} != golden {want['loss']!r}"
