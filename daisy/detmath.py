@@ -35,8 +35,9 @@ def exp(x):
     k = np.rint(xc * INV_LN2)                                 # integer-valued float, |k| <= 1023
     r = (xc - k * LN2_HI) - k * LN2_LO
     p = np.full_like(r, EXP_COEFFS[13])
-    for c in EXP_COEFFS[12::-1]:
-        p = p * r + c
+    for c in EXP_COEFFS[12::-1]:                              # p = p * r + c, in place
+        np.multiply(p, r, out=p)
+        np.add(p, c, out=p)
     out = np.ldexp(p, np.nan_to_num(k).astype(np.int64))      # exact: result stays normal
     out = np.where(x < EXP_MIN, 0.0, out)
     out = np.where(x > EXP_MAX, np.inf, out)
