@@ -86,7 +86,7 @@ class SignalingConfig:
     rate_per_s: float = 50.0  # token bucket: sustained messages/s per socket
     rate_burst: float = 100.0  # token bucket size; also the overdraft that gets a socket closed
     max_frame: int = 65536  # bytes
-    outbox_max: int = 2000  # messages queued to one socket before it counts as stuck
+    outbox_max_bytes: int = 4 << 20  # queued to one socket beyond this, it counts as stuck
     ip_salt: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
     ice_servers: list = field(default_factory=lambda: [dict(s) for s in DEFAULT_ICE_SERVERS])
 
@@ -155,7 +155,9 @@ class Connection:
     def __init__(self, ws: WebSocket, config: SignalingConfig):
         self.ws, self.config = ws, config
         self.outbox: asyncio.Queue = asyncio.Queue()
+        self.queued_bytes = 0
         self.closing: Close | None = None
+        self.stuck = asyncio.Event()  # its reader stopped reading: give up on a clean close
         self.last_seen = self.bucket_t = time.monotonic()
         self.tokens = config.rate_burst
         self.overdraft = 0.0  # rejected messages, draining at rate_per_s
@@ -164,12 +166,13 @@ class Connection:
     def send(self, message: dict | str) -> None:
         if self.closing:
             return
-        if self.outbox.qsize() >= self.config.outbox_max:
-            while not self.outbox.empty():  # a stuck reader: drop its backlog, then it
-                self.outbox.get_nowait()
+        text = message if isinstance(message, str) else json.dumps(message)
+        self.queued_bytes += len(text)
+        if self.queued_bytes > self.config.outbox_max_bytes:
             self.close(CLOSE_SLOW, "outbox overflow: reading too slowly")
+            self.stuck.set()
             return
-        self.outbox.put_nowait(message if isinstance(message, str) else json.dumps(message))
+        self.outbox.put_nowait(text)
 
     def close(self, code: int, reason: str) -> None:
         if not self.closing:
@@ -265,12 +268,13 @@ class SignalingHub:
         reader = asyncio.create_task(self._read(seat, conn))
         writer = asyncio.create_task(self._write(conn))
         keepalive = asyncio.create_task(self._keepalive(conn))
+        stuck = asyncio.create_task(conn.stuck.wait())
         try:
-            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            if conn.closing and not writer.done():  # let the writer flush and send the close
-                await asyncio.wait({writer}, timeout=5)
+            await asyncio.wait({reader, writer, stuck}, return_when=asyncio.FIRST_COMPLETED)
+            if conn.closing and not writer.done() and not stuck.done():
+                await asyncio.wait({writer, stuck}, timeout=5)  # flush, then send the close
         finally:
-            for task in (reader, writer, keepalive):
+            for task in (reader, writer, keepalive, stuck):
                 task.cancel()
             self._detach(seat, conn)
 
@@ -381,6 +385,7 @@ class SignalingHub:
                 if isinstance(item, Close):
                     await conn.ws.close(item.code, item.reason)
                     return
+                conn.queued_bytes -= len(item)
                 await conn.ws.send_text(item)
         except Exception:  # the client went away mid-send: the reader sees the disconnect
             return
@@ -468,9 +473,9 @@ class SignalingHub:
             seat.path = path
         if "state" in msg:
             seat.state = _clean_text(msg["state"], MAX_STATE)
-        if seat.admitted:
-            self._broadcast(self._members(seat.group), {"type": "peers",
-                                                        "peers": self._roster(seat)})
+        if seat.admitted:  # a delta, not the roster: n hellos cost O(n), not O(n^2)
+            self._broadcast(self._members(seat.group), {"type": "peer-updated",
+                                                        "peer": seat.info()})
         else:
             self._announce_arrival(seat)  # the host sees the new name on the join request
 

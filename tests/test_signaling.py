@@ -9,6 +9,7 @@ import contextlib
 import functools
 import ipaddress
 import json
+import socket
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from daisy.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLIC
                              CLOSE_REPLACED, CLOSE_TOO_BIG, DEFAULT_ICE_SERVERS, SignalingConfig,
                              SignalingHub, make_app, make_signaling_router, network_key)
 from signal_client import SignalClient, serve_in_thread
+from websockets.asyncio.client import connect
 
 CONFIG = SignalingConfig(ping_s=0.2, grace_s=0.6, rate_per_s=50, rate_burst=100)
 
@@ -45,7 +47,7 @@ class Clients(contextlib.AsyncExitStack):
         return await self.enter_async_context(await SignalClient.open(self.base, **kw))
 
 
-ROSTER_CHURN = ("peer-joined", "peer-left", "peers")
+ROSTER_CHURN = ("peer-joined", "peer-left", "peer-updated", "peers")
 
 
 async def relay_ok(sender: SignalClient, receiver: SignalClient, data="hi") -> None:
@@ -151,9 +153,10 @@ async def test_room_pending_peer_is_isolated_until_approved(base):
         assert (await member.expect("error"))["code"] == "no-such-peer"
         await pending.send({"type": "hello", "name": "renamed", "path": "cpu"})
         assert (await host.expect("join-request"))["peer"]["name"] == "renamed"
-        await member.send({"type": "hello", "state": "training"})  # roster goes to members only
-        assert [p["state"] for p in (await host.expect("peers"))["peers"]] == ["", "training"]
-        assert (await member.expect("peers"))["peers"][1]["state"] == "training"
+        await member.send({"type": "hello", "state": "training"})  # goes to members only
+        updated = await host.expect("peer-updated")
+        assert updated["peer"]["id"] == member.id and updated["peer"]["state"] == "training"
+        assert (await member.expect("peer-updated"))["peer"]["state"] == "training"
         await relay_ok(host, member)
         await pending.silent()
         await member.silent(0.05)
@@ -226,6 +229,27 @@ async def test_host_leaving_hands_over_to_longest_present_member(base):
         await first.send({"type": "approve", "peer": pending.id})
         assert [p["id"] for p in (await pending.expect("approved"))["peers"]] == \
             [first.id, second.id, pending.id]
+
+
+@async_test
+async def test_with_no_member_left_the_longest_waiting_peer_becomes_host(base):
+    async with Clients(base) as c:
+        host = await c.open(room="empty-room")
+        first = await c.open(room="empty-room")
+        dropper = await c.open(room="empty-room")
+        second = await c.open(room="empty-room")
+        assert [(await host.expect("join-request"))["peer"]["id"] for _ in range(3)] == \
+            [first.id, dropper.id, second.id]
+        await dropper.send({"type": "leave"})
+        assert await host.expect("peer-left") == {"type": "peer-left", "peer": dropper.id,
+                                                  "reason": "left"}
+        await host.send({"type": "leave"})
+        assert await first.expect("role") == {"type": "role", "peer": first.id, "role": "host"}
+        assert [p["id"] for p in (await first.expect("peers"))["peers"]] == [first.id]
+        assert (await first.expect("join-request"))["peer"]["id"] == second.id
+        await second.silent(0.1)
+        await first.send({"type": "approve", "peer": second.id})
+        assert [p["id"] for p in (await second.expect("approved"))["peers"]] == [first.id, second.id]
 
 
 @async_test
@@ -424,6 +448,33 @@ async def test_flood_gets_rate_limited_then_closed_1008(base):
         assert 100 <= spam < 200
         await relay_ok(a, b)
         await relay_ok(b, a)
+
+
+@async_test
+async def test_peer_that_stops_reading_is_dropped_1013():
+    """A stuck reader must not grow server memory: past outbox_max_bytes it is cut off."""
+    config = SignalingConfig(ping_s=5, grace_s=0.5, rate_burst=1000, outbox_max_bytes=1 << 20)
+    with serve_in_thread(make_app(SignalingHub(config))) as url:
+        async with Clients(url) as c:
+            sender = await c.open(xff="203.0.113.110")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+            stuck = await connect(f"{url}/signal", sock=sock, max_queue=1, compression=None,
+                                  additional_headers={"X-Forwarded-For": "203.0.113.110"})
+            stuck_id = json.loads(await stuck.recv())["peerId"]  # then never reads again
+            await sender.expect("peer-joined")
+            blob = "x" * 60000
+            for _ in range(300):  # 18 MB: more than the socket buffers can hide
+                await sender.send({"type": "relay", "to": stuck_id, "data": blob})
+                if not sender.inbox.empty():
+                    break
+            assert await sender.expect("peer-left", timeout=4) == {  # no 5 s close wait
+                "type": "peer-left", "peer": stuck_id, "reason": "disconnected"}
+            await sender.send({"type": "ping"})
+            while (msg := await sender.next())["type"] != "pong":  # relays sent after the drop
+                assert msg["code"] == "no-such-peer", msg
+            stuck.transport.abort()
 
 
 @pytest.mark.parametrize("room", ["a" * 65, "", "a b", "héllo", "../x", "room!", "x;y"])
