@@ -9,7 +9,9 @@ import sys
 
 import uvicorn
 
-from daisy.server import create_app
+# Gradio's usage analytics would phone home on a machine that may have no network at all.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+from daisy.server import create_app  # noqa: E402  (after the environment default above)
 
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 7860

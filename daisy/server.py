@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import gradio as gr
@@ -56,13 +55,12 @@ MOUNT_JS = (f"import('{JS_PREFIX}/ui.js').then((m) => m.mount(element))"
 
 
 def peer_panel_html() -> str:
-    """The peer panel's static HTML: the settings table and the list of frontend_js modules
-    ride along as data attributes, so the JS never retypes a range or probes for files."""
-    ranges = {name: [lo, hi, label] for name, (lo, hi, label) in RANGES.items()}
-    modules = sorted(p.name for p in JS_DIR.glob("*.js"))
-    attrs = {"data-ranges": ranges, "data-defaults": asdict(Config()), "data-modules": modules}
-    text = " ".join(f'{k}="{html.escape(json.dumps(v), quote=True)}"' for k, v in attrs.items())
-    return f'<div id="daisy-peer" class="daisy-peer" {text}>Starting the peer…</div>'
+    """The peer panel's static HTML. The list of frontend_js modules rides along as a data
+    attribute, so the JS imports optional parts without probing for them (a 404 is a console
+    error)."""
+    modules = json.dumps(sorted(p.name for p in JS_DIR.glob("*.js")))
+    return (f'<div id="daisy-peer" class="daisy-peer" data-modules="{html.escape(modules, quote=True)}">'
+            'Starting the peer…</div>')
 
 
 def data_status_text(source: DataSource) -> str:

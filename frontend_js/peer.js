@@ -1,7 +1,7 @@
 // The browser peer: its state, its signaling membership, its training run, and the automation
 // API `window.daisy` (documented in docs/ARCHITECTURE.md).
 //
-//   const peer = new Peer(bus, { ranges, defaults, modules });  peer.boot();
+//   const peer = new Peer(bus, { modules });  peer.boot();
 //
 // State changes are emitted on the bus as `state` (the object state() returns); the UI
 // (ui.js) renders from it and nothing else. Until the WebRTC mesh lands, start(config) trains
@@ -11,14 +11,13 @@ import { ServerConnection } from './server_connection.js';
 const CHUNK_MS = 25;          // train for at most this long before yielding to the page
 const RATE_WINDOW = 20;       // steps in the tokens/s moving window
 const MAX_CURVE = 2000;       // loss points kept for the plot (older ones are thinned)
+const WINDOWS_MAX = 4;        // FineWeb-Edu windows of a one-peer run's stream
 
 const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 export class Peer {
-  constructor(bus, { ranges = {}, defaults = {}, modules = [] } = {}) {
+  constructor(bus, { modules = [] } = {}) {
     this.bus = bus;
-    this.ranges = ranges;      // name -> [min, max, label]: daisy.config.RANGES
-    this.defaults = defaults;  // daisy.config.Config() as a dict
     this.modules = new Set(modules);   // frontend_js files the server has (no 404 probing)
     const params = new URLSearchParams(location.search);
     this.room = params.get('room');
@@ -53,7 +52,8 @@ export class Peer {
     on('open', () => this.set({ signal: 'connected' }));
     on('close', ({ code, reason, final }) => this.set({
       signal: final ? 'closed' : 'reconnecting',
-      message: final ? `Disconnected from the server: ${reason || 'code ' + code}.` : 'Reconnecting to the server…',
+      message: this.s.rejected ? this.s.message            // keep saying why
+        : final ? `Disconnected from the server: ${reason || 'code ' + code}.` : 'Reconnecting to the server…',
     }));
     on('welcome', (m) => {
       this.set({ peerId: m.peerId, name: m.name, group: m.group, role: m.role, peers: m.peers,
@@ -65,6 +65,10 @@ export class Peer {
     on('peer-joined', (m) => {
       const peers = this.s.peers.filter((p) => p.id !== m.peer.id).concat([m.peer]);
       this.set({ peers, requests: this.s.requests.filter((r) => r.id !== m.peer.id) });
+      this.bus.emit('roster', this.s.peers);
+    });
+    on('peer-updated', (m) => {
+      this.set({ peers: this.s.peers.map((p) => (p.id === m.peer.id ? m.peer : p)) });
       this.bus.emit('roster', this.s.peers);
     });
     on('peer-left', (m) => {
@@ -102,7 +106,7 @@ export class Peer {
 
     this.conn = new ServerConnection(this.bus, { room: this.room });
     this.conn.connect();
-    this.detectPath();
+    this.pathReady = this.detectPath();     // start() waits for it: a run's engine is fixed at start
     this.loadDataInfo();
   }
 
@@ -131,27 +135,30 @@ export class Peer {
     return true;
   }
 
-  // GPU when the WebGPU engine exists and passes its gates, else the CPU mirror.
+  // GPU when the WebGPU engine exists and its kernels pass their gates, else the CPU mirror.
+  // The engine drops to the CPU by itself on any later fault; we show its reason.
   async detectPath() {
     let path = 'cpu';
-    let reason = navigator.gpu ? 'GPU engine not available in this build' : 'WebGPU not available in this browser';
+    let reason = 'WebGPU not available in this browser';
     if (navigator.gpu && this.modules.has('gpu.js')) {
       try {
         const gpu = await import('./gpu.js');
-        const create = gpu.createGpuEngine || gpu.createEngine;
-        if (typeof create === 'function') {
-          const engine = await create();
-          if (engine && engine.ok !== false) {
-            this.gpuEngine = engine;
-            path = 'gpu';
-            reason = engine.adapterName ? `WebGPU (${engine.adapterName}), gates passed` : 'WebGPU, gates passed';
-          } else {
-            reason = `GPU gates failed: ${engine?.reason || 'unknown reason'}`;
-          }
+        this.gpu = gpu;
+        const engine = await gpu.createGpuEngine({
+          onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}` }),
+        });
+        this.gpuEngine = engine;
+        if (engine.status.path === 'gpu') {
+          path = 'gpu';
+          reason = `WebGPU ${engine.status.kernel} kernel, gates passed`;
+        } else {
+          reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
         }
       } catch (err) {
         reason = `GPU engine failed to start: ${err.message || err}`;
       }
+    } else if (navigator.gpu) {
+      reason = 'GPU engine not available in this build';
     }
     this.set({ path, pathReason: reason });
     this.announce();
@@ -167,28 +174,15 @@ export class Peer {
   }
 
   // ---- training ---------------------------------------------------------------------------
-  fullConfig(config) {
-    if (config === null || typeof config !== 'object') throw new TypeError('start(config): config must be an object');
-    const cfg = { ...this.defaults };
-    for (const [name, value] of Object.entries(config)) {
-      if (!(name in this.ranges)) throw new RangeError(`unknown setting: ${name}`);
-      cfg[name] = value;
-    }
-    for (const [name, [lo, hi, label]] of Object.entries(this.ranges)) {
-      const v = cfg[name];
-      if (!Number.isInteger(v)) throw new RangeError(`${label} (${name}) must be an integer, got ${v}`);
-      if (v < lo || v > hi) throw new RangeError(`${label} (${name}) must be in ${lo}..${hi}, got ${v}`);
-    }
-    if (cfg.width % cfg.heads) throw new RangeError(`model width (${cfg.width}) must be a multiple of heads (${cfg.heads})`);
-    return cfg;
-  }
-
   async loadCompute() {
-    if (!this.modules.has('train.js')) return { error: 'compute not available yet: frontend_js/train.js is missing' };
+    for (const file of ['train.js', 'config.js']) {
+      if (!this.modules.has(file)) return { error: `compute not available yet: frontend_js/${file} is missing` };
+    }
     try {
-      return { train: await import('./train.js') };
+      const [train, config] = await Promise.all([import('./train.js'), import('./config.js')]);
+      return { train, config };
     } catch (err) {
-      return { error: `compute not available yet: train.js failed to load (${err.message || err})` };
+      return { error: `compute not available yet: the JS mirror failed to load (${err.message || err})` };
     }
   }
 
@@ -196,11 +190,14 @@ export class Peer {
   // missing compute. Progress: `step` events and state().
   async start(config = {}) {
     if (this.run) throw new Error('a run is already going: stop() it first');
-    let cfg;
-    try { cfg = this.fullConfig(config); } catch (err) { this.set({ error: err.message }); throw err; }
     const compute = await this.loadCompute();
+    await this.pathReady;
     if (compute.error) { this.set({ error: compute.error }); throw new Error(compute.error); }
-    const { group, batchOf } = await this.makeGroup(compute.train, cfg);
+    let cfg, group;
+    try {
+      cfg = compute.config.makeConfig(config);     // validates: same ranges and messages as daisy.config
+      group = new compute.train.Group(cfg, 1, await this.loadStream(), this.engine());
+    } catch (err) { this.set({ error: err.message }); throw err; }
     const run = { group, cfg, stopped: false };
     this.run = run;
     this.stepTimes = [];
@@ -209,44 +206,61 @@ export class Peer {
                replicas: null, error: '', message: 'Training on this device (one-peer run).' });
     this.announce();
     this.bus.emit('run-started', { config: { ...cfg } });
-    this.loop(run, batchOf).catch((err) => {
+    this.loop(run).catch((err) => {
       console.warn('daisy: the run failed:', err);
       this.finish(run, 'failed', `The run stopped: ${err.message || err}`, err.message || String(err));
     });
     return { config: { ...cfg } };
   }
 
-  // Batches: the data route's (seed, step, slot) batch, so another peer could re-fetch ours.
-  async fetchBatch(cfg, step, slot) {
-    const q = new URLSearchParams({ seed: cfg.seed, step, slot, batch: cfg.batch, seq_len: cfg.seq_len });
-    const res = await fetch(`/data/batch?${q}`);
-    if (!res.ok) {
-      let why = `HTTP ${res.status}`;
-      try { why = (await res.json()).error || why; } catch { /* keep the status */ }
-      throw new Error(`data route: ${why}`);
-    }
-    const source = res.headers.get('X-Daisy-Source');
-    if (source && this.s.dataSource?.source !== source) {
-      this.set({ dataSource: { source, reason: res.headers.get('X-Daisy-Fallback-Reason'),
-                               dataId: res.headers.get('X-Daisy-Data-Id') } });
-    }
-    return new Uint16Array(await res.arrayBuffer());   // (batch * (seq_len + 1)) tokens
+  engine() {
+    return this.gpuEngine && this.gpuEngine.status.path === 'gpu' ? this.gpuEngine : undefined;
   }
 
-  async makeGroup(train, cfg) {
-    const engine = this.s.path === 'gpu' && this.gpuEngine ? this.gpuEngine : undefined;
-    const Group = train.Group;
-    if (typeof Group !== 'function') throw new Error('compute not available yet: train.js has no Group');
-    const batchOf = (step, slot) => this.fetchBatch(cfg, step, slot);
-    return { group: new Group(cfg, 1, { engine, fetchBatch: batchOf }), batchOf };
+  // The token stream of a one-peer run (until the mesh lands and peers fetch keyed batches
+  // from /data/batch): the built-in corpus whole, or the first WINDOWS_MAX windows of
+  // FineWeb-Edu's shard 0 row group 0, read through /data/window.
+  async loadStream() {
+    const info = await this.fetchJson('/data/info');
+    const id = info.data_id;
+    if (this.stream && this.stream.id === id) return this.stream.tokens;
+    this.set({ dataSource: { source: info.source, reason: info.reason, dataId: id } });
+    const total = info.source === 'builtin' ? info.total_tokens : info.max_tokens * WINDOWS_MAX;
+    const parts = [];
+    let have = 0;
+    while (have < total) {
+      const length = Math.min(info.max_tokens, total - have);
+      const q = new URLSearchParams({ shard: 0, rg: 0, offset: have, length });
+      const res = await fetch(`/data/window?${q}`);
+      if (!res.ok) {
+        if (parts.length) break;        // a short FineWeb row group: train on what we have
+        throw new Error(`data route: ${(await res.json().catch(() => ({}))).error || 'HTTP ' + res.status}`);
+      }
+      const part = new Uint16Array(await res.arrayBuffer());
+      parts.push(part);
+      have += part.length;
+    }
+    const tokens = new Uint16Array(have);
+    let at = 0;
+    for (const part of parts) { tokens.set(part, at); at += part.length; }
+    this.stream = { id, tokens };
+    return tokens;
   }
 
-  async loop(run, batchOf) {
+  async fetchJson(url) {
+    const res = await fetch(url);
+    const body = await res.json();
+    if (!res.ok) throw new Error(`${url}: ${body.error || 'HTTP ' + res.status}`);
+    return body;
+  }
+
+  async loop(run) {
     const { cfg, group } = run;
     const tokensPerStep = cfg.batch * cfg.seq_len;
     let chunkStart = performance.now();
     while (!run.stopped && this.s.step < cfg.steps) {
-      const out = await group.step();
+      // a GPU result that failed its audit: the engine is on the CPU by then; redo the step
+      const out = this.gpu ? await this.gpu.withGpuFallback(group.engine, () => group.step()) : await group.step();
       if (run.stopped) break;
       const now = performance.now();
       this.stepTimes.push(now);

@@ -1,8 +1,8 @@
 // Page glue: builds the peer panel inside the one gr.HTML Gradio never re-renders, starts the
 // peer, and draws its state (peer list, join requests, live readouts, loss plot).
 //   mount(element)   called once by the panel's js_on_load (daisy/server.py)
-// The panel element carries the server's settings table as data attributes:
-//   data-ranges (daisy.config.RANGES), data-defaults (Config()), data-modules (frontend_js files).
+// The panel element carries data-modules: the frontend_js files the server has, so the peer
+// imports optional parts (train.js, gpu.js) without probing for them with 404s.
 import { bus } from './bus.js';
 import { Peer, automationApi } from './peer.js';
 
@@ -18,11 +18,7 @@ function readJson(el, name, fallback) {
 export function mount(element) {
   const host = element.querySelector('#daisy-peer') || element;
   if (window.daisy) return window.daisy;     // a second mount (Gradio re-mount): one peer per tab
-  const peer = new Peer(bus, {
-    ranges: readJson(host, 'ranges', {}),
-    defaults: readJson(host, 'defaults', {}),
-    modules: readJson(host, 'modules', []),
-  });
+  const peer = new Peer(bus, { modules: readJson(host, 'modules', []) });
   window.daisy = automationApi(peer, bus);
   host.innerHTML = `
     <div class="daisy-status" data-role="status">Connecting to the server…</div>

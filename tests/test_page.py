@@ -1,0 +1,254 @@
+"""The page in headless Chromium, against `python app.py` on 127.0.0.1 (real uvicorn, real
+sockets, a free port chosen at run time).
+
+Two servers start side by side: the main one with HF_ENDPOINT at a port where nothing listens
+(no network at all: the data route must fall back to the built-in corpus), and one with
+HF_HUB_OFFLINE=1 and its port from $PORT, checked over plain HTTP.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+import pytest
+
+from daisy.config import RANGES, Config
+from daisy.server import NO_MODEL, SETTINGS
+from tests.page_browser import chromium_pages
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START_S = 90            # bound on the app's start (importing gradio is most of it)
+WAIT_MS = 10_000        # bound on every wait for something the page must show
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(tmp: str, name: str, env_extra: dict, args: list[str]):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DAISY_", "GRADIO_"))}
+    env.update(HF_HOME=os.path.join(tmp, f"hf-{name}"), DAISY_DATA_CACHE_DIR=os.path.join(tmp, f"data-{name}"),
+               HF_HUB_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1", **env_extra)
+    log = open(os.path.join(tmp, f"{name}.log"), "wb")
+    proc = subprocess.Popen([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def wait_up(proc, base: str, log_path: str) -> None:
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"app.py exited with {proc.returncode}:\n{open(log_path).read()[-3000:]}")
+        try:
+            if httpx.get(base + "/", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"app.py did not serve {base}/ within {START_S} s:\n{open(log_path).read()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with tempfile.TemporaryDirectory(prefix="daisy-page-") as tmp:
+        main_port, offline_port = free_port(), free_port()
+        nowhere = f"http://127.0.0.1:{free_port()}"          # nothing listens there
+        procs = [
+            ("main", *start_app(tmp, "main", {"HF_ENDPOINT": nowhere},
+                                ["--host", "127.0.0.1", "--port", str(main_port)]), main_port),
+            ("offline", *start_app(tmp, "offline", {"HF_HUB_OFFLINE": "1", "HOST": "127.0.0.1",
+                                                    "PORT": str(offline_port)}, []), offline_port),
+        ]
+        try:
+            bases = {}
+            for name, proc, _, port in procs:
+                bases[name] = f"http://127.0.0.1:{port}"
+                wait_up(proc, bases[name], os.path.join(tmp, f"{name}.log"))
+            yield bases
+        finally:
+            for _, proc, log, _ in procs:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium_pages() as pages:
+        yield pages
+
+
+@pytest.fixture
+def pages(browser):
+    """Pages for one test; after it, no page may have logged a console error."""
+    browser.problems.clear()
+    yield browser
+    problems = list(browser.problems)
+    browser.close_pages()
+    assert not problems, "console errors:\n" + "\n".join(problems)
+
+
+def open_peer(pages, url: str, label: str):
+    page = pages.new_page(url, label)
+    page.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=WAIT_MS)
+    return page
+
+
+def state(page) -> dict:
+    return page.evaluate("window.daisy.state()")
+
+
+def roster_ids(page) -> set[str]:
+    return {p["id"] for p in state(page)["peers"]}
+
+
+def wait_state(page, js_condition: str, what: str):
+    try:
+        page.wait_for_function(f"(() => {{ const s = window.daisy.state(); return {js_condition}; }})()",
+                               timeout=WAIT_MS)
+    except Exception:
+        raise AssertionError(f"{what}: not within {WAIT_MS} ms; state is {json.dumps(state(page))[:1500]}")
+
+
+def test_offline_app_starts_and_says_why(servers):
+    base = servers["offline"]                 # port came from $PORT, host from $HOST
+    page = httpx.get(base + "/", timeout=5)
+    assert page.status_code == 200 and "DaisyChain-Web" in page.text
+    info = httpx.get(base + "/data/info", timeout=10).json()
+    assert info["source"] == "builtin", info
+    assert "offline" in info["reason"], info
+    js = httpx.get(base + "/js/ui.js", timeout=5)
+    assert js.status_code == 200 and "javascript" in js.headers["content-type"], js.headers
+    assert "export function mount" in js.text
+    assert httpx.get(base + "/js/nope.js", timeout=5).status_code == 404
+
+
+def test_widgets_ranges_defaults_and_peer(servers, pages):
+    page = open_peer(pages, servers["main"] + "/", "widgets")
+    defaults = Config()
+    for name, label, step, _ in SETTINGS:
+        lo, hi, _ = RANGES[name]
+        got = page.evaluate("""(id) => { const r = document.querySelector(`#${id} input[type=range]`);
+            return r && {min: +r.min, max: +r.max, step: +r.step, value: +r.value}; }""", f"setting-{name}")
+        want = {"min": lo, "max": hi, "step": step, "value": getattr(defaults, name)}
+        assert got == want, f"slider {label} ({name}): got {got}, want {want}"
+        assert label in page.inner_text(f"#setting-{name}")
+    for text in ("Start training", "Stop", "Generate", "Download checkpoint (.pt)",
+                 "Load checkpoint (.pt)", "Download inference kit"):
+        assert page.get_by_role("button", name=text, exact=True).count() >= 1, f"no button {text!r}"
+    for elem in ("gen-prompt", "gen-temperature", "gen-top-k", "gen-seed", "gen-output"):
+        assert page.locator(f"#{elem}").count() == 1, f"no #{elem}"
+
+    wait_state(page, "s.path !== null", "compute path decided")
+    s = state(page)
+    assert len(s["peerId"]) == 8 and s["group"]["kind"] == "network" and s["role"] == "member", s
+    assert s["peers"] and s["peers"][0]["id"] == s["peerId"], s
+    assert s["path"] in ("cpu", "gpu") and s["step"] == 0 and s["hash"] is None, s
+    for key in ("peerId", "group", "role", "step", "loss", "hash", "path", "peers"):
+        assert key in s, f"state() lacks {key}"
+    panel = page.inner_text("#daisy-peer")
+    assert "Peers" in panel and s["name"] in panel and "no run yet" in panel, panel
+
+    # no network: the page says the built-in corpus serves, and why
+    page.wait_for_function("document.querySelector('#daisy-data-status').innerText.includes('built-in')",
+                           timeout=WAIT_MS)
+    status = page.inner_text("#daisy-data-status")
+    assert "built-in corpus" in status and "unreachable" in status, status
+
+    # widgets that need a model say so while there is none
+    page.get_by_role("button", name="Generate").click()
+    page.wait_for_function(f"document.querySelector('#gen-output textarea').value === {json.dumps(NO_MODEL)}",
+                           timeout=WAIT_MS)
+    page.get_by_role("button", name="Download checkpoint (.pt)").click()
+    assert NO_MODEL in page.inner_text("#model-status")
+
+
+def test_two_pages_on_one_machine_share_a_group(servers, pages):
+    a = open_peer(pages, servers["main"] + "/", "a")
+    b = open_peer(pages, servers["main"] + "/", "b")
+    a_id, b_id = state(a)["peerId"], state(b)["peerId"]
+    assert a_id != b_id
+    wait_state(a, f"s.peers.some((p) => p.id === {json.dumps(b_id)})", "a sees b")
+    wait_state(b, f"s.peers.some((p) => p.id === {json.dumps(a_id)})", "b sees a")
+    assert state(a)["group"] == state(b)["group"]
+    # and the roster is on the page, with each peer's compute path once it announced it
+    wait_state(b, "s.path !== null", "b's path decided")
+    b_path = state(b)["path"].upper()
+    a.wait_for_function(f"""(document.querySelector('#daisy-peer tr[data-peer="{b_id}"]') || {{}})
+                           .innerText?.includes('{b_path}')""", timeout=WAIT_MS)
+
+
+def test_room_with_host_approval_end_to_end(servers, pages):
+    room = "t-" + secrets.token_hex(6)
+    url = f"{servers['main']}/?room={room}"
+    host = open_peer(pages, url, "host")
+    assert state(host)["role"] == "host"
+    host_id = state(host)["peerId"]
+
+    guest = open_peer(pages, url, "guest")
+    g = state(guest)
+    assert g["role"] == "pending" and roster_ids(guest) == {g["peerId"]}, g
+    host.get_by_role("button", name="Accept").wait_for(timeout=WAIT_MS)
+    host.click(f'#daisy-peer button.accept[data-peer="{g["peerId"]}"]')
+    wait_state(guest, "s.role === 'member'", "guest accepted")
+    wait_state(guest, f"s.peers.some((p) => p.id === {json.dumps(host_id)})", "guest sees the host")
+    wait_state(host, f"s.peers.some((p) => p.id === {json.dumps(g['peerId'])})", "host sees the guest")
+    host.wait_for_selector(f'#daisy-peer tr[data-peer="{g["peerId"]}"]', timeout=WAIT_MS)
+    assert "host" in host.inner_text(f'#daisy-peer tr[data-peer="{host_id}"]')
+
+    intruder = open_peer(pages, url, "intruder")
+    i_id = state(intruder)["peerId"]
+    host.wait_for_selector(f'#daisy-peer button.reject[data-peer="{i_id}"]', timeout=WAIT_MS)
+    host.click(f'#daisy-peer button.reject[data-peer="{i_id}"]')
+    wait_state(intruder, "s.rejected && s.signal === 'closed'", "intruder told it was rejected")
+    assert roster_ids(intruder) == {i_id}, "a rejected peer learned about members"
+    intruder.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('declined')",
+                               timeout=WAIT_MS)
+    assert i_id not in roster_ids(host) and i_id not in roster_ids(guest)
+    assert state(host)["requests"] == []
+
+
+def test_start_trains_and_the_hash_moves(servers, pages):
+    page = open_peer(pages, servers["main"] + "/", "trainer")
+    tiny = {"width": 16, "seq_len": 16, "batch": 2, "steps": 100, "layers": 1, "heads": 4}
+    page.evaluate("(cfg) => window.daisy.start(cfg)", tiny)
+    wait_state(page, "s.step >= 1 && s.hash", "first step")
+    first = state(page)
+    wait_state(page, f"s.step >= {first['step'] + 2}", "two more steps")
+    later = state(page)
+    assert later["hash"] != first["hash"], "weights did not change between steps"
+    assert isinstance(later["loss"], float) and later["loss"] > 0, later["loss"]
+    assert later["config"]["width"] == 16 and later["running"], later
+    page.wait_for_function("document.querySelector('#daisy-peer svg.daisy-loss polyline')", timeout=WAIT_MS)
+    me = '#daisy-peer tr[data-peer="%s"]' % later["peerId"]
+    page.wait_for_function(f"document.querySelector('{me}').innerText.includes('training')", timeout=WAIT_MS)
+    row = page.inner_text(me)
+    assert "leader" in row and later["path"].upper() in row, row
+    assert page.evaluate("window.daisy.stop()") is True
+    wait_state(page, "!s.running && s.runState === 'stopped'", "run stopped")
+
+    # the Start training button runs the sliders' settings (the defaults here)
+    page.get_by_role("button", name="Start training").click()
+    wait_state(page, "s.running && s.step >= 1", "run from the button")
+    got = {k: v for k, v in state(page)["config"].items() if k in {n for n, *_ in SETTINGS}}
+    assert got == {n: getattr(Config(), n) for n, *_ in SETTINGS}, got
+    page.get_by_role("button", name="Stop", exact=True).click()
+    wait_state(page, "!s.running", "stopped from the button")
+    # bad settings get a clear error naming the setting; the page stays usable
+    err = page.evaluate("(cfg) => window.daisy.start(cfg).then(() => 'started', (e) => e.message)",
+                        {"width": 999})
+    assert "model width (width) must be in 16..128" in err, err
