@@ -1,6 +1,6 @@
 """Checkpoint files: PyTorch-compatible .pt (zip) and model.safetensors, written and read without torch.
 
-A .pt file here is exactly what `torch.save` writes for a dict of CPU float64 tensors:
+A .pt file here has the layout `torch.save` writes for a dict of CPU float64 tensors:
 
     archive/data.pkl                  pickle protocol 2 of the top-level dict; each tensor is
                                       torch._utils._rebuild_tensor_v2(storage, 0, shape, stride,
@@ -45,10 +45,9 @@ from typing import Any
 import numpy as np
 
 from .config import Config, ConfigError
-from .tokenizer import TOKENIZER_ID, VOCAB_SIZE
-
 from .hashing import weight_hash
 from .model import param_shapes as _model_param_shapes
+from .tokenizer import TOKENIZER_ID, VOCAB_SIZE
 
 FORMAT = "daisychain"
 FORMAT_VERSION = 1
@@ -81,6 +80,11 @@ class Checkpoint:
     weight_hash: str          # daisy.hashing.weight_hash(params), checked on load
     adam_t: int = 0           # Adam's step counter
     extra: dict | None = None
+
+    @property
+    def adam(self) -> dict:
+        """The optimizer state in daisy.optim's form: {"t", "m", "v"}."""
+        return {"t": self.adam_t, "m": self.adam_m, "v": self.adam_v}
 
 
 # ---------------------------------------------------------------------------------------------

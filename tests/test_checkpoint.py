@@ -117,6 +117,7 @@ def test_round_trip_bit_exact_bytes_path_and_file(state, blob, tmp_path):
         ck = load_checkpoint(source)
         assert ck.config == Config(**CFG).to_dict()
         assert (ck.step, ck.adam_t) == (42, 42)
+        assert ck.adam == {"t": 42, "m": ck.adam_m, "v": ck.adam_v}
         assert ck.weight_hash == weight_hash(params)
         assert ck.extra == {"note": "run A", "losses": [5.5, 4.25]}
         assert_groups_equal(ck.params, params, "params")
