@@ -33,6 +33,9 @@ function pow2(k) {
   return bitsView.getFloat64(0);
 }
 
+// 2^k for k = -1022..1023, built once from bits: exp's scaling is one table read and one multiply
+const POW2 = Float64Array.from({ length: 2046 }, (_, i) => pow2(i - 1022));
+
 // x * 2^n rounded once (musl scalbn): intermediate scalings are exact, only the last rounds.
 export function ldexp(x, n) {
   let y = x;
@@ -76,7 +79,7 @@ export function exp(x) {
   const c = EXP_COEFFS;
   let p = c[13];
   for (let i = 12; i >= 0; i--) p = p * r + c[i];
-  return ldexp(p, k);                              // exact: the result stays normal
+  return p * POW2[k + 1022];                       // = ldexp(p, k), exact: the result stays normal
 }
 
 const frexpOut = new Float64Array(2);

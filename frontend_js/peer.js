@@ -261,28 +261,28 @@ export class Peer {
     while (!run.stopped && this.s.step < cfg.steps) {
       // a GPU result that failed its audit: the engine is on the CPU by then; redo the step
       const out = this.gpu ? await this.gpu.withGpuFallback(group.engine, () => group.step()) : await group.step();
-      if (run.stopped) break;
       const now = performance.now();
       this.stepTimes.push(now);
       if (this.stepTimes.length > RATE_WINDOW) this.stepTimes.shift();
       const n = this.stepTimes.length;
       const rate = n > 1 ? (tokensPerStep * (n - 1) * 1000) / (this.stepTimes[n - 1] - this.stepTimes[0]) : null;
-      const hashes = out.hashes || [out.hash];
+      const hashes = out.hashes;
       const curve = this.s.curve;
       curve.push([out.step, out.loss]);
       if (curve.length > MAX_CURVE) this.s.curve = curve.filter((_, i) => i % 2 === 0 || i === curve.length - 1);
       this.model = group;
+      const agree = hashes.every((h) => h === hashes[0]);
       this.set({ step: out.step, loss: out.loss, hash: hashes[0], tokensPerS: rate,
-                 replicas: { count: hashes.length, agree: hashes.every((h) => h === hashes[0]), step: out.step } });
+                 replicas: { count: hashes.length, agree, step: out.step } });
       this.bus.emit('step', { step: out.step, loss: out.loss, hash: hashes[0] });
-      if (!hashes.every((h) => h === hashes[0])) {
+      if (!agree) {
         this.finish(run, 'stopped', `Replicas disagree at step ${out.step}: stopped (never fork).`, 'replica mismatch');
         return;
       }
       if (now - chunkStart > CHUNK_MS) { await yieldToPage(); chunkStart = performance.now(); }
     }
-    if (run.stopped) return;
-    this.finish(run, 'done', `Run finished: ${this.s.step} steps, loss ${this.s.loss?.toFixed(4)}.`, '');
+    if (run.stopped) this.finish(run, 'stopped', `Stopped at step ${this.s.step}.`, '');
+    else this.finish(run, 'done', `Run finished: ${this.s.step} steps, loss ${this.s.loss.toFixed(4)}.`, '');
   }
 
   finish(run, runState, message, error) {
@@ -293,11 +293,13 @@ export class Peer {
     this.bus.emit('run-ended', { state: runState, step: this.s.step, error });
   }
 
+  // The step in flight completes (its update is already applied to the weights), then the run
+  // ends: state().running turns false at that point.
   stop() {
     const run = this.run;
-    if (!run) return false;
+    if (!run || run.stopped) return false;
     run.stopped = true;
-    this.finish(run, 'stopped', `Stopped at step ${this.s.step}.`, '');
+    this.set({ message: 'Stopping after the current step…' });
     return true;
   }
 

@@ -119,8 +119,10 @@ export function transposeI8(q, batch, R, Cc) {
 // to transpose them (the logical math, hence the bits, is that of qmatmul on the logical A, B):
 //   transA: a holds A^T, (batch, K, M);  transB: b holds B^T, (batch, N, K).
 // A is quantized per logical row, B per logical column, exactly as daisy.units.qmatmul.
-// The engine gets qa (batch, M, K); if it has gemmBT it gets qb^T (batch, N, K), else qb (K, N).
+// An engine with its own qmatmulT (the wasm one, gated against this path) does all of it;
+// otherwise the engine gets qa (batch, M, K); if it has gemmBT it gets qb^T (batch, N, K), else qb (K, N).
 export async function qmatmulT(engine, a, transA, b, transB, batch, M, K, N) {
+  if (engine.qmatmulT) return engine.qmatmulT(a, transA, b, transB, batch, M, K, N);   // a fused unit
   let qa, sa, qbT, sb;
   if (transA) {                                   // per column of the stored (K, M)
     const A = quantizeCols(a, batch, K, M);

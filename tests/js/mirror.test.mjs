@@ -14,6 +14,8 @@ import { forward, lossAndGrads, paramShapes, initParams } from '../../frontend_j
 import { Group } from '../../frontend_js/train.js';
 import { engines } from '../../frontend_js/engines.js';
 
+const best = engines()[0];      // forward, backward and training on the engine the trainer uses
+
 const DIR = process.env.DAISY_FIXTURES;
 const REGEN = 'regenerate with `python -m daisy.fixtures DIR` if the reference changed on purpose';
 const load = (name) => {
@@ -59,30 +61,42 @@ test('init: the seeded parameters of the fixture config', () => {
   for (const [name] of paramShapes(cfg)) assertSame(`param.${name}`, init[name], fx.tensors[`param.${name}`].data);
 });
 
-test('forward: logits and loss of one batch', async () => {
+test(`forward: logits and loss of one batch (${best.name})`, async () => {
   const fx = load('forward.dsyf'), cfg = cfgOf(fx.header);
   const params = paramsOf(fx, cfg);
   const [B, T] = fx.tensors.x.shape;
-  const logits = await forward(params, cfg, fx.tensors.x.data, B, T);
+  const logits = await forward(params, cfg, fx.tensors.x.data, B, T, null, best);
   assertSame('logits', logits, fx.tensors.logits.data);
-  const { loss } = await forward(params, cfg, fx.tensors.x.data, B, T, fx.tensors.y.data);
+  const { loss } = await forward(params, cfg, fx.tensors.x.data, B, T, fx.tensors.y.data, best);
   assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}; ${REGEN}`);
 });
 
-test('backward: every gradient of one batch', async () => {
+test(`backward: every gradient of one batch (${best.name})`, async () => {
   const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
   const params = paramsOf(fx, cfg);
   const [B, T] = fx.tensors.x.shape;
-  const { loss, grads } = await lossAndGrads(params, cfg, fx.tensors.x.data, fx.tensors.y.data, B, T);
+  const { loss, grads } = await lossAndGrads(params, cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, best);
   assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
   assert.deepEqual(Object.keys(grads), paramShapes(cfg).map(([n]) => n), 'gradient order');
   for (const name of Object.keys(grads)) assertSame(`grad.${name}`, grads[name], fx.tensors[`grad.${name}`].data);
 });
 
-test('train: 20 steps of P peers give the reference losses and hashes', async () => {
+// The JS quantizer path as the WGSL engine uses it: an engine with only gemm(qa, qb (K, N)).
+const gemmOnly = { name: 'gemm-only (as the GPU engine)', gemm: (...args) => Promise.resolve(cpuEngine.gemm(...args)) };
+for (const engine of [cpuEngine, gemmOnly]) {
+  test(`backward through the JS quantizers: every gradient (${engine.name})`, async () => {
+    const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
+    const [B, T] = fx.tensors.x.shape;
+    const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, engine);
+    assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
+    for (const name of Object.keys(grads)) assertSame(`grad.${name}`, grads[name], fx.tensors[`grad.${name}`].data);
+  });
+}
+
+test(`train: 20 steps of P peers give the reference losses and hashes (${best.name})`, async () => {
   const fx = load('train20.dsyf'), cfg = cfgOf(fx.header);
   const { peers, steps, hashes, loss_bits: lossBits } = fx.header.meta;
-  const group = new Group(cfg, peers, fx.tensors.stream.data);
+  const group = new Group(cfg, peers, fx.tensors.stream.data, best);
   for (let s = 0; s < steps; s++) {
     const r = await group.step();
     assert.equal(r.step, s + 1);

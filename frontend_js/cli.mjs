@@ -1,0 +1,195 @@
+#!/usr/bin/env node
+// The JS trainer CLI, mirroring `python -m daisy.train` flag for flag and --json line for line:
+//   diff <(python -m daisy.train --peers 2 --steps 100 --stop-after 20 --json) \
+//        <(node frontend_js/cli.mjs --peers 2 --steps 100 --stop-after 20 --json)    # empty
+// Argument errors print a usage line and "node frontend_js/cli.mjs: error: <the message Python
+// prints>" and exit 2, as argparse does.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+import { makeConfig, ConfigError, DEFAULTS } from './config.js';
+import { DataError, batchStarts, decodeText, textStream } from './data.js';
+import { VOCAB_SIZE } from './tokenizer.js';
+import { Group, MAX_PEERS, stepJsonLine } from './train.js';
+import { bestEngine } from './engines.js';
+
+const PROG = 'node frontend_js/cli.mjs';
+const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
+
+// flag -> [dest, help]; every flag but --json takes one int (or, for --data, a path)
+const FLAGS = {
+  '--peers': ['peers', `simulated peers, 1..${MAX_PEERS} (2)`],
+  '--steps': ['steps', 'steps of the run, 100..10000 (300)'],
+  '--stop-after': ['stop_after', 'stop after this many steps of the run (fixtures, quick checks)'],
+  '--width': ['width', 'model width, 16..128 (32)'],
+  '--seq-len': ['seq_len', 'sequence length, 16..128 (32)'],
+  '--batch': ['batch', 'batch per device, 2..32 (8)'],
+  '--lr': ['lr', 'learning rate x1000, 5..50 (10)'],
+  '--layers': ['layers', 'transformer blocks, 1..8 (2)'],
+  '--heads': ['heads', 'attention heads, 1..8 (4)'],
+  '--seed': ['seed', 'run seed, 0..2^32-1 (1234)'],
+  '--data': ['data', 'a token file (*.u16, *.bin, *.tokens: raw little-endian uint16 ids) or a UTF-8 '
+    + 'text file (documents separated by two blank lines, as the built-in corpus); parquet is not '
+    + 'read by the JS CLI (default: built-in corpus)'],
+  '--json': ['json', 'one JSON object per step: step, loss, hashes'],
+  '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
+  '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
+};
+const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--steps STEPS] [--stop-after STOP_AFTER] [--width WIDTH]
+       [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR] [--layers LAYERS] [--heads HEADS]
+       [--seed SEED] [--data DATA] [--json] [--save SAVE] [--resume RESUME]`;
+
+class UsageError extends Error {}
+
+function help() {
+  const lines = [USAGE, '', 'The JS CPU mirror of the reference trainer (python -m daisy.train): P simulated peers',
+    'in one process, each with its own replica; same flags, same --json lines, same bits.', '',
+    'options:', '  -h, --help            show this help message and exit'];
+  for (const [flag, [dest, text]] of Object.entries(FLAGS)) {
+    const left = flag === '--json' ? flag : `${flag} ${dest.toUpperCase()}`;
+    lines.push(`  ${left.padEnd(22)}${text}`);
+  }
+  return lines.join('\n');
+}
+
+// Python int(): optional whitespace and sign, digits with single underscores between them
+function pyInt(flag, s) {
+  const m = /^\s*([+-]?)(\d(?:_?\d)*)\s*$/.exec(s);
+  if (!m) throw new UsageError(`argument ${flag}: invalid int value: '${s}'`);
+  const v = Number(m[1] + m[2].replaceAll('_', ''));
+  return v === 0 ? 0 : v;
+}
+
+// argparse semantics: --flag VALUE or --flag=VALUE, unique prefixes, unknown args reported together
+export function parseArgs(argv) {
+  const args = { peers: 2, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000 };
+  for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed']) args[k] = DEFAULTS[k];
+  const unknown = [];
+  for (let i = 0; i < argv.length; i++) {
+    const tok = argv[i];
+    if (tok === '-h' || tok === '--help') return { help: true };
+    if (!tok.startsWith('--') || tok === '--') { unknown.push(tok); continue; }
+    const eq = tok.indexOf('=');
+    const name = eq >= 0 ? tok.slice(0, eq) : tok;
+    let flag = name in FLAGS ? name : null;
+    if (!flag) {
+      const matches = Object.keys(FLAGS).filter((f) => f.startsWith(name)).concat('--help'.startsWith(name) ? ['--help'] : []);
+      if (matches.length > 1) throw new UsageError(`ambiguous option: ${name} could match ${matches.join(', ')}`);
+      if (matches.length === 0) { unknown.push(tok); continue; }
+      if (matches[0] === '--help') return { help: true };
+      flag = matches[0];
+    }
+    const dest = FLAGS[flag][0];
+    if (flag === '--json') {
+      if (eq >= 0) throw new UsageError(`argument --json: ignored explicit argument '${tok.slice(eq + 1)}'`);
+      args.json = true;
+      continue;
+    }
+    let value;
+    if (eq >= 0) value = tok.slice(eq + 1);
+    else {
+      const next = argv[i + 1];
+      if (next === undefined || (next.startsWith('-') && !/^-\d+$|^-\d*\.\d+$/.test(next))) {
+        throw new UsageError(`argument ${flag}: expected one argument`);
+      }
+      value = next; i++;
+    }
+    if (flag === '--save' || flag === '--resume') {
+      throw new UsageError(`${flag}: checkpoints are not read or written by the JS CLI; use python -m daisy.train ${flag}`);
+    }
+    args[dest] = flag === '--data' ? value : pyInt(flag, value);
+  }
+  if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
+  if (!(args.peers >= 1 && args.peers <= MAX_PEERS)) {
+    throw new UsageError(`peers (--peers) must be in 1..${MAX_PEERS}, got ${args.peers}`);
+  }
+  let cfg;
+  try {
+    cfg = makeConfig({ width: args.width, seq_len: args.seq_len, batch: args.batch, steps: args.steps,
+      lr_x1000: args.lr, layers: args.layers, heads: args.heads, seed: args.seed });
+  } catch (e) {
+    if (e instanceof ConfigError) throw new UsageError(e.message);
+    throw e;
+  }
+  if (args.stop_after !== null && !(args.stop_after >= 1 && args.stop_after <= cfg.steps)) {
+    throw new UsageError(`--stop-after must be in 1..${cfg.steps} (the run's steps), got ${args.stop_after}`);
+  }
+  return { args, cfg };
+}
+
+function readBytes(path) {
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    if (e.code === 'ENOENT') throw new DataError(`--data: no such file: ${path}`);
+    throw new DataError(`--data: cannot read ${path} (${e.code || e.message})`);
+  }
+}
+
+// --data PATH -> Uint16Array token stream
+export function loadStream(path) {
+  if (path === null) return textStream(decodeText(readBytes(BUILTIN_CORPUS), BUILTIN_CORPUS));
+  if (/\.parquet$/i.test(path)) {
+    throw new DataError(`--data: ${path}: parquet is not read by the JS CLI; pass a text file or a raw `
+      + 'uint16 token file (*.u16), or use python -m daisy.train');
+  }
+  const bytes = readBytes(path);
+  if (/\.(u16|bin|tokens)$/i.test(path)) {
+    if (bytes.length % 2) throw new DataError(`--data: ${path} has ${bytes.length} bytes, not a whole number of uint16 tokens`);
+    const stream = new Uint16Array(bytes.length / 2);
+    for (let i = 0; i < stream.length; i++) stream[i] = bytes[2 * i] | (bytes[2 * i + 1] << 8);
+    const bad = stream.findIndex((t) => t >= VOCAB_SIZE);
+    if (bad >= 0) throw new DataError(`--data: ${path}: token ${stream[bad]} at index ${bad} is outside the vocabulary 0..${VOCAB_SIZE - 1}`);
+    return stream;
+  }
+  return textStream(decodeText(bytes, path));
+}
+
+export async function main(argv) {
+  let parsed;
+  try {
+    parsed = parseArgs(argv);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    process.stderr.write(`${USAGE}\n${PROG}: error: ${e.message}\n`);
+    return 2;
+  }
+  if (parsed.help) { process.stdout.write(help() + '\n'); return 0; }
+  const { args, cfg } = parsed;
+  let stream;
+  try {
+    stream = loadStream(args.data);
+    batchStarts(stream.length, cfg.seed, 0, 0, 1, cfg.seq_len);           // stream long enough?
+  } catch (e) {
+    if (!(e instanceof DataError)) throw e;
+    process.stderr.write(`error: ${e.message}\n`);
+    return 2;
+  }
+  const group = new Group(cfg, args.peers, stream, await bestEngine());
+  const n = args.stop_after === null ? cfg.steps : args.stop_after;
+  for (let i = 0; i < n; i++) {
+    let r;
+    try {
+      r = await group.step();
+    } catch (e) {
+      if (!(e instanceof RangeError)) throw e;
+      process.stderr.write(`error: ${e.message}\n`);
+      return 1;
+    }
+    const agree = new Set(r.hashes).size === 1;
+    if (args.json) process.stdout.write(stepJsonLine(r) + '\n');
+    else {
+      process.stdout.write(`step ${String(r.step).padStart(5)}  loss ${r.loss.toFixed(4)}  hash ${r.hashes[0].slice(0, 16)}  `
+        + `(${r.hashes.length} peers ${agree ? 'agree' : 'DISAGREE'})\n`);
+    }
+    if (!agree) { process.stderr.write('error: replicas diverged; stopping (never fork)\n'); return 3; }
+  }
+  return 0;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main(process.argv.slice(2)).then((rc) => { process.exitCode = rc; }, (e) => {
+    process.stderr.write(`error: ${e && e.message ? e.message : e}\n`);
+    process.exitCode = 1;
+  });
+}

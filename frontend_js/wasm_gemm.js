@@ -1,0 +1,334 @@
+// The WebAssembly SIMD integer engine: the same exact int8 GEMM as units.cpuEngine, faster.
+// The module is assembled here from opcodes (no build step, no toolchain): one function
+//   gemm(aPtr, bPtr, cPtr, batch, M, N, Kp)
+// over int16 operands in its memory, A (batch, M, Kp) and B^T (batch, N, Kp), K zero-padded to
+// Kp (a multiple of 8), M even, N a multiple of 4; C (batch, M, N) int32. Inner step: 8 products
+// by i32x4.dot_i16x8_s, accumulated in i32x4 lanes; a lane sum is exact because wasm i32 adds
+// wrap mod 2^32 and the true total fits int32 (K <= MAX_K), so no float and no rounding anywhere.
+// The engine is gated at creation against the scalar engine (random, ragged and extreme inputs)
+// and is not offered when it disagrees or WebAssembly SIMD is missing.
+import { cpuEngine, MAX_K, quantizeRows, quantizeCols, epilogue } from './units.js';
+
+// --- a tiny assembler -------------------------------------------------------------------------
+const uleb = (n) => { const o = []; do { let b = n & 0x7f; n >>>= 7; if (n) b |= 0x80; o.push(b); } while (n); return o; };
+const sleb = (n) => {
+  const o = [];
+  for (;;) { const b = n & 0x7f; n >>= 7; if ((n === 0 && !(b & 0x40)) || (n === -1 && (b & 0x40))) { o.push(b); return o; } o.push(b | 0x80); }
+};
+const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
+const section = (id, body) => [id, ...uleb(body.length), ...body];
+const vec = (items) => [...uleb(items.length), ...items.flat()];
+
+const I32 = 0x7f, V128 = 0x7b;
+const get = (l) => [0x20, ...uleb(l)], set = (l) => [0x21, ...uleb(l)];
+const i32c = (v) => [0x41, ...sleb(v)];
+const ADD = 0x6a, MUL = 0x6c, SHL = 0x74, LT_U = 0x49;
+const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
+const LOAD = simd(0x00, 4, 0), STORE = simd(0x0b, 4, 0);
+const DOT = simd(0xba), VADD = simd(0xae);
+const shuffle = (lanes32) => simd(0x0d, ...lanes32.flatMap((l) => [4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3]));
+const VZERO = simd(0x0c, ...new Array(16).fill(0));
+const loop = (body) => [0x03, 0x40, ...body, 0x0b];
+
+// locals: params 0..6, then i32 and v128 locals
+const [aPtr, bPtr, cPtr, batch, M, N, Kp] = [0, 1, 2, 3, 4, 5, 6];
+const [bi, i, j, k, pa0, pa1, pb0, pb1, pb2, pb3, rowB, aBase, bBase, cBase, cRow] = Array.from({ length: 15 }, (_, n) => 7 + n);
+const acc = Array.from({ length: 8 }, (_, n) => 22 + n);    // acc[r*4 + c]: row r of 2, column c of 4
+const va = [30, 31], vb = 32;
+
+// hsum4(a, b, c, d) -> [sum a, sum b, sum c, sum d] (exact wrapping i32 adds)
+const hsum4 = (a, b, c, d) => [
+  ...get(a), ...get(b), ...shuffle([0, 1, 4, 5]), ...get(a), ...get(b), ...shuffle([2, 3, 6, 7]), ...VADD,
+  ...get(c), ...get(d), ...shuffle([0, 1, 4, 5]), ...get(c), ...get(d), ...shuffle([2, 3, 6, 7]), ...VADD,
+  ...set(33), ...set(34),   // 34 = s01, 33 = s23
+  ...get(34), ...get(33), ...shuffle([0, 2, 4, 6]), ...get(34), ...get(33), ...shuffle([1, 3, 5, 7]), ...VADD,
+];
+
+const kBody = [
+  ...get(pa0), ...get(k), ADD, ...LOAD, ...set(va[0]),
+  ...get(pa1), ...get(k), ADD, ...LOAD, ...set(va[1]),
+  ...[pb0, pb1, pb2, pb3].flatMap((pb, c) => [
+    ...get(pb), ...get(k), ADD, ...LOAD, ...set(vb),
+    ...get(acc[c]), ...get(va[0]), ...get(vb), ...DOT, ...VADD, ...set(acc[c]),
+    ...get(acc[4 + c]), ...get(va[1]), ...get(vb), ...DOT, ...VADD, ...set(acc[4 + c]),
+  ]),
+  ...get(k), ...i32c(16), ADD, ...set(k),
+  ...get(k), ...get(rowB), LT_U, 0x0d, 0,                  // br_if k-loop
+];
+const jBody = [
+  ...get(bBase), ...get(j), ...get(rowB), MUL, ADD, ...set(pb0),
+  ...get(pb0), ...get(rowB), ADD, ...set(pb1),
+  ...get(pb1), ...get(rowB), ADD, ...set(pb2),
+  ...get(pb2), ...get(rowB), ADD, ...set(pb3),
+  ...acc.flatMap((a) => [...VZERO, ...set(a)]),
+  ...i32c(0), ...set(k),
+  ...loop(kBody),
+  ...get(cRow), ...get(j), ...i32c(2), SHL, ADD, ...hsum4(acc[0], acc[1], acc[2], acc[3]), ...STORE,
+  ...get(cRow), ...get(N), ...get(j), ADD, ...i32c(2), SHL, ADD, ...hsum4(acc[4], acc[5], acc[6], acc[7]), ...STORE,
+  ...get(j), ...i32c(4), ADD, ...set(j),
+  ...get(j), ...get(N), LT_U, 0x0d, 0,
+];
+const iBody = [
+  ...get(aBase), ...get(i), ...get(rowB), MUL, ADD, ...set(pa0),
+  ...get(pa0), ...get(rowB), ADD, ...set(pa1),
+  ...get(cBase), ...get(i), ...get(N), MUL, ...i32c(2), SHL, ADD, ...set(cRow),
+  ...i32c(0), ...set(j),
+  ...loop(jBody),
+  ...get(i), ...i32c(2), ADD, ...set(i),
+  ...get(i), ...get(M), LT_U, 0x0d, 0,
+];
+const bBody = [
+  ...get(aPtr), ...get(bi), ...get(M), MUL, ...get(rowB), MUL, ADD, ...set(aBase),
+  ...get(bPtr), ...get(bi), ...get(N), MUL, ...get(rowB), MUL, ADD, ...set(bBase),
+  ...get(cPtr), ...get(bi), ...get(M), MUL, ...get(N), MUL, ...i32c(2), SHL, ADD, ...set(cBase),
+  ...i32c(0), ...set(i),
+  ...loop(iBody),
+  ...get(bi), ...i32c(1), ADD, ...set(bi),
+  ...get(bi), ...get(batch), LT_U, 0x0d, 0,
+];
+const body = [
+  ...vec([[...uleb(15), I32], [...uleb(13), V128]]),
+  ...get(Kp), ...i32c(1), SHL, ...set(rowB),
+  ...i32c(0), ...set(bi),
+  ...loop(bBody),
+  0x0b,
+];
+
+// --- the float ends of the unit, also in wasm (IEEE-754 basic ops, correctly rounded, no FTZ,
+// exactly the operations of units.quantizeRows / epilogue) -----------------------------------
+const F64LOAD = [0x2b, 3, 0], F64STORE = [0x39, 3, 0], I32LOAD = [0x28, 2, 0], STORE16 = [0x3b, 1, 0];
+const FABS = 0x99, FNEAREST = 0x9e, FMUL = 0xa2, FDIV = 0xa3, FMIN = 0xa4, FMAX = 0xa5, F_OF_I32 = 0xb7;
+const TRUNC_SAT = [0xfc, 0x02];
+const f64c = (x) => [0x44, ...new Uint8Array(new Float64Array([x]).buffer)];   // little-endian bytes
+const LE_HOST = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
+
+// quant(xPtr, qPtr, sPtr, batch, R, K, xbs, rs, cs, Rp, Kp): row (b, i) of x is the K values
+// x[b*xbs + i*rs + k*cs] (f64); s[b*R + i] = max(max|x|, 2^-60) / 127;
+// q[(b*Rp + i)*Kp + k] (i16) = clamp(nearest(x / s), -127, 127)
+const Q = { xPtr: 0, qPtr: 1, sPtr: 2, batch: 3, R: 4, K: 5, xbs: 6, rs: 7, cs: 8, Rp: 9, Kp: 10,
+  b: 11, i: 12, k: 13, p: 14, qrow: 15, amax: 16, s: 17 };
+const quantRow = [
+  // p = xPtr + (b*xbs + i*rs) * 8
+  ...get(Q.xPtr), ...get(Q.b), ...get(Q.xbs), MUL, ...get(Q.i), ...get(Q.rs), MUL, ADD, ...i32c(3), SHL, ADD, ...set(Q.p),
+  ...f64c(0), ...set(Q.amax), ...i32c(0), ...set(Q.k),
+  ...loop([
+    ...get(Q.amax), ...get(Q.p), ...get(Q.k), ...get(Q.cs), MUL, ...i32c(3), SHL, ADD, ...F64LOAD, FABS, FMAX, ...set(Q.amax),
+    ...get(Q.k), ...i32c(1), ADD, ...set(Q.k), ...get(Q.k), ...get(Q.K), LT_U, 0x0d, 0,
+  ]),
+  ...get(Q.amax), ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...set(Q.s),
+  ...get(Q.sPtr), ...get(Q.b), ...get(Q.R), MUL, ...get(Q.i), ADD, ...i32c(3), SHL, ADD, ...get(Q.s), ...F64STORE,
+  ...get(Q.qPtr), ...get(Q.b), ...get(Q.Rp), MUL, ...get(Q.i), ADD, ...get(Q.Kp), MUL, ...i32c(1), SHL, ADD, ...set(Q.qrow),
+  ...i32c(0), ...set(Q.k),
+  ...loop([
+    ...get(Q.qrow), ...get(Q.k), ...i32c(1), SHL, ADD,
+    ...get(Q.p), ...get(Q.k), ...get(Q.cs), MUL, ...i32c(3), SHL, ADD, ...F64LOAD, ...get(Q.s), FDIV, FNEAREST,
+    ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT, ...STORE16,
+    ...get(Q.k), ...i32c(1), ADD, ...set(Q.k), ...get(Q.k), ...get(Q.K), LT_U, 0x0d, 0,
+  ]),
+];
+const quantBody = [
+  ...vec([[...uleb(5), I32], [...uleb(2), 0x7c]]),
+  ...i32c(0), ...set(Q.b),
+  ...loop([
+    ...i32c(0), ...set(Q.i),
+    ...loop([...quantRow, ...get(Q.i), ...i32c(1), ADD, ...set(Q.i), ...get(Q.i), ...get(Q.R), LT_U, 0x0d, 0]),
+    ...get(Q.b), ...i32c(1), ADD, ...set(Q.b), ...get(Q.b), ...get(Q.batch), LT_U, 0x0d, 0,
+  ]),
+  0x0b,
+];
+
+// epi(cPtr, srPtr, scPtr, outPtr, batch, M, N, Mp, Np):
+// out[(b*M + i)*N + j] = (f64(c[(b*Mp + i)*Np + j]) * sr[b*M + i]) * sc[b*N + j]
+const E = { cPtr: 0, srPtr: 1, scPtr: 2, outPtr: 3, batch: 4, M: 5, N: 6, Mp: 7, Np: 8, b: 9, i: 10, j: 11, crow: 12, orow: 13, sc0: 14, sr: 15 };
+const epiBody = [
+  ...vec([[...uleb(6), I32], [...uleb(1), 0x7c]]),
+  ...i32c(0), ...set(E.b),
+  ...loop([
+    ...get(E.scPtr), ...get(E.b), ...get(E.N), MUL, ...i32c(3), SHL, ADD, ...set(E.sc0),
+    ...i32c(0), ...set(E.i),
+    ...loop([
+      ...get(E.srPtr), ...get(E.b), ...get(E.M), MUL, ...get(E.i), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, ...set(E.sr),
+      ...get(E.cPtr), ...get(E.b), ...get(E.Mp), MUL, ...get(E.i), ADD, ...get(E.Np), MUL, ...i32c(2), SHL, ADD, ...set(E.crow),
+      ...get(E.outPtr), ...get(E.b), ...get(E.M), MUL, ...get(E.i), ADD, ...get(E.N), MUL, ...i32c(3), SHL, ADD, ...set(E.orow),
+      ...i32c(0), ...set(E.j),
+      ...loop([
+        ...get(E.orow), ...get(E.j), ...i32c(3), SHL, ADD,
+        ...get(E.crow), ...get(E.j), ...i32c(2), SHL, ADD, ...I32LOAD, F_OF_I32, ...get(E.sr), FMUL,
+        ...get(E.sc0), ...get(E.j), ...i32c(3), SHL, ADD, ...F64LOAD, FMUL, ...F64STORE,
+        ...get(E.j), ...i32c(1), ADD, ...set(E.j), ...get(E.j), ...get(E.N), LT_U, 0x0d, 0,
+      ]),
+      ...get(E.i), ...i32c(1), ADD, ...set(E.i), ...get(E.i), ...get(E.M), LT_U, 0x0d, 0,
+    ]),
+    ...get(E.b), ...i32c(1), ADD, ...set(E.b), ...get(E.b), ...get(E.batch), LT_U, 0x0d, 0,
+  ]),
+  0x0b,
+];
+
+const funcType = (n) => [0x60, ...vec(new Array(n).fill([I32])), 0x00];
+export const GEMM_WASM = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+  ...section(1, vec([funcType(7), funcType(11), funcType(9)])),
+  ...section(3, vec([[0x00], [0x01], [0x02]])),                                 // gemm, quant, epi
+  ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
+  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('gemm'), 0x00, 0x00],
+    [...str('quant'), 0x00, 0x01], [...str('epi'), 0x00, 0x02]])),
+  ...section(10, vec([body, quantBody, epiBody].map((b) => [...uleb(b.length), ...b]))),
+]);
+
+// --- the engine -------------------------------------------------------------------------------
+
+// -> an engine {name, gemm, gemmBT}, or throws (no WebAssembly / no SIMD / failed compile)
+export function createWasmEngine() {
+  if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
+  if (!WebAssembly.validate(GEMM_WASM)) throw new Error('WebAssembly SIMD is not supported here');
+  if (!LE_HOST) throw new Error('the wasm engine assumes a little-endian host');
+  const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
+  const mem = inst.exports.mem, kernel = inst.exports.gemm, quant = inst.exports.quant, epi = inst.exports.epi;
+  const ensure = (bytes) => {
+    const need = Math.ceil((bytes - mem.buffer.byteLength) / 65536);
+    if (need > 0) mem.grow(need);
+  };
+  const al = (n) => (n + 15) & ~15;                 // 16-byte aligned region sizes
+  const engine = {
+    name: 'wasm-simd',
+    // int8 (batch, M, K) @ (int8 (batch, N, K))^T -> Int32Array (batch, M, N)
+    gemmBT(qa, qbT, nb, m, kk, n) {
+      if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
+      const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
+      const aBytes = al(nb * mp * kp * 2), bBytes = al(nb * np * kp * 2), cBytes = nb * mp * np * 4;
+      ensure(aBytes + bBytes + cBytes);
+      const A = new Int16Array(mem.buffer, 0, aBytes / 2);
+      const B = new Int16Array(mem.buffer, aBytes, bBytes / 2);
+      if (kp !== kk || mp !== m) A.fill(0);
+      if (kp !== kk || np !== n) B.fill(0);
+      for (let b = 0; b < nb; b++) {
+        if (kp === kk) {
+          A.set(qa.subarray(b * m * kk, (b + 1) * m * kk), b * mp * kp);
+          B.set(qbT.subarray(b * n * kk, (b + 1) * n * kk), b * np * kp);
+        } else {
+          for (let r = 0; r < m; r++) A.set(qa.subarray((b * m + r) * kk, (b * m + r + 1) * kk), (b * mp + r) * kp);
+          for (let r = 0; r < n; r++) B.set(qbT.subarray((b * n + r) * kk, (b * n + r + 1) * kk), (b * np + r) * kp);
+        }
+      }
+      kernel(0, aBytes, aBytes + bBytes, nb, mp, np, kp);
+      const Cw = new Int32Array(mem.buffer, aBytes + bBytes, cBytes / 4);
+      if (mp === m && np === n) return Cw.slice();
+      const c = new Int32Array(nb * m * n);
+      for (let b = 0; b < nb; b++) {
+        for (let r = 0; r < m; r++) c.set(Cw.subarray((b * mp + r) * np, (b * mp + r) * np + n), (b * m + r) * n);
+      }
+      return c;
+    },
+    // The whole unit in wasm: units.qmatmulT's contract (a holds A or A^T, b holds B or B^T),
+    // the same float operations as quantizeRows/quantizeCols/epilogue, the same integer GEMM.
+    qmatmulT(a, transA, b, transB, nb, m, kk, n) {
+      if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
+      const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
+      const oXa = 0, oXb = oXa + al(a.length * 8), oA = oXb + al(b.length * 8);
+      const oB = oA + al(nb * mp * kp * 2), oSa = oB + al(nb * np * kp * 2), oSb = oSa + al(nb * m * 8);
+      const oC = oSb + al(nb * n * 8), oOut = oC + al(nb * mp * np * 4), end = oOut + nb * m * n * 8;
+      ensure(end);
+      const buf = mem.buffer;
+      new Float64Array(buf, oXa, a.length).set(a);
+      new Float64Array(buf, oXb, b.length).set(b);
+      if (kp !== kk || mp !== m) new Int16Array(buf, oA, nb * mp * kp).fill(0);
+      if (kp !== kk || np !== n) new Int16Array(buf, oB, nb * np * kp).fill(0);
+      // A's logical row i: stored row i (rs = K, cs = 1), or stored column i of (K, M) (rs = 1, cs = M)
+      quant(oXa, oA, oSa, nb, m, kk, m * kk, transA ? 1 : kk, transA ? m : 1, mp, kp);
+      // B's logical column j: stored row j of (N, K), or stored column j of (K, N)
+      quant(oXb, oB, oSb, nb, n, kk, kk * n, transB ? kk : 1, transB ? 1 : n, np, kp);
+      kernel(oA, oB, oC, nb, mp, np, kp);
+      epi(oC, oSa, oSb, oOut, nb, m, n, mp, np);
+      return new Float64Array(buf, oOut, nb * m * n).slice();
+    },
+    gemm(qa, qb, nb, m, kk, n) {
+      const qbT = new Int8Array(nb * n * kk);
+      for (let b = 0; b < nb; b++) {
+        const o = b * kk * n;
+        for (let r = 0; r < kk; r++) for (let c = 0; c < n; c++) qbT[o + c * kk + r] = qb[o + r * n + c];
+      }
+      return this.gemmBT(qa, qbT, nb, m, kk, n);
+    },
+  };
+  const bad = gateEngine(engine) || gateUnit(engine);
+  if (bad) throw new Error(`wasm-simd gemm failed its gate: ${bad}`);
+  return engine;
+}
+
+// Counter-based int8 values for the gate (no Math.random): a 32-bit LCG
+function int8Values(n, seed, lo = -128, hi = 127) {
+  const q = new Int8Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1664525) + 1013904223) >>> 0; q[i] = lo + ((s >>> 8) % (hi - lo + 1)); }
+  return q;
+}
+
+// Compare an engine's gemmBT and gemm with the scalar engine over ragged shapes, random values,
+// +-127 extremes and accumulators at the int32 bound. -> null, or the first mismatch in words.
+export function gateEngine(engine) {
+  const cases = [];
+  const shapes = [[1, 1, 1, 1], [1, 3, 5, 7], [2, 2, 9, 5], [1, 7, 17, 13], [3, 5, 8, 4], [1, 33, 31, 9],
+    [4, 32, 8, 32], [1, 64, 257, 33], [2, 31, 16, 30]];
+  shapes.forEach(([nb, m, kk, n], s) => {
+    cases.push([nb, m, kk, n, int8Values(nb * m * kk, 11 + s), int8Values(nb * n * kk, 97 + s)]);
+    cases.push([nb, m, kk, n, int8Values(nb * m * kk, 5 + s, 127, 127), int8Values(nb * n * kk, 7 + s, -127, -127)]);
+  });
+  const big = MAX_K;                                                     // |acc| = K*127^2 < 2^31
+  cases.push([1, 2, big, 3, new Int8Array(2 * big).fill(127), new Int8Array(3 * big).fill(127)]);
+  cases.push([1, 2, big, 3, new Int8Array(2 * big).fill(-127), new Int8Array(3 * big).fill(127)]);
+  for (const [nb, m, kk, n, qa, qbT] of cases) {
+    const want = cpuEngine.gemmBT(qa, qbT, nb, m, kk, n);
+    const got = engine.gemmBT(qa, qbT, nb, m, kk, n);
+    for (let x = 0; x < want.length; x++) {
+      if (got[x] !== want[x]) return `shape (${nb}, ${m}, ${kk}, ${n}) index ${x}: ${got[x]} vs scalar ${want[x]}`;
+    }
+    const qb = new Int8Array(nb * kk * n);                             // the (K, N) entry point too
+    for (let b = 0; b < nb; b++) for (let r = 0; r < kk; r++) for (let c = 0; c < n; c++) qb[(b * kk + r) * n + c] = qbT[(b * n + c) * kk + r];
+    const got2 = engine.gemm(qa, qb, nb, m, kk, n);
+    for (let x = 0; x < want.length; x++) {
+      if (got2[x] !== want[x]) return `gemm shape (${nb}, ${m}, ${kk}, ${n}) index ${x}: ${got2[x]} vs scalar ${want[x]}`;
+    }
+  }
+  return null;
+}
+
+// float64 test values for the unit gate: normals of many magnitudes, exact ties x/s = n + 1/2,
+// zeros of both signs, subnormals, values below the scale floor, huge values
+function unitValues(n, seed) {
+  const x = new Float64Array(n);
+  let s = seed >>> 0;
+  const next = () => { s = (Math.imul(s, 1664525) + 1013904223) >>> 0; return s; };
+  const special = [0, -0, 5e-324, -5e-324, 1e-300, 2 ** -70, 1e300, -1e300, 127, -127, 0.5, 1.5, -2.5, 63.5, -126.5];
+  for (let i = 0; i < n; i++) {
+    const r = next();
+    if (r % 7 === 0) x[i] = special[next() % special.length];
+    else x[i] = ((next() >>> 8) * 2 ** -24 - 0.5) * 2 ** ((r >>> 4) % 40 - 20);
+  }
+  return x;
+}
+
+const transposeF64 = (x, nb, R, Cc) => {
+  const t = new Float64Array(x.length);
+  for (let b = 0; b < nb; b++) for (let i = 0; i < R; i++) for (let j = 0; j < Cc; j++) t[b * R * Cc + j * R + i] = x[b * R * Cc + i * Cc + j];
+  return t;
+};
+const sameBits = (x, y) => x === y && (x !== 0 || Object.is(x, y)) || (x !== x && y !== y);
+
+// The fused wasm unit against the JS unit (units.js quantizers, scalar GEMM, epilogue), all four
+// transpose cases. -> null, or the first mismatch in words.
+export function gateUnit(engine) {
+  const shapes = [[1, 1, 1, 1], [1, 3, 5, 7], [2, 5, 9, 3], [4, 8, 8, 8], [1, 17, 33, 9], [3, 2, 16, 5]];
+  let seed = 1;
+  for (const [nb, m, kk, n] of shapes) {
+    const A = unitValues(nb * m * kk, seed++), B = unitValues(nb * kk * n, seed++);
+    const qa = quantizeRows(A, nb, m, kk), qb = quantizeCols(B, nb, kk, n);
+    const want = epilogue(cpuEngine.gemm(qa.q, qb.q, nb, m, kk, n), qa.s, qb.s, nb, m, n);
+    for (const ta of [false, true]) for (const tb of [false, true]) {
+      const got = engine.qmatmulT(ta ? transposeF64(A, nb, m, kk) : A, ta, tb ? transposeF64(B, nb, kk, n) : B, tb, nb, m, kk, n);
+      for (let x = 0; x < want.length; x++) {
+        if (!sameBits(got[x], want[x])) return `unit (${nb}, ${m}, ${kk}, ${n}) transA=${ta} transB=${tb} index ${x}: ${got[x]} vs JS ${want[x]}`;
+      }
+    }
+  }
+  return null;
+}

@@ -1,0 +1,112 @@
+"""The JS CPU mirror (frontend_js/) against the Python reference, bit for bit, under node:
+
+1. `python -m daisy.fixtures DIR`, then `node --test tests/js/` with DAISY_FIXTURES=DIR: units,
+   one forward, one backward, 20 training steps' hashes; the wasm engine's gates (tests/js/).
+2. `python -m daisy.train ... --json` and `node frontend_js/cli.mjs ... --json` for 20 steps print
+   identical lines (P=1, P=3, one non-default config); bad settings give the same error message.
+The Python and node processes run concurrently to keep the suite inside its time budget.
+"""
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE = shutil.which("node")
+TIMEOUT = 240
+
+CLI_CASES = {
+    "P1": ["--peers", "1", "--steps", "100", "--stop-after", "20"],
+    "P3": ["--peers", "3", "--steps", "100", "--stop-after", "20", "--batch", "2", "--seq-len", "16"],
+    "w48h3t24l1": ["--peers", "2", "--steps", "100", "--stop-after", "20", "--width", "48", "--heads", "3",
+                   "--seq-len", "24", "--layers", "1", "--batch", "3", "--lr", "20", "--seed", "7"],
+}
+BAD_ARGS = [
+    ["--width", "5"], ["--heads", "8", "--width", "36"], ["--peers", "0"], ["--width", "abc"],
+    ["--stop-after", "0"], ["--steps", "99"], ["--bogus"], ["--s", "3"], ["--seed", "-1"], ["--lr", "51"],
+]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, **kw)
+
+
+def first_diff(a: str, b: str):
+    la, lb = a.splitlines(), b.splitlines()
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            return f"line {i + 1}:\n  python: {x}\n  node:   {y}"
+    return f"line counts differ: python {len(la)}, node {len(lb)}" if len(la) != len(lb) else None
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Everything runs once, concurrently: fixtures then node --test; each CLI pair."""
+    assert NODE, "node is required for the JS mirror tests (install nodejs)"
+    fixtures = tmp_path_factory.mktemp("fixtures")
+
+    def fixture_suite():
+        gen = run([sys.executable, "-m", "daisy.fixtures", str(fixtures)])
+        assert gen.returncode == 0, gen.stderr
+        env = {"DAISY_FIXTURES": str(fixtures), "PATH": "/usr/bin:/bin"}
+        import os
+        env = {**os.environ, **env}
+        return run([NODE, "--test", "tests/js/"], env=env)
+
+    jobs = {"node-test": fixture_suite}
+    for name, args in CLI_CASES.items():
+        jobs[f"py-{name}"] = lambda a=args: run([sys.executable, "-m", "daisy.train", *a, "--json"])
+        jobs[f"js-{name}"] = lambda a=args: run([NODE, "frontend_js/cli.mjs", *a, "--json"])
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {k: pool.submit(f) for k, f in jobs.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def test_node_suite_against_fixtures(results):
+    r = results["node-test"]
+    assert r.returncode == 0, f"node --test tests/js/ failed:\n{r.stdout[-6000:]}\n{r.stderr[-2000:]}"
+    assert "# fail 0" in r.stdout and "# pass " in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("name", list(CLI_CASES))
+def test_cli_json_lines_identical(results, name):
+    py, js = results[f"py-{name}"], results[f"js-{name}"]
+    assert py.returncode == 0, py.stderr
+    assert js.returncode == 0, js.stderr
+    assert len(py.stdout.splitlines()) == 20
+    diff = first_diff(py.stdout, js.stdout)
+    assert diff is None, f"{name}: python and node --json output differ at {diff}"
+
+
+def test_cli_bad_settings_same_messages():
+    """Out-of-range settings: exit 2 and the same 'error: ...' message, no stack trace."""
+    for args in BAD_ARGS:
+        py = run([sys.executable, "-m", "daisy.train", *args])
+        js = run([NODE, "frontend_js/cli.mjs", *args])
+        assert py.returncode == 2 and js.returncode == 2, (args, py.returncode, js.returncode, js.stderr)
+        py_msg = py.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
+        js_msg = js.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
+        assert js_msg == py_msg, f"{args}: python says {py_msg!r}, node says {js_msg!r}"
+        assert "    at " not in js.stderr, f"{args}: node printed a stack trace:\n{js.stderr}"
+
+
+def test_cli_data_files(tmp_path):
+    """--data: a raw uint16 token file and a text file train; a missing file, a parquet path and
+    an out-of-vocabulary token are refused with a message, exit 2."""
+    text = "\n\n\n".join(f"document {i}: the quick brown fox jumps over the lazy dog." * 3 for i in range(20))
+    (tmp_path / "c.txt").write_text(text, encoding="utf-8")
+    import numpy as np
+    from daisy.tokenizer import encode_documents
+    encode_documents(text.split("\n\n\n")).astype("<u2").tofile(tmp_path / "c.u16")
+    a = run([NODE, "frontend_js/cli.mjs", "--data", str(tmp_path / "c.txt"), "--stop-after", "2", "--json"])
+    b = run([NODE, "frontend_js/cli.mjs", "--data", str(tmp_path / "c.u16"), "--stop-after", "2", "--json"])
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    assert a.stdout == b.stdout and len(a.stdout.splitlines()) == 2
+    np.array([1, 2, 300], dtype="<u2").tofile(tmp_path / "bad.u16")
+    for path, words in [(tmp_path / "missing.txt", "no such file"), (tmp_path / "x.parquet", "parquet"),
+                        (tmp_path / "bad.u16", "outside the vocabulary")]:
+        r = run([NODE, "frontend_js/cli.mjs", "--data", str(path), "--stop-after", "1"])
+        assert r.returncode == 2 and words in r.stderr and "    at " not in r.stderr, (path, r.returncode, r.stderr)
