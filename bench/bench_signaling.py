@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,36 @@ SECTION = "## Signaling load"
 COMPRESSION = "deflate"  # what browsers offer; --no-deflate turns it off
 
 
-def start_server() -> tuple[subprocess.Popen, int]:
+APPS = {"daisy": ["daisy.signaling:make_app"],  # the real server
+        "bare": ["--app-dir", "bench", "bench_signaling:make_bare_app"]}  # the baseline
+
+
+def make_bare_app():
+    """Baseline: the same uvicorn + FastAPI stack with the least relay that works (no groups,
+    checks, outboxes or keep-alive): what the harness and this machine cost on their own."""
+    app, sockets = FastAPI(), {}
+
+    @app.websocket("/signal")
+    async def bare(ws: WebSocket) -> None:
+        await ws.accept()
+        peer_id = os.urandom(4).hex()
+        sockets[peer_id] = ws
+        await ws.send_text(json.dumps({"type": "welcome", "peerId": peer_id, "role": "member"}))
+        try:
+            while True:
+                msg = json.loads(await ws.receive_text())
+                target = sockets.get(msg.get("to"))
+                if target is not None:
+                    await target.send_text(json.dumps({"type": "relay", "from": peer_id,
+                                                       "data": msg["data"]}))
+        except WebSocketDisconnect:
+            pass
+        finally:
+            del sockets[peer_id]
+    return app
+
+
+def start_server(app: str) -> tuple[subprocess.Popen, int]:
     """uvicorn on a socket bound here (no port race), handed over by file descriptor."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -38,7 +68,7 @@ def start_server() -> tuple[subprocess.Popen, int]:
     sock.listen(1024)
     port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "daisy.signaling:make_app", "--factory",
+        [sys.executable, "-m", "uvicorn", *APPS[app], "--factory",
          "--fd", str(sock.fileno()), "--log-level", "warning", "--backlog", "1024"],
         cwd=ROOT, pass_fds=[sock.fileno()])
     sock.close()
@@ -130,8 +160,9 @@ def plan_clients(n: int, room_size: int, net_size: int) -> list[BenchClient]:
     return clients[:n]
 
 
-async def one_run(n: int, count: int, rate: float, room_size: int, net_size: int) -> dict:
-    proc, port = start_server()
+async def one_run(app: str, n: int, count: int, rate: float, room_size: int,
+                  net_size: int) -> dict:
+    proc, port = start_server(app)
     clients = plan_clients(n, room_size, net_size)
     try:
         for _ in range(200):  # wait for the server to listen
@@ -220,46 +251,70 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     loads = [(f"paced {r:g}/s", round(r * args.seconds), r) for r in rates]
     loads.append(("burst 50", 50, float("inf")))
-    rows, load_avg = {}, [os.getloadavg()[0]]
+    rows, load_avg = [], [os.getloadavg()[0]]
     for name, count, rate in loads:
-        runs = []
-        for _ in range(args.runs):
-            runs.append(asyncio.run(one_run(args.clients, count, rate, args.room_size, args.net_size)))
-            load_avg.append(os.getloadavg()[0])
-            print(name, {k: round(v, 2) for k, v in runs[-1].items()}, flush=True)
-        rows[name] = (median_row(runs), runs)
-    header = ("| load | clients | relays sent | dropped | dup | misrouted | errors | p50 ms | p99 ms "
-              "| msgs/s | server CPU | server RSS MiB (peak) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+        runs = {"daisy": [], "bare": []}
+        for _ in range(args.runs):  # alternate server and baseline so drift hits both alike
+            for app in runs:
+                runs[app].append(asyncio.run(one_run(app, args.clients, count, rate,
+                                                     args.room_size, args.net_size)))
+                load_avg.append(os.getloadavg()[0])
+                print(name, app, {k: round(v, 2) for k, v in runs[app][-1].items()}, flush=True)
+        rows += [(name, app, median_row(r), r) for app, r in runs.items()]
+    header = ("| load | server | relays sent | dropped | dup | misrouted | errors | p50 ms | p99 ms "
+              "| msgs/s | server CPU | server RSS MiB (peak) |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     table = header + "".join(
-        f"| {name} | {m['clients']:.0f} | {m['sent']:.0f} | {max(r['dropped'] for r in runs)} "
+        f"| {name} | {app} | {m['sent']:.0f} | {max(r['dropped'] for r in runs)} "
         f"| {max(r['duplicates'] for r in runs)} | {max(r['misrouted'] for r in runs)} "
         f"| {max(r['errors'] for r in runs)} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} "
         f"| {m['msgs_per_s']:.0f} | {m['server_cpu']:.2f} | {m['rss_mib']:.1f} ({m['peak_rss_mib']:.1f}) |\n"
-        for name, (m, runs) in rows.items())
-    print(table)
+        for name, app, m, runs in rows)
+    ratios = "\n".join(
+        f"- {name}: p50 {m['p50_ms'] / b['p50_ms']:.2f}x, p99 {m['p99_ms'] / b['p99_ms']:.2f}x, "
+        f"msgs/s {m['msgs_per_s'] / b['msgs_per_s']:.2f}x of the baseline"
+        for (name, _, m, _), (_, _, b, _) in zip(rows[::2], rows[1::2]))
+    daisy_rows = [(name, m, runs) for name, app, m, runs in rows if app == "daisy"]
+    def verdict_line(name: str, m: dict, runs: list[dict]) -> str:
+        clean = not any(r["dropped"] or r["misrouted"] or r["duplicates"] for r in runs)
+        latency = (f"p99 {m['p99_ms']:.1f} ms ({'met' if m['p99_ms'] < 50 else 'NOT met'})"
+                   if name.startswith("paced") else "p99 is queueing here (capacity test, no target)")
+        memory = f"peak RSS {m['peak_rss_mib']:.0f} MiB ({'met' if m['peak_rss_mib'] < 300 else 'NOT met'})"
+        return f"- {name}: dropped/misrouted {'0' if clean else 'NOT 0'}, {latency}, {memory}"
+    verdict = "\n".join(verdict_line(*row) for row in daisy_rows)
+    print(table + "\n" + ratios + "\n" + verdict)
     load_text = f"{min(load_avg):.1f}-{max(load_avg):.1f}"
     print("1-min load average during the runs:", load_text)
     section = f"""{SECTION}
 
-Method: `python bench/bench_signaling.py --write` ({args.runs} runs per load, a fresh server
-subprocess each run; table cells are the median over runs, except dropped/dup/misrouted/errors,
-which are the worst run). Machine: {os.cpu_count()} cores ({cpu_model()}), Python
-{platform.python_version()}, uvicorn + websockets-sansio, loopback. {args.clients} clients: half in
-rooms of {args.room_size} (the host approves everyone), half in network groups of {args.net_size}
-told apart by `X-Forwarded-For` (one group without the header: loopback). Every client relays to
-its group-mates round-robin; each relay carries sender, addressee, sequence number and send time,
-checked on arrival (`from` stamp = sender, addressee = receiver, each exactly once). Latency is
-send -> receive on one clock, through the server, so it includes the client process's own event
-loop (all {args.clients} clients share one Python process). "paced R/s": every client sends R
-relays/s for {args.seconds:g} s (the default rate limit is 50/s). "burst 50": every client sends 50
-relays back to back ({args.clients * 50} at once: latency there is mostly queueing, msgs/s is the
-capacity). Server CPU: cores used by the server process during the load; RSS read from
-`/proc/PID/status` (VmRSS after the load; VmHWM peak). Compression:
-{COMPRESSION or "none"} (browsers offer permessage-deflate). The machine is shared with other
-jobs: 1-minute load average {load_text} during these runs. Targets: zero dropped/misrouted,
-p99 < 50 ms, memory < 300 MB.
+Method (`python bench/bench_signaling.py --write`):
+- Machine: {os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, uvicorn with
+  websockets-sansio, loopback; shared with other jobs (1-minute load average {load_text} during
+  these runs). Client compression: {COMPRESSION or "none"} (browsers offer permessage-deflate).
+- {args.clients} clients in one Python process: half in rooms of {args.room_size} (the host approves
+  everyone), half in network groups of {args.net_size} told apart by `X-Forwarded-For` (one group
+  without the header: loopback). Each client relays to its group-mates round-robin.
+- Each relay carries sender, addressee, sequence number and send time, checked on arrival: the
+  `from` stamp is the sender, the addressee is the receiver, each relay arrives exactly once.
+  Latency: send -> receive on one clock, through the server (so it includes the clients' own
+  event loop).
+- Loads: "paced R/s": every client sends R relays/s for {args.seconds:g} s (the default rate limit is
+  50/s). "burst 50": every client sends 50 relays back to back ({args.clients * 50} at once: latency
+  there is queueing; msgs/s is the capacity).
+- Baseline "bare": the same uvicorn + FastAPI stack with a minimal relay (no groups, checks,
+  outbox or keep-alive), run alternately with the real server ("daisy"). {args.runs} runs of each per
+  load, a fresh server subprocess per run; cells are medians, except dropped/dup/misrouted/errors
+  (worst run). Server CPU: cores used by the server process during the load. RSS from
+  `/proc/PID/status` (VmRSS after the load; VmHWM peak).
+- Targets: zero dropped/misrouted, p99 < 50 ms, memory < 300 MB.
 
-{table}"""
+{table}
+daisy vs. the baseline (same run, medians):
+{ratios}
+
+Against the targets:
+{verdict}
+"""
     if args.write:
         write_section(section)
         print("updated", ROOT / "TEST_RESULTS.md")
