@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import os
 import re
 import secrets
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, WebSocket
 
+log = logging.getLogger("daisy.signaling")
 DEFAULT_ICE_SERVERS = [{"urls": "stun:stun.l.google.com:19302"}]
 ROOM_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_NAME = 40
@@ -276,6 +278,9 @@ class SignalingHub:
         finally:
             for task in (reader, writer, keepalive, stuck):
                 task.cancel()
+            if reader.done() and not reader.cancelled() and reader.exception():
+                log.error("signaling: peer %s dropped by a server error", seat.id,
+                          exc_info=reader.exception())
             self._detach(seat, conn)
 
     def _attach(self, conn: Connection, key: str, token: str | None, name: str | None) -> Seat:
