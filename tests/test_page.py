@@ -124,6 +124,19 @@ def wait_state(page, js_condition: str, what: str):
         raise AssertionError(f"{what}: not within {WAIT_MS} ms; state is {json.dumps(state(page))[:1500]}")
 
 
+def test_app_host_and_port_from_flags_and_environment():
+    import app
+    assert (app.parse_args([], env={}).host, app.parse_args([], env={}).port) == ("0.0.0.0", 7860)
+    spaces = app.parse_args([], env={"GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": "7861"})
+    assert (spaces.host, spaces.port) == ("0.0.0.0", 7861)
+    both = app.parse_args([], env={"PORT": "8001", "GRADIO_SERVER_PORT": "7861", "HOST": "127.0.0.1"})
+    assert (both.host, both.port) == ("127.0.0.1", 8001)
+    flags = app.parse_args(["--host", "::1", "--port", "9000"], env={"PORT": "8001", "HOST": "127.0.0.1"})
+    assert (flags.host, flags.port) == ("::1", 9000)
+    with pytest.raises(SystemExit, match="PORT='http' is not a port number"):
+        app.parse_args([], env={"PORT": "http"})
+
+
 def test_offline_app_starts_and_says_why(servers):
     base = servers["offline"]                 # port came from $PORT, host from $HOST
     page = httpx.get(base + "/", timeout=5)
