@@ -4,12 +4,13 @@
 //   context = last seq_len tokens of (prompt + tokens so far)  (an empty prompt starts at EOT)
 //   logits  = forward(params, context)[last position]          (the full-context INT8 forward)
 // No KV cache: P.V quantizes v per column over the whole context, so a cached forward would
-// not give the reference's bits.
+// not give the reference's bits. lastLogits below is model.forward for one sequence, computing
+// in the last block only what the last position needs (exact: see its comment).
 import { key, uniform, PURPOSE_SAMPLE } from './prng.js';
 import { exp, treeSum } from './detmath.js';
-import { forward } from './model.js';
+import { causalSoftmax, rmsnorm } from './model.js';
 import { EOT, VOCAB_SIZE, encode, decode } from './tokenizer.js';
-import { cpuEngine } from './units.js';
+import { cpuEngine, qmatmulT } from './units.js';
 
 export const MAX_TOKENS = 2000;
 export const MAX_SEED = 2 ** 32 - 1;
@@ -66,6 +67,81 @@ export function nextToken(logits, i, temperature, topK, seed) {
   return last;
 }
 
+// qkv (T, 3C) as (T, 3, H, D) -> part s as (H, T, D), rows t0..T-1 (model.js splitHeads, B = 1)
+function heads(qkv, part, T, H, D, t0 = 0) {
+  const C = H * D, n = T - t0, out = new Float64Array(H * n * D);
+  for (let h = 0; h < H; h++) for (let t = t0; t < T; t++) {
+    const src = t * 3 * C + part * C + h * D, dst = (h * n + (t - t0)) * D;
+    for (let d = 0; d < D; d++) out[dst + d] = qkv[src + d];
+  }
+  return out;
+}
+
+// yh (H, n, D) -> (n, C) (model.js mergeHeads, B = 1)
+function merged(yh, n, H, D) {
+  const C = H * D, out = new Float64Array(n * C);
+  for (let h = 0; h < H; h++) for (let t = 0; t < n; t++) {
+    for (let d = 0; d < D; d++) out[t * C + h * D + d] = yh[(h * n + t) * D + d];
+  }
+  return out;
+}
+
+// idx (T,) -> the logits (V,) of the last position: bit for bit model.forward(idx as (1, T))'s
+// last row. Blocks 0..L-2 run in full (later blocks read every position's k and v). In the last
+// block every quantization is per row of the left operand (each row on its own) or per column
+// of a weight, except P.V's v (per column over all T: computed in full); so the queries,
+// softmax, projections, MLP, final norm and head are computed for the last row only.
+export async function lastLogits(params, cfg, idx, T, engine = cpuEngine) {
+  const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, D = Math.floor(C / H);
+  const attScale = 1.0 / Math.sqrt(D);
+  const mm = (a, ta, b, tb, batch, M, K, N) => qmatmulT(engine, a, ta, b, tb, batch, M, K, N);
+  const wte = params['wte.weight'], wpe = params['wpe.weight'];
+  let x = new Float64Array(T * C);                                            // (T, C)
+  for (let t = 0; t < T; t++) {
+    const r = idx[t] * C;
+    for (let c = 0; c < C; c++) x[t * C + c] = wte[r + c] + wpe[t * C + c];
+  }
+  let n = T;                                                                   // rows of x kept
+  for (let l = 0; l < L; l++) {
+    const p = `blocks.${l}.`, last = l === L - 1;
+    const [xn1] = rmsnorm(x, params[p + 'norm1.weight'], T, C);              // (T, C)
+    const qkv = await mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, T, C, 3 * C);   // (T, 3C)
+    const k = heads(qkv, 1, T, H, D), v = heads(qkv, 2, T, H, D);            // (H, T, D)
+    let yh;
+    if (!last) {
+      const q = heads(qkv, 0, T, H, D);                                      // (H, T, D)
+      const s = await mm(q, false, k, true, H, T, D, T);                     // (H, T, T)
+      for (let i = 0; i < s.length; i++) s[i] = s[i] * attScale;
+      yh = await mm(causalSoftmax(s, H, T), false, v, false, H, T, T, D);   // (H, T, D)
+    } else {
+      const q = heads(qkv, 0, T, H, D, T - 1);                               // (H, 1, D)
+      const s = await mm(q, false, k, true, H, 1, D, T);                     // (H, 1, T)
+      for (let i = 0; i < s.length; i++) s[i] = s[i] * attScale;
+      const pr = new Float64Array(H * T), e = new Float64Array(T);           // causalSoftmax's row T-1
+      for (let h = 0; h < H; h++) {
+        const o = h * T;
+        let m = s[o];
+        for (let j = 1; j < T; j++) if (s[o + j] > m) m = s[o + j];
+        for (let j = 0; j < T; j++) e[j] = exp(s[o + j] - m);
+        const z = treeSum(e, 0, T);
+        for (let j = 0; j < T; j++) pr[o + j] = e[j] / z;
+      }
+      yh = await mm(pr, false, v, false, H, 1, T, D);                        // (H, 1, D)
+      x = x.slice((T - 1) * C);                                              // (1, C)
+      n = 1;
+    }
+    const att = await mm(merged(yh, n, H, D), false, params[p + 'attn.proj.weight'], true, 1, n, C, C);
+    for (let i = 0; i < x.length; i++) x[i] = x[i] + att[i];
+    const [xn2] = rmsnorm(x, params[p + 'norm2.weight'], n, C);              // (n, C)
+    const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, n, C, 4 * C);        // (n, 4C)
+    for (let i = 0; i < h.length; i++) h[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;   // ReLU
+    const mlp = await mm(h, false, params[p + 'mlp.proj.weight'], true, 1, n, 4 * C, C);
+    for (let i = 0; i < x.length; i++) x[i] = x[i] + mlp[i];
+  }
+  const [xf] = rmsnorm(x, params['norm_f.weight'], n, C);                    // (1, C)
+  return mm(xf, false, params['head.weight'], true, 1, 1, C, V);             // (1, V)
+}
+
 // The same checks and messages as daisy.generate.generate (and the seed check of its CLI).
 export function checkSettings(nTokens, temperature, topK, seed) {
   if (!(Number.isInteger(nTokens) && nTokens >= 0 && nTokens <= MAX_TOKENS)) {
@@ -93,8 +169,8 @@ export async function generate(params, cfg, prompt, nTokens,
   for (let i = 0; i < nTokens; i++) {
     const ctx = Int32Array.from(ids.slice(-cfg.seq_len));                   // (1, T')
     const T = ctx.length;
-    const logits = await forward(params, cfg, ctx, 1, T, null, engine);    // (T', V)
-    const t = nextToken(logits.subarray((T - 1) * VOCAB_SIZE, T * VOCAB_SIZE), i, temperature, topK, seed);
+    const logits = await lastLogits(params, cfg, ctx, T, engine);          // (V,)
+    const t = nextToken(logits, i, temperature, topK, seed);
     ids.push(t);
     out.push(t);
     if (onToken) onToken(i, t);
