@@ -180,3 +180,42 @@ def test_cli_names_bad_checkpoints(tmp_path, content, message):
     assert r.stderr.startswith("error: ") and message in r.stderr and str(path) in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not out.exists()
+
+
+OPEN_KIT_CASES = """
+import { readFileSync } from 'node:fs';
+import { openKit } from './frontend_js/kit/kit.js';
+const [meta, weights] = JSON.parse(readFileSync(0, 'utf8'));      // from stdin
+const variants = {
+  'not a kit': [{ ...meta, format: 'something-else' }, weights],
+  'version': [{ ...meta, version: 99 }, weights],
+  'tokenizer': [{ ...meta, tokenizer: 'gpt2' }, weights],
+  'config': [{ ...meta, config: { ...meta.config, width: 5 } }, weights],
+  'dimensions': [{ ...meta, config: { ...meta.config, layers: 1 } }, weights],
+  'base64': [meta, weights.slice(0, 10) + '!!' + weights.slice(12)],
+  'good': [meta, weights],
+};
+const out = {};
+for (const [name, [m, w]] of Object.entries(variants)) {
+  try { out[name] = 'ok ' + openKit(m, w).hash; } catch (e) { out[name] = `${e.name}: ${e.message}`; }
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def test_open_kit_names_each_problem(kit):
+    """The kit's loader (frontend_js/kit/kit.js openKit) under node, on the kit's own data."""
+    meta = json.loads(re.search(r'id="daisy-kit-meta">(.*?)</script>', kit["html"]).group(1))
+    weights = WEIGHTS_RE.search(kit["html"]).group(2)
+    r = subprocess.run(["node", "--input-type=module", "-e", OPEN_KIT_CASES], input=json.dumps([meta, weights]),
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    n_values = sum(w.size for w in kit["ck"].params.values())
+    assert out["good"] == "ok " + kit["ck"].weight_hash
+    assert out["not a kit"] == "KitError: this is not a DaisyChain inference kit"
+    assert out["version"] == "KitError: kit format version 99; this kit code reads version 1"
+    assert out["tokenizer"] == 'KitError: tokenizer "gpt2"; this code has daisy-bytes-v1'
+    assert out["config"] == "KitError: bad config in the kit: model width (width) must be in 16..128, got 5"
+    assert out["dimensions"].startswith(f"KitError: the embedded weights have {n_values * 8} bytes; this config needs ")
+    assert out["base64"] == "KitError: the embedded weights are not valid base64 (the kit file is damaged)"
