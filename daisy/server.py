@@ -77,15 +77,16 @@ def _start_js() -> str:
     names = [name for name, *_ in SETTINGS]
     fields = ", ".join(f"{n}: Math.round({n})" for n in names)
     return (f"({', '.join(names)}) => {{ "
-            f"if (window.daisy) window.daisy.start({{{fields}}}); "
+            # the panel shows why a start failed; catch so it is not an unhandled rejection
+            f"if (window.daisy) window.daisy.start({{{fields}}}).catch(() => {{}}); "
             f"else alert('The peer has not loaded yet.'); return []; }}")
 
 
 # Generate: window.daisy.generate(prompt, {temperature, topK, seed}) -> text, when a model exists.
 GENERATE_JS = f"""async (prompt, temperature, top_k, seed) => {{
   const d = window.daisy;
-  if (!d || typeof d.generate !== 'function' || !d.hasModel || !d.hasModel())
-    return {json.dumps(NO_MODEL)};
+  if (!d || !d.hasModel || !d.hasModel()) return {json.dumps(NO_MODEL)};
+  if (typeof d.generate !== 'function') return 'Generation is not available in this build yet.';
   try {{ return await d.generate(prompt, {{temperature, topK: Math.round(top_k), seed: Math.round(seed)}}); }}
   catch (e) {{ return 'Generation failed: ' + (e && e.message || e); }}
 }}"""

@@ -189,7 +189,11 @@ export class Peer {
   // Starts a run and resolves once it is running (not when it ends); rejects on bad config or
   // missing compute. Progress: `step` events and state().
   async start(config = {}) {
-    if (this.run) throw new Error('a run is already going: stop() it first');
+    if (this.run) {
+      const msg = 'a run is already going: stop it first';
+      this.set({ error: msg });
+      throw new Error(msg);
+    }
     const compute = await this.loadCompute();
     await this.pathReady;
     if (compute.error) { this.set({ error: compute.error }); throw new Error(compute.error); }

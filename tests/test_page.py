@@ -259,6 +259,9 @@ def test_start_trains_and_the_hash_moves(servers, pages):
     wait_state(page, "s.running && s.step >= 1", "run from the button")
     got = {k: v for k, v in state(page)["config"].items() if k in {n for n, *_ in SETTINGS}}
     assert got == {n: getattr(Config(), n) for n, *_ in SETTINGS}, got
+    page.get_by_role("button", name="Start training").click()      # a second start is refused
+    page.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('already going')",
+                           timeout=WAIT_MS)
     page.get_by_role("button", name="Stop", exact=True).click()
     wait_state(page, "!s.running", "stopped from the button")
     # bad settings get a clear error naming the setting; the page stays usable
