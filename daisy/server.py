@@ -8,6 +8,8 @@ Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
     /data/...      training data                daisy.datastream
     /js/...        frontend_js/ (ES modules)    the browser peer
     /kernels/...   kernels/ (WGSL)              loaded by frontend_js at run time
+    /api/checkpoint.pt, /api/model.safetensors, /api/kit.html, /api/load
+                   the model routes             make_model_router() (below)
     /              the Gradio Blocks page       build_page()
 Gradio owns /static and /assets, so our files live under their own prefixes.
 
@@ -16,20 +18,46 @@ controls; their events run JavaScript only (fn=None, js=...), calling `window.da
 (frontend_js/peer.js). The peer's own DOM (peer list, join requests, live readouts, loss plot)
 lives in ONE gr.HTML whose value is never set again: setting it would re-render the template
 and strip the DOM the JS built (DESIGN §5).
+
+The model routes. The server sees weights only when a user asks (DESIGN §4): the page POSTs its
+replica to turn it into a file (.pt, model.safetensors, the inference kit), or POSTs a .pt to
+get its state back. Replicas travel in one compact binary form, the *state body*:
+
+    bytes 0..7     u64 LE  N = length of the header (a multiple of 8: JSON padded with spaces)
+    bytes 8..8+N   UTF-8 JSON header:
+                   {"format": "daisychain-state", "version": 1, "config": {8 ints},
+                    "step": int, "adam_t": int, "parts": ["model"] | ["model", "optim.m", "optim.v"],
+                    ["weight_hash": hex str], ["extra": {plain values}]}
+    then           float64 little-endian values: for each part in order, every tensor of the
+                   config in the canonical order (daisy.model.param_shapes), row-major.
+                   The length must be exactly what the config and parts say.
+
+The float data starts 8-byte aligned, so the page reads it with one Float64Array per tensor.
+A weight_hash, when given, must equal the hash of the weights received (a transfer check).
+Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit.
 """
 from __future__ import annotations
 
 import html
 import json
+import struct
 from pathlib import Path
 
 import gradio as gr
-from fastapi import FastAPI
+import numpy as np
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from .config import RANGES, Config
+from .checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, param_shapes,
+                         save_checkpoint, save_safetensors)
+from .config import RANGES, Config, ConfigError
 from .datastream import DataSource, make_data_router
+from .hashing import weight_hash
+from .kit import KitError, render_kit
 from .signaling import SignalingHub, make_signaling_router
+from .tokenizer import TOKENIZER_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 JS_DIR = ROOT / "frontend_js"
@@ -82,17 +110,23 @@ def _start_js() -> str:
             f"else alert('The peer has not loaded yet.'); return []; }}")
 
 
-# Generate: window.daisy.generate(prompt, {temperature, topK, seed}) -> text, when a model exists.
-GENERATE_JS = f"""async (prompt, temperature, top_k, seed) => {{
+# Generate: runs in the page (frontend_js/generate.js through window.daisy.generate) on the
+# peer's current weights: the weights stay in the browser, and the page's text is the one the
+# Python reference gives for the same weights, prompt, settings and seed (tested).
+GENERATE_JS = f"""async (prompt, temperature, top_k, seed, tokens) => {{
   const d = window.daisy;
   if (!d || !d.hasModel || !d.hasModel()) return {json.dumps(NO_MODEL)};
   if (typeof d.generate !== 'function') return 'Generation is not available in this build yet.';
-  try {{ return await d.generate(prompt, {{temperature, topK: Math.round(top_k), seed: Math.round(seed)}}); }}
-  catch (e) {{ return 'Generation failed: ' + (e && e.message || e); }}
+  try {{
+    const text = await d.generate(prompt, {{temperature, topK: Math.round(top_k), seed: Math.round(seed),
+                                           tokens: Math.round(tokens)}});
+    return prompt + text;
+  }} catch (e) {{ return 'Generation failed: ' + (e && e.message || e); }}
 }}"""
 
-# Checkpoint / kit buttons: a model exists only in the browsers; until the peer can export one,
-# say so instead of failing silently.
+
+# Checkpoint / kit buttons: the page sends its replica to the model routes and saves the file
+# they return; the message (file, size, hash) lands in the status line.
 def _model_action_js(method: str, what: str) -> str:
     return f"""async () => {{
   const d = window.daisy;
@@ -100,6 +134,18 @@ def _model_action_js(method: str, what: str) -> str:
   if (typeof d.{method} !== 'function') return {json.dumps(what + " is not available in this build yet.")};
   try {{ return await d.{method}(); }} catch (e) {{ return '{what} failed: ' + (e && e.message || e); }}
 }}"""
+
+
+# Load checkpoint: a native file input in its own gr.HTML (value never set again, like the
+# peer panel), wired by ui.js mountLoader. A Gradio upload would put the file on the server's
+# disk and back through a Python event; the page needs the state in the browser, so it POSTs
+# the file to /api/load itself and hands the answer to window.daisy.load.
+LOADER_HTML = ('<div id="daisy-loader" class="daisy-loader">'
+               '<button type="button" class="daisy-load-button" data-role="load-button">Load checkpoint (.pt)</button>'
+               '<input type="file" accept=".pt" data-role="load-file" hidden>'
+               '<span class="daisy-load-status" data-role="load-status"></span></div>')
+LOADER_JS = (f"import('{JS_PREFIX}/ui.js').then((m) => m.mountLoader(element))"
+             ".catch((e) => { element.textContent = 'The checkpoint loader failed to load: ' + e; });")
 
 
 def build_page(source: DataSource) -> gr.Blocks:
@@ -131,6 +177,7 @@ def build_page(source: DataSource) -> gr.Blocks:
                                             elem_id="gen-temperature")
                     top_k = gr.Slider(1, 257, value=40, step=1, label="Top-k", elem_id="gen-top-k")
                     seed = gr.Number(value=0, precision=0, label="Seed", elem_id="gen-seed")
+                    tokens = gr.Slider(1, 2000, value=200, step=1, label="Tokens", elem_id="gen-tokens")
                 generate = gr.Button("Generate", elem_id="gen-button")
                 generated = gr.Textbox(label="Generated text", value=NO_MODEL, interactive=False,
                                        lines=4, elem_id="gen-output")
@@ -138,22 +185,237 @@ def build_page(source: DataSource) -> gr.Blocks:
                 gr.Markdown("### Checkpoint and inference kit")
                 with gr.Row():
                     save_ckpt = gr.Button("Download checkpoint (.pt)", elem_id="ckpt-download")
-                    load_ckpt = gr.UploadButton("Load checkpoint (.pt)", file_types=[".pt"],
-                                                elem_id="ckpt-load")
+                    save_weights = gr.Button("Download weights (model.safetensors)",
+                                             elem_id="safetensors-download")
                     kit = gr.Button("Download inference kit", elem_id="kit-download")
+                gr.HTML(LOADER_HTML, js_on_load=LOADER_JS, elem_id="ckpt-load")
                 model_status = gr.Markdown(NO_MODEL, elem_id="model-status")
 
         start.click(None, inputs=sliders, outputs=None, js=_start_js())
         stop.click(None, js="() => { if (window.daisy) window.daisy.stop(); return []; }")
-        generate.click(None, inputs=[prompt, temperature, top_k, seed], outputs=generated,
+        generate.click(None, inputs=[prompt, temperature, top_k, seed, tokens], outputs=generated,
                        js=GENERATE_JS)
         save_ckpt.click(None, outputs=model_status,
                         js=_model_action_js("downloadCheckpoint", "Checkpoint download"))
+        save_weights.click(None, outputs=model_status,
+                           js=_model_action_js("downloadSafetensors", "Weights download"))
         kit.click(None, outputs=model_status, js=_model_action_js("downloadKit", "Inference kit"))
-        load_ckpt.upload(lambda f: "Loading checkpoints arrives with the checkpoint widgets; "
-                                   "nothing was loaded.", inputs=load_ckpt, outputs=model_status)
         page.load(lambda: data_status_text(source), outputs=data_status)
     return page
+
+
+# ---------------------------------------------------------------------------------------------
+# The state body (format in the module docstring) and the model routes
+
+STATE_FORMAT = "daisychain-state"
+STATE_VERSION = 1
+PARTS_WEIGHTS = ("model",)
+PARTS_FULL = ("model", "optim.m", "optim.v")
+MAX_STATE_HEADER = 64 * 1024
+
+
+def _largest_config_values() -> int:
+    top = Config(**{name: RANGES[name][1] for name in ("width", "seq_len", "layers", "heads")})
+    return sum(int(np.prod(s)) for s in param_shapes(top).values())
+
+
+# the largest settings' full state (~38 MiB) plus the header: a bigger body is refused unread
+MAX_STATE_BYTES = 8 + MAX_STATE_HEADER + 8 * len(PARTS_FULL) * _largest_config_values()
+MAX_CHECKPOINT_BYTES = DEFAULT_MAX_BYTES           # uploads to /api/load
+
+
+class StateError(ValueError):
+    """A state body is refused; the message names the problem."""
+
+
+def encode_state(*, config, step: int, params: dict, adam_m: dict | None = None,
+                 adam_v: dict | None = None, adam_t: int | None = None, weight_hash: str | None = None,
+                 extra: dict | None = None) -> bytes:
+    """A replica -> the state body. With adam_m/adam_v all three parts, else the weights only."""
+    cfg = config.to_dict() if isinstance(config, Config) else dict(config)
+    shapes = param_shapes(cfg)
+    groups = [params] if adam_m is None else [params, adam_m, adam_v]
+    header = {"format": STATE_FORMAT, "version": STATE_VERSION, "config": cfg, "step": int(step),
+              "adam_t": int(step if adam_t is None else adam_t),
+              "parts": list(PARTS_WEIGHTS if adam_m is None else PARTS_FULL)}
+    if weight_hash is not None:
+        header["weight_hash"] = weight_hash
+    if extra is not None:
+        header["extra"] = extra
+    hjson = json.dumps(header, separators=(",", ":")).encode()
+    hjson += b" " * (-len(hjson) % 8)
+    chunks = [struct.pack("<Q", len(hjson)), hjson]
+    for group in groups:
+        chunks += [np.ascontiguousarray(group[name], dtype="<f8").tobytes() for name in shapes]
+    return b"".join(chunks)
+
+
+def _header_int(header: dict, key: str) -> int:
+    v = header.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise StateError(f"state header: {key} must be a non-negative integer, got {v!r:.40}")
+    return v
+
+
+def decode_state(body, *, need_optim: bool) -> dict:
+    """The state body -> {config (dict), step, adam_t, params, adam_m, adam_v (None when only
+    the weights came), weight_hash (computed), extra}. Shapes come from the config; the data
+    length must match exactly."""
+    data = memoryview(body).cast("B")
+    if len(data) < 8:
+        raise StateError(f"the state body is {len(data)} bytes, shorter than its 8-byte header length")
+    (hlen,) = struct.unpack("<Q", data[:8])
+    if hlen > MAX_STATE_HEADER or hlen > len(data) - 8:
+        raise StateError(f"state header length {hlen} is over the limit of {MAX_STATE_HEADER} bytes "
+                         f"or past the end of the {len(data)}-byte body")
+    if hlen % 8:
+        raise StateError(f"state header length {hlen} is not a multiple of 8")
+    try:
+        header = json.loads(bytes(data[8:8 + hlen]))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise StateError(f"state header is not JSON ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != STATE_FORMAT:
+        raise StateError(f"not a DaisyChain state body (expected format {STATE_FORMAT!r})")
+    if header.get("version") != STATE_VERSION:
+        raise StateError(f"unsupported state version {header.get('version')!r:.20} "
+                         f"(this server knows {STATE_VERSION})")
+    raw_cfg = header.get("config")
+    if not isinstance(raw_cfg, dict):
+        raise StateError("state header: config must be an object of the run's settings")
+    try:
+        cfg = Config.from_dict(raw_cfg).to_dict()
+    except (ConfigError, TypeError) as e:
+        raise StateError(f"bad config: {e}") from None
+    step, adam_t = _header_int(header, "step"), _header_int(header, "adam_t")
+    parts = tuple(header.get("parts") or ())
+    if parts not in (PARTS_WEIGHTS, PARTS_FULL):
+        raise StateError(f"state header: parts must be {list(PARTS_WEIGHTS)} or {list(PARTS_FULL)}, "
+                         f"got {header.get('parts')!r:.80}")
+    if need_optim and parts != PARTS_FULL:
+        raise StateError("a checkpoint needs the optimizer state: send parts "
+                         f"{list(PARTS_FULL)}, got {list(parts)}")
+    shapes = param_shapes(cfg)
+    sizes = {name: int(np.prod(shape)) for name, shape in shapes.items()}
+    per_part = sum(sizes.values())
+    tensor_bytes = len(data) - 8 - hlen
+    want = 8 * per_part * len(parts)
+    if tensor_bytes != want:
+        dims = ", ".join(f"{k}={cfg[k]}" for k in ("width", "seq_len", "layers"))
+        raise StateError(f"the state body holds {tensor_bytes} bytes of tensor data; the config "
+                         f"({dims}) needs {want} for {len(parts)} part(s) of {per_part} float64 values")
+    values = np.frombuffer(data[8 + hlen:], dtype="<f8")
+    groups, at = [], 0
+    for _ in parts:
+        group = {}
+        for name, shape in shapes.items():
+            group[name] = values[at:at + sizes[name]].reshape(shape)
+            at += sizes[name]
+        groups.append(group)
+    params = groups[0]
+    actual = weight_hash(params)
+    claimed = header.get("weight_hash")
+    if claimed is not None and claimed != actual:
+        raise StateError(f"weight hash mismatch: the page says {str(claimed):.64}, the weights "
+                         f"received hash to {actual}")
+    extra = header.get("extra")
+    if extra is not None and not isinstance(extra, dict):
+        raise StateError(f"state header: extra must be an object, got {type(extra).__name__}")
+    return {"config": cfg, "step": step, "adam_t": adam_t, "params": params,
+            "adam_m": groups[1] if len(groups) > 1 else None,
+            "adam_v": groups[2] if len(groups) > 2 else None,
+            "weight_hash": actual, "extra": extra}
+
+
+def _refuse(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (before reading it when Content-Length says so) over limit."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BodyTooLarge(f"the request body is {int(declared):,} bytes, over the limit of {limit:,} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _BodyTooLarge(f"the request body is over the limit of {limit:,} bytes")
+    return bytes(body)
+
+
+def _attachment(data, media_type: str, filename: str, state: dict) -> Response:
+    return Response(data, media_type=media_type, headers={
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "X-Daisy-Weight-Hash": state["weight_hash"], "X-Daisy-Step": str(state["step"])})
+
+
+def _checkpoint_file(state: dict) -> Response:
+    data = save_checkpoint(None, config=state["config"], params=state["params"], step=state["step"],
+                           adam_m=state["adam_m"], adam_v=state["adam_v"], adam_t=state["adam_t"],
+                           extra=state["extra"])
+    return _attachment(data, "application/octet-stream", f"daisychain-step{state['step']}.pt", state)
+
+
+def _safetensors_file(state: dict) -> Response:
+    meta = {"format": "daisychain", "tokenizer": TOKENIZER_ID, "step": str(state["step"]),
+            "config": json.dumps(state["config"], sort_keys=True), "weight_hash": state["weight_hash"]}
+    data = save_safetensors(None, state["params"], metadata=meta)
+    return _attachment(data, "application/octet-stream", "model.safetensors", state)
+
+
+def _kit_file(state: dict) -> Response:
+    html_text = render_kit(state["config"], state["params"], state["step"])
+    return _attachment(html_text.encode("utf-8"), "text/html; charset=utf-8",
+                       f"daisychain-kit-step{state['step']}.html", state)
+
+
+def _loaded_state(body: bytes) -> Response:
+    ck = load_checkpoint(body, max_bytes=MAX_CHECKPOINT_BYTES)
+    data = encode_state(config=ck.config, step=ck.step, params=ck.params, adam_m=ck.adam_m,
+                        adam_v=ck.adam_v, adam_t=ck.adam_t, weight_hash=ck.weight_hash, extra=ck.extra)
+    return Response(data, media_type="application/octet-stream",
+                    headers={"X-Daisy-Weight-Hash": ck.weight_hash, "X-Daisy-Step": str(ck.step)})
+
+
+def make_model_router() -> APIRouter:
+    """POST /api/checkpoint.pt, /api/model.safetensors, /api/kit.html: a state body -> the file
+    (as an attachment). POST /api/load: a .pt file's bytes -> its state body (all three parts)."""
+    router = APIRouter()
+
+    async def answer(request: Request, limit: int, make) -> Response:
+        try:
+            body = await _read_body(request, limit)
+            # parsing and writing a ~40 MB file is CPU work: keep it off the event loop
+            return await run_in_threadpool(make, body)
+        except _BodyTooLarge as e:
+            return _refuse(413, str(e))
+        except (StateError, CheckpointError, KitError) as e:
+            return _refuse(400, str(e))
+
+    def from_state(build, need_optim: bool):
+        return lambda body: build(decode_state(body, need_optim=need_optim))
+
+    @router.post("/api/checkpoint.pt")
+    async def checkpoint_pt(request: Request):
+        return await answer(request, MAX_STATE_BYTES, from_state(_checkpoint_file, True))
+
+    @router.post("/api/model.safetensors")
+    async def model_safetensors(request: Request):
+        return await answer(request, MAX_STATE_BYTES, from_state(_safetensors_file, False))
+
+    @router.post("/api/kit.html")
+    async def kit_html(request: Request):
+        return await answer(request, MAX_STATE_BYTES, from_state(_kit_file, False))
+
+    @router.post("/api/load")
+    async def load(request: Request):
+        return await answer(request, MAX_CHECKPOINT_BYTES, _loaded_state)
+
+    return router
 
 
 def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | None = None) -> FastAPI:
@@ -163,6 +425,7 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
     app = FastAPI(title="DaisyChain-Web")
     app.include_router(make_signaling_router(hub))
     app.include_router(make_data_router(data_source))
+    app.include_router(make_model_router())
     app.mount(JS_PREFIX, StaticFiles(directory=JS_DIR), name="frontend_js")
     app.mount(KERNELS_PREFIX, StaticFiles(directory=KERNELS_DIR, check_dir=False), name="kernels")
     css = (JS_DIR / "page.css").read_text(encoding="utf-8")

@@ -6,12 +6,25 @@
 // State changes are emitted on the bus as `state` (the object state() returns); the UI
 // (ui.js) renders from it and nothing else. Until the WebRTC mesh lands, start(config) trains
 // a one-peer group locally with the JS mirror (train.js), on the data route's batches.
+//
+// The model: generate() samples in the page (generate.js) from the current weights; the
+// download* methods POST the replica as a state body (encodeState; format in daisy/server.py)
+// to the model routes and save the file they return; load(file) POSTs a .pt to /api/load and
+// hands the state to loadState(), the one way a replica is replaced (the group broadcast will
+// call it too). After a load, start() resumes that run from its step with its config.
 import { ServerConnection } from './server_connection.js';
 
 const CHUNK_MS = 25;          // train for at most this long before yielding to the page
 const RATE_WINDOW = 20;       // steps in the tokens/s moving window
 const MAX_CURVE = 2000;       // loss points kept for the plot (older ones are thinned)
 const WINDOWS_MAX = 4;        // FineWeb-Edu windows of a one-peer run's stream
+const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.server.MAX_CHECKPOINT_BYTES
+const NO_MODEL = 'no model yet: train or load one first';
+
+export const STATE_FORMAT = 'daisychain-state';  // the state body, as daisy/server.py defines it
+export const STATE_VERSION = 1;
+const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
+const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 
 const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
 
@@ -29,7 +42,10 @@ export class Peer {
       message: '', error: '',
     };
     this.run = null;           // { group, stop } of the active run
-    this.model = null;         // the last trained group (generation, checkpoint)
+    this.model = null;         // the last trained or loaded group (generation, checkpoint)
+    this.modelStep = 0;        // the model's step (a checkpoint's `step`)
+    this.modelExtra = null;    // what the model was trained on ({data, data_id}), kept in files
+    this.resumable = false;    // a loaded model the next start() continues
     this.stepTimes = [];
   }
 
@@ -174,16 +190,28 @@ export class Peer {
   }
 
   // ---- training ---------------------------------------------------------------------------
-  async loadCompute() {
-    for (const file of ['train.js', 'config.js']) {
+  loadCompute() {
+    this.computeModules ??= this.importCompute();
+    return this.computeModules;
+  }
+
+  async importCompute() {
+    for (const file of ['train.js', 'config.js', 'model.js', 'hashing.js']) {
       if (!this.modules.has(file)) return { error: `compute not available yet: frontend_js/${file} is missing` };
     }
     try {
-      const [train, config] = await Promise.all([import('./train.js'), import('./config.js')]);
-      return { train, config };
+      const [train, config, model, hashing] = await Promise.all([
+        import('./train.js'), import('./config.js'), import('./model.js'), import('./hashing.js')]);
+      return { train, config, model, hashing };
     } catch (err) {
       return { error: `compute not available yet: the JS mirror failed to load (${err.message || err})` };
     }
+  }
+
+  async compute() {
+    const c = await this.loadCompute();
+    if (c.error) throw new Error(c.error);
+    return c;
   }
 
   // Starts a run and resolves once it is running (not when it ends); rejects on bad config or
@@ -197,17 +225,30 @@ export class Peer {
     const compute = await this.loadCompute();
     await this.pathReady;
     if (compute.error) { this.set({ error: compute.error }); throw new Error(compute.error); }
-    let cfg, group;
+    // a loaded checkpoint with steps left: continue it (its config, weights, Adam state, step)
+    const resume = this.resumable && this.modelStep < this.model.cfg.steps ? this.model : null;
+    let cfg, group, stream;
     try {
-      cfg = compute.config.makeConfig(config);     // validates: same ranges and messages as daisy.config
-      group = new compute.train.Group(cfg, 1, await this.loadStream(), this.engine());
+      cfg = resume ? resume.cfg : compute.config.makeConfig(config);   // validates like daisy.config
+      stream = await this.loadStream();
+      group = new compute.train.Group(cfg, 1, stream, this.engine(), resume ? resume.replicas : null);
     } catch (err) { this.set({ error: err.message }); throw err; }
-    const run = { group, cfg, stopped: false };
+    const info = this.s.dataSource || {};
+    const extra = { data: info.source === 'builtin' ? 'builtin' : String(info.source), data_id: this.stream.id };
+    let message = 'Training on this device (one-peer run).';
+    if (resume) {
+      const was = this.modelExtra && this.modelExtra.data_id;
+      message = `Resuming the loaded checkpoint from step ${this.modelStep} with its settings.` +
+        (was && was !== extra.data_id ? ` Note: it was trained on ${was}, this run reads ${extra.data_id}.` : '');
+    }
+    this.resumable = false;
+    const run = { group, cfg, stopped: false, extra };
     this.run = run;
     this.stepTimes = [];
-    this.set({ running: true, runState: 'training', leader: this.s.peerId, config: cfg, step: 0,
-               totalSteps: cfg.steps, loss: null, hash: null, curve: [], tokensPerS: null,
-               replicas: null, error: '', message: 'Training on this device (one-peer run).' });
+    this.set({ running: true, runState: 'training', leader: this.s.peerId, config: cfg,
+               step: resume ? this.modelStep : 0, totalSteps: cfg.steps, loss: null,
+               hash: resume ? this.s.hash : null, curve: [], tokensPerS: null,
+               replicas: null, error: '', message });
     this.announce();
     this.bus.emit('run-started', { config: { ...cfg } });
     this.loop(run).catch((err) => {
@@ -275,6 +316,8 @@ export class Peer {
       curve.push([out.step, out.loss]);
       if (curve.length > MAX_CURVE) this.s.curve = curve.filter((_, i) => i % 2 === 0 || i === curve.length - 1);
       this.model = group;
+      this.modelStep = out.step;
+      this.modelExtra = run.extra;
       const agree = hashes.every((h) => h === hashes[0]);
       this.set({ step: out.step, loss: out.loss, hash: hashes[0], tokensPerS: rate,
                  replicas: { count: hashes.length, agree, step: out.step } });
@@ -308,6 +351,210 @@ export class Peer {
   }
 
   hasModel() { return this.model !== null; }
+
+  // ---- the model: generation, files, loading ----------------------------------------------
+
+  // Text continuing `prompt`, sampled in this page from the current weights (a copy: a run
+  // going on meanwhile does not change them mid-way). Same bits as daisy.generate.generate.
+  async generate(prompt, { temperature = 0.8, topK = 40, seed = 0, tokens = 200 } = {}) {
+    if (!this.model) throw new Error(NO_MODEL);
+    if (!this.modules.has('generate.js')) throw new Error('generation not available: frontend_js/generate.js is missing');
+    const gen = await import('./generate.js');
+    // the fastest CPU engine whose gate passed (same bits as every engine); else the scalar one
+    const engine = this.modules.has('engines.js') ? await (await import('./engines.js')).bestEngine() : undefined;
+    const { cfg, replicas } = this.model;
+    const params = Object.fromEntries(Object.entries(replicas[0].params).map(([k, v]) => [k, Float64Array.from(v)]));
+    const { text } = await gen.generate(params, cfg, String(prompt ?? ''), tokens, { temperature, topK, seed, engine });
+    return text;
+  }
+
+  // The replica as a state body; synchronous, so it is one consistent step even mid-run.
+  snapshotBody(compute, optim) {
+    const { cfg, replicas } = this.model;
+    const r = replicas[0];
+    return encodeState(compute.model.paramShapes(cfg), {
+      config: compute.config.configToDict(cfg), step: this.modelStep, adamT: r.adam.t, params: r.params,
+      m: optim ? r.adam.m : null, v: optim ? r.adam.v : null,
+      weightHash: compute.hashing.weightHash(r.params), extra: this.modelExtra });
+  }
+
+  // POST the replica to a model route -> {blob, name, hash, step} of the file it made
+  async modelFile(route, optim) {
+    if (!this.model) throw new Error(NO_MODEL);
+    const compute = await this.compute();
+    const body = this.snapshotBody(compute, optim);
+    const res = await fetch(route, { method: 'POST', body, headers: { 'Content-Type': 'application/octet-stream' } });
+    if (!res.ok) throw new Error(await errorText(res));
+    const disposition = res.headers.get('Content-Disposition') || '';
+    const name = (/filename="([^"]+)"/.exec(disposition) || [])[1] || route.split('/').pop();
+    return { blob: await res.blob(), name, hash: res.headers.get('X-Daisy-Weight-Hash'),
+             step: Number(res.headers.get('X-Daisy-Step')) };
+  }
+
+  async download(route, optim) {
+    const file = await this.modelFile(route, optim);
+    saveBlob(file.blob, file.name);
+    return `Saved ${file.name} (${formatBytes(file.blob.size)}; step ${file.step}, weights ${file.hash.slice(0, 16)}).`;
+  }
+
+  downloadCheckpoint() { return this.download('/api/checkpoint.pt', true); }
+  downloadSafetensors() { return this.download('/api/model.safetensors', false); }
+  downloadKit() { return this.download('/api/kit.html', false); }
+
+  // A .pt (File, Blob, ArrayBuffer, bytes) -> checked by the server (/api/load) -> loadState;
+  // or a state object (below) -> loadState. A refusal names the problem and changes nothing.
+  async load(source) {
+    try {
+      if (this.run) throw new Error('a run is going: stop it before loading a checkpoint');
+      let state = source;
+      const isFile = source instanceof Blob || source instanceof ArrayBuffer || ArrayBuffer.isView(source);
+      if (isFile) {
+        const size = source.size ?? source.byteLength;
+        if (size > MAX_CHECKPOINT_BYTES) {
+          throw new Error(`the file is ${size.toLocaleString('en-US')} bytes, over the limit of ` +
+                          `${MAX_CHECKPOINT_BYTES.toLocaleString('en-US')} bytes`);
+        }
+        const res = await fetch('/api/load', { method: 'POST', body: source, headers: { 'Content-Type': 'application/octet-stream' } });
+        if (!res.ok) throw new Error(await errorText(res));
+        state = decodeState(await res.arrayBuffer(), await this.compute());
+      }
+      return await this.loadState(state);
+    } catch (err) {
+      this.set({ error: `Checkpoint refused: ${err.message || err}` });
+      throw err;
+    }
+  }
+
+  // THE way a replica is replaced (a loaded file now, the group broadcast later).
+  // state: {config (the 8 settings), step, adamT, params, m, v: {name: Float64Array} in any
+  // key order, weightHash (optional: checked), extra (optional)}. Everything is checked before
+  // anything changes; the arrays are copied. -> {step, hash, config}
+  async loadState(state) {
+    if (this.run) throw new Error('a run is going: stop it before loading a checkpoint');
+    const c = await this.compute();
+    if (!state || typeof state !== 'object') throw new Error('loadState needs a state object');
+    const cfg = c.config.makeConfig(c.config.configToDict(state.config || {}));
+    for (const [label, n] of [['step', state.step], ['adamT', state.adamT]]) {
+      if (!Number.isInteger(n) || n < 0) throw new Error(`${label} must be a non-negative integer, got ${n}`);
+    }
+    const shapes = c.model.paramShapes(cfg);
+    const group = (label, tensors) => {
+      if (!tensors || typeof tensors !== 'object') throw new Error(`${label} is missing`);
+      const names = new Set(shapes.map(([name]) => name));
+      const unexpected = Object.keys(tensors).filter((k) => !names.has(k));
+      if (unexpected.length) throw new Error(`${label} has unexpected tensor(s): ${unexpected.slice(0, 8).join(', ')}`);
+      const out = {};
+      for (const [name, shape] of shapes) {
+        const a = tensors[name], n = shape.reduce((x, y) => x * y, 1);
+        if (!(a instanceof Float64Array)) throw new Error(`${label}['${name}'] is missing or not a Float64Array`);
+        if (a.length !== n) throw new Error(`${label}['${name}'] has ${a.length} values, the config needs ${n} (shape ${shape.join('x')})`);
+        out[name] = Float64Array.from(a);
+      }
+      return out;
+    };
+    const params = group('model', state.params), m = group('optim.m', state.m), v = group('optim.v', state.v);
+    const hash = c.hashing.weightHash(params);
+    if (state.weightHash && state.weightHash !== hash) {
+      throw new Error(`weight hash mismatch: the state says ${state.weightHash}, its weights hash to ${hash}`);
+    }
+    // checked: now replace the model
+    this.model = new c.train.Group(cfg, 1, null, undefined, [new c.train.Replica(params, { t: state.adamT, m, v })]);
+    this.modelStep = state.step;
+    this.modelExtra = state.extra && typeof state.extra === 'object' ? { ...state.extra } : null;
+    this.resumable = true;
+    const left = cfg.steps - state.step;
+    this.set({ config: cfg, step: state.step, totalSteps: cfg.steps, hash, loss: null, curve: [],
+               tokensPerS: null, replicas: null, runState: 'loaded', leader: null, error: '',
+               message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${hash.slice(0, 16)}). ` +
+                        (left > 0 ? `Start training resumes it for the remaining ${left} steps.` : 'Its run is complete.') });
+    this.announce();
+    this.bus.emit('model-loaded', { step: state.step, hash, config: { ...cfg } });
+    return { step: state.step, hash, config: { ...cfg } };
+  }
+}
+
+// ---- the state body (daisy/server.py documents it) ----------------------------------------
+
+// shapes [[name, shape]] (model.paramShapes) and a replica -> ArrayBuffer. m and v null: weights only.
+export function encodeState(shapes, { config, step, adamT, params, m = null, v = null, weightHash = null, extra = null }) {
+  if (!LITTLE_ENDIAN) throw new Error('the state body is little-endian; this host is not');
+  const groups = m ? [params, m, v] : [params];
+  const header = { format: STATE_FORMAT, version: STATE_VERSION, config, step, adam_t: adamT,
+                   parts: m ? PARTS_FULL : ['model'] };
+  if (weightHash) header.weight_hash = weightHash;
+  if (extra) header.extra = extra;
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const H = json.length + ((8 - (json.length % 8)) % 8);            // data starts 8-byte aligned
+  const perPart = shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+  const buf = new ArrayBuffer(8 + H + 8 * perPart * groups.length);
+  new DataView(buf).setUint32(0, H, true);                          // u64 LE; the high word stays 0
+  const bytes = new Uint8Array(buf);
+  bytes.set(json, 8);
+  bytes.fill(0x20, 8 + json.length, 8 + H);                         // JSON padded with spaces
+  const values = new Float64Array(buf, 8 + H);
+  let at = 0;
+  for (const g of groups) for (const [name] of shapes) { values.set(g[name], at); at += g[name].length; }
+  if (at !== values.length) throw new Error(`the replica holds ${at} values, its config needs ${values.length}`);
+  return buf;
+}
+
+// ArrayBuffer -> {config, step, adamT, params, m, v, weightHash, extra} (loadState's form)
+export function decodeState(buf, compute) {
+  if (!LITTLE_ENDIAN) throw new Error('the state body is little-endian; this host is not');
+  const view = new DataView(buf);
+  if (buf.byteLength < 8) throw new Error(`the state body is ${buf.byteLength} bytes, too short`);
+  const H = view.getUint32(0, true);
+  if (view.getUint32(4, true) !== 0 || H % 8 || 8 + H > buf.byteLength) throw new Error('the state body has a bad header length');
+  let header;
+  try { header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, H))); } catch (e) {
+    throw new Error(`the state header is not JSON (${e.message})`);
+  }
+  if (!header || header.format !== STATE_FORMAT || header.version !== STATE_VERSION) {
+    throw new Error(`not a ${STATE_FORMAT} v${STATE_VERSION} body`);
+  }
+  const cfg = compute.config.makeConfig(header.config);
+  const shapes = compute.model.paramShapes(cfg);
+  const parts = header.parts || [];
+  const perPart = shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+  if (buf.byteLength - 8 - H !== 8 * perPart * parts.length) {
+    throw new Error(`the state body holds ${buf.byteLength - 8 - H} bytes of tensors; its config needs ${8 * perPart * parts.length}`);
+  }
+  let at = 8 + H;
+  const groups = parts.map(() => {
+    const g = {};
+    for (const [name, shape] of shapes) {
+      const n = shape.reduce((x, y) => x * y, 1);
+      g[name] = new Float64Array(buf, at, n);
+      at += 8 * n;
+    }
+    return g;
+  });
+  return { config: header.config, step: header.step, adamT: header.adam_t, params: groups[0],
+           m: groups[1] || null, v: groups[2] || null, weightHash: header.weight_hash || null,
+           extra: header.extra || null };
+}
+
+// a refused request -> the server's message
+async function errorText(res) {
+  const body = await res.json().catch(() => null);
+  return (body && body.error) || `HTTP ${res.status} ${res.statusText}`.trim();
+}
+
+function formatBytes(n) {
+  return n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} kB` : `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+// save a Blob as a download named `name` (the browser's download bar / folder)
+function saveBlob(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = name;
+  a.style.display = 'none';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);     // the download has read it by then
 }
 
 // The automation API on window.daisy (see docs/ARCHITECTURE.md).
@@ -320,5 +567,10 @@ export function automationApi(peer, bus) {
     approve: (peerId) => peer.approve(peerId),
     reject: (peerId) => peer.reject(peerId),
     hasModel: () => peer.hasModel(),
+    generate: (prompt, opts) => peer.generate(prompt, opts),
+    downloadCheckpoint: () => peer.downloadCheckpoint(),
+    downloadSafetensors: () => peer.downloadSafetensors(),
+    downloadKit: () => peer.downloadKit(),
+    load: (stateOrFile) => peer.load(stateOrFile),
   };
 }

@@ -127,3 +127,29 @@ function drawPlot(svg, curve) {
     `<text x="${PAD}" y="${PLOT_H - 6}" font-size="11" fill="currentColor">${lo.toFixed(3)} · step ${s0}</text>` +
     `<text x="${PLOT_W - PAD}" y="${PLOT_H - 6}" font-size="11" text-anchor="end" fill="currentColor">step ${s1}</text>`;
 }
+
+// The checkpoint loader (its own gr.HTML beside the download buttons, never re-rendered): the
+// button opens a native file picker; the picked .pt goes to window.daisy.load, and the result
+// (or the server's reason for refusing it) is shown next to the button.
+//   mountLoader(element)   called once by that gr.HTML's js_on_load (daisy/server.py)
+export function mountLoader(element) {
+  const $ = (role) => element.querySelector(`[data-role="${role}"]`);
+  const button = $('load-button'), input = $('load-file'), status = $('load-status');
+  if (!button || !input || !status || button.dataset.wired) return;
+  button.dataset.wired = '1';
+  button.addEventListener('click', () => input.click());     // a user gesture: the picker opens
+  input.addEventListener('change', async () => {
+    const file = input.files && input.files[0];
+    input.value = '';                                         // picking the same file again fires again
+    if (!file) return;
+    const show = (text, state) => { status.textContent = text; status.dataset.state = state; };
+    if (!window.daisy) { show('The peer has not loaded yet.', 'error'); return; }
+    show(`Loading ${file.name}…`, 'busy');
+    try {
+      const r = await window.daisy.load(file);
+      show(`Loaded ${file.name}: step ${r.step}, weights ${r.hash.slice(0, 16)}.`, 'ok');
+    } catch (err) {
+      show(`Refused ${file.name}: ${err.message || err}`, 'error');
+    }
+  });
+}
