@@ -188,6 +188,7 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
     page_hashes = b.evaluate("window.stepHashes")
     assert min(int(k) for k in page_hashes) == s0 + 1, f"the resumed run did not continue at step {s0 + 1}: {sorted(page_hashes)}"
     want_hashes = cli_resume_hashes(pt, RESUME_STEPS)
+    assert len(want_hashes) == RESUME_STEPS, want_hashes
     for i, want_hash in enumerate(want_hashes):
         got_hash = page_hashes[str(s0 + 1 + i)]
         assert got_hash == want_hash, f"step {s0 + 1 + i}: page {got_hash}, python {want_hash}"
@@ -254,7 +255,11 @@ def test_bad_files_are_refused_and_change_nothing(app_url, pages, good_checkpoin
         path.write_bytes(data)
         shown = pick_checkpoint(page, path)
         assert shown.startswith(f"Refused {name}:") and message in shown, f"{name}: {shown}"
-        assert message in page.inner_text("#daisy-peer"), f"{name}: the panel does not say why"
+        try:   # the panel redraws on its own schedule (throttled)
+            page.wait_for_function("(m) => document.querySelector('#daisy-peer [data-role=\"error\"]').innerText.includes(m)",
+                                   arg=message, timeout=WAIT_MS)
+        except Exception:
+            raise AssertionError(f"{name}: the panel does not say why: {page.inner_text('#daisy-peer')[:500]}")
         after = state(page)
         assert (after["hash"], after["step"], after["config"]) == (before["hash"], before["step"], before["config"]), name
     assert not marker.exists(), "loading ran code from the file"
