@@ -26,7 +26,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from daisy.checkpoint import load_checkpoint, param_shapes, save_checkpoint
+from daisy.checkpoint import load_checkpoint, param_shapes
 from daisy.config import Config
 from daisy.generate import generate
 from daisy.hashing import weight_hash
