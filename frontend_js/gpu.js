@@ -169,6 +169,7 @@ export class GemmKernel {
     this.id = spec.id;
     // the bug corpus's stateful kernel keeps a dispatch counter in binding 4
     this.state = spec.stateful ? storageBuffer(device, 16, new Uint32Array(4)) : null;
+    this.pool = new Map();    // "usage:size" -> free buffers
   }
 
   static async create(device, spec, { kernelBase = KERNEL_BASE, tuning = {} } = {}) {
@@ -180,9 +181,10 @@ export class GemmKernel {
 
   tile() { return { M: this.tuning.WG_Y * this.tuning.RM, N: this.tuning.WG_X * this.tuning.RN }; }
 
-  // bind group + workgroup counts for buffers already on the GPU
-  prepare(aBuf, bBuf, cBuf, batch, M, K4, N) {
-    const params = uniformBuffer(this.device, [M, N, K4, batch]);
+  // bind group + workgroup counts for buffers already on the GPU (params: a 16-byte uniform)
+  prepare(aBuf, bBuf, cBuf, batch, M, K4, N, params = null) {
+    if (params) this.device.queue.writeBuffer(params, 0, new Uint32Array([M, N, K4, batch]));
+    else params = uniformBuffer(this.device, [M, N, K4, batch]);
     const entries = [aBuf, bBuf, cBuf, params].map((buffer, binding) => ({ binding, resource: { buffer } }));
     if (this.state) entries.push({ binding: 4, resource: { buffer: this.state } });
     const bindGroup = this.device.createBindGroup({ layout: this.pipeline.getBindGroupLayout(0), entries });
@@ -196,19 +198,54 @@ export class GemmKernel {
     pass.dispatchWorkgroups(...prep.groups);
   }
 
-  // int8 (batch, M, K) @ (batch, K, N) -> Int32Array (batch, M, N); packB: the host packer for B
+  // Buffers are reused across calls of the same sizes (a training step repeats a few shapes):
+  // creating five buffers per call cost about a millisecond on the H200.
+  take(usage, bytes) {
+    const size = Math.max(16, Math.ceil(bytes / 16) * 16), k = `${usage}:${size}`;
+    const list = this.pool.get(k);
+    return (list && list.pop()) || this.device.createBuffer({ size, usage });
+  }
+
+  give(buf) {
+    const k = `${buf.usage}:${buf.size}`;
+    if (!this.pool.has(k) && this.pool.size >= 96) { buf.destroy(); return; }
+    const list = this.pool.get(k) || [];
+    if (list.length >= 2) { buf.destroy(); return; }
+    list.push(buf); this.pool.set(k, list);
+  }
+
+  destroy() {
+    for (const list of this.pool.values()) for (const b of list) b.destroy();
+    this.pool.clear();
+    if (this.state) this.state.destroy();
+  }
+
+  // int8 (batch, M, K) @ (batch, K, N) -> Int32Array (batch, M, N); packB: the host packer for B.
+  // One submit: dispatch, then copy C into a mappable buffer; then one mapAsync.
   async gemm(qa, qb, batch, M, K, N, packB = packColsI8) {
     const d = this.device, K4 = Math.ceil(K / 4);
     const a = packRowsI8(qa, batch * M, K), bt = packB(qb, batch, K, N);
     const bytesC = batch * M * N * 4;
-    const aBuf = storageBuffer(d, a.byteLength, a), bBuf = storageBuffer(d, bt.byteLength, bt);
-    const cBuf = storageBuffer(d, bytesC);
-    const prep = this.prepare(aBuf, bBuf, cBuf, batch, M, K4, N);
+    const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    const aBuf = this.take(S, a.byteLength), bBuf = this.take(S, bt.byteLength), cBuf = this.take(S, bytesC);
+    const params = this.take(GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST, 16);
+    const read = this.take(GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST, bytesC);
+    const used = [aBuf, bBuf, cBuf, params, read];
+    let ok = false;
     try {
-      await submitChecked(d, (enc) => { const p = enc.beginComputePass(); this.encode(p, prep); p.end(); });
-      return new Int32Array(await readBack(d, cBuf, bytesC));
+      d.queue.writeBuffer(aBuf, 0, a); d.queue.writeBuffer(bBuf, 0, bt);
+      const prep = this.prepare(aBuf, bBuf, cBuf, batch, M, K4, N, params);
+      await submitChecked(d, (enc) => {
+        const p = enc.beginComputePass(); this.encode(p, prep); p.end();
+        enc.copyBufferToBuffer(cBuf, 0, read, 0, Math.ceil(bytesC / 4) * 4);
+      });
+      await read.mapAsync(GPUMapMode.READ);
+      const c = new Int32Array(read.getMappedRange(0, Math.ceil(bytesC / 4) * 4).slice(0), 0, batch * M * N);
+      read.unmap();
+      ok = true;
+      return c;
     } finally {
-      for (const b of [aBuf, bBuf, cBuf, prep.params]) b.destroy();
+      for (const b of used) { if (ok) this.give(b); else b.destroy(); }
     }
   }
 }
@@ -281,7 +318,7 @@ export class GpuEngine extends EventTarget {
       const gate = o.gate === false ? { ok: true, cases: [] }
         : await gateKernel(spec.id, (qa, qb, b, M, K, N) => kernel.gemm(qa, qb, b, M, K, N, packB), { cases: o.gateCases });
       this.status.gates.push({ kernel: spec.id, ok: gate.ok, reason: gate.reason, cases: gate.cases });
-      if (!gate.ok) { this.fault(`${spec.id} kernel disabled: ${gate.reason}`, 'gate', false); continue; }
+      if (!gate.ok) { kernel.destroy(); this.fault(`${spec.id} kernel disabled: ${gate.reason}`, 'gate', false); continue; }
       this.kernel = kernel;
       this.status.path = 'gpu'; this.status.kernel = spec.id; this.name = `webgpu-${spec.id}`;
       this.log(`using the ${spec.id} kernel (gates passed: ${gate.cases.length} cases)`);
@@ -330,7 +367,7 @@ export class GpuEngine extends EventTarget {
   destroy() {
     this.closing = true;
     if (this.device && this.onGpuError) this.device.removeEventListener('uncapturederror', this.onGpuError);
-    if (this.kernel?.state) this.kernel.state.destroy();
+    if (this.kernel) this.kernel.destroy();
     if (this.ownsDevice && this.device) this.device.destroy();
     this.kernel = null; this.status.path = 'cpu'; this.name = 'cpu';
   }
