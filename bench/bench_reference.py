@@ -52,7 +52,7 @@ def torch_runner(cfg, stream):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        return float(loss)
+        return loss.item()
     return step
 
 
