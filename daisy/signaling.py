@@ -182,8 +182,10 @@ class Connection:
             self.outbox.put_nowait(self.closing)
 
     def admit(self) -> bool:
-        """Token bucket. An empty bucket drops the message (one `rate-limited` error per run);
-        an overdraft beyond a full burst closes the socket."""
+        """Token bucket. An empty bucket drops the message (one `rate-limited` error per run of
+        drops: a run ends only once the overdraft has drained, so a sender hovering at the
+        limit is not told again for every refilled token); an overdraft beyond a full burst
+        closes the socket."""
         now = time.monotonic()
         refill = (now - self.bucket_t) * self.config.rate_per_s
         self.bucket_t = now
@@ -191,7 +193,8 @@ class Connection:
         self.overdraft = max(0.0, self.overdraft - refill)
         if self.tokens >= 1:
             self.tokens -= 1
-            self.limited = False
+            if self.overdraft == 0.0:
+                self.limited = False
             return True
         self.overdraft += 1
         if self.overdraft > self.config.rate_burst:
