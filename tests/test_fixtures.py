@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from daisy.fixtures import MAGIC, VERSION, read_fixture, write_fixture
+from bits import assert_same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,9 +38,17 @@ def test_round_trip_and_version_check(tmp_path):
     write_fixture(p, "test", arrs, meta={"a": 1})
     header, t = read_fixture(p)
     for name, arr in arrs:
-        assert t[name].tobytes() == arr.tobytes() and t[name].shape == arr.shape
+        assert_same_bits(t[name], arr, name)
     raw = bytearray(p.read_bytes())
     raw[4] = VERSION + 1
     p.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="regenerate"):
         read_fixture(p)
+
+
+def test_bit_comparison_helper_catches_what_value_equality_misses():
+    from bits import first_bit_mismatch
+    assert first_bit_mismatch(np.array([0.0, 1.0]), np.array([-0.0, 1.0])).startswith("first mismatch at (0,)")
+    msg = first_bit_mismatch(np.array([[1.0, 2.0]]), np.array([[1.0, np.nextafter(2.0, 3.0)]]))
+    assert "(0, 1)" in msg and "4000000000000000 vs 4000000000000001" in msg
+    assert first_bit_mismatch(np.array([np.nan]), np.array([np.nan])) is None

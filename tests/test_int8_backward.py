@@ -7,6 +7,7 @@ import numpy as np
 from daisy.config import Config
 from daisy.model import backward, forward, init_params, rmsnorm_backward
 from daisy.units import MAX_K, QMAX, epilogue, gemm_i8, quantize_cols, quantize_rows, qmatmul
+from bits import assert_same_bits
 
 
 def int_oracle(qa, qb):
@@ -56,16 +57,16 @@ def test_model_dx_and_dw_go_through_the_units():
     _, _, xf, _, dlogits, _, _ = cache
     # head: dW = dlogits^T @ xf and dX = dlogits @ W, both through the INT8 unit
     want_dw = oracle_qmatmul(dlogits.T, xf)
-    assert np.array_equal(g["head.weight"], want_dw), "head dW differs from the integer oracle"
+    assert_same_bits(g["head.weight"], want_dw, "head dW vs the integer oracle")
     want_dx = oracle_qmatmul(dlogits, params["head.weight"])
-    assert np.array_equal(qmatmul(dlogits, params["head.weight"]), want_dx)
+    assert_same_bits(qmatmul(dlogits, params["head.weight"]), want_dx, "head dX")
     # and the last block's MLP weights, from the gradient that reaches them
     _, nf = cache[2], cache[3]
     xn1, n1, q, k, v, pr, yatt, xn2, n2, h, hr = cache[1][0]
     dx, _ = rmsnorm_backward(qmatmul(dlogits, params["head.weight"]), params["norm_f.weight"], nf)
-    assert np.array_equal(g["blocks.0.mlp.proj.weight"], oracle_qmatmul(dx.T, hr))
+    assert_same_bits(g["blocks.0.mlp.proj.weight"], oracle_qmatmul(dx.T, hr), "mlp.proj dW")
     dh = np.where(h > 0.0, qmatmul(dx, params["blocks.0.mlp.proj.weight"]), 0.0)
-    assert np.array_equal(g["blocks.0.mlp.fc.weight"], oracle_qmatmul(dh.T, xn2))
+    assert_same_bits(g["blocks.0.mlp.fc.weight"], oracle_qmatmul(dh.T, xn2), "mlp.fc dW")
 
 
 def test_straight_through_estimator_units_on_transposes():
@@ -74,6 +75,6 @@ def test_straight_through_estimator_units_on_transposes():
     rng = np.random.default_rng(11)
     dY = rng.standard_normal((37, 6))
     X = rng.standard_normal((37, 5))
-    assert np.array_equal(qmatmul(dY.T, X), oracle_qmatmul(dY.T, X))
+    assert_same_bits(qmatmul(dY.T, X), oracle_qmatmul(dY.T, X), "dW")
     W = rng.standard_normal((6, 5))
-    assert np.array_equal(qmatmul(dY, W), oracle_qmatmul(dY, W))
+    assert_same_bits(qmatmul(dY, W), oracle_qmatmul(dY, W), "dX")

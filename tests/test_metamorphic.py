@@ -9,6 +9,7 @@ from hypothesis.extra.numpy import arrays
 from daisy.detmath import tree_sum
 from daisy.reduce import reduce_gradients, reduce_losses
 from daisy.units import qmatmul, quantize_rows
+from bits import assert_same_bits
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_subnormal=False)
 shape = st.tuples(st.integers(1, 9), st.integers(1, 17), st.integers(1, 7))
@@ -27,10 +28,11 @@ def test_power_of_two_scaling_is_exact(ab, i, j):
     b = b + np.where(b >= 0, 1.0, -1.0)
     out = qmatmul(a, b)
     scaled = qmatmul(a * 2.0 ** i, b * 2.0 ** j)
-    assert np.array_equal(scaled, out * 2.0 ** (i + j))
+    assert_same_bits(scaled, out * 2.0 ** (i + j), "scaled output")
     qa, sa = quantize_rows(a)
     qs, ss = quantize_rows(a * 2.0 ** i)
-    assert np.array_equal(qa, qs) and np.array_equal(ss, sa * 2.0 ** i)
+    assert_same_bits(qs, qa, "codes")
+    assert_same_bits(ss, sa * 2.0 ** i, "scales")
 
 
 @settings(max_examples=40, deadline=None)
@@ -42,7 +44,7 @@ def test_row_and_column_permutations_commute_with_qmatmul(ab, rnd):
     rnd.shuffle(rows)
     rnd.shuffle(cols)
     out = qmatmul(a, b)
-    assert np.array_equal(qmatmul(a[rows], b[:, cols]), out[rows][:, cols])
+    assert_same_bits(qmatmul(a[rows], b[:, cols]), out[rows][:, cols], "permuted")
 
 
 @settings(max_examples=40, deadline=None)
@@ -59,7 +61,7 @@ def test_reduce_rule_ignores_arrival_order(P, n, rnd):
         arrived = {s: grads[s] for s in order}             # dict in arrival order
         got = reduce_gradients(arrived)
         for k in want:
-            assert got[k].tobytes() == want[k].tobytes(), (order, k)
+            assert_same_bits(got[k], want[k], f"{k} in arrival order {order}")
         assert reduce_losses({s: losses[s] for s in order}) == reduce_losses(losses)
 
 
@@ -67,7 +69,7 @@ def test_reduce_of_identical_gradients_is_that_gradient():
     # (g + g) / 2 and g / 1 are exact; for P >= 3 the running sum rounds, so no such law
     g = OrderedDict(w=np.array([0.1, -3.7, 1e-9]))
     for P in (1, 2):
-        assert reduce_gradients({s: g for s in range(P)})["w"].tobytes() == g["w"].tobytes()
+        assert_same_bits(reduce_gradients({s: g for s in range(P)})["w"], g["w"], f"P={P}")
 
 
 @settings(max_examples=60, deadline=None)

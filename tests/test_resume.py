@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from daisy.checkpoint import load_checkpoint
+from bits import assert_same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--width", "16", "--heads", "2", "--seq-len", "16", "--batch", "2", "--layers", "1"]
@@ -38,7 +39,7 @@ def test_resume_is_bit_exact(tmp_path):
     sd = torch.load(ck, weights_only=True)
     assert sd["step"] == 4 and sd["config"]["width"] == 16
     for name, arr in loaded.params.items():
-        assert sd["model"][name].numpy().tobytes() == arr.tobytes(), name
+        assert_same_bits(sd["model"][name].numpy(), arr, name)
 
 
 def test_resume_refuses_conflicting_settings(tmp_path):
