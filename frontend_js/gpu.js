@@ -289,6 +289,11 @@ export class GpuEngine extends EventTarget {
     this.dispatchEvent(Object.assign(new Event('fault'), { detail }));
   }
 
+  reportLost(info) {
+    this.lostReported = true;
+    this.fault(`device lost (${info.reason || 'unknown'}): ${info.message}`, 'device-lost');
+  }
+
   onFault(cb) { this.faultCallbacks.push(cb); return () => { this.faultCallbacks = this.faultCallbacks.filter((c) => c !== cb); }; }
 
   async boot() {
@@ -303,7 +308,7 @@ export class GpuEngine extends EventTarget {
     const { device, info } = opened;
     this.device = device; this.ownsDevice = !o.device; this.status.adapter = info;
     if (this.ownsDevice) {
-      device.lost.then((li) => { if (!this.closing) this.fault(`device lost (${li.reason || 'unknown'}): ${li.message}`, 'device-lost'); });
+      device.lost.then((li) => { if (!this.closing && !this.lostReported) this.reportLost(li); });
     }
     this.onGpuError = (ev) => this.fault(`uncaptured GPU error: ${ev.error.message}`, 'gpu-error');
     device.addEventListener('uncapturederror', this.onGpuError);
@@ -339,7 +344,11 @@ export class GpuEngine extends EventTarget {
     try {
       c = await kernel.gemm(qa, qb, batch, M, K, N, this.opts.packB || packColsI8);
     } catch (e) {
-      this.fault(`${kernel.id} kernel failed a call (${batch}x${M}x${K}x${N}): ${e.message}`, 'error');
+      // A call that fails because the device went away (e.g. mapAsync aborted) usually rejects
+      // before device.lost resolves: give it a moment so the reason names the real cause.
+      const lost = this.device && await Promise.race([this.device.lost, new Promise((r) => setTimeout(r, 100, null))]);
+      if (lost) { if (!this.lostReported) this.reportLost(lost); }
+      else this.fault(`${kernel.id} kernel failed a call (${batch}x${M}x${K}x${N}): ${e.message}`, 'error');
       this.stats.cpuCalls++;
       return cpuEngine.gemm(qa, qb, batch, M, K, N);
     }
