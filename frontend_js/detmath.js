@@ -82,6 +82,38 @@ export function exp(x) {
   return p * POW2[k + 1022];                       // = ldexp(p, k), exact: the result stays normal
 }
 
+// dst[dOff + j] = exp(src[sOff + j] - m) for j < n: the same operations as exp() per element,
+// with the Horner chain unrolled on constants and two elements in flight (their chains are
+// independent, so the CPU overlaps them); any element outside [EXP_MIN, EXP_MAX] (or NaN) takes exp().
+const [E0, E1, E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13] = EXP_COEFFS;
+export function expShiftedInto(src, sOff, n, m, dst, dOff) {
+  let j = 0;
+  for (; j + 1 < n; j += 2) {
+    const x0 = src[sOff + j] - m, x1 = src[sOff + j + 1] - m;
+    if (!(x0 >= EXP_MIN && x0 <= EXP_MAX && x1 >= EXP_MIN && x1 <= EXP_MAX)) {
+      dst[dOff + j] = exp(x0); dst[dOff + j + 1] = exp(x1); continue;
+    }
+    const k0 = rint(x0 * INV_LN2), k1 = rint(x1 * INV_LN2);
+    const r0 = (x0 - k0 * LN2_HI) - k0 * LN2_LO, r1 = (x1 - k1 * LN2_HI) - k1 * LN2_LO;
+    let p0 = E13 * r0 + E12, p1 = E13 * r1 + E12;
+    p0 = p0 * r0 + E11; p1 = p1 * r1 + E11;
+    p0 = p0 * r0 + E10; p1 = p1 * r1 + E10;
+    p0 = p0 * r0 + E9; p1 = p1 * r1 + E9;
+    p0 = p0 * r0 + E8; p1 = p1 * r1 + E8;
+    p0 = p0 * r0 + E7; p1 = p1 * r1 + E7;
+    p0 = p0 * r0 + E6; p1 = p1 * r1 + E6;
+    p0 = p0 * r0 + E5; p1 = p1 * r1 + E5;
+    p0 = p0 * r0 + E4; p1 = p1 * r1 + E4;
+    p0 = p0 * r0 + E3; p1 = p1 * r1 + E3;
+    p0 = p0 * r0 + E2; p1 = p1 * r1 + E2;
+    p0 = p0 * r0 + E1; p1 = p1 * r1 + E1;
+    p0 = p0 * r0 + E0; p1 = p1 * r1 + E0;
+    dst[dOff + j] = p0 * POW2[k0 + 1022]; dst[dOff + j + 1] = p1 * POW2[k1 + 1022];
+  }
+  if (j < n) dst[dOff + j] = exp(src[sOff + j] - m);
+  return dst;
+}
+
 const frexpOut = new Float64Array(2);
 
 // ln x for positive normal x: m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(f), f = (m-1)/(m+1).
@@ -99,15 +131,23 @@ export function log(x) {
 }
 
 // The one float reduction (detmath.tree_sum): n values a[offset + i*stride], padded with +0.0 to
-// a power of two p, then repeatedly s[i] = s[i] + s[i + p/2] until one is left.
+// a power of two p, then repeatedly s[i] = s[i] + s[i + p/2] until one is left. The first level
+// reads the source directly (a pad adds +0.0 explicitly: -0 + +0 = +0 must happen).
 let scratch = new Float64Array(1024);
 export function treeSum(a, offset = 0, n = a.length, stride = 1) {
+  if (n <= 1) return n === 1 ? a[offset] : 0.0;
   let p = 1;
   while (p < n) p *= 2;
+  p >>= 1;
   if (scratch.length < p) scratch = new Float64Array(p);
-  const s = scratch;
-  for (let i = 0; i < n; i++) s[i] = a[offset + i * stride];
-  for (let i = n; i < p; i++) s[i] = 0.0;
+  const s = scratch, full = n - p;
+  if (stride === 1) {
+    for (let i = 0; i < full; i++) s[i] = a[offset + i] + a[offset + i + p];
+    for (let i = full; i < p; i++) s[i] = a[offset + i] + 0.0;
+  } else {
+    for (let i = 0; i < full; i++) s[i] = a[offset + i * stride] + a[offset + (i + p) * stride];
+    for (let i = full; i < p; i++) s[i] = a[offset + i * stride] + 0.0;
+  }
   while (p > 1) {
     p >>= 1;
     for (let i = 0; i < p; i++) s[i] = s[i] + s[i + p];

@@ -6,7 +6,7 @@
 // injected engine (CPU here, or the WGSL engine), so forward/backward are async. Linear weights
 // use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
 import { key, uniform, PURPOSE_INIT } from './prng.js';
-import { exp, log, treeSum } from './detmath.js';
+import { expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { qmatmulT, cpuEngine } from './units.js';
 
@@ -98,7 +98,8 @@ export function causalSoftmax(s, G, T) {
     const i = row % T, o = row * T;
     let m = s[o];
     for (let j = 1; j <= i; j++) if (s[o + j] > m) m = s[o + j];
-    for (let j = 0; j < T; j++) e[j] = j <= i ? exp(s[o + j] - m) : 0.0;
+    expShiftedInto(s, o, i + 1, m, e, 0);
+    for (let j = i + 1; j < T; j++) e[j] = 0.0;
     const z = treeSum(e, 0, T);
     for (let j = 0; j < T; j++) p[o + j] = e[j] / z;
   }
@@ -125,13 +126,12 @@ export function crossEntropy(logits, targets, N, V) {
     const o = n * V;
     let m = logits[o];
     for (let v = 1; v < V; v++) if (logits[o + v] > m) m = logits[o + v];
-    for (let v = 0; v < V; v++) e[v] = exp(logits[o + v] - m);
+    expShiftedInto(logits, o, V, m, e, 0);
     const z = treeSum(e, 0, V);
     const tgt = targets[n];
     lossN[n] = (m + log(z)) - logits[o + tgt];
-    for (let v = 0; v < V; v++) dlogits[o + v] = e[v] / z;
-    dlogits[o + tgt] = dlogits[o + tgt] - 1.0;
-    for (let v = 0; v < V; v++) dlogits[o + v] = dlogits[o + v] / N;
+    for (let v = 0; v < V; v++) dlogits[o + v] = (e[v] / z) / N;
+    dlogits[o + tgt] = ((e[tgt] / z) - 1.0) / N;
   }
   return [treeSum(lossN, 0, N) / N, dlogits];
 }
