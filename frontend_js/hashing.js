@@ -2,7 +2,7 @@
 // paramShapes order, as the little-endian bytes of its float64 values, row-major; hex digest.
 // Plain synchronous JS (crypto.subtle is async and missing on file:// pages).
 
-const K256 = new Uint32Array([
+const K256 = new Int32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
   0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
   0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
@@ -13,42 +13,46 @@ const K256 = new Uint32Array([
   0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 ]);
 
+// One SHA-256 block: state h (Int32Array 8) updated from the 16 big-endian words at dv[off..off+64).
+function compressBlock(h, w, dv, off) {
+  for (let i = 0; i < 16; i++) w[i] = dv.getInt32(off + 4 * i);
+  for (let i = 16; i < 64; i++) {
+    const x = w[i - 15], y = w[i - 2];
+    const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
+    const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
+    w[i] = (((w[i - 16] + s0) | 0) + ((w[i - 7] + s1) | 0)) | 0;
+  }
+  let a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+  for (let i = 0; i < 64; i++) {
+    const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
+    const ch = (e & f) ^ (~e & g);
+    const t1 = (((hh + S1) | 0) + ((ch + K256[i]) | 0) + w[i]) | 0;
+    const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
+    const maj = (a & b) ^ (a & c) ^ (b & c);
+    const t2 = (S0 + maj) | 0;
+    hh = g; g = f; f = e; e = (d + t1) | 0;
+    d = c; c = b; b = a; a = (t1 + t2) | 0;
+  }
+  h[0] = (h[0] + a) | 0; h[1] = (h[1] + b) | 0; h[2] = (h[2] + c) | 0; h[3] = (h[3] + d) | 0;
+  h[4] = (h[4] + e) | 0; h[5] = (h[5] + f) | 0; h[6] = (h[6] + g) | 0; h[7] = (h[7] + hh) | 0;
+}
+
 // Incremental SHA-256 (FIPS 180-4): update(Uint8Array) any number of times, then hexdigest().
 export class Sha256 {
   constructor() {
-    this.h = new Uint32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+    this.h = new Int32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]);
     this.buf = new Uint8Array(64);
+    this.bufView = new DataView(this.buf.buffer);
     this.bufLen = 0;
     this.total = 0;                 // bytes hashed so far (exact below 2^53)
-    this.w = new Uint32Array(64);
+    this.w = new Int32Array(64);
   }
 
-  compress(data, off) {
-    const w = this.w, h = this.h;
-    for (let i = 0; i < 16; i++) {
-      const o = off + 4 * i;
-      w[i] = (data[o] << 24) | (data[o + 1] << 16) | (data[o + 2] << 8) | data[o + 3];
-    }
-    for (let i = 16; i < 64; i++) {
-      const a = w[i - 15], b = w[i - 2];
-      const s0 = ((a >>> 7) | (a << 25)) ^ ((a >>> 18) | (a << 14)) ^ (a >>> 3);
-      const s1 = ((b >>> 17) | (b << 15)) ^ ((b >>> 19) | (b << 13)) ^ (b >>> 10);
-      w[i] = (w[i - 16] + s0 + w[i - 7] + s1) | 0;
-    }
-    let a = h[0] | 0, b = h[1] | 0, c = h[2] | 0, d = h[3] | 0;
-    let e = h[4] | 0, f = h[5] | 0, g = h[6] | 0, hh = h[7] | 0;
-    for (let i = 0; i < 64; i++) {
-      const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
-      const ch = (e & f) ^ (~e & g);
-      const t1 = (hh + S1 + ch + K256[i] + w[i]) | 0;
-      const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
-      const maj = (a & b) ^ (a & c) ^ (b & c);
-      const t2 = (S0 + maj) | 0;
-      hh = g; g = f; f = e; e = (d + t1) | 0;
-      d = c; c = b; b = a; a = (t1 + t2) | 0;
-    }
-    h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+  // the 64-byte blocks of dv from byte off to off + 64*blocks; words read big-endian by DataView
+  // (no per-byte work). One block per call keeps the hot function small and its feedback complete.
+  compress(dv, off, blocks = 1) {
+    for (let blk = 0; blk < blocks; blk++) compressBlock(this.h, this.w, dv, off + 64 * blk);
   }
 
   update(bytes) {
@@ -58,10 +62,14 @@ export class Sha256 {
     if (this.bufLen) {
       while (i < n && this.bufLen < 64) this.buf[this.bufLen++] = bytes[i++];
       if (this.bufLen < 64) return this;
-      this.compress(this.buf, 0);
+      this.compress(this.bufView, 0);
       this.bufLen = 0;
     }
-    for (; i + 64 <= n; i += 64) this.compress(bytes, i);
+    const blocks = Math.floor((n - i) / 64);
+    if (blocks) {
+      this.compress(new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), i, blocks);
+      i += 64 * blocks;
+    }
     while (i < n) this.buf[this.bufLen++] = bytes[i++];
     return this;
   }

@@ -95,84 +95,136 @@ const body = [
 ];
 
 // --- the float ends of the unit, also in wasm (IEEE-754 basic ops, correctly rounded, no FTZ,
-// exactly the operations of units.quantizeRows / epilogue) -----------------------------------
+// exactly the operations of units.quantizeRows / quantizeCols / epilogue on every element; the
+// f64x2 lanes are two independent IEEE float64 operations, so SIMD changes no bit) ------------
+const F64 = 0x7c;
 const F64LOAD = [0x2b, 3, 0], F64STORE = [0x39, 3, 0], I32LOAD = [0x28, 2, 0], STORE16 = [0x3b, 1, 0];
 const FABS = 0x99, FNEAREST = 0x9e, FMUL = 0xa2, FDIV = 0xa3, FMIN = 0xa4, FMAX = 0xa5, F_OF_I32 = 0xb7;
+const GT_U = 0x4b;
 const TRUNC_SAT = [0xfc, 0x02];
 const f64c = (x) => [0x44, ...new Uint8Array(new Float64Array([x]).buffer)];   // little-endian bytes
 const LE_HOST = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
+// pmin(a, b) = b < a ? b : a and pmax(a, b) = a < b ? b : a: the comparisons of units.js itself
+// (amax: a > amax; clamp: v > 127, v < -127), one minpd/maxpd each
+const X2 = { splat: simd(0x14), abs: simd(0xec), mul: simd(0xf2), div: simd(0xf3), pmin: simd(0xf6),
+  pmax: simd(0xf7), nearest: simd(0x94) };
+const extract = (lane) => simd(0x21, lane);
+const TRUNC_SAT_ZERO = simd(0xfc), CONVERT_LOW = simd(0xfe), NARROW16 = simd(0x85);
+const LOAD64_ZERO = simd(0x5d, 3, 0);
+const store16Lane = (lane) => simd(0x59, 1, 0, lane), store32Lane = (lane) => simd(0x5a, 2, 0, lane);
 
-// quant(xPtr, qPtr, sPtr, batch, R, K, xbs, rs, cs, Rp, Kp): row (b, i) of x is the K values
-// x[b*xbs + i*rs + k*cs] (f64); s[b*R + i] = max(max|x|, 2^-60) / 127;
-// q[(b*Rp + i)*Kp + k] (i16) = clamp(nearest(x / s), -127, 127)
-const Q = { xPtr: 0, qPtr: 1, sPtr: 2, batch: 3, R: 4, K: 5, xbs: 6, rs: 7, cs: 8, Rp: 9, Kp: 10,
-  b: 11, i: 12, k: 13, p: 14, qrow: 15, amax: 16, s: 17 };
-const quantRow = [
-  // p = xPtr + (b*xbs + i*rs) * 8
-  ...get(Q.xPtr), ...get(Q.b), ...get(Q.xbs), MUL, ...get(Q.i), ...get(Q.rs), MUL, ADD, ...i32c(3), SHL, ADD, ...set(Q.p),
-  ...f64c(0), ...set(Q.amax), ...i32c(0), ...set(Q.k),
-  ...loop([
-    ...get(Q.amax), ...get(Q.p), ...get(Q.k), ...get(Q.cs), MUL, ...i32c(3), SHL, ADD, ...F64LOAD, FABS, FMAX, ...set(Q.amax),
-    ...get(Q.k), ...i32c(1), ADD, ...set(Q.k), ...get(Q.k), ...get(Q.K), LT_U, 0x0d, 0,
-  ]),
-  ...get(Q.amax), ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...set(Q.s),
-  ...get(Q.sPtr), ...get(Q.b), ...get(Q.R), MUL, ...get(Q.i), ADD, ...i32c(3), SHL, ADD, ...get(Q.s), ...F64STORE,
-  ...get(Q.qPtr), ...get(Q.b), ...get(Q.Rp), MUL, ...get(Q.i), ADD, ...get(Q.Kp), MUL, ...i32c(1), SHL, ADD, ...set(Q.qrow),
-  ...i32c(0), ...set(Q.k),
-  ...loop([
-    ...get(Q.qrow), ...get(Q.k), ...i32c(1), SHL, ADD,
-    ...get(Q.p), ...get(Q.k), ...get(Q.cs), MUL, ...i32c(3), SHL, ADD, ...F64LOAD, ...get(Q.s), FDIV, FNEAREST,
-    ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT, ...STORE16,
-    ...get(Q.k), ...i32c(1), ADD, ...set(Q.k), ...get(Q.k), ...get(Q.K), LT_U, 0x0d, 0,
-  ]),
-];
-const quantBody = [
-  ...vec([[...uleb(5), I32], [...uleb(2), 0x7c]]),
-  ...i32c(0), ...set(Q.b),
-  ...loop([
-    ...i32c(0), ...set(Q.i),
-    ...loop([...quantRow, ...get(Q.i), ...i32c(1), ADD, ...set(Q.i), ...get(Q.i), ...get(Q.R), LT_U, 0x0d, 0]),
-    ...get(Q.b), ...i32c(1), ADD, ...set(Q.b), ...get(Q.b), ...get(Q.batch), LT_U, 0x0d, 0,
-  ]),
-  0x0b,
-];
+// a function body from named params and typed locals: build(L) gets name -> local index
+function func(params, locals, build) {
+  const L = {};
+  let n = 0;
+  for (const name of params) L[name] = n++;
+  const groups = locals.map(([type, names]) => { for (const name of names) L[name] = n++; return [...uleb(names.length), type]; });
+  return { nParams: params.length, body: [...vec(groups), ...build(L), 0x0b] };
+}
+// while (i + step <= limit) { body; i += step }, i starting where it is (locals by index)
+const whileStep = (i, step, limit, body) => [0x02, 0x40, 0x03, 0x40,
+  ...get(i), ...i32c(step), ADD, ...get(limit), GT_U, 0x0d, 1,
+  ...body, ...get(i), ...i32c(step), ADD, ...set(i), 0x0c, 0, 0x0b, 0x0b];
+const forRange = (i, limit, body) => [...i32c(0), ...set(i), ...whileStep(i, 1, limit, body)];
+const addr8 = (base, idx) => [...get(base), ...get(idx), ...i32c(3), SHL, ADD];
+// f64 / f64x2 on the stack, divided by s: clamp(nearest(x / s), -127, 127) as i32 / i16 lanes
+const quantScalar = (s) => [...get(s), FDIV, FNEAREST, ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT];
+const quantPair = (lo, hi) => [...X2.div, ...X2.nearest, ...get(lo), ...X2.pmax, ...get(hi), ...X2.pmin,
+  ...TRUNC_SAT_ZERO, ...VZERO, ...NARROW16];                    // i16 lanes 0, 1
+// amax = amax < t ? t : amax with t = |x| (x f64 on the stack), the scalar twin of pmax: NaN never enters
+const F_LT = 0x63, SELECT = 0x1b, tee = (l) => [0x22, ...uleb(l)];
+const pmaxAbs = (amaxCode, t) => [FABS, ...tee(t), ...amaxCode, ...amaxCode, ...get(t), F_LT, SELECT];
+const clampVectors = (lo, hi) => [...f64c(-127), ...X2.splat, ...set(lo), ...f64c(127), ...X2.splat, ...set(hi)];
+
+// qrows(xPtr, qPtr, sPtr, batch, R, K, Rp, Kp): row (b, i) of x is the K contiguous f64 at
+// x[(b*R + i)*K]; s[b*R + i] = max(max|x|, 2^-60) / 127; q[(b*Rp + i)*Kp + k] (i16) = quant(x / s)
+const qrowsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
+  [[I32, ['b', 'i', 'k', 'p', 'qrow']], [F64, ['amax', 's', 't']], [V128, ['vmax', 'vs', 'lo', 'hi']]], (L) => [
+    ...clampVectors(L.lo, L.hi),
+    ...forRange(L.b, L.batch, forRange(L.i, L.R, [
+      ...get(L.xPtr), ...get(L.b), ...get(L.R), MUL, ...get(L.i), ADD, ...get(L.K), MUL, ...i32c(3), SHL, ADD, ...set(L.p),
+      ...VZERO, ...set(L.vmax), ...i32c(0), ...set(L.k),
+      ...whileStep(L.k, 2, L.K, [...get(L.vmax), ...addr8(L.p, L.k), ...LOAD, ...X2.abs, ...X2.pmax, ...set(L.vmax)]),
+      ...get(L.vmax), ...extract(0), ...get(L.vmax), ...extract(1), FMAX, ...set(L.amax),
+      ...whileStep(L.k, 1, L.K, [...addr8(L.p, L.k), ...F64LOAD, ...pmaxAbs(get(L.amax), L.t), ...set(L.amax)]),
+      ...get(L.amax), ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...set(L.s),
+      ...get(L.sPtr), ...get(L.b), ...get(L.R), MUL, ...get(L.i), ADD, ...i32c(3), SHL, ADD, ...get(L.s), ...F64STORE,
+      ...get(L.s), ...X2.splat, ...set(L.vs),
+      ...get(L.qPtr), ...get(L.b), ...get(L.Rp), MUL, ...get(L.i), ADD, ...get(L.Kp), MUL, ...i32c(1), SHL, ADD, ...set(L.qrow),
+      ...i32c(0), ...set(L.k),
+      ...whileStep(L.k, 2, L.K, [...get(L.qrow), ...get(L.k), ...i32c(1), SHL, ADD,
+        ...addr8(L.p, L.k), ...LOAD, ...get(L.vs), ...quantPair(L.lo, L.hi), ...store32Lane(0)]),
+      ...whileStep(L.k, 1, L.K, [...get(L.qrow), ...get(L.k), ...i32c(1), SHL, ADD,
+        ...addr8(L.p, L.k), ...F64LOAD, ...quantScalar(L.s), ...STORE16]),
+    ])),
+  ]);
+
+// qcols(xPtr, qPtr, sPtr, batch, R, K, Rp, Kp): x per batch stored (K, R) row-major, logical row
+// j = stored column j. Walked row by row (contiguous reads): first the column maxima into s, then
+// s[b*R + j] = max(amax, 2^-60) / 127, then q[(b*Rp + j)*Kp + k] (i16) = quant(x[k, j] / s[j])
+const qcolsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
+  [[I32, ['b', 'j', 'k', 'row', 'sb', 'qk', 'qstride']], [F64, ['t']], [V128, ['v', 'lo', 'hi']]], (L) => {
+    const rowAddr = [...get(L.xPtr), ...get(L.b), ...get(L.K), MUL, ...get(L.k), ADD, ...get(L.R), MUL, ...i32c(3), SHL, ADD, ...set(L.row)];
+    return [
+      ...clampVectors(L.lo, L.hi),
+      ...get(L.Kp), ...i32c(1), SHL, ...set(L.qstride),
+      ...forRange(L.b, L.batch, [
+        ...get(L.sPtr), ...get(L.b), ...get(L.R), MUL, ...i32c(3), SHL, ADD, ...set(L.sb),
+        ...forRange(L.j, L.R, [...addr8(L.sb, L.j), ...f64c(0), ...F64STORE]),
+        ...forRange(L.k, L.K, [
+          ...rowAddr, ...i32c(0), ...set(L.j),
+          ...whileStep(L.j, 2, L.R, [...addr8(L.sb, L.j), ...addr8(L.sb, L.j), ...LOAD, ...addr8(L.row, L.j), ...LOAD, ...X2.abs, ...X2.pmax, ...STORE]),
+          ...whileStep(L.j, 1, L.R, [...addr8(L.sb, L.j), ...addr8(L.row, L.j), ...F64LOAD, ...pmaxAbs([...addr8(L.sb, L.j), ...F64LOAD], L.t), ...F64STORE]),
+        ]),
+        ...forRange(L.j, L.R, [...addr8(L.sb, L.j), ...addr8(L.sb, L.j), ...F64LOAD, ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...F64STORE]),
+        ...forRange(L.k, L.K, [
+          ...rowAddr,
+          ...get(L.qPtr), ...get(L.b), ...get(L.Rp), MUL, ...get(L.Kp), MUL, ...get(L.k), ADD, ...i32c(1), SHL, ADD, ...set(L.qk),
+          ...i32c(0), ...set(L.j),
+          ...whileStep(L.j, 2, L.R, [
+            ...addr8(L.row, L.j), ...LOAD, ...addr8(L.sb, L.j), ...LOAD, ...quantPair(L.lo, L.hi), ...set(L.v),
+            ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.v), ...store16Lane(0),
+            ...get(L.qk), ...get(L.j), ...i32c(1), ADD, ...get(L.qstride), MUL, ADD, ...get(L.v), ...store16Lane(1),
+          ]),
+          ...whileStep(L.j, 1, L.R, [...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD,
+            ...addr8(L.row, L.j), ...F64LOAD, ...addr8(L.sb, L.j), ...F64LOAD, FDIV, FNEAREST,
+            ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT, ...STORE16]),
+        ]),
+      ]),
+    ];
+  });
 
 // epi(cPtr, srPtr, scPtr, outPtr, batch, M, N, Mp, Np):
 // out[(b*M + i)*N + j] = (f64(c[(b*Mp + i)*Np + j]) * sr[b*M + i]) * sc[b*N + j]
-const E = { cPtr: 0, srPtr: 1, scPtr: 2, outPtr: 3, batch: 4, M: 5, N: 6, Mp: 7, Np: 8, b: 9, i: 10, j: 11, crow: 12, orow: 13, sc0: 14, sr: 15 };
-const epiBody = [
-  ...vec([[...uleb(6), I32], [...uleb(1), 0x7c]]),
-  ...i32c(0), ...set(E.b),
-  ...loop([
-    ...get(E.scPtr), ...get(E.b), ...get(E.N), MUL, ...i32c(3), SHL, ADD, ...set(E.sc0),
-    ...i32c(0), ...set(E.i),
-    ...loop([
-      ...get(E.srPtr), ...get(E.b), ...get(E.M), MUL, ...get(E.i), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, ...set(E.sr),
-      ...get(E.cPtr), ...get(E.b), ...get(E.Mp), MUL, ...get(E.i), ADD, ...get(E.Np), MUL, ...i32c(2), SHL, ADD, ...set(E.crow),
-      ...get(E.outPtr), ...get(E.b), ...get(E.M), MUL, ...get(E.i), ADD, ...get(E.N), MUL, ...i32c(3), SHL, ADD, ...set(E.orow),
-      ...i32c(0), ...set(E.j),
-      ...loop([
-        ...get(E.orow), ...get(E.j), ...i32c(3), SHL, ADD,
-        ...get(E.crow), ...get(E.j), ...i32c(2), SHL, ADD, ...I32LOAD, F_OF_I32, ...get(E.sr), FMUL,
-        ...get(E.sc0), ...get(E.j), ...i32c(3), SHL, ADD, ...F64LOAD, FMUL, ...F64STORE,
-        ...get(E.j), ...i32c(1), ADD, ...set(E.j), ...get(E.j), ...get(E.N), LT_U, 0x0d, 0,
+const epiFn = func(['cPtr', 'srPtr', 'scPtr', 'outPtr', 'batch', 'M', 'N', 'Mp', 'Np'],
+  [[I32, ['b', 'i', 'j', 'crow', 'orow', 'sc0']], [F64, ['sr']], [V128, ['vsr']]], (L) => [
+    ...forRange(L.b, L.batch, [
+      ...get(L.scPtr), ...get(L.b), ...get(L.N), MUL, ...i32c(3), SHL, ADD, ...set(L.sc0),
+      ...forRange(L.i, L.M, [
+        ...get(L.srPtr), ...get(L.b), ...get(L.M), MUL, ...get(L.i), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, ...set(L.sr),
+        ...get(L.sr), ...X2.splat, ...set(L.vsr),
+        ...get(L.cPtr), ...get(L.b), ...get(L.Mp), MUL, ...get(L.i), ADD, ...get(L.Np), MUL, ...i32c(2), SHL, ADD, ...set(L.crow),
+        ...get(L.outPtr), ...get(L.b), ...get(L.M), MUL, ...get(L.i), ADD, ...get(L.N), MUL, ...i32c(3), SHL, ADD, ...set(L.orow),
+        ...i32c(0), ...set(L.j),
+        ...whileStep(L.j, 2, L.N, [...addr8(L.orow, L.j),
+          ...get(L.crow), ...get(L.j), ...i32c(2), SHL, ADD, ...LOAD64_ZERO, ...CONVERT_LOW, ...get(L.vsr), ...X2.mul,
+          ...addr8(L.sc0, L.j), ...LOAD, ...X2.mul, ...STORE]),
+        ...whileStep(L.j, 1, L.N, [...addr8(L.orow, L.j),
+          ...get(L.crow), ...get(L.j), ...i32c(2), SHL, ADD, ...I32LOAD, F_OF_I32, ...get(L.sr), FMUL,
+          ...addr8(L.sc0, L.j), ...F64LOAD, FMUL, ...F64STORE]),
       ]),
-      ...get(E.i), ...i32c(1), ADD, ...set(E.i), ...get(E.i), ...get(E.M), LT_U, 0x0d, 0,
     ]),
-    ...get(E.b), ...i32c(1), ADD, ...set(E.b), ...get(E.b), ...get(E.batch), LT_U, 0x0d, 0,
-  ]),
-  0x0b,
-];
+  ]);
 
 const funcType = (n) => [0x60, ...vec(new Array(n).fill([I32])), 0x00];
 export const GEMM_WASM = new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  ...section(1, vec([funcType(7), funcType(11), funcType(9)])),
-  ...section(3, vec([[0x00], [0x01], [0x02]])),                                 // gemm, quant, epi
+  ...section(1, vec([funcType(7), funcType(qrowsFn.nParams), funcType(epiFn.nParams)])),
+  ...section(3, vec([[0x00], [0x01], [0x01], [0x02]])),                         // gemm, qrows, qcols, epi
   ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
   ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('gemm'), 0x00, 0x00],
-    [...str('quant'), 0x00, 0x01], [...str('epi'), 0x00, 0x02]])),
-  ...section(10, vec([body, quantBody, epiBody].map((b) => [...uleb(b.length), ...b]))),
+    [...str('qrows'), 0x00, 0x01], [...str('qcols'), 0x00, 0x02], [...str('epi'), 0x00, 0x03]])),
+  ...section(10, vec([body, qrowsFn.body, qcolsFn.body, epiFn.body].map((b) => [...uleb(b.length), ...b]))),
 ]);
 
 // --- the engine -------------------------------------------------------------------------------
@@ -183,7 +235,7 @@ export function createWasmEngine() {
   if (!WebAssembly.validate(GEMM_WASM)) throw new Error('WebAssembly SIMD is not supported here');
   if (!LE_HOST) throw new Error('the wasm engine assumes a little-endian host');
   const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
-  const mem = inst.exports.mem, kernel = inst.exports.gemm, quant = inst.exports.quant, epi = inst.exports.epi;
+  const { mem, gemm: kernel, qrows, qcols, epi } = inst.exports;
   const ensure = (bytes) => {
     const need = Math.ceil((bytes - mem.buffer.byteLength) / 65536);
     if (need > 0) mem.grow(need);
@@ -233,10 +285,10 @@ export function createWasmEngine() {
       new Float64Array(buf, oXb, b.length).set(b);
       if (kp !== kk || mp !== m) new Int16Array(buf, oA, nb * mp * kp).fill(0);
       if (kp !== kk || np !== n) new Int16Array(buf, oB, nb * np * kp).fill(0);
-      // A's logical row i: stored row i (rs = K, cs = 1), or stored column i of (K, M) (rs = 1, cs = M)
-      quant(oXa, oA, oSa, nb, m, kk, m * kk, transA ? 1 : kk, transA ? m : 1, mp, kp);
+      // A's logical row i: stored row i of (M, K), or stored column i of (K, M)
+      (transA ? qcols : qrows)(oXa, oA, oSa, nb, m, kk, mp, kp);
       // B's logical column j: stored row j of (N, K), or stored column j of (K, N)
-      quant(oXb, oB, oSb, nb, n, kk, kk * n, transB ? kk : 1, transB ? 1 : n, np, kp);
+      (transB ? qrows : qcols)(oXb, oB, oSb, nb, n, kk, np, kp);
       kernel(oA, oB, oC, nb, mp, np, kp);
       epi(oC, oSa, oSb, oOut, nb, m, n, mp, np);
       return new Float64Array(buf, oOut, nb * m * n).slice();
