@@ -1,6 +1,8 @@
 // The canonical weight hash, mirroring daisy/hashing.py: SHA-256 over every parameter in
 // paramShapes order, as the little-endian bytes of its float64 values, row-major; hex digest.
-// Plain synchronous JS (crypto.subtle is async and missing on file:// pages).
+// Synchronous (crypto.subtle is async and missing on file:// pages): a WebAssembly compress
+// function where WebAssembly is (checked against the JS one at creation), else plain JS.
+import { uleb, vec, section, str, get, set, i32c } from './wasm_gemm.js';
 
 const K256 = new Int32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -107,9 +109,105 @@ export function f64LeBytes(a) {
   return out;
 }
 
+// --- SHA-256 compress in WebAssembly: sha(statePtr, dataPtr, nBlocks), 64 rounds unrolled, the
+// message schedule in 64 locals, words loaded little-endian and byte-swapped -------------------
+const ADD = 0x6a, AND = 0x71, OR = 0x72, XOR = 0x73, SHR_U = 0x76, ROTL = 0x77, ROTR = 0x78, GE_U = 0x4f;
+const load32 = (off) => [0x28, 2, ...uleb(off)], store32 = (off) => [0x36, 2, ...uleb(off)];
+function shaBody() {
+  const statePtr = 0, dataPtr = 1, nBlocks = 2, blk = 3, v = [4, 5, 6, 7, 8, 9, 10, 11], t1 = 12, t2 = 13;
+  const w = Array.from({ length: 64 }, (_, i) => 14 + i);
+  const rotr = (l, n) => [...get(l), ...i32c(n), ROTR];
+  const sigma = (l, r1, r2, r3) => [...rotr(l, r1), ...rotr(l, r2), XOR, ...rotr(l, r3), XOR];
+  const sigmaSmall = (l, r1, r2, sh) => [...rotr(l, r1), ...rotr(l, r2), XOR, ...get(l), ...i32c(sh), SHR_U, XOR];
+  const block = [];
+  for (let i = 0; i < 16; i++) {                      // big-endian word = byte swap of the LE load
+    block.push(...get(dataPtr), ...load32(4 * i), ...set(w[i]),
+      ...get(w[i]), ...i32c(0x00ff00ff), AND, ...i32c(8), ROTR,
+      ...get(w[i]), ...i32c(8), ROTL, ...i32c(0x00ff00ff), AND, OR, ...set(w[i]));
+  }
+  for (let i = 16; i < 64; i++) {
+    block.push(...get(w[i - 16]), ...sigmaSmall(w[i - 15], 7, 18, 3), ADD, ...get(w[i - 7]), ADD,
+      ...sigmaSmall(w[i - 2], 17, 19, 10), ADD, ...set(w[i]));
+  }
+  let r = [...v];                                     // roles a..h -> locals, renamed each round
+  for (let i = 0; i < 64; i++) {
+    const [a, b, c, d, e, f, g, h] = r;
+    block.push(...get(h), ...sigma(e, 6, 11, 25), ADD,
+      ...get(g), ...get(e), ...get(f), ...get(g), XOR, AND, XOR, ADD,        // ch = g ^ (e & (f ^ g))
+      ...i32c(K256[i]), ADD, ...get(w[i]), ADD, ...set(t1),
+      ...sigma(a, 2, 13, 22), ...get(a), ...get(b), AND, ...get(c), ...get(a), ...get(b), OR, AND, OR, ADD,   // maj
+      ...set(t2),
+      ...get(d), ...get(t1), ADD, ...set(d), ...get(t1), ...get(t2), ADD, ...set(h));
+    r = [h, a, b, c, d, e, f, g];
+  }
+  for (let i = 0; i < 8; i++) {
+    block.push(...get(v[i]), ...get(statePtr), ...load32(4 * i), ADD, ...set(v[i]),
+      ...get(statePtr), ...get(v[i]), ...store32(4 * i));
+  }
+  block.push(...get(dataPtr), ...i32c(64), ADD, ...set(dataPtr), ...get(blk), ...i32c(1), ADD, ...set(blk));
+  const I32 = 0x7f;
+  return [...vec([[...uleb(75), I32]]),
+    ...v.flatMap((l, i) => [...get(statePtr), ...load32(4 * i), ...set(l)]),
+    0x02, 0x40, 0x03, 0x40, ...get(blk), ...get(nBlocks), GE_U, 0x0d, 1, ...block, 0x0c, 0, 0x0b, 0x0b, 0x0b];
+}
+const shaModule = () => {
+  const body = shaBody();
+  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+    ...section(1, vec([[0x60, ...vec([[0x7f], [0x7f], [0x7f]]), 0x00]])),
+    ...section(3, vec([[0x00]])), ...section(5, vec([[0x00, 0x01]])),
+    ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('sha'), 0x00, 0x00]])),
+    ...section(10, vec([[...uleb(body.length), ...body]]))]);
+};
+const IV = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
+
+// bytes (Uint8Array parts, one message) -> hex SHA-256 in wasm; the message is copied into memory
+function wasmHashParts(ws, parts) {
+  const total = parts.reduce((n, p) => n + p.length, 0);
+  const padded = (total + 9 + 63) & ~63, need = 32 + padded;
+  if (ws.mem.buffer.byteLength < need) ws.mem.grow(Math.ceil((need - ws.mem.buffer.byteLength) / 65536));
+  const u8 = new Uint8Array(ws.mem.buffer);
+  let o = 32;
+  for (const p of parts) { u8.set(p, o); o += p.length; }
+  u8.fill(0, o, 32 + padded);
+  u8[o] = 0x80;
+  const bits = total * 8, hi = Math.floor(bits / 2 ** 32), lo = bits >>> 0;
+  const dv = new DataView(ws.mem.buffer);
+  dv.setUint32(32 + padded - 8, hi); dv.setUint32(32 + padded - 4, lo);
+  for (let i = 0; i < 8; i++) dv.setUint32(4 * i, IV[i], true);
+  ws.sha(0, 32, padded / 64);
+  let hex = '';
+  for (let i = 0; i < 8; i++) hex += dv.getUint32(4 * i, true).toString(16).padStart(8, '0');
+  return hex;
+}
+
+let shaWasm;          // undefined: not tried; null: unavailable or failed its check
+function wasmSha() {
+  if (shaWasm !== undefined) return shaWasm;
+  shaWasm = null;
+  try {
+    if (typeof WebAssembly === 'undefined' || !LITTLE_ENDIAN) return null;
+    const inst = new WebAssembly.Instance(new WebAssembly.Module(shaModule()), {});
+    const ws = { mem: inst.exports.mem, sha: inst.exports.sha };
+    // check against the JS SHA-256 at every padding case (0..130 bytes) and across blocks
+    const msg = new Uint8Array(1000);
+    for (let i = 0; i < msg.length; i++) msg[i] = (i * 131 + 7) & 0xff;
+    for (const n of [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 128, 130, 1000]) {
+      const part = msg.subarray(0, n);
+      if (wasmHashParts(ws, [part.subarray(0, n >> 1), part.subarray(n >> 1)]) !== new Sha256().update(part).hexdigest()) return null;
+    }
+    shaWasm = ws;
+  } catch (e) {
+    shaWasm = null;
+  }
+  return shaWasm;
+}
+
 // params: {name: Float64Array} in canonical order -> hex SHA-256
 export function weightHash(params) {
+  const parts = Object.values(params).map(f64LeBytes);
+  const ws = wasmSha();
+  if (ws) return wasmHashParts(ws, parts);
   const h = new Sha256();
-  for (const w of Object.values(params)) h.update(f64LeBytes(w));
+  for (const p of parts) h.update(p);
   return h.hexdigest();
 }

@@ -10,18 +10,18 @@
 import { cpuEngine, MAX_K, quantizeRows, quantizeCols, epilogue } from './units.js';
 
 // --- a tiny assembler -------------------------------------------------------------------------
-const uleb = (n) => { const o = []; do { let b = n & 0x7f; n >>>= 7; if (n) b |= 0x80; o.push(b); } while (n); return o; };
-const sleb = (n) => {
+export const uleb = (n) => { const o = []; do { let b = n & 0x7f; n >>>= 7; if (n) b |= 0x80; o.push(b); } while (n); return o; };
+export const sleb = (n) => {
   const o = [];
   for (;;) { const b = n & 0x7f; n >>= 7; if ((n === 0 && !(b & 0x40)) || (n === -1 && (b & 0x40))) { o.push(b); return o; } o.push(b | 0x80); }
 };
-const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
-const section = (id, body) => [id, ...uleb(body.length), ...body];
-const vec = (items) => [...uleb(items.length), ...items.flat()];
+export const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
+export const section = (id, body) => [id, ...uleb(body.length), ...body];
+export const vec = (items) => [...uleb(items.length), ...items.flat()];
 
 const I32 = 0x7f, V128 = 0x7b;
-const get = (l) => [0x20, ...uleb(l)], set = (l) => [0x21, ...uleb(l)];
-const i32c = (v) => [0x41, ...sleb(v)];
+export const get = (l) => [0x20, ...uleb(l)], set = (l) => [0x21, ...uleb(l)];
+export const i32c = (v) => [0x41, ...sleb(v)];
 const ADD = 0x6a, MUL = 0x6c, SHL = 0x74, LT_U = 0x49;
 const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
 const LOAD = simd(0x00, 4, 0), STORE = simd(0x0b, 4, 0);
