@@ -1,0 +1,62 @@
+// The JS CPU mirror bench, runnable in node and in a browser page (no node imports): ms per
+// training step (default config; one peer = one loss_and_grads + reduce + Adam + hash) and int8
+// GEMM GOPS (2 ops per MAC) at the model's shapes and 512^3, scalar vs wasm-simd. Medians of reps.
+import { makeConfig } from '../frontend_js/config.js';
+import { Group } from '../frontend_js/train.js';
+import { engines } from '../frontend_js/engines.js';
+import { cpuEngine } from '../frontend_js/units.js';
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+
+async function stepMs(cfg, stream, engine, peers, steps, reps) {
+  const times = [];
+  for (let r = 0; r < reps; r++) {
+    const g = new Group(cfg, peers, stream, engine);
+    await g.step();                                             // warm-up
+    const t = performance.now();
+    for (let i = 0; i < steps; i++) await g.step();
+    times.push((performance.now() - t) / steps);
+  }
+  return median(times);
+}
+
+function int8(n, seed) {
+  const q = new Int8Array(n); let s = seed;
+  for (let i = 0; i < n; i++) { s = (Math.imul(s, 1664525) + 1013904223) >>> 0; q[i] = (s >>> 24) % 255 - 127; }
+  return q;
+}
+
+function gemmGops(engine, nb, M, K, N, reps) {
+  const qa = int8(nb * M * K, 1), qbT = int8(nb * N * K, 2);
+  engine.gemmBT(qa, qbT, nb, M, K, N);
+  const times = [];
+  for (let r = 0; r < reps; r++) {
+    let n = 0; const t = performance.now(); let dt = 0;
+    do { engine.gemmBT(qa, qbT, nb, M, K, N); n++; dt = performance.now() - t; } while (dt < 100);
+    times.push(dt / n);
+  }
+  return (2 * nb * M * K * N) / (median(times) * 1e6);      // GOPS
+}
+
+// the model's GEMM shapes at the default config (B=8, T=32, C=32, H=4): [what, batch, M, K, N]
+export const SHAPES = [
+  ['qkv  x W^T (256x32x96)', 1, 256, 32, 96], ['q k^T (32 x 32x8x32)', 32, 32, 8, 32],
+  ['p v (32 x 32x32x8)', 32, 32, 32, 8], ['fc (256x32x128)', 1, 256, 32, 128],
+  ['mlp proj (256x128x32)', 1, 256, 128, 32], ['head (256x32x257)', 1, 256, 32, 257],
+  ['dW head (257x256x32)', 1, 257, 256, 32], ['512^3', 1, 512, 512, 512],
+];
+
+// stream: Uint16Array tokens -> {steps, reps, step_ms: {path: ms}, gemm_gops: [{what, scalar, wasm}]}
+export async function runBench(stream, { steps = 10, reps = 5 } = {}) {
+  const wasm = engines().find((e) => e.name === 'wasm-simd');
+  if (!wasm) throw new Error('the wasm-simd engine is not available here');
+  const cfg = makeConfig({});
+  const out = { steps, reps, step_ms: {}, gemm_gops: [] };
+  out.step_ms['wasm-simd P=1'] = await stepMs(cfg, stream, wasm, 1, steps, reps);
+  out.step_ms['wasm-simd P=2 (CLI default)'] = await stepMs(cfg, stream, wasm, 2, Math.max(2, steps >> 1), reps);
+  out.step_ms['scalar P=1'] = await stepMs(cfg, stream, cpuEngine, 1, Math.max(2, steps >> 2), reps);
+  for (const [what, nb, M, K, N] of SHAPES) {
+    out.gemm_gops.push({ what, scalar: gemmGops(cpuEngine, nb, M, K, N, reps), wasm: gemmGops(wasm, nb, M, K, N, reps) });
+  }
+  return out;
+}
