@@ -3,12 +3,14 @@
 //   tokens (B, T) -> wte + wpe -> L x [x += attn(norm1(x)); x += mlp(norm2(x))] -> norm_f -> head
 //   -> cross-entropy
 // Every matmul goes through the INT8 units (units.qmatmulT, straight-through in backward) on an
-// injected engine (CPU here, or the WGSL engine), so forward/backward are async. Linear weights
+// injected engine (CPU here, or the WGSL engine), so forward/backward are async. Arrays come from
+// `mem` (arena.js): fresh ones by default, or a trainer's StepArena, reused step after step. Linear weights
 // use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
 import { key, uniform, PURPOSE_INIT } from './prng.js';
 import { expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { qmatmulT, cpuEngine } from './units.js';
+import { freshF64 } from './arena.js';
 
 export const NORM_EPS = 1e-5;
 export const EMBED_BOUND = 0.1;
@@ -59,9 +61,9 @@ export function initParams(cfg) {
 
 // x (N, C), g (C,) -> y (N, C), cache {xhat (N, C), r (N,)}.
 // r = 1 / sqrt(tree_sum(x*x)/C + eps); y = (x * r) * g
-export function rmsnorm(x, g, N, C) {
-  const y = new Float64Array(N * C), xhat = new Float64Array(N * C), r = new Float64Array(N);
-  const sq = new Float64Array(C);
+export function rmsnorm(x, g, N, C, mem = freshF64) {
+  const y = mem.take(N * C), xhat = mem.take(N * C), r = mem.take(N);
+  const sq = mem.take(C);
   for (let n = 0; n < N; n++) {
     const o = n * C;
     for (let c = 0; c < C; c++) sq[c] = x[o + c] * x[o + c];
@@ -74,13 +76,13 @@ export function rmsnorm(x, g, N, C) {
 }
 
 // dy (N, C) -> dx (N, C), dg (C,)
-export function rmsnormBackward(dy, g, cache, N, C) {
+export function rmsnormBackward(dy, g, cache, N, C, mem = freshF64) {
   const { xhat, r } = cache;
-  const prod = new Float64Array(N * C);
+  const prod = mem.take(N * C);
   for (let i = 0; i < N * C; i++) prod[i] = dy[i] * xhat[i];
-  const dg = new Float64Array(C);
+  const dg = mem.take(C);
   for (let c = 0; c < C; c++) dg[c] = treeSum(prod, c, N, C);    // over rows n = 0..N-1
-  const dx = new Float64Array(N * C), t = new Float64Array(C), dxhat = new Float64Array(C);
+  const dx = mem.take(N * C), t = mem.take(C), dxhat = mem.take(C);
   for (let n = 0; n < N; n++) {
     const o = n * C;
     for (let c = 0; c < C; c++) { dxhat[c] = dy[o + c] * g[c]; t[c] = dxhat[c] * xhat[o + c]; }
@@ -92,8 +94,8 @@ export function rmsnormBackward(dy, g, cache, N, C) {
 }
 
 // s (G, T, T) -> p: row i over columns j <= i; masked entries exactly +0; z sums all T columns
-export function causalSoftmax(s, G, T) {
-  const p = new Float64Array(G * T * T), e = new Float64Array(T);
+export function causalSoftmax(s, G, T, mem = freshF64) {
+  const p = mem.take(G * T * T), e = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const i = row % T, o = row * T;
     let m = s[o];
@@ -107,8 +109,8 @@ export function causalSoftmax(s, G, T) {
 }
 
 // dp, p (G, T, T) -> ds = (p * (dp - tree_sum(dp * p))) * scale  (scale applied after, as model.py)
-export function softmaxBackward(dp, p, G, T, scale) {
-  const ds = new Float64Array(G * T * T), t = new Float64Array(T);
+export function softmaxBackward(dp, p, G, T, scale, mem = freshF64) {
+  const ds = mem.take(G * T * T), t = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const o = row * T;
     for (let j = 0; j < T; j++) t[j] = dp[o + j] * p[o + j];
@@ -120,8 +122,8 @@ export function softmaxBackward(dp, p, G, T, scale) {
 
 // logits (N, V), targets (N,) -> [mean loss, dlogits (N, V)]
 // loss_n = (m + log z) - logit[target]; loss = tree_sum(loss_n) / N; dlogits = (softmax - onehot) / N
-export function crossEntropy(logits, targets, N, V) {
-  const lossN = new Float64Array(N), dlogits = new Float64Array(N * V), e = new Float64Array(V);
+export function crossEntropy(logits, targets, N, V, mem = freshF64) {
+  const lossN = mem.take(N), dlogits = mem.take(N * V), e = mem.take(V);
   for (let n = 0; n < N; n++) {
     const o = n * V;
     let m = logits[o];
@@ -137,8 +139,8 @@ export function crossEntropy(logits, targets, N, V) {
 }
 
 // dx (N, C), idx (N,) -> dwte (V, C): row idx[n] += dx[n], n ascending
-export function embeddingBackward(dx, idx, V, N, C) {
-  const dwte = new Float64Array(V * C);
+export function embeddingBackward(dx, idx, V, N, C, mem = freshF64) {
+  const dwte = mem.zeros(V * C);
   for (let n = 0; n < N; n++) {
     const r = idx[n] * C, o = n * C;
     for (let c = 0; c < C; c++) dwte[r + c] = dwte[r + c] + dx[o + c];
@@ -149,8 +151,8 @@ export function embeddingBackward(dx, idx, V, N, C) {
 // --- layout moves (exact copies) ------------------------------------------------------------
 
 // qkv (N, 3C) as (B, T, 3, H, D) -> part s of (3, B, H, T, D), i.e. (B*H, T, D)
-function splitHeads(qkv, part, B, T, H, D) {
-  const C = H * D, out = new Float64Array(B * H * T * D);
+function splitHeads(qkv, part, B, T, H, D, mem) {
+  const C = H * D, out = mem.take(B * H * T * D);
   for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) {
     const src = (b * T + t) * 3 * C + part * C + h * D, dst = ((b * H + h) * T + t) * D;
     for (let d = 0; d < D; d++) out[dst + d] = qkv[src + d];
@@ -172,13 +174,14 @@ const addInPlace = (x, y) => { for (let i = 0; i < x.length; i++) x[i] = x[i] + 
 // --- the model --------------------------------------------------------------------------------
 
 // idx (B, T) Int32Array -> logits (B*T, V); with targets (B, T): {loss, cache} for backward.
-export async function forward(params, cfg, idx, B, T, targets = null, engine = cpuEngine) {
+// mem: where the arrays come from (arena.js); a StepArena's arrays live until its next reset.
+export async function forward(params, cfg, idx, B, T, targets = null, engine = cpuEngine, mem = freshF64) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
   const attScale = 1.0 / Math.sqrt(D);
-  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn);
+  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
   const wte = params['wte.weight'], wpe = params['wpe.weight'];
-  const x = new Float64Array(N * C);                                          // (N, C)
+  const x = mem.take(N * C);                                                  // (N, C)
   for (let n = 0; n < N; n++) {
     const r = idx[n] * C, t = (n % T) * C;
     for (let c = 0; c < C; c++) x[n * C + c] = wte[r + c] + wpe[t + c];
@@ -186,85 +189,95 @@ export async function forward(params, cfg, idx, B, T, targets = null, engine = c
   const caches = [];
   for (let l = 0; l < L; l++) {
     const p = `blocks.${l}.`;
-    const [xn1, n1] = rmsnorm(x, params[p + 'norm1.weight'], N, C);        // (N, C)
+    const [xn1, n1] = rmsnorm(x, params[p + 'norm1.weight'], N, C, mem);   // (N, C)
     const qkv = await mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);   // (N, 3C)
-    const q = splitHeads(qkv, 0, B, T, H, D);                                // (B, H, T, D)
-    const k = splitHeads(qkv, 1, B, T, H, D);
-    const v = splitHeads(qkv, 2, B, T, H, D);
+    const q = splitHeads(qkv, 0, B, T, H, D, mem);                           // (B, H, T, D)
+    const k = splitHeads(qkv, 1, B, T, H, D, mem);
+    const v = splitHeads(qkv, 2, B, T, H, D, mem);
     const s = await mm(q, false, k, true, G, T, D, T);                      // (B, H, T, T) q k^T
     for (let i = 0; i < s.length; i++) s[i] = s[i] * attScale;
-    const pr = causalSoftmax(s, G, T);                                       // (B, H, T, T)
+    const pr = causalSoftmax(s, G, T, mem);                                  // (B, H, T, T)
     const yh = await mm(pr, false, v, false, G, T, T, D);                   // (B, H, T, D)
-    const y = mergeHeads(yh, new Float64Array(N * C), C, 0, B, T, H, D);    // (N, C)
+    const y = mergeHeads(yh, mem.take(N * C), C, 0, B, T, H, D);            // (N, C)
     addInPlace(x, await mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C));
-    const [xn2, n2] = rmsnorm(x, params[p + 'norm2.weight'], N, C);        // (N, C)
+    const [xn2, n2] = rmsnorm(x, params[p + 'norm2.weight'], N, C, mem);   // (N, C)
     const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);       // (N, 4C)
-    const hr = new Float64Array(h.length);                                   // (N, 4C) ReLU, np.maximum(h, 0)
+    const hr = mem.take(h.length);                                           // (N, 4C) ReLU, np.maximum(h, 0)
     for (let i = 0; i < h.length; i++) hr[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;
     addInPlace(x, await mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C));
     caches.push({ xn1, n1, q, k, v, pr, y, xn2, n2, h, hr });
   }
-  const [xf, nf] = rmsnorm(x, params['norm_f.weight'], N, C);               // (N, C)
+  const [xf, nf] = rmsnorm(x, params['norm_f.weight'], N, C, mem);          // (N, C)
   const logits = await mm(xf, false, params['head.weight'], true, 1, N, C, V);   // (N, V)
   if (targets === null) return logits;
-  const [loss, dlogits] = crossEntropy(logits, targets, N, V);
-  return { loss, cache: { idx, B, T, caches, xf, nf, dlogits, attScale, engine } };
+  const [loss, dlogits] = crossEntropy(logits, targets, N, V, mem);
+  return { loss, cache: { idx, B, T, caches, xf, nf, dlogits, attScale, engine, mem } };
 }
 
-// The gradient of the mean loss w.r.t. every parameter, in canonical order.
+// The gradient of the mean loss w.r.t. every parameter, in canonical order. Matmuls that do not
+// depend on each other are issued together (Promise.all), so an engine that batches its calls
+// (the GPU's) can run them in one submission; the results, hence the bits, are those of one by one.
 export async function backward(params, cfg, cache) {
-  const { idx, B, T, caches, xf, nf, dlogits, attScale, engine } = cache;
+  const { idx, B, T, caches, xf, nf, dlogits, attScale, engine, mem } = cache;
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
-  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn);
+  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
   const g = {};
-  g['head.weight'] = await mm(dlogits, true, xf, false, 1, V, N, C);        // (V, C) dlogits^T xf
-  const dxf = await mm(dlogits, false, params['head.weight'], false, 1, N, V, C);   // (N, C)
+  let dxf;
+  [g['head.weight'], dxf] = await Promise.all([
+    mm(dlogits, true, xf, false, 1, V, N, C),                                // (V, C) dlogits^T xf
+    mm(dlogits, false, params['head.weight'], false, 1, N, V, C)]);          // (N, C)
   let dx;
-  [dx, g['norm_f.weight']] = rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C);
+  [dx, g['norm_f.weight']] = rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C, mem);
   for (let l = L - 1; l >= 0; l--) {
     const p = `blocks.${l}.`;
     const { xn1, n1, q, k, v, pr, y, xn2, n2, h, hr } = caches[l];
     // MLP branch: x += proj(relu(fc(norm2(x))))
-    g[p + 'mlp.proj.weight'] = await mm(dx, true, hr, false, 1, C, N, 4 * C);         // (C, 4C)
-    const dhr = await mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C);   // (N, 4C)
-    const dh = new Float64Array(dhr.length);                                 // (N, 4C)
+    let dhr, dxn2, dy, dpr, dv, dq, dk, dxn1, dxb;
+    [g[p + 'mlp.proj.weight'], dhr] = await Promise.all([
+      mm(dx, true, hr, false, 1, C, N, 4 * C),                               // (C, 4C)
+      mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)]); // (N, 4C)
+    const dh = mem.take(dhr.length);                                         // (N, 4C)
     for (let i = 0; i < dh.length; i++) dh[i] = h[i] > 0.0 ? dhr[i] : 0.0;
-    g[p + 'mlp.fc.weight'] = await mm(dh, true, xn2, false, 1, 4 * C, N, C);          // (4C, C)
-    const dxn2 = await mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C);    // (N, C)
-    let dxb;
-    [dxb, g[p + 'norm2.weight']] = rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C);
-    dx = addInPlace(Float64Array.from(dx), dxb);
+    [g[p + 'mlp.fc.weight'], dxn2] = await Promise.all([
+      mm(dh, true, xn2, false, 1, 4 * C, N, C),                              // (4C, C)
+      mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C)]);   // (N, C)
+    [dxb, g[p + 'norm2.weight']] = rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
+    dx = addInPlace(dx, dxb);                                                // dx is ours alone: add in place
     // attention branch: x += proj(attn(qkv(norm1(x))))
-    g[p + 'attn.proj.weight'] = await mm(dx, true, y, false, 1, C, N, C);             // (C, C)
-    const dy = await mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C); // (N, C)
-    const dyh = splitHeads3(dy, B, T, H, D);                                 // (B, H, T, D)
-    const dpr = await mm(dyh, false, v, true, G, T, D, T);                  // (B, H, T, T) dyh v^T
-    const dv = await mm(pr, true, dyh, false, G, T, T, D);                  // (B, H, T, D) pr^T dyh
-    const ds = softmaxBackward(dpr, pr, G, T, attScale);                     // (B, H, T, T)
-    const dq = await mm(ds, false, k, false, G, T, T, D);                   // (B, H, T, D)
-    const dk = await mm(ds, true, q, false, G, T, T, D);                    // (B, H, T, D) ds^T q
-    const dqkv = new Float64Array(N * 3 * C);                                // (N, 3C) as (B, T, 3, H, D)
+    [g[p + 'attn.proj.weight'], dy] = await Promise.all([
+      mm(dx, true, y, false, 1, C, N, C),                                    // (C, C)
+      mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C)]);    // (N, C)
+    const dyh = splitHeads3(dy, B, T, H, D, mem);                            // (B, H, T, D)
+    [dpr, dv] = await Promise.all([
+      mm(dyh, false, v, true, G, T, D, T),                                   // (B, H, T, T) dyh v^T
+      mm(pr, true, dyh, false, G, T, T, D)]);                                // (B, H, T, D) pr^T dyh
+    const ds = softmaxBackward(dpr, pr, G, T, attScale, mem);                // (B, H, T, T)
+    [dq, dk] = await Promise.all([
+      mm(ds, false, k, false, G, T, T, D),                                   // (B, H, T, D)
+      mm(ds, true, q, false, G, T, T, D)]);                                  // (B, H, T, D) ds^T q
+    const dqkv = mem.take(N * 3 * C);                                        // (N, 3C) as (B, T, 3, H, D)
     mergeHeads(dq, dqkv, 3 * C, 0, B, T, H, D);
     mergeHeads(dk, dqkv, 3 * C, C, B, T, H, D);
     mergeHeads(dv, dqkv, 3 * C, 2 * C, B, T, H, D);
-    g[p + 'attn.qkv.weight'] = await mm(dqkv, true, xn1, false, 1, 3 * C, N, C);      // (3C, C)
-    const dxn1 = await mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C);  // (N, C)
-    [dxb, g[p + 'norm1.weight']] = rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C);
+    [g[p + 'attn.qkv.weight'], dxn1] = await Promise.all([
+      mm(dqkv, true, xn1, false, 1, 3 * C, N, C),                            // (3C, C)
+      mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C)]); // (N, C)
+    [dxb, g[p + 'norm1.weight']] = rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
     dx = addInPlace(dx, dxb);
   }
-  const dwpe = new Float64Array(T * C);                                      // (T, C) tree over b
+  const dwpe = mem.take(T * C);                                              // (T, C) tree over b
   for (let i = 0; i < T * C; i++) dwpe[i] = treeSum(dx, i, B, T * C);
   g['wpe.weight'] = dwpe;
-  g['wte.weight'] = embeddingBackward(dx, idx, V, N, C);                     // (V, C)
+  g['wte.weight'] = embeddingBackward(dx, idx, V, N, C, mem);                // (V, C)
   const out = {};
   for (const name of Object.keys(params)) out[name] = g[name];
   return out;
 }
 
 // dy (N, C) as (B, T, H, D) -> (B, H, T, D)
-function splitHeads3(dy, B, T, H, D) {
-  const C = H * D, out = new Float64Array(B * H * T * D);
+function splitHeads3(dy, B, T, H, D, mem) {
+  const C = H * D, out = mem.take(B * H * T * D);
   for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) {
     const src = (b * T + t) * C + h * D, dst = ((b * H + h) * T + t) * D;
     for (let d = 0; d < D; d++) out[dst + d] = dy[src + d];
@@ -273,7 +286,7 @@ function splitHeads3(dy, B, T, H, D) {
 }
 
 // one peer's contribution to a step: {loss (mean over its B*T tokens), grads}
-export async function lossAndGrads(params, cfg, idx, targets, B, T, engine = cpuEngine) {
-  const { loss, cache } = await forward(params, cfg, idx, B, T, targets, engine);
+export async function lossAndGrads(params, cfg, idx, targets, B, T, engine = cpuEngine, mem = freshF64) {
+  const { loss, cache } = await forward(params, cfg, idx, B, T, targets, engine, mem);
   return { loss, grads: await backward(params, cfg, cache) };
 }

@@ -1,6 +1,8 @@
 // The group's gradient reduce rule, mirroring daisy/reduce.py, independent of arrival order:
 //   G = (((g_0 + g_1) + g_2) + ... + g_{P-1}) / P      per element, float64, slots ascending
 // bySlot: an array indexed by slot, or a Map/object {slot: grads}; slots must be exactly 0..P-1.
+import { freshF64 } from './arena.js';
+
 function slotsOf(bySlot) {
   const entries = bySlot instanceof Map ? [...bySlot.entries()] : Object.entries(bySlot);
   const slots = entries.map(([s]) => Number(s)).sort((a, b) => a - b);
@@ -9,13 +11,15 @@ function slotsOf(bySlot) {
   return { slots, get };
 }
 
-export function reduceGradients(bySlot) {
+// mem (arena.js): where the sums come from
+export function reduceGradients(bySlot, mem = freshF64) {
   const { slots, get } = slotsOf(bySlot);
   const P = slots.length;
   const first = get(0);
   const out = {};
   for (const name of Object.keys(first)) {
-    const acc = Float64Array.from(first[name]);
+    const acc = mem.take(first[name].length);
+    acc.set(first[name]);
     for (let s = 1; s < P; s++) {
       const g = get(s)[name];
       for (let i = 0; i < acc.length; i++) acc[i] = acc[i] + g[i];

@@ -8,6 +8,7 @@ import { initParams, lossAndGrads } from './model.js';
 import { adamInit, adamStep } from './optim.js';
 import { reduceGradients, reduceLosses } from './reduce.js';
 import { cpuEngine } from './units.js';
+import { StepArena } from './arena.js';
 
 export const MAX_PEERS = 64;
 
@@ -28,18 +29,20 @@ export class Group {
       replicas = Array.from({ length: peers }, () => new Replica(cloneParams(params), adamInit(params)));
     }
     this.replicas = replicas;
+    this.arena = new StepArena();      // every array of a step; reused by the next step
   }
 
   // run one step -> {step (number after it), loss (group loss), hashes [one per peer]}
   async step() {
     const cfg = this.cfg, s = this.replicas[0].step;
     const losses = [], grads = [];
+    this.arena.reset();
     for (let slot = 0; slot < this.replicas.length; slot++) {
       const { x, y } = getBatch(this.stream, cfg.seed, s, slot, cfg.batch, cfg.seq_len);
-      const r = await lossAndGrads(this.replicas[slot].params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine);
+      const r = await lossAndGrads(this.replicas[slot].params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, this.arena);
       losses.push(r.loss); grads.push(r.grads);
     }
-    const G = reduceGradients(grads);
+    const G = reduceGradients(grads, this.arena);
     for (const r of this.replicas) adamStep(r.params, G, r.adam, cfg.lr);
     const loss = reduceLosses(losses);
     if (!Number.isFinite(loss)) {

@@ -88,8 +88,8 @@ export const cpuEngine = {
 };
 
 // acc (batch*M*N) int32, sRow (batch*M), sCol (batch*N) -> float64: (acc * sRow[i]) * sCol[j]
-export function epilogue(acc, sRow, sCol, batch, M, N) {
-  const out = new Float64Array(batch * M * N);
+// (into `out` when given)
+export function epilogue(acc, sRow, sCol, batch, M, N, out = new Float64Array(batch * M * N)) {
   for (let b = 0; b < batch; b++) {
     for (let i = 0; i < M; i++) {
       const r = sRow[b * M + i], o = (b * M + i) * N;
@@ -121,8 +121,9 @@ export function transposeI8(q, batch, R, Cc) {
 // A is quantized per logical row, B per logical column, exactly as daisy.units.qmatmul.
 // An engine with its own qmatmulT (the wasm one, gated against this path) does all of it;
 // otherwise the engine gets qa (batch, M, K); if it has gemmBT it gets qb^T (batch, N, K), else qb (K, N).
-export async function qmatmulT(engine, a, transA, b, transB, batch, M, K, N) {
-  if (engine.qmatmulT) return engine.qmatmulT(a, transA, b, transB, batch, M, K, N);   // a fused unit
+// out: an optional Float64Array (batch*M*N) to write the result into (a trainer's arena).
+export async function qmatmulT(engine, a, transA, b, transB, batch, M, K, N, out = undefined) {
+  if (engine.qmatmulT) return engine.qmatmulT(a, transA, b, transB, batch, M, K, N, out);   // a fused unit
   let qa, sa, qbT, sb;
   if (transA) {                                   // per column of the stored (K, M)
     const A = quantizeCols(a, batch, K, M);
@@ -139,14 +140,14 @@ export async function qmatmulT(engine, a, transA, b, transB, batch, M, K, N) {
     sb = Bq.s;
     if (!engine.gemmBT) {
       const acc = await engine.gemm(qa, Bq.q, batch, M, K, N);
-      return epilogue(acc, sa, sb, batch, M, N);
+      return epilogue(acc, sa, sb, batch, M, N, out);
     }
     qbT = transposeI8(Bq.q, batch, K, N);
   }
   const acc = engine.gemmBT
     ? await engine.gemmBT(qa, qbT, batch, M, K, N)
     : await engine.gemm(qa, transposeI8(qbT, batch, N, K), batch, M, K, N);
-  return epilogue(acc, sa, sb, batch, M, N);
+  return epilogue(acc, sa, sb, batch, M, N, out);
 }
 
 // --- int8 packed four to a u32, as the WGSL kernels read them (little-endian lanes) ---------

@@ -273,7 +273,8 @@ export function createWasmEngine() {
     },
     // The whole unit in wasm: units.qmatmulT's contract (a holds A or A^T, b holds B or B^T),
     // the same float operations as quantizeRows/quantizeCols/epilogue, the same integer GEMM.
-    qmatmulT(a, transA, b, transB, nb, m, kk, n) {
+    // The result is copied out of wasm memory into `out` when given, else into a fresh array.
+    qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined) {
       if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
       const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
       const oXa = 0, oXb = oXa + al(a.length * 8), oA = oXb + al(b.length * 8);
@@ -291,7 +292,10 @@ export function createWasmEngine() {
       (transB ? qrows : qcols)(oXb, oB, oSb, nb, n, kk, np, kp);
       kernel(oA, oB, oC, nb, mp, np, kp);
       epi(oC, oSa, oSb, oOut, nb, m, n, mp, np);
-      return new Float64Array(buf, oOut, nb * m * n).slice();
+      const result = new Float64Array(buf, oOut, nb * m * n);
+      if (!out) return result.slice();
+      out.set(result);
+      return out;
     },
     gemm(qa, qb, nb, m, kk, n) {
       const qbT = new Int8Array(nb * n * kk);
