@@ -7,10 +7,11 @@
 // `mem` (arena.js): fresh ones by default, or a trainer's StepArena, reused step after step. Linear weights
 // use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
 import { key, uniform, PURPOSE_INIT } from './prng.js';
-import { expShiftedInto, log, treeSum } from './detmath.js';
+import { exp, expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { qmatmulT, cpuEngine } from './units.js';
 import { freshF64 } from './arena.js';
+import { createFloatKernels } from './wasm_float.js';
 
 export const NORM_EPS = 1e-5;
 export const EMBED_BOUND = 0.1;
@@ -93,8 +94,18 @@ export function rmsnormBackward(dy, g, cache, N, C, mem = freshF64) {
   return [dx, dg];
 }
 
-// s (G, T, T) -> p: row i over columns j <= i; masked entries exactly +0; z sums all T columns
+// s (G, T, T) -> p: row i over columns j <= i; masked entries exactly +0; z sums all T columns.
+// This JS version is the reference; the wasm kernel (wasm_float.js), gated against it, is used
+// when it is available (the same operations on every element, so the same bits).
 export function causalSoftmax(s, G, T, mem = freshF64) {
+  const fast = softmaxKernels();
+  if (!fast) return causalSoftmaxJS(s, G, T, mem);
+  const p = mem.take(G * T * T);
+  fast.softmaxRows(s, G * T, T, T, 0, p);
+  return p;
+}
+
+export function causalSoftmaxJS(s, G, T, mem = freshF64) {
   const p = mem.take(G * T * T), e = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const i = row % T, o = row * T;
@@ -122,7 +133,21 @@ export function softmaxBackward(dp, p, G, T, scale, mem = freshF64) {
 
 // logits (N, V), targets (N,) -> [mean loss, dlogits (N, V)]
 // loss_n = (m + log z) - logit[target]; loss = tree_sum(loss_n) / N; dlogits = (softmax - onehot) / N
+// (the JS version is the reference, as for causalSoftmax)
 export function crossEntropy(logits, targets, N, V, mem = freshF64) {
+  const fast = softmaxKernels();
+  if (!fast) return crossEntropyJS(logits, targets, N, V, mem);
+  const lossN = mem.take(N), dlogits = mem.take(N * V);
+  const stats = fast.softmaxRows(logits, N, V, 0, N, dlogits);       // dlogits = (e / z) / N; m, z
+  for (let n = 0; n < N; n++) {
+    const o = n * V, m = stats[2 * n], z = stats[2 * n + 1], tgt = targets[n];
+    lossN[n] = (m + log(z)) - logits[o + tgt];
+    dlogits[o + tgt] = ((exp(logits[o + tgt] - m) / z) - 1.0) / N;
+  }
+  return [treeSum(lossN, 0, N) / N, dlogits];
+}
+
+export function crossEntropyJS(logits, targets, N, V, mem = freshF64) {
   const lossN = mem.take(N), dlogits = mem.take(N * V), e = mem.take(V);
   for (let n = 0; n < N; n++) {
     const o = n * V;
@@ -136,6 +161,75 @@ export function crossEntropy(logits, targets, N, V, mem = freshF64) {
     dlogits[o + tgt] = ((e[tgt] / z) - 1.0) / N;
   }
   return [treeSum(lossN, 0, N) / N, dlogits];
+}
+
+// --- the softmax rows in wasm, gated at first use ----------------------------------------------
+
+let fastRows;                             // undefined: not tried yet; null: not available
+export let softmaxKernelsUnavailable = null;   // why (null when they are used)
+function softmaxKernels() {
+  if (fastRows === undefined) {
+    try {
+      fastRows = createFloatKernels(gateSoftmaxKernels);
+    } catch (e) {
+      fastRows = null; softmaxKernelsUnavailable = e.message;
+    }
+  }
+  return fastRows;
+}
+
+// the bench's and tests' switch: false forces the JS versions, true the gated wasm kernels (if any)
+export function useSoftmaxKernels(on) {
+  if (!on) { fastRows = null; return null; }
+  fastRows = undefined;
+  return softmaxKernels();
+}
+
+// values for the gate: many magnitudes, ties, zeros of both signs, spreads past exp's range
+// (x - m < -708), infinities; a counter-based LCG (no Math.random)
+function gateValues(n, seed, withSpecials) {
+  const x = new Float64Array(n);
+  let st = seed >>> 0;
+  const next = () => { st = (Math.imul(st, 1664525) + 1013904223) >>> 0; return st; };
+  const special = [0, -0, 3.5, -3.5, 1e-310, -708, 709, -1000, 1e300, -1e300, -Infinity];
+  for (let i = 0; i < n; i++) {
+    const r = next();
+    if (withSpecials && r % 9 === 0) x[i] = special[next() % special.length];
+    else x[i] = ((next() >>> 8) * 2 ** -24 - 0.5) * 2 ** ((r >>> 4) % 12 - 2);
+  }
+  return x;
+}
+const sameBits = (a, b) => (a === b && (a !== 0 || Object.is(a, b))) || (a !== a && b !== b);
+const firstDiff = (got, want) => { for (let i = 0; i < want.length; i++) if (!sameBits(got[i], want[i])) return i; return -1; };
+
+// kernels -> null, or the first disagreement with the JS versions in words
+export function gateSoftmaxKernels(kernels) {
+  const saved = fastRows;
+  fastRows = kernels;                     // run the public functions on the candidate
+  try {
+    let seed = 1;
+    for (const [G, T] of [[1, 1], [2, 2], [3, 3], [2, 5], [4, 8], [2, 17], [3, 32], [1, 33]]) {
+      for (const specials of [false, true]) {
+        const s = gateValues(G * T * T, seed++, specials);
+        const got = causalSoftmax(s, G, T), want = causalSoftmaxJS(s, G, T);
+        const i = firstDiff(got, want);
+        if (i >= 0) return `causal softmax (${G}, ${T}, ${T}) index ${i}: ${got[i]} vs JS ${want[i]}`;
+      }
+    }
+    for (const [N, V] of [[1, 1], [2, 2], [3, 3], [5, 7], [4, 64], [9, 257]]) {
+      for (const specials of [false, true]) {
+        const logits = gateValues(N * V, seed++, specials).map((v) => (v === -Infinity || Math.abs(v) > 1e299 ? -1000 : v));
+        const targets = Int32Array.from({ length: N }, (_, n) => (n * 7919) % V);
+        const [lossGot, dGot] = crossEntropy(logits, targets, N, V), [lossWant, dWant] = crossEntropyJS(logits, targets, N, V);
+        if (!sameBits(lossGot, lossWant)) return `cross-entropy (${N}, ${V}) loss: ${lossGot} vs JS ${lossWant}`;
+        const i = firstDiff(dGot, dWant);
+        if (i >= 0) return `cross-entropy (${N}, ${V}) dlogits index ${i}: ${dGot[i]} vs JS ${dWant[i]}`;
+      }
+    }
+    return null;
+  } finally {
+    fastRows = saved;
+  }
 }
 
 // dx (N, C), idx (N,) -> dwte (V, C): row idx[n] += dx[n], n ascending

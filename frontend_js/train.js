@@ -3,7 +3,7 @@
 // with its own weights; the group reduces G = reduceGradients(g); every peer applies Adam with G
 // to its own copy and hashes it. Honest replicas give P equal hashes on every step.
 import { getBatch } from './data.js';
-import { weightHash } from './hashing.js';
+import { weightHashAsync } from './hashing.js';
 import { initParams, lossAndGrads } from './model.js';
 import { adamInit, adamStep } from './optim.js';
 import { reduceGradients, reduceLosses } from './reduce.js';
@@ -48,7 +48,7 @@ export class Group {
     if (!Number.isFinite(loss)) {
       throw new RangeError(`loss became ${pyFloatRepr(loss)} at step ${s + 1}: lower the learning rate`);
     }
-    return { step: s + 1, loss, hashes: this.replicas.map((r) => weightHash(r.params)) };
+    return { step: s + 1, loss, hashes: await Promise.all(this.replicas.map((r) => weightHashAsync(r.params))) };
   }
 }
 

@@ -19,15 +19,15 @@ export const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(
 export const section = (id, body) => [id, ...uleb(body.length), ...body];
 export const vec = (items) => [...uleb(items.length), ...items.flat()];
 
-const I32 = 0x7f, V128 = 0x7b;
+export const I32 = 0x7f, V128 = 0x7b;
 export const get = (l) => [0x20, ...uleb(l)], set = (l) => [0x21, ...uleb(l)];
 export const i32c = (v) => [0x41, ...sleb(v)];
-const ADD = 0x6a, MUL = 0x6c, SHL = 0x74, LT_U = 0x49;
-const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
-const LOAD = simd(0x00, 4, 0), STORE = simd(0x0b, 4, 0);
+export const ADD = 0x6a, MUL = 0x6c, SHL = 0x74, LT_U = 0x49;
+export const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
+export const LOAD = simd(0x00, 4, 0), STORE = simd(0x0b, 4, 0);
 const DOT = simd(0xba), VADD = simd(0xae);
 const shuffle = (lanes32) => simd(0x0d, ...lanes32.flatMap((l) => [4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3]));
-const VZERO = simd(0x0c, ...new Array(16).fill(0));
+export const VZERO = simd(0x0c, ...new Array(16).fill(0));
 const loop = (body) => [0x03, 0x40, ...body, 0x0b];
 
 // locals: params 0..6, then i32 and v128 locals
@@ -97,16 +97,16 @@ const body = [
 // --- the float ends of the unit, also in wasm (IEEE-754 basic ops, correctly rounded, no FTZ,
 // exactly the operations of units.quantizeRows / quantizeCols / epilogue on every element; the
 // f64x2 lanes are two independent IEEE float64 operations, so SIMD changes no bit) ------------
-const F64 = 0x7c;
-const F64LOAD = [0x2b, 3, 0], F64STORE = [0x39, 3, 0], I32LOAD = [0x28, 2, 0], STORE16 = [0x3b, 1, 0];
+export const F64 = 0x7c;
+export const F64LOAD = [0x2b, 3, 0], F64STORE = [0x39, 3, 0], I32LOAD = [0x28, 2, 0], STORE16 = [0x3b, 1, 0];
 const FABS = 0x99, FNEAREST = 0x9e, FMUL = 0xa2, FDIV = 0xa3, FMIN = 0xa4, FMAX = 0xa5, F_OF_I32 = 0xb7;
 const GT_U = 0x4b;
 const TRUNC_SAT = [0xfc, 0x02];
-const f64c = (x) => [0x44, ...new Uint8Array(new Float64Array([x]).buffer)];   // little-endian bytes
-const LE_HOST = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
+export const f64c = (x) => [0x44, ...new Uint8Array(new Float64Array([x]).buffer)];   // little-endian bytes
+export const LE_HOST = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 // pmin(a, b) = b < a ? b : a and pmax(a, b) = a < b ? b : a: the comparisons of units.js itself
 // (amax: a > amax; clamp: v > 127, v < -127), one minpd/maxpd each
-const X2 = { splat: simd(0x14), abs: simd(0xec), mul: simd(0xf2), div: simd(0xf3), pmin: simd(0xf6),
+export const X2 = { splat: simd(0x14), abs: simd(0xec), mul: simd(0xf2), div: simd(0xf3), pmin: simd(0xf6),
   pmax: simd(0xf7), nearest: simd(0x94) };
 const extract = (lane) => simd(0x21, lane);
 const TRUNC_SAT_ZERO = simd(0xfc), CONVERT_LOW = simd(0xfe), NARROW16 = simd(0x85);
@@ -114,7 +114,7 @@ const LOAD64_ZERO = simd(0x5d, 3, 0);
 const store16Lane = (lane) => simd(0x59, 1, 0, lane), store32Lane = (lane) => simd(0x5a, 2, 0, lane);
 
 // a function body from named params and typed locals: build(L) gets name -> local index
-function func(params, locals, build) {
+export function func(params, locals, build) {
   const L = {};
   let n = 0;
   for (const name of params) L[name] = n++;
@@ -122,17 +122,17 @@ function func(params, locals, build) {
   return { nParams: params.length, body: [...vec(groups), ...build(L), 0x0b] };
 }
 // while (i + step <= limit) { body; i += step }, i starting where it is (locals by index)
-const whileStep = (i, step, limit, body) => [0x02, 0x40, 0x03, 0x40,
+export const whileStep = (i, step, limit, body) => [0x02, 0x40, 0x03, 0x40,
   ...get(i), ...i32c(step), ADD, ...get(limit), GT_U, 0x0d, 1,
   ...body, ...get(i), ...i32c(step), ADD, ...set(i), 0x0c, 0, 0x0b, 0x0b];
-const forRange = (i, limit, body) => [...i32c(0), ...set(i), ...whileStep(i, 1, limit, body)];
-const addr8 = (base, idx) => [...get(base), ...get(idx), ...i32c(3), SHL, ADD];
+export const forRange = (i, limit, body) => [...i32c(0), ...set(i), ...whileStep(i, 1, limit, body)];
+export const addr8 = (base, idx) => [...get(base), ...get(idx), ...i32c(3), SHL, ADD];
 // f64 / f64x2 on the stack, divided by s: clamp(nearest(x / s), -127, 127) as i32 / i16 lanes
 const quantScalar = (s) => [...get(s), FDIV, FNEAREST, ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT];
 const quantPair = (lo, hi) => [...X2.div, ...X2.nearest, ...get(lo), ...X2.pmax, ...get(hi), ...X2.pmin,
   ...TRUNC_SAT_ZERO, ...VZERO, ...NARROW16];                    // i16 lanes 0, 1
 // amax = amax < t ? t : amax with t = |x| (x f64 on the stack), the scalar twin of pmax: NaN never enters
-const F_LT = 0x63, SELECT = 0x1b, tee = (l) => [0x22, ...uleb(l)];
+export const F_LT = 0x63, SELECT = 0x1b, tee = (l) => [0x22, ...uleb(l)];
 const pmaxAbs = (amaxCode, t) => [FABS, ...tee(t), ...amaxCode, ...amaxCode, ...get(t), F_LT, SELECT];
 const clampVectors = (lo, hi) => [...f64c(-127), ...X2.splat, ...set(lo), ...f64c(127), ...X2.splat, ...set(hi)];
 
@@ -216,7 +216,7 @@ const epiFn = func(['cPtr', 'srPtr', 'scPtr', 'outPtr', 'batch', 'M', 'N', 'Mp',
     ]),
   ]);
 
-const funcType = (n) => [0x60, ...vec(new Array(n).fill([I32])), 0x00];
+export const funcType = (n) => [0x60, ...vec(new Array(n).fill([I32])), 0x00];
 export const GEMM_WASM = new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
   ...section(1, vec([funcType(7), funcType(qrowsFn.nParams), funcType(epiFn.nParams)])),

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { engines, wasmUnavailable } from '../../frontend_js/engines.js';
 import { gateEngine, gateUnit } from '../../frontend_js/wasm_gemm.js';
 import { cpuEngine } from '../../frontend_js/units.js';
+import { useSoftmaxKernels, gateSoftmaxKernels, softmaxKernelsUnavailable } from '../../frontend_js/model.js';
 
 test('the wasm-simd engine is built and passes its gates', () => {
   const names = engines().map((e) => e.name);
@@ -36,4 +37,29 @@ test('the gates reject broken engines', () => {
     },
   };
   assert.notEqual(gateUnit(reordered), null, 'a unit off by one ULP passed the gate');
+});
+
+test('the wasm softmax rows are built, pass their gate, and the gate rejects broken ones', () => {
+  const fast = useSoftmaxKernels(true);
+  assert.ok(fast, `wasm float kernels missing: ${softmaxKernelsUnavailable}`);
+  assert.equal(gateSoftmaxKernels(fast), null);
+  const wrap = (edit) => ({ softmaxRows: (src, R, W, causalT, divN, dst) => edit(src, R, W, causalT, divN, dst) });
+  const broken = {
+    // one output a ULP off (e.g. a fused multiply-add or another division order)
+    ulp: wrap((src, R, W, c, d, dst) => { const st = fast.softmaxRows(src, R, W, c, d, dst); dst[dst.length >> 1] *= 1 + 2 ** -52; return st; }),
+    // the causal mask forgotten: every row over all W columns
+    unmasked: wrap((src, R, W, c, d, dst) => fast.softmaxRows(src, R, W, 0, d, dst)),
+    // exp's range check lost: x - m below -708 not flushed to +0 (denormal or garbage scaling)
+    noRange: wrap((src, R, W, c, d, dst) => {
+      const st = fast.softmaxRows(src, R, W, c, d, dst);
+      for (let i = 0; i < dst.length; i++) if (dst[i] === 0 && src[i] > -Infinity && i % W < (c ? (Math.floor(i / W) % c) + 1 : W)) dst[i] = 5e-324;
+      return st;
+    }),
+    // the row max taken as the last maximum's neighbour (an off-by-one in the max loop)
+    maxOffByOne: wrap((src, R, W, c, d, dst) => {
+      const shifted = Float64Array.from(src, (v, i) => (i % W === 0 ? v : src[i - 1]));
+      return fast.softmaxRows(shifted, R, W, c, d, dst);
+    }),
+  };
+  for (const [what, k] of Object.entries(broken)) assert.notEqual(gateSoftmaxKernels(k), null, `${what} kernels passed the gate`);
 });

@@ -1,0 +1,132 @@
+// The softmax rows of the model (attention's causal softmax, cross-entropy's softmax) in
+// WebAssembly SIMD: the same float64 operations as model.js's JS versions on every element, so
+// the same bits. One function over R rows of width W (f64, row-major, in its memory):
+//   softmaxRows(src, dst, stats, scratch, R, W, causalT, divN)
+//     n  = causalT ? (r % causalT) + 1 : W           the row's live columns
+//     m  = running max of src[0..n) (m = x > m ? x : m, from src[0], in order: as the JS loop)
+//     e  = exp(src[j] - m) for j < n (detmath.exp: Cody-Waite, Horner 13, 2^k from bits), +0 after
+//     z  = detmath.tree_sum(e[0..W))
+//     dst[j] = e[j] / z, then / divN when divN > 0   stats[2r] = m, stats[2r + 1] = z
+// exp runs on f64x2 lanes: two independent IEEE float64 chains; a lane outside [EXP_MIN, EXP_MAX]
+// (or NaN) takes exp's special value (0, +inf, the NaN) by select. The vector loops may read and
+// write up to 3 elements past a row's live end; the next row (or the padding after the last) is
+// written later, so nothing outside dst[0..R*W) survives. Gated at creation against the JS versions.
+import { EXP_COEFFS, EXP_MIN, EXP_MAX, INV_LN2, LN2_HI, LN2_LO } from './detmath.js';
+import {
+  I32, F64, V128, ADD, MUL, SHL, LOAD, STORE, F64LOAD, F64STORE, VZERO, X2, simd, f64c, get, set, i32c,
+  func, whileStep, forRange, addr8, section, vec, str, uleb, tee, F_LT, funcType, LE_HOST,
+} from './wasm_gemm.js';
+
+const SUB = 0x6b, REM_U = 0x70, EQZ = 0x45, SHR_U = 0x76, LT_U = 0x49, GT_S = 0x4a, F_GT = 0x64;
+const FADD = 0xa0, FDIV = 0xa3, F_OF_I32 = 0xb7, SELECT = 0x1b;
+const IF = [0x04, 0x40], ELSE = 0x05, END = 0x0b;
+const V = { add: simd(0xf0), sub: simd(0xf1), mul: simd(0xf2), div: simd(0xf3), nearest: simd(0x94),
+  le: simd(0x4b), ge: simd(0x4c), lt: simd(0x49), gt: simd(0x4a), and: simd(0x4e), bitselect: simd(0x52),
+  truncZero: simd(0xfc), extendLow64: simd(0xc7), shl64: simd(0xcb), add64: simd(0xce), splat64: simd(0x12) };
+const I64C = (v) => [0x42, ...uleb(v)];          // small non-negative i64 constants only
+const splatF = (x) => [...f64c(x), ...X2.splat];
+
+// exp on one f64x2 as statements (each ends in a local.set), so two vectors' chains can be
+// interleaved: the Horner chain is latency-bound, two in flight nearly double the rate.
+// Locals of one vector: x (input), k, r, p, f (result), sp.
+const expStatements = (x, k, r, p, f, sp) => [
+  [...get(x), ...splatF(INV_LN2), ...V.mul, ...V.nearest, ...set(k)],                  // k = rint(x / ln2)
+  [...get(x), ...get(k), ...splatF(LN2_HI), ...V.mul, ...V.sub,
+    ...get(k), ...splatF(LN2_LO), ...V.mul, ...V.sub, ...set(r)],                      // r = (x - k hi) - k lo
+  [...splatF(EXP_COEFFS[13]), ...get(r), ...V.mul, ...splatF(EXP_COEFFS[12]), ...V.add, ...set(p)],
+  ...[11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0].map((c) => [...get(p), ...get(r), ...V.mul, ...splatF(EXP_COEFFS[c]), ...V.add, ...set(p)]),
+  [...get(p), ...get(k), ...V.truncZero, ...V.extendLow64, ...I64C(1023), ...V.splat64, ...V.add64,
+    ...i32c(52), ...V.shl64, ...V.mul, ...set(f)],                                     // p * 2^k (bits (k+1023) << 52)
+  // special lanes: x > EXP_MAX -> +inf, x < EXP_MIN -> 0, NaN -> x (as detmath.exp)
+  [...splatF(Infinity), ...get(x), ...get(x), ...splatF(EXP_MAX), ...V.gt, ...V.bitselect, ...set(sp)],
+  [...VZERO, ...get(sp), ...get(x), ...splatF(EXP_MIN), ...V.lt, ...V.bitselect, ...set(sp)],
+  [...get(f), ...get(sp), ...get(x), ...splatF(EXP_MIN), ...V.ge, ...get(x), ...splatF(EXP_MAX), ...V.le,
+    ...V.and, ...V.bitselect, ...set(f)],
+];
+const interleave = (a, b) => a.flatMap((st, i) => [...st, ...b[i]]);
+
+const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', 'divN'],
+  [[I32, ['r', 'n', 'j', 'p', 'q', 'n1', 'w1', 'half', 'full']], [F64, ['m', 't', 'z', 'dn']],
+    [V128, ['x0', 'k0', 'r0', 'p0', 'f0', 's0', 'x1', 'k1', 'r1', 'p1', 'f1', 's1', 'vm', 'vz', 'vd']]], (L) => [
+    ...get(L.divN), F_OF_I32, ...set(L.dn),
+    ...get(L.dn), ...X2.splat, ...set(L.vd),
+    ...get(L.W), ...i32c(1), ADD, ...set(L.w1),
+    ...forRange(L.r, L.R, [
+      ...get(L.src), ...get(L.r), ...get(L.W), MUL, ...i32c(3), SHL, ADD, ...set(L.p),
+      ...get(L.dst), ...get(L.r), ...get(L.W), MUL, ...i32c(3), SHL, ADD, ...set(L.q),
+      ...get(L.causalT), EQZ, ...IF, ...get(L.W), ...set(L.n), ELSE,
+      ...get(L.r), ...get(L.causalT), REM_U, ...i32c(1), ADD, ...set(L.n), END,
+      // m: the running max, in column order
+      ...get(L.p), ...F64LOAD, ...set(L.m), ...i32c(1), ...set(L.j),
+      ...whileStep(L.j, 1, L.n, [...addr8(L.p, L.j), ...F64LOAD, ...tee(L.t), ...get(L.m), ...get(L.t), ...get(L.m), F_GT, SELECT, ...set(L.m)]),
+      // e = exp(x - m) for j < n, four at a time (two vectors in flight; up to 3 past the end)
+      ...get(L.n), ...i32c(3), ADD, ...set(L.n1), ...i32c(0), ...set(L.j), ...get(L.m), ...X2.splat, ...set(L.vm),
+      ...whileStep(L.j, 4, L.n1, [
+        ...addr8(L.p, L.j), ...LOAD, ...get(L.vm), ...V.sub, ...set(L.x0),
+        ...addr8(L.p, L.j), ...i32c(16), ADD, ...LOAD, ...get(L.vm), ...V.sub, ...set(L.x1),
+        ...interleave(expStatements(L.x0, L.k0, L.r0, L.p0, L.f0, L.s0), expStatements(L.x1, L.k1, L.r1, L.p1, L.f1, L.s1)),
+        ...addr8(L.q, L.j), ...get(L.f0), ...STORE,
+        ...addr8(L.q, L.j), ...i32c(16), ADD, ...get(L.f1), ...STORE]),
+      ...get(L.n), ...set(L.j),
+      ...whileStep(L.j, 1, L.W, [...addr8(L.q, L.j), ...f64c(0), ...F64STORE]),
+      // z = tree_sum(e[0..W)): pad to a power of two, halve (first level reads the row)
+      ...get(L.W), ...i32c(1), GT_S, ...IF,
+      ...i32c(1), ...set(L.half),
+      0x02, 0x40, 0x03, 0x40, ...get(L.half), ...get(L.W), LT_U, EQZ, 0x0d, 1,
+      ...get(L.half), ...i32c(1), SHL, ...set(L.half), 0x0c, 0, END, END,
+      ...get(L.half), ...i32c(1), SHR_U, ...set(L.half),
+      ...get(L.W), ...get(L.half), SUB, ...set(L.full),
+      ...forRange(L.j, L.full, [...addr8(L.scratch, L.j), ...addr8(L.q, L.j), ...F64LOAD,
+        ...get(L.q), ...get(L.j), ...get(L.half), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, FADD, ...F64STORE]),
+      ...whileStep(L.j, 1, L.half, [...addr8(L.scratch, L.j), ...addr8(L.q, L.j), ...F64LOAD, ...f64c(0), FADD, ...F64STORE]),
+      0x02, 0x40, 0x03, 0x40, ...get(L.half), ...i32c(1), GT_S, EQZ, 0x0d, 1,
+      ...get(L.half), ...i32c(1), SHR_U, ...set(L.half),
+      ...forRange(L.j, L.half, [...addr8(L.scratch, L.j), ...addr8(L.scratch, L.j), ...F64LOAD,
+        ...get(L.scratch), ...get(L.j), ...get(L.half), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, FADD, ...F64STORE]),
+      0x0c, 0, END, END,
+      ...get(L.scratch), ...F64LOAD, ...set(L.z),
+      ELSE, ...get(L.q), ...F64LOAD, ...set(L.z), END,                              // W = 1
+      ...get(L.stats), ...get(L.r), ...i32c(4), SHL, ADD, ...get(L.m), ...F64STORE,
+      ...get(L.stats), ...get(L.r), ...i32c(4), SHL, ADD, ...i32c(8), ADD, ...get(L.z), ...F64STORE,
+      // dst = e / z (then / divN)
+      ...get(L.z), ...X2.splat, ...set(L.vz), ...i32c(0), ...set(L.j),
+      ...whileStep(L.j, 2, L.w1, [...addr8(L.q, L.j), ...LOAD, ...get(L.vz), ...V.div, ...set(L.x0),
+        ...get(L.divN), ...IF, ...get(L.x0), ...get(L.vd), ...V.div, ...set(L.x0), END,
+        ...addr8(L.q, L.j), ...get(L.x0), ...STORE]),
+    ]),
+  ]);
+
+export const FLOAT_WASM = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+  ...section(1, vec([funcType(softmaxFn.nParams)])),
+  ...section(3, vec([[0x00]])),
+  ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
+  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('softmaxRows'), 0x00, 0x00]])),
+  ...section(10, vec([[...uleb(softmaxFn.body.length), ...softmaxFn.body]])),
+]);
+
+// -> {softmaxRows(src, R, W, causalT, divN, dst) -> stats (Float64Array 2R: m, z per row)},
+// or throws (no WebAssembly SIMD, or it disagrees with the JS reference rows given as `check`)
+export function createFloatKernels(check) {
+  if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
+  if (!WebAssembly.validate(FLOAT_WASM)) throw new Error('WebAssembly SIMD is not supported here');
+  if (!LE_HOST) throw new Error('the wasm float kernels assume a little-endian host');
+  const { mem, softmaxRows } = new WebAssembly.Instance(new WebAssembly.Module(FLOAT_WASM), {}).exports;
+  const kernels = {
+    // src (R*W) -> dst (R*W, written), returns a view of the row stats valid until the next call
+    softmaxRows(src, R, W, causalT, divN, dst) {
+      const n = R * W, oSrc = 0, oDst = 8 * (n + 4), oStats = 2 * oDst, oScratch = oStats + 16 * R;
+      const end = oScratch + 8 * W;
+      const grow = Math.ceil((end - mem.buffer.byteLength) / 65536);
+      if (grow > 0) mem.grow(grow);
+      const buf = mem.buffer;
+      new Float64Array(buf, oSrc, n).set(src);
+      softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN);
+      dst.set(new Float64Array(buf, oDst, n));
+      return new Float64Array(buf, oStats, 2 * R);
+    },
+  };
+  const bad = check(kernels);
+  if (bad) throw new Error(`wasm float kernels failed their gate: ${bad}`);
+  return kernels;
+}
