@@ -1,5 +1,6 @@
 // The JS CPU mirror bench, runnable in node and in a browser page (no node imports): ms per
-// training step (default config; one peer = one loss_and_grads + reduce + Adam + hash) and int8
+// training step (default config; one peer = one loss_and_grads + reduce + Adam + hash; after
+// WARMUP_STEPS) and int8
 // GEMM GOPS (2 ops per MAC) at the model's shapes and 512^3, scalar vs wasm-simd. Medians of reps.
 import { makeConfig } from '../frontend_js/config.js';
 import { Group } from '../frontend_js/train.js';
@@ -8,11 +9,15 @@ import { cpuEngine } from '../frontend_js/units.js';
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 
+// steady state is what a run of 100+ steps sees: the JIT compilers optimize hot code after some
+// calls (node 20 needs ~10 steps to reach it), so each rep warms up first
+const WARMUP_STEPS = 10;
+
 async function stepMs(cfg, stream, engine, peers, steps, reps) {
   const times = [];
   for (let r = 0; r < reps; r++) {
     const g = new Group(cfg, peers, stream, engine);
-    await g.step();                                             // warm-up
+    for (let i = 0; i < WARMUP_STEPS; i++) await g.step();     // JIT tier-up, the arena's first growth
     const t = performance.now();
     for (let i = 0; i < steps; i++) await g.step();
     times.push((performance.now() - t) / steps);
