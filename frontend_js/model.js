@@ -308,9 +308,18 @@ export async function forward(params, cfg, idx, B, T, targets = null, engine = c
   return { loss, cache: { idx, B, T, caches, xf, nf, dlogits, attScale, engine, mem } };
 }
 
-// The gradient of the mean loss w.r.t. every parameter, in canonical order. Matmuls that do not
-// depend on each other are issued together (Promise.all), so an engine that batches its calls
-// (the GPU's) can run them in one submission; the results, hence the bits, are those of one by one.
+// Two matmuls issued together, so an engine that batches its calls (the GPU's) can run them in
+// one submission; the results, hence the bits, are those of one after the other. Both settle
+// before it returns or throws: no call of a failed step may still write into its arena.
+async function both(first, second) {
+  const [a, b] = await Promise.allSettled([first, second]);
+  if (a.status === 'rejected') throw a.reason;
+  if (b.status === 'rejected') throw b.reason;
+  return [a.value, b.value];
+}
+
+// The gradient of the mean loss w.r.t. every parameter, in canonical order; matmuls that do not
+// depend on each other go through both().
 export async function backward(params, cfg, cache) {
   const { idx, B, T, caches, xf, nf, dlogits, attScale, engine, mem } = cache;
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
@@ -318,9 +327,9 @@ export async function backward(params, cfg, cache) {
   const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
   const g = {};
   let dxf;
-  [g['head.weight'], dxf] = await Promise.all([
+  [g['head.weight'], dxf] = await both(
     mm(dlogits, true, xf, false, 1, V, N, C),                                // (V, C) dlogits^T xf
-    mm(dlogits, false, params['head.weight'], false, 1, N, V, C)]);          // (N, C)
+    mm(dlogits, false, params['head.weight'], false, 1, N, V, C));          // (N, C)
   let dx;
   [dx, g['norm_f.weight']] = rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C, mem);
   for (let l = L - 1; l >= 0; l--) {
@@ -328,35 +337,35 @@ export async function backward(params, cfg, cache) {
     const { xn1, n1, q, k, v, pr, y, xn2, n2, h, hr } = caches[l];
     // MLP branch: x += proj(relu(fc(norm2(x))))
     let dhr, dxn2, dy, dpr, dv, dq, dk, dxn1, dxb;
-    [g[p + 'mlp.proj.weight'], dhr] = await Promise.all([
+    [g[p + 'mlp.proj.weight'], dhr] = await both(
       mm(dx, true, hr, false, 1, C, N, 4 * C),                               // (C, 4C)
-      mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)]); // (N, 4C)
+      mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)); // (N, 4C)
     const dh = mem.take(dhr.length);                                         // (N, 4C)
     for (let i = 0; i < dh.length; i++) dh[i] = h[i] > 0.0 ? dhr[i] : 0.0;
-    [g[p + 'mlp.fc.weight'], dxn2] = await Promise.all([
+    [g[p + 'mlp.fc.weight'], dxn2] = await both(
       mm(dh, true, xn2, false, 1, 4 * C, N, C),                              // (4C, C)
-      mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C)]);   // (N, C)
+      mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C));   // (N, C)
     [dxb, g[p + 'norm2.weight']] = rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
     dx = addInPlace(dx, dxb);                                                // dx is ours alone: add in place
     // attention branch: x += proj(attn(qkv(norm1(x))))
-    [g[p + 'attn.proj.weight'], dy] = await Promise.all([
+    [g[p + 'attn.proj.weight'], dy] = await both(
       mm(dx, true, y, false, 1, C, N, C),                                    // (C, C)
-      mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C)]);    // (N, C)
+      mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C));    // (N, C)
     const dyh = splitHeads3(dy, B, T, H, D, mem);                            // (B, H, T, D)
-    [dpr, dv] = await Promise.all([
+    [dpr, dv] = await both(
       mm(dyh, false, v, true, G, T, D, T),                                   // (B, H, T, T) dyh v^T
-      mm(pr, true, dyh, false, G, T, T, D)]);                                // (B, H, T, D) pr^T dyh
+      mm(pr, true, dyh, false, G, T, T, D));                                // (B, H, T, D) pr^T dyh
     const ds = softmaxBackward(dpr, pr, G, T, attScale, mem);                // (B, H, T, T)
-    [dq, dk] = await Promise.all([
+    [dq, dk] = await both(
       mm(ds, false, k, false, G, T, T, D),                                   // (B, H, T, D)
-      mm(ds, true, q, false, G, T, T, D)]);                                  // (B, H, T, D) ds^T q
+      mm(ds, true, q, false, G, T, T, D));                                  // (B, H, T, D) ds^T q
     const dqkv = mem.take(N * 3 * C);                                        // (N, 3C) as (B, T, 3, H, D)
     mergeHeads(dq, dqkv, 3 * C, 0, B, T, H, D);
     mergeHeads(dk, dqkv, 3 * C, C, B, T, H, D);
     mergeHeads(dv, dqkv, 3 * C, 2 * C, B, T, H, D);
-    [g[p + 'attn.qkv.weight'], dxn1] = await Promise.all([
+    [g[p + 'attn.qkv.weight'], dxn1] = await both(
       mm(dqkv, true, xn1, false, 1, 3 * C, N, C),                            // (3C, C)
-      mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C)]); // (N, C)
+      mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C)); // (N, C)
     [dxb, g[p + 'norm1.weight']] = rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
     dx = addInPlace(dx, dxb);
   }

@@ -37,10 +37,15 @@ export class Group {
     const cfg = this.cfg, s = this.replicas[0].step;
     const losses = [], grads = [];
     this.arena.reset();
-    for (let slot = 0; slot < this.replicas.length; slot++) {
-      const { x, y } = getBatch(this.stream, cfg.seed, s, slot, cfg.batch, cfg.seq_len);
-      const r = await lossAndGrads(this.replicas[slot].params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, this.arena);
-      losses.push(r.loss); grads.push(r.grads);
+    try {
+      for (let slot = 0; slot < this.replicas.length; slot++) {
+        const { x, y } = getBatch(this.stream, cfg.seed, s, slot, cfg.batch, cfg.seq_len);
+        const r = await lossAndGrads(this.replicas[slot].params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, this.arena);
+        losses.push(r.loss); grads.push(r.grads);
+      }
+    } catch (e) {
+      this.arena = new StepArena();      // a failed step's arrays are never handed out again
+      throw e;
     }
     const G = reduceGradients(grads, this.arena);
     for (const r of this.replicas) adamStep(r.params, G, r.adam, cfg.lr);
