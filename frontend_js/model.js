@@ -11,7 +11,7 @@ import { exp, expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { qmatmulT, cpuEngine } from './units.js';
 import { freshF64 } from './arena.js';
-import { createFloatKernels } from './wasm_float.js';
+import { floatKernels, floatKernelsUnavailable } from './wasm_float.js';
 
 export const NORM_EPS = 1e-5;
 export const EMBED_BOUND = 0.1;
@@ -169,11 +169,10 @@ let fastRows;                             // undefined: not tried yet; null: not
 export let softmaxKernelsUnavailable = null;   // why (null when they are used)
 function softmaxKernels() {
   if (fastRows === undefined) {
-    try {
-      fastRows = createFloatKernels(gateSoftmaxKernels);
-    } catch (e) {
-      fastRows = null; softmaxKernelsUnavailable = e.message;
-    }
+    const k = floatKernels();
+    const bad = k ? gateSoftmaxKernels(k) : floatKernelsUnavailable;
+    fastRows = bad ? null : k;
+    softmaxKernelsUnavailable = bad ? `wasm softmax rows not used: ${bad}` : null;
   }
   return fastRows;
 }

@@ -16,6 +16,7 @@ export function reduceGradients(bySlot, mem = freshF64) {
   const { slots, get } = slotsOf(bySlot);
   const P = slots.length;
   const first = get(0);
+  if (P === 1) return first;             // g / 1 is g exactly (IEEE division by one is exact)
   const out = {};
   for (const name of Object.keys(first)) {
     const acc = mem.take(first[name].length);

@@ -1,5 +1,5 @@
-// The softmax rows of the model (attention's causal softmax, cross-entropy's softmax) in
-// WebAssembly SIMD: the same float64 operations as model.js's JS versions on every element, so
+// The float64 row kernels of the step in WebAssembly SIMD — the softmax rows (attention's causal
+// softmax, cross-entropy's) and Adam's update — the same float64 operations as model.js's JS versions on every element, so
 // the same bits. One function over R rows of width W (f64, row-major, in its memory):
 //   softmaxRows(src, dst, stats, scratch, R, W, causalT, divN)
 //     n  = causalT ? (r % causalT) + 1 : W           the row's live columns
@@ -12,6 +12,7 @@
 // write up to 3 elements past a row's live end; the next row (or the padding after the last) is
 // written later, so nothing outside dst[0..R*W) survives. Gated at creation against the JS versions.
 import { EXP_COEFFS, EXP_MIN, EXP_MAX, INV_LN2, LN2_HI, LN2_LO } from './detmath.js';
+import * as ADAM from './optim.js';     // B1, OMB1, B2, OMB2, EPS (read at first use: optim.js imports us)
 import {
   I32, F64, V128, ADD, MUL, SHL, LOAD, STORE, F64LOAD, F64STORE, VZERO, X2, simd, f64c, get, set, i32c,
   func, whileStep, forRange, addr8, section, vec, str, uleb, tee, F_LT, funcType, LE_HOST,
@@ -22,7 +23,7 @@ const FADD = 0xa0, FDIV = 0xa3, F_OF_I32 = 0xb7, SELECT = 0x1b;
 const IF = [0x04, 0x40], ELSE = 0x05, END = 0x0b;
 const V = { add: simd(0xf0), sub: simd(0xf1), mul: simd(0xf2), div: simd(0xf3), nearest: simd(0x94),
   le: simd(0x4b), ge: simd(0x4c), lt: simd(0x49), gt: simd(0x4a), and: simd(0x4e), bitselect: simd(0x52),
-  truncZero: simd(0xfc), extendLow64: simd(0xc7), shl64: simd(0xcb), add64: simd(0xce), splat64: simd(0x12) };
+  sqrt: simd(0xef), truncZero: simd(0xfc), extendLow64: simd(0xc7), shl64: simd(0xcb), add64: simd(0xce), splat64: simd(0x12) };
 const I64C = (v) => [0x42, ...uleb(v)];          // small non-negative i64 constants only
 const splatF = (x) => [...f64c(x), ...X2.splat];
 
@@ -96,37 +97,83 @@ const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', '
     ]),
   ]);
 
-export const FLOAT_WASM = new Uint8Array([
+// adamStep(w, g, m, v, n, lr, bc1, bc2): optim.adamStep on n elements (f64x2 lanes; n padded to
+// even by the caller), the same operations in the same order:
+//   m = B1*m + OMB1*g;  v = B2*v + OMB2*(g*g);  w = w - lr * ((m / bc1) / (sqrt(v / bc2) + EPS))
+const adamFn = () => func(['w', 'g', 'm', 'v', 'n', 'lr', 'bc1', 'bc2'],
+  [[I32, ['i', 'o']], [V128, ['gi', 'mi', 'vi', 'vlr', 'vb1', 'vb2']]], (L) => [
+    ...get(L.lr), ...X2.splat, ...set(L.vlr), ...get(L.bc1), ...X2.splat, ...set(L.vb1),
+    ...get(L.bc2), ...X2.splat, ...set(L.vb2), ...i32c(0), ...set(L.i),
+    ...whileStep(L.i, 2, L.n, [
+      ...get(L.i), ...i32c(3), SHL, ...set(L.o),
+      ...get(L.g), ...get(L.o), ADD, ...LOAD, ...set(L.gi),
+      ...splatF(ADAM.B1), ...get(L.m), ...get(L.o), ADD, ...LOAD, ...V.mul,
+      ...splatF(ADAM.OMB1), ...get(L.gi), ...V.mul, ...V.add, ...set(L.mi),
+      ...splatF(ADAM.B2), ...get(L.v), ...get(L.o), ADD, ...LOAD, ...V.mul,
+      ...splatF(ADAM.OMB2), ...get(L.gi), ...get(L.gi), ...V.mul, ...V.mul, ...V.add, ...set(L.vi),
+      ...get(L.m), ...get(L.o), ADD, ...get(L.mi), ...STORE,
+      ...get(L.v), ...get(L.o), ADD, ...get(L.vi), ...STORE,
+      ...get(L.w), ...get(L.o), ADD,
+      ...get(L.w), ...get(L.o), ADD, ...LOAD,
+      ...get(L.vlr), ...get(L.mi), ...get(L.vb1), ...V.div,
+      ...get(L.vi), ...get(L.vb2), ...V.div, ...V.sqrt, ...splatF(ADAM.EPS), ...V.add, ...V.div, ...V.mul,
+      ...V.sub, ...STORE,
+    ]),
+  ]);
+
+const typeOf = (params) => [0x60, ...vec(params.map((t) => [t])), 0x00];
+// the module's bytes (built at first use, after optim.js has its constants)
+export const floatWasm = () => new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  ...section(1, vec([funcType(softmaxFn.nParams)])),
-  ...section(3, vec([[0x00]])),
+  ...section(1, vec([funcType(softmaxFn.nParams), typeOf([I32, I32, I32, I32, I32, F64, F64, F64])])),
+  ...section(3, vec([[0x00], [0x01]])),
   ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
-  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('softmaxRows'), 0x00, 0x00]])),
-  ...section(10, vec([[...uleb(softmaxFn.body.length), ...softmaxFn.body]])),
+  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('softmaxRows'), 0x00, 0x00], [...str('adamStep'), 0x00, 0x01]])),
+  ...section(10, vec([softmaxFn.body, adamFn().body].map((b) => [...uleb(b.length), ...b]))),
 ]);
 
-// -> {softmaxRows(src, R, W, causalT, divN, dst) -> stats (Float64Array 2R: m, z per row)},
-// or throws (no WebAssembly SIMD, or it disagrees with the JS reference rows given as `check`)
-export function createFloatKernels(check) {
-  if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
-  if (!WebAssembly.validate(FLOAT_WASM)) throw new Error('WebAssembly SIMD is not supported here');
-  if (!LE_HOST) throw new Error('the wasm float kernels assume a little-endian host');
-  const { mem, softmaxRows } = new WebAssembly.Instance(new WebAssembly.Module(FLOAT_WASM), {}).exports;
-  const kernels = {
-    // src (R*W) -> dst (R*W, written), returns a view of the row stats valid until the next call
-    softmaxRows(src, R, W, causalT, divN, dst) {
-      const n = R * W, oSrc = 0, oDst = 8 * (n + 4), oStats = 2 * oDst, oScratch = oStats + 16 * R;
-      const end = oScratch + 8 * W;
-      const grow = Math.ceil((end - mem.buffer.byteLength) / 65536);
-      if (grow > 0) mem.grow(grow);
-      const buf = mem.buffer;
-      new Float64Array(buf, oSrc, n).set(src);
-      softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN);
-      dst.set(new Float64Array(buf, oDst, n));
-      return new Float64Array(buf, oStats, 2 * R);
-    },
-  };
-  const bad = check(kernels);
-  if (bad) throw new Error(`wasm float kernels failed their gate: ${bad}`);
-  return kernels;
+const ensure = (mem, bytes) => {
+  const grow = Math.ceil((bytes - mem.buffer.byteLength) / 65536);
+  if (grow > 0) mem.grow(grow);
+  return mem.buffer;
+};
+
+let instance;                                 // undefined: not tried; null: unavailable
+export let floatKernelsUnavailable = null;    // why (null when available)
+
+// -> the kernels {softmaxRows, adamStep}, or null (no WebAssembly SIMD here). Each user gates
+// the kernel it uses against its JS version before trusting it (model.js, optim.js).
+export function floatKernels() {
+  if (instance !== undefined) return instance;
+  instance = null;
+  try {
+    if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
+    const bytes = floatWasm();
+    if (!WebAssembly.validate(bytes)) throw new Error('WebAssembly SIMD is not supported here');
+    if (!LE_HOST) throw new Error('the wasm float kernels assume a little-endian host');
+    const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports;
+    instance = {
+      // src (R*W) -> dst (R*W, written); returns a view of the row stats valid until the next call
+      softmaxRows(src, R, W, causalT, divN, dst) {
+        const n = R * W, oSrc = 0, oDst = 8 * (n + 4), oStats = 2 * oDst, oScratch = oStats + 16 * R;
+        const buf = ensure(ex.mem, oScratch + 8 * W);
+        new Float64Array(buf, oSrc, n).set(src);
+        ex.softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN);
+        dst.set(new Float64Array(buf, oDst, n));
+        return new Float64Array(buf, oStats, 2 * R);
+      },
+      // one tensor's Adam update in place: w, m, v (Float64Array n) updated, g read
+      adamStep(w, g, m, v, lr, bc1, bc2) {
+        const n = w.length, stride = 8 * (n + 2);
+        const buf = ensure(ex.mem, 4 * stride);
+        const W = new Float64Array(buf, 0, n), M = new Float64Array(buf, 2 * stride, n), Vv = new Float64Array(buf, 3 * stride, n);
+        W.set(w); new Float64Array(buf, stride, n).set(g); M.set(m); Vv.set(v);
+        ex.adamStep(0, stride, 2 * stride, 3 * stride, n + (n & 1), lr, bc1, bc2);
+        w.set(W); m.set(M); v.set(Vv);
+      },
+    };
+  } catch (e) {
+    instance = null; floatKernelsUnavailable = e.message;
+  }
+  return instance;
 }

@@ -7,6 +7,7 @@ import { engines, wasmUnavailable } from '../../frontend_js/engines.js';
 import { gateEngine, gateUnit } from '../../frontend_js/wasm_gemm.js';
 import { cpuEngine } from '../../frontend_js/units.js';
 import { useSoftmaxKernels, gateSoftmaxKernels, softmaxKernelsUnavailable } from '../../frontend_js/model.js';
+import { useAdamKernel, gateAdam, adamKernelUnavailable } from '../../frontend_js/optim.js';
 
 test('the wasm-simd engine is built and passes its gates', () => {
   const names = engines().map((e) => e.name);
@@ -62,4 +63,19 @@ test('the wasm softmax rows are built, pass their gate, and the gate rejects bro
     }),
   };
   for (const [what, k] of Object.entries(broken)) assert.notEqual(gateSoftmaxKernels(k), null, `${what} kernels passed the gate`);
+});
+
+test('the wasm Adam update is built, passes its gate, and the gate rejects broken ones', () => {
+  const fast = useAdamKernel(true);
+  assert.ok(fast, `wasm Adam missing: ${adamKernelUnavailable}`);
+  assert.equal(gateAdam(fast), null);
+  const broken = {
+    // the learning rate lost on the way in (a parameter passed in the wrong slot)
+    lostLr: { adamStep: (w, g, m, v, lr, bc1, bc2) => fast.adamStep(w, g, m, v, 1.0, bc1, bc2) },
+    // the last element of an odd-length tensor left out (a pair loop without its tail)
+    dropsTail: { adamStep: (w, g, m, v, lr, bc1, bc2) => { const n = w.length & ~1; if (n) fast.adamStep(w.subarray(0, n), g.subarray(0, n), m.subarray(0, n), v.subarray(0, n), lr, bc1, bc2); } },
+    // bias corrections swapped
+    swapped: { adamStep: (w, g, m, v, lr, bc1, bc2) => fast.adamStep(w, g, m, v, lr, bc2, bc1) },
+  };
+  for (const [what, k] of Object.entries(broken)) assert.notEqual(gateAdam(k), null, `${what} Adam passed the gate`);
 });
