@@ -62,7 +62,17 @@ export function initParams(cfg) {
 
 // x (N, C), g (C,) -> y (N, C), cache {xhat (N, C), r (N,)}.
 // r = 1 / sqrt(tree_sum(x*x)/C + eps); y = (x * r) * g
+// Each piece with a *JS twin: the twin is the reference; the wasm row kernel (wasm_float.js),
+// gated against it at first use, runs the same operations when available.
 export function rmsnorm(x, g, N, C, mem = freshF64) {
+  const fast = rowKernels();
+  if (!fast) return rmsnormJS(x, g, N, C, mem);
+  const y = mem.take(N * C), xhat = mem.take(N * C), r = mem.take(N);
+  fast.rmsnormRows(x, g, N, C, NORM_EPS, y, xhat, r);
+  return [y, { xhat, r }];
+}
+
+export function rmsnormJS(x, g, N, C, mem = freshF64) {
   const y = mem.take(N * C), xhat = mem.take(N * C), r = mem.take(N);
   const sq = mem.take(C);
   for (let n = 0; n < N; n++) {
@@ -78,6 +88,14 @@ export function rmsnorm(x, g, N, C, mem = freshF64) {
 
 // dy (N, C) -> dx (N, C), dg (C,)
 export function rmsnormBackward(dy, g, cache, N, C, mem = freshF64) {
+  const fast = rowKernels();
+  if (!fast) return rmsnormBackwardJS(dy, g, cache, N, C, mem);
+  const dx = mem.take(N * C), dg = mem.take(C);
+  fast.rmsnormBackRows(dy, g, cache.xhat, cache.r, N, C, dx, dg);
+  return [dx, dg];
+}
+
+export function rmsnormBackwardJS(dy, g, cache, N, C, mem = freshF64) {
   const { xhat, r } = cache;
   const prod = mem.take(N * C);
   for (let i = 0; i < N * C; i++) prod[i] = dy[i] * xhat[i];
@@ -98,7 +116,7 @@ export function rmsnormBackward(dy, g, cache, N, C, mem = freshF64) {
 // This JS version is the reference; the wasm kernel (wasm_float.js), gated against it, is used
 // when it is available (the same operations on every element, so the same bits).
 export function causalSoftmax(s, G, T, mem = freshF64) {
-  const fast = softmaxKernels();
+  const fast = rowKernels();
   if (!fast) return causalSoftmaxJS(s, G, T, mem);
   const p = mem.take(G * T * T);
   fast.softmaxRows(s, G * T, T, T, 0, p);
@@ -121,6 +139,14 @@ export function causalSoftmaxJS(s, G, T, mem = freshF64) {
 
 // dp, p (G, T, T) -> ds = (p * (dp - tree_sum(dp * p))) * scale  (scale applied after, as model.py)
 export function softmaxBackward(dp, p, G, T, scale, mem = freshF64) {
+  const fast = rowKernels();
+  if (!fast) return softmaxBackwardJS(dp, p, G, T, scale, mem);
+  const ds = mem.take(G * T * T);
+  fast.softmaxBackRows(dp, p, G * T, T, scale, ds);
+  return ds;
+}
+
+export function softmaxBackwardJS(dp, p, G, T, scale, mem = freshF64) {
   const ds = mem.take(G * T * T), t = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const o = row * T;
@@ -135,7 +161,7 @@ export function softmaxBackward(dp, p, G, T, scale, mem = freshF64) {
 // loss_n = (m + log z) - logit[target]; loss = tree_sum(loss_n) / N; dlogits = (softmax - onehot) / N
 // (the JS version is the reference, as for causalSoftmax)
 export function crossEntropy(logits, targets, N, V, mem = freshF64) {
-  const fast = softmaxKernels();
+  const fast = rowKernels();
   if (!fast) return crossEntropyJS(logits, targets, N, V, mem);
   const lossN = mem.take(N), dlogits = mem.take(N * V);
   const stats = fast.softmaxRows(logits, N, V, 0, N, dlogits);       // dlogits = (e / z) / N; m, z
@@ -163,25 +189,26 @@ export function crossEntropyJS(logits, targets, N, V, mem = freshF64) {
   return [treeSum(lossN, 0, N) / N, dlogits];
 }
 
-// --- the softmax rows in wasm, gated at first use ----------------------------------------------
+// --- the row kernels in wasm (softmax rows, RMSNorm and its backward, softmax backward), gated
+// against the JS versions above at first use ---------------------------------------------------
 
 let fastRows;                             // undefined: not tried yet; null: not available
-export let softmaxKernelsUnavailable = null;   // why (null when they are used)
-function softmaxKernels() {
+export let rowKernelsUnavailable = null;   // why (null when they are used)
+function rowKernels() {
   if (fastRows === undefined) {
     const k = floatKernels();
-    const bad = k ? gateSoftmaxKernels(k) : floatKernelsUnavailable;
+    const bad = k ? gateRowKernels(k) : floatKernelsUnavailable;
     fastRows = bad ? null : k;
-    softmaxKernelsUnavailable = bad ? `wasm softmax rows not used: ${bad}` : null;
+    rowKernelsUnavailable = bad ? `wasm row kernels not used: ${bad}` : null;
   }
   return fastRows;
 }
 
 // the bench's and tests' switch: false forces the JS versions, true the gated wasm kernels (if any)
-export function useSoftmaxKernels(on) {
+export function useRowKernels(on) {
   if (!on) { fastRows = null; return null; }
   fastRows = undefined;
-  return softmaxKernels();
+  return rowKernels();
 }
 
 // values for the gate: many magnitudes, ties, zeros of both signs, spreads past exp's range
@@ -202,7 +229,7 @@ const sameBits = (a, b) => (a === b && (a !== 0 || Object.is(a, b))) || (a !== a
 const firstDiff = (got, want) => { for (let i = 0; i < want.length; i++) if (!sameBits(got[i], want[i])) return i; return -1; };
 
 // kernels -> null, or the first disagreement with the JS versions in words
-export function gateSoftmaxKernels(kernels) {
+export function gateRowKernels(kernels) {
   const saved = fastRows;
   fastRows = kernels;                     // run the public functions on the candidate
   try {
@@ -224,6 +251,29 @@ export function gateSoftmaxKernels(kernels) {
         const i = firstDiff(dGot, dWant);
         if (i >= 0) return `cross-entropy (${N}, ${V}) dlogits index ${i}: ${dGot[i]} vs JS ${dWant[i]}`;
       }
+    }
+    for (const [N, C] of [[1, 1], [2, 3], [3, 8], [5, 17], [64, 32], [7, 128]]) {
+      for (const specials of [false, true]) {
+        const x = gateValues(N * C, seed++, specials).map((v) => (Math.abs(v) === Infinity ? 1e300 : v));
+        const g = gateValues(C, seed++, false), dy = gateValues(N * C, seed++, specials).map((v) => (Math.abs(v) === Infinity ? -3 : v));
+        const [yGot, cGot] = rmsnorm(x, g, N, C), [yWant, cWant] = rmsnormJS(x, g, N, C);
+        for (const [what, a, b] of [['y', yGot, yWant], ['xhat', cGot.xhat, cWant.xhat], ['r', cGot.r, cWant.r]]) {
+          const i = firstDiff(a, b);
+          if (i >= 0) return `rmsnorm (${N}, ${C}) ${what} index ${i}: ${a[i]} vs JS ${b[i]}`;
+        }
+        const [dxGot, dgGot] = rmsnormBackward(dy, g, cWant, N, C), [dxWant, dgWant] = rmsnormBackwardJS(dy, g, cWant, N, C);
+        for (const [what, a, b] of [['dx', dxGot, dxWant], ['dg', dgGot, dgWant]]) {
+          const i = firstDiff(a, b);
+          if (i >= 0) return `rmsnorm backward (${N}, ${C}) ${what} index ${i}: ${a[i]} vs JS ${b[i]}`;
+        }
+      }
+    }
+    for (const [G, T] of [[1, 1], [2, 3], [3, 8], [2, 17], [4, 32]]) {
+      const p = causalSoftmaxJS(gateValues(G * T * T, seed++, true), G, T), dp = gateValues(G * T * T, seed++, true);
+      const scale = 1.0 / Math.sqrt(T);
+      const got = softmaxBackward(dp, p, G, T, scale), want = softmaxBackwardJS(dp, p, G, T, scale);
+      const i = firstDiff(got, want);
+      if (i >= 0) return `softmax backward (${G}, ${T}, ${T}) index ${i}: ${got[i]} vs JS ${want[i]}`;
     }
     return null;
   } finally {

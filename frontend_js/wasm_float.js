@@ -19,7 +19,7 @@ import {
 } from './wasm_gemm.js';
 
 const SUB = 0x6b, REM_U = 0x70, EQZ = 0x45, SHR_U = 0x76, LT_U = 0x49, GT_S = 0x4a, F_GT = 0x64;
-const FADD = 0xa0, FDIV = 0xa3, F_OF_I32 = 0xb7, SELECT = 0x1b;
+const FADD = 0xa0, FDIV = 0xa3, FSQRT = 0x9f, F_OF_I32 = 0xb7, SELECT = 0x1b;
 const IF = [0x04, 0x40], ELSE = 0x05, END = 0x0b;
 const V = { add: simd(0xf0), sub: simd(0xf1), mul: simd(0xf2), div: simd(0xf3), nearest: simd(0x94),
   le: simd(0x4b), ge: simd(0x4c), lt: simd(0x49), gt: simd(0x4a), and: simd(0x4e), bitselect: simd(0x52),
@@ -46,8 +46,89 @@ const expStatements = (x, k, r, p, f, sp) => [
 ];
 const interleave = (a, b) => a.flatMap((st, i) => [...st, ...b[i]]);
 
+// tsum(ptr, n, strideBytes, scratch) -> f64: detmath.tree_sum of a[i] = f64 at ptr + i*strideBytes:
+// padded with +0.0 to a power of two p, then s[i] = s[i] + s[i + p/2] until one is left (the
+// first level reads the source; a pad adds +0.0 explicitly); n = 1 gives a[0], n = 0 gives +0.
+const TSUM = 2, CALL_TSUM = [0x10, TSUM];
+const tsumFn = func(['a', 'n', 'sb', 's'], [[I32, ['half', 'full', 'j']]], (L) => {
+  const at = (j, off) => [...get(L.a), ...get(j), ...(off ? [...get(off), ADD] : []), ...get(L.sb), MUL, ADD];
+  const sAt = (j, off) => [...get(L.s), ...get(j), ...(off ? [...get(off), ADD] : []), ...i32c(3), SHL, ADD];
+  return [
+    ...get(L.n), ...i32c(1), GT_S, EQZ, ...IF,
+    ...get(L.n), EQZ, ...IF, ...f64c(0), 0x0f, END, ...get(L.a), ...F64LOAD, 0x0f, END,     // return
+    ...i32c(1), ...set(L.half),
+    0x02, 0x40, 0x03, 0x40, ...get(L.half), ...get(L.n), LT_U, EQZ, 0x0d, 1,
+    ...get(L.half), ...i32c(1), SHL, ...set(L.half), 0x0c, 0, END, END,
+    ...get(L.half), ...i32c(1), SHR_U, ...set(L.half),
+    ...get(L.n), ...get(L.half), SUB, ...set(L.full),
+    ...forRange(L.j, L.full, [...sAt(L.j), ...at(L.j), ...F64LOAD, ...at(L.j, L.half), ...F64LOAD, FADD, ...F64STORE]),
+    ...whileStep(L.j, 1, L.half, [...sAt(L.j), ...at(L.j), ...F64LOAD, ...f64c(0), FADD, ...F64STORE]),
+    0x02, 0x40, 0x03, 0x40, ...get(L.half), ...i32c(1), GT_S, EQZ, 0x0d, 1,
+    ...get(L.half), ...i32c(1), SHR_U, ...set(L.half),
+    ...forRange(L.j, L.half, [...sAt(L.j), ...sAt(L.j), ...F64LOAD, ...sAt(L.j, L.half), ...F64LOAD, FADD, ...F64STORE]),
+    0x0c, 0, END, END,
+    ...get(L.s), ...F64LOAD,
+  ];
+});
+
+// pairs over j < n (reaching one past an odd end: every buffer has 2 doubles of padding)
+const pairs = (j, n1, body) => [...i32c(0), ...set(j), ...whileStep(j, 2, n1, body)];
+const rowAddr = (base, row, C, out) => [...get(base), ...get(row), ...get(C), MUL, ...i32c(3), SHL, ADD, ...set(out)];
+
+// rmsnormRows(x, g, y, xhat, r, N, C, scratch, sq, eps): model.rmsnorm on N rows of C
+//   sq = x*x; r = 1 / sqrt(tree_sum(sq)/C + eps); xhat = x*r; y = xhat*g
+const rmsnormFn = func(['x', 'g', 'y', 'xhat', 'r', 'N', 'C', 'scratch', 'sq', 'eps'],
+  [[I32, ['n', 'c', 'px', 'py', 'ph', 'c1']], [F64, ['rn']], [V128, ['vx', 'vr', 'vh']]], (L) => [
+    ...get(L.C), ...i32c(1), ADD, ...set(L.c1),
+    ...forRange(L.n, L.N, [
+      ...rowAddr(L.x, L.n, L.C, L.px), ...rowAddr(L.y, L.n, L.C, L.py), ...rowAddr(L.xhat, L.n, L.C, L.ph),
+      ...pairs(L.c, L.c1, [...addr8(L.sq, L.c), ...addr8(L.px, L.c), ...LOAD, ...tee(L.vx), ...get(L.vx), ...V.mul, ...STORE]),
+      ...f64c(1), ...get(L.sq), ...get(L.C), ...i32c(8), ...get(L.scratch), ...CALL_TSUM,
+      ...get(L.C), F_OF_I32, FDIV, ...get(L.eps), FADD, FSQRT, FDIV, ...set(L.rn),
+      ...addr8(L.r, L.n), ...get(L.rn), ...F64STORE,
+      ...get(L.rn), ...X2.splat, ...set(L.vr),
+      ...pairs(L.c, L.c1, [...addr8(L.px, L.c), ...LOAD, ...get(L.vr), ...V.mul, ...set(L.vh),
+        ...addr8(L.ph, L.c), ...get(L.vh), ...STORE,
+        ...addr8(L.py, L.c), ...get(L.vh), ...addr8(L.g, L.c), ...LOAD, ...V.mul, ...STORE]),
+    ]),
+  ]);
+
+// rmsnormBackRows(dy, g, xhat, r, dx, dg, prod, N, C, scratch, dxh, t): model.rmsnormBackward
+//   prod = dy*xhat; dg[c] = tree_sum over rows of prod[., c]; per row: dxh = dy*g, t = dxh*xhat,
+//   d = tree_sum(t)/C, dx = (dxh - xhat*d) * r
+const rmsnormBackFn = func(['dy', 'g', 'xhat', 'r', 'dx', 'dg', 'prod', 'N', 'C', 'scratch', 'dxh', 't'],
+  [[I32, ['n', 'c', 'pdy', 'ph', 'pdx', 'nc1', 'c1']], [F64, ['d']], [V128, ['vd', 'vr', 'vg']]], (L) => [
+    ...get(L.N), ...get(L.C), MUL, ...i32c(1), ADD, ...set(L.nc1), ...get(L.C), ...i32c(1), ADD, ...set(L.c1),
+    ...pairs(L.c, L.nc1, [...addr8(L.prod, L.c), ...addr8(L.dy, L.c), ...LOAD, ...addr8(L.xhat, L.c), ...LOAD, ...V.mul, ...STORE]),
+    ...forRange(L.c, L.C, [...addr8(L.dg, L.c), ...addr8(L.prod, L.c), ...get(L.N), ...get(L.C), ...i32c(3), SHL,
+      ...get(L.scratch), ...CALL_TSUM, ...F64STORE]),
+    ...forRange(L.n, L.N, [
+      ...rowAddr(L.dy, L.n, L.C, L.pdy), ...rowAddr(L.xhat, L.n, L.C, L.ph), ...rowAddr(L.dx, L.n, L.C, L.pdx),
+      ...pairs(L.c, L.c1, [...addr8(L.dxh, L.c), ...addr8(L.pdy, L.c), ...LOAD, ...addr8(L.g, L.c), ...LOAD, ...V.mul, ...tee(L.vg), ...STORE,
+        ...addr8(L.t, L.c), ...get(L.vg), ...addr8(L.ph, L.c), ...LOAD, ...V.mul, ...STORE]),
+      ...get(L.t), ...get(L.C), ...i32c(8), ...get(L.scratch), ...CALL_TSUM, ...get(L.C), F_OF_I32, FDIV, ...X2.splat, ...set(L.vd),
+      ...addr8(L.r, L.n), ...F64LOAD, ...X2.splat, ...set(L.vr),
+      ...pairs(L.c, L.c1, [...addr8(L.pdx, L.c), ...addr8(L.dxh, L.c), ...LOAD, ...addr8(L.ph, L.c), ...LOAD, ...get(L.vd), ...V.mul,
+        ...V.sub, ...get(L.vr), ...V.mul, ...STORE]),
+    ]),
+  ]);
+
+// softmaxBackRows(dp, p, ds, R, T, scale, scratch, t): model.softmaxBackward on R rows of T
+//   t = dp*p; d = tree_sum(t); ds = (p * (dp - d)) * scale
+const softmaxBackFn = func(['dp', 'p', 'ds', 'R', 'T', 'scale', 'scratch', 't'],
+  [[I32, ['n', 'j', 'pdp', 'pp', 'pds', 't1']], [V128, ['vd', 'vs']]], (L) => [
+    ...get(L.T), ...i32c(1), ADD, ...set(L.t1), ...get(L.scale), ...X2.splat, ...set(L.vs),
+    ...forRange(L.n, L.R, [
+      ...rowAddr(L.dp, L.n, L.T, L.pdp), ...rowAddr(L.p, L.n, L.T, L.pp), ...rowAddr(L.ds, L.n, L.T, L.pds),
+      ...pairs(L.j, L.t1, [...addr8(L.t, L.j), ...addr8(L.pdp, L.j), ...LOAD, ...addr8(L.pp, L.j), ...LOAD, ...V.mul, ...STORE]),
+      ...get(L.t), ...get(L.T), ...i32c(8), ...get(L.scratch), ...CALL_TSUM, ...X2.splat, ...set(L.vd),
+      ...pairs(L.j, L.t1, [...addr8(L.pds, L.j), ...addr8(L.pp, L.j), ...LOAD, ...addr8(L.pdp, L.j), ...LOAD, ...get(L.vd), ...V.sub,
+        ...V.mul, ...get(L.vs), ...V.mul, ...STORE]),
+    ]),
+  ]);
+
 const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', 'divN'],
-  [[I32, ['r', 'n', 'j', 'p', 'q', 'n1', 'w1', 'half', 'full']], [F64, ['m', 't', 'z', 'dn']],
+  [[I32, ['r', 'n', 'j', 'p', 'q', 'n1', 'w1']], [F64, ['m', 't', 'z', 'dn']],
     [V128, ['x0', 'k0', 'r0', 'p0', 'f0', 's0', 'x1', 'k1', 'r1', 'p1', 'f1', 's1', 'vm', 'vz', 'vd']]], (L) => [
     ...get(L.divN), F_OF_I32, ...set(L.dn),
     ...get(L.dn), ...X2.splat, ...set(L.vd),
@@ -70,23 +151,8 @@ const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', '
         ...addr8(L.q, L.j), ...i32c(16), ADD, ...get(L.f1), ...STORE]),
       ...get(L.n), ...set(L.j),
       ...whileStep(L.j, 1, L.W, [...addr8(L.q, L.j), ...f64c(0), ...F64STORE]),
-      // z = tree_sum(e[0..W)): pad to a power of two, halve (first level reads the row)
-      ...get(L.W), ...i32c(1), GT_S, ...IF,
-      ...i32c(1), ...set(L.half),
-      0x02, 0x40, 0x03, 0x40, ...get(L.half), ...get(L.W), LT_U, EQZ, 0x0d, 1,
-      ...get(L.half), ...i32c(1), SHL, ...set(L.half), 0x0c, 0, END, END,
-      ...get(L.half), ...i32c(1), SHR_U, ...set(L.half),
-      ...get(L.W), ...get(L.half), SUB, ...set(L.full),
-      ...forRange(L.j, L.full, [...addr8(L.scratch, L.j), ...addr8(L.q, L.j), ...F64LOAD,
-        ...get(L.q), ...get(L.j), ...get(L.half), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, FADD, ...F64STORE]),
-      ...whileStep(L.j, 1, L.half, [...addr8(L.scratch, L.j), ...addr8(L.q, L.j), ...F64LOAD, ...f64c(0), FADD, ...F64STORE]),
-      0x02, 0x40, 0x03, 0x40, ...get(L.half), ...i32c(1), GT_S, EQZ, 0x0d, 1,
-      ...get(L.half), ...i32c(1), SHR_U, ...set(L.half),
-      ...forRange(L.j, L.half, [...addr8(L.scratch, L.j), ...addr8(L.scratch, L.j), ...F64LOAD,
-        ...get(L.scratch), ...get(L.j), ...get(L.half), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, FADD, ...F64STORE]),
-      0x0c, 0, END, END,
-      ...get(L.scratch), ...F64LOAD, ...set(L.z),
-      ELSE, ...get(L.q), ...F64LOAD, ...set(L.z), END,                              // W = 1
+      // z = tree_sum(e[0..W))
+      ...get(L.q), ...get(L.W), ...i32c(8), ...get(L.scratch), ...CALL_TSUM, ...set(L.z),
       ...get(L.stats), ...get(L.r), ...i32c(4), SHL, ADD, ...get(L.m), ...F64STORE,
       ...get(L.stats), ...get(L.r), ...i32c(4), SHL, ADD, ...i32c(8), ADD, ...get(L.z), ...F64STORE,
       // dst = e / z (then / divN)
@@ -121,16 +187,30 @@ const adamFn = () => func(['w', 'g', 'm', 'v', 'n', 'lr', 'bc1', 'bc2'],
     ]),
   ]);
 
-const typeOf = (params) => [0x60, ...vec(params.map((t) => [t])), 0x00];
+const typeOf = (params, results = []) => [0x60, ...vec(params.map((t) => [t])), ...vec(results.map((t) => [t]))];
 // the module's bytes (built at first use, after optim.js has its constants)
 export const floatWasm = () => new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  ...section(1, vec([funcType(softmaxFn.nParams), typeOf([I32, I32, I32, I32, I32, F64, F64, F64])])),
-  ...section(3, vec([[0x00], [0x01]])),
+  ...section(1, vec([funcType(softmaxFn.nParams), typeOf([I32, I32, I32, I32, I32, F64, F64, F64]),
+    typeOf([I32, I32, I32, I32], [F64]), typeOf([...new Array(9).fill(I32), F64]), funcType(rmsnormBackFn.nParams),
+    typeOf([I32, I32, I32, I32, I32, F64, I32, I32])])),
+  ...section(3, vec([[0x00], [0x01], [0x02], [0x03], [0x04], [0x05]])),        // function i has type i
   ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
-  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('softmaxRows'), 0x00, 0x00], [...str('adamStep'), 0x00, 0x01]])),
-  ...section(10, vec([softmaxFn.body, adamFn().body].map((b) => [...uleb(b.length), ...b]))),
+  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('softmaxRows'), 0x00, 0x00], [...str('adamStep'), 0x00, 0x01],
+    [...str('rmsnormRows'), 0x00, 0x03], [...str('rmsnormBackRows'), 0x00, 0x04], [...str('softmaxBackRows'), 0x00, 0x05]])),
+  ...section(10, vec([softmaxFn.body, adamFn().body, tsumFn.body, rmsnormFn.body, rmsnormBackFn.body, softmaxBackFn.body]
+    .map((b) => [...uleb(b.length), ...b]))),
 ]);
+
+// byte offsets of consecutive f64 regions of the given lengths, each with 2 doubles of padding
+// (the pair loops reach one past an odd end) and 16-byte aligned; the last entry is the end
+const regions = (lengths) => {
+  const out = [];
+  let o = 0;
+  for (const n of lengths) { out.push(o); o += (8 * (n + 2) + 15) & ~15; }
+  out.push(o);
+  return out;
+};
 
 const ensure = (mem, bytes) => {
   const grow = Math.ceil((bytes - mem.buffer.byteLength) / 65536);
@@ -161,6 +241,31 @@ export function floatKernels() {
         ex.softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN);
         dst.set(new Float64Array(buf, oDst, n));
         return new Float64Array(buf, oStats, 2 * R);
+      },
+      // model.rmsnorm: x (N*C), g (C) -> y, xhat (N*C), r (N) written
+      rmsnormRows(x, g, N, C, eps, y, xhat, r) {
+        const [oX, oG, oY, oH, oR, oS, oQ, end] = regions([N * C, C, N * C, N * C, N, C, C]);
+        const buf = ensure(ex.mem, end);
+        new Float64Array(buf, oX, N * C).set(x); new Float64Array(buf, oG, C).set(g);
+        ex.rmsnormRows(oX, oG, oY, oH, oR, N, C, oS, oQ, eps);
+        y.set(new Float64Array(buf, oY, N * C)); xhat.set(new Float64Array(buf, oH, N * C)); r.set(new Float64Array(buf, oR, N));
+      },
+      // model.rmsnormBackward: dy, xhat (N*C), g (C), r (N) -> dx (N*C), dg (C) written
+      rmsnormBackRows(dy, g, xhat, r, N, C, dx, dg) {
+        const [oDy, oG, oH, oR, oDx, oDg, oP, oS, oD, oT, end] = regions([N * C, C, N * C, N, N * C, C, N * C, Math.max(N, C), C, C]);
+        const buf = ensure(ex.mem, end);
+        new Float64Array(buf, oDy, N * C).set(dy); new Float64Array(buf, oG, C).set(g);
+        new Float64Array(buf, oH, N * C).set(xhat); new Float64Array(buf, oR, N).set(r);
+        ex.rmsnormBackRows(oDy, oG, oH, oR, oDx, oDg, oP, N, C, oS, oD, oT);
+        dx.set(new Float64Array(buf, oDx, N * C)); dg.set(new Float64Array(buf, oDg, C));
+      },
+      // model.softmaxBackward: dp, p (R*T) -> ds (R*T) written
+      softmaxBackRows(dp, p, R, T, scale, ds) {
+        const [oDp, oP, oDs, oS, oT, end] = regions([R * T, R * T, R * T, T, T]);
+        const buf = ensure(ex.mem, end);
+        new Float64Array(buf, oDp, R * T).set(dp); new Float64Array(buf, oP, R * T).set(p);
+        ex.softmaxBackRows(oDp, oP, oDs, R, T, scale, oS, oT);
+        ds.set(new Float64Array(buf, oDs, R * T));
       },
       // one tensor's Adam update in place: w, m, v (Float64Array n) updated, g read
       adamStep(w, g, m, v, lr, bc1, bc2) {

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { engines, wasmUnavailable } from '../../frontend_js/engines.js';
 import { gateEngine, gateUnit } from '../../frontend_js/wasm_gemm.js';
 import { cpuEngine } from '../../frontend_js/units.js';
-import { useSoftmaxKernels, gateSoftmaxKernels, softmaxKernelsUnavailable } from '../../frontend_js/model.js';
+import { useRowKernels, gateRowKernels, rowKernelsUnavailable } from '../../frontend_js/model.js';
 import { useAdamKernel, gateAdam, adamKernelUnavailable } from '../../frontend_js/optim.js';
 
 test('the wasm-simd engine is built and passes its gates', () => {
@@ -40,11 +40,11 @@ test('the gates reject broken engines', () => {
   assert.notEqual(gateUnit(reordered), null, 'a unit off by one ULP passed the gate');
 });
 
-test('the wasm softmax rows are built, pass their gate, and the gate rejects broken ones', () => {
-  const fast = useSoftmaxKernels(true);
-  assert.ok(fast, `wasm float kernels missing: ${softmaxKernelsUnavailable}`);
-  assert.equal(gateSoftmaxKernels(fast), null);
-  const wrap = (edit) => ({ softmaxRows: (src, R, W, causalT, divN, dst) => edit(src, R, W, causalT, divN, dst) });
+test('the wasm row kernels are built, pass their gate, and the gate rejects broken ones', () => {
+  const fast = useRowKernels(true);
+  assert.ok(fast, `wasm float kernels missing: ${rowKernelsUnavailable}`);
+  assert.equal(gateRowKernels(fast), null);
+  const wrap = (edit) => ({ ...fast, softmaxRows: (src, R, W, causalT, divN, dst) => edit(src, R, W, causalT, divN, dst) });
   const broken = {
     // one output a ULP off (e.g. a fused multiply-add or another division order)
     ulp: wrap((src, R, W, c, d, dst) => { const st = fast.softmaxRows(src, R, W, c, d, dst); dst[dst.length >> 1] *= 1 + 2 ** -52; return st; }),
@@ -62,7 +62,22 @@ test('the wasm softmax rows are built, pass their gate, and the gate rejects bro
       return fast.softmaxRows(shifted, R, W, c, d, dst);
     }),
   };
-  for (const [what, k] of Object.entries(broken)) assert.notEqual(gateSoftmaxKernels(k), null, `${what} kernels passed the gate`);
+  for (const [what, k] of Object.entries(broken)) assert.notEqual(gateRowKernels(k), null, `${what} kernels passed the gate`);
+  const rowsBroken = {
+    // RMSNorm's epsilon lost (a constant not passed through)
+    noEps: { ...fast, rmsnormRows: (x, g, N, C, eps, ...out) => fast.rmsnormRows(x, g, N, C, 0, ...out) },
+    // the gain gradient summed left to right instead of by tree_sum
+    sequentialDg: { ...fast, rmsnormBackRows: (dy, g, xhat, r, N, C, dx, dg) => {
+      fast.rmsnormBackRows(dy, g, xhat, r, N, C, dx, dg);
+      for (let c = 0; c < C; c++) { let a = 0; for (let n = 0; n < N; n++) a += dy[n * C + c] * xhat[n * C + c]; dg[c] = a; }
+    } },
+    // softmax backward with the scale applied inside, p * scale * (dp - d)
+    scaleInside: { ...fast, softmaxBackRows: (dp, p, R, T, scale, ds) => {
+      fast.softmaxBackRows(dp, p, R, T, 1.0, ds);
+      for (let i = 0; i < ds.length; i++) ds[i] = ds[i] === 0 ? ds[i] : (p[i] * scale) * (ds[i] / p[i]);
+    } },
+  };
+  for (const [what, k] of Object.entries(rowsBroken)) assert.notEqual(gateRowKernels(k), null, `${what} kernels passed the gate`);
 });
 
 test('the wasm Adam update is built, passes its gate, and the gate rejects broken ones', () => {

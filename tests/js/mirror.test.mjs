@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { readFixture, f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
 import { quantizeRows, quantizeCols, cpuEngine, epilogue, qmatmul } from '../../frontend_js/units.js';
 import { makeConfig } from '../../frontend_js/config.js';
-import { forward, lossAndGrads, paramShapes, initParams, useSoftmaxKernels } from '../../frontend_js/model.js';
+import { forward, lossAndGrads, paramShapes, initParams, useRowKernels } from '../../frontend_js/model.js';
 import { Group } from '../../frontend_js/train.js';
 import { engines } from '../../frontend_js/engines.js';
 
@@ -93,17 +93,17 @@ for (const engine of [cpuEngine, gemmOnly]) {
   });
 }
 
-// The softmax rows in JS (the reference the wasm kernels are gated against) give the same bits.
-test('backward with the JS softmax rows (wasm float kernels off): every gradient', async () => {
+// The row pieces in JS (the references the wasm row kernels are gated against) give the same bits.
+test('backward with the JS row pieces (wasm row kernels off): every gradient', async () => {
   const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
   const [B, T] = fx.tensors.x.shape;
-  useSoftmaxKernels(false);
+  useRowKernels(false);
   try {
     const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, best);
     assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
     for (const name of Object.keys(grads)) assertSame(`grad.${name}`, grads[name], fx.tensors[`grad.${name}`].data);
   } finally {
-    assert.ok(useSoftmaxKernels(true), 'the wasm float kernels are back on');
+    assert.ok(useRowKernels(true), 'the wasm row kernels are back on');
   }
 });
 
