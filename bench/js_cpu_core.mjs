@@ -1,6 +1,6 @@
 // The JS CPU mirror bench, runnable in node and in a browser page (no node imports): ms per
 // training step (default config; one peer = one loss_and_grads + reduce + Adam + hash; after
-// WARMUP_STEPS) and int8
+// warm-up steps) and int8
 // GEMM GOPS (2 ops per MAC) at the model's shapes and 512^3, scalar vs wasm-simd. Medians of reps.
 import { makeConfig } from '../frontend_js/config.js';
 import { Group } from '../frontend_js/train.js';
@@ -9,15 +9,16 @@ import { cpuEngine } from '../frontend_js/units.js';
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 
-// steady state is what a run of 100+ steps sees: the JIT compilers optimize hot code after some
-// calls (node 20 needs ~10 steps to reach it), so each rep warms up first
-const WARMUP_STEPS = 10;
+// steady state is what most of a run (300 steps by default) sees: the JIT compilers optimize hot
+// code after some calls (node 20 needs ~10 steps, Chromium's wasm and JS tiers ~50), so each rep
+// warms up first; the scalar path (10x slower) gets 10
+const WARMUP_STEPS = 50, WARMUP_STEPS_SCALAR = 10;
 
-async function stepMs(cfg, stream, engine, peers, steps, reps) {
+async function stepMs(cfg, stream, engine, peers, steps, reps, warmup = WARMUP_STEPS) {
   const times = [];
   for (let r = 0; r < reps; r++) {
     const g = new Group(cfg, peers, stream, engine);
-    for (let i = 0; i < WARMUP_STEPS; i++) await g.step();     // JIT tier-up, the arena's first growth
+    for (let i = 0; i < warmup; i++) await g.step();     // JIT tier-up, the arena's first growth
     const t = performance.now();
     for (let i = 0; i < steps; i++) await g.step();
     times.push((performance.now() - t) / steps);
@@ -57,9 +58,14 @@ export async function runBench(stream, { steps = 10, reps = 5 } = {}) {
   if (!wasm) throw new Error('the wasm-simd engine is not available here');
   const cfg = makeConfig({});
   const out = { steps, reps, step_ms: {}, gemm_gops: [] };
+  {                       // first: a fresh process/page, so this includes the JIT's warm-up
+    const g = new Group(cfg, 1, stream, wasm), t = performance.now();
+    for (let i = 0; i < WARMUP_STEPS; i++) await g.step();
+    out.step_ms[`wasm-simd P=1, first ${WARMUP_STEPS} steps (cold)`] = (performance.now() - t) / WARMUP_STEPS;
+  }
   out.step_ms['wasm-simd P=1'] = await stepMs(cfg, stream, wasm, 1, steps, reps);
   out.step_ms['wasm-simd P=2 (CLI default)'] = await stepMs(cfg, stream, wasm, 2, Math.max(2, steps >> 1), reps);
-  out.step_ms['scalar P=1'] = await stepMs(cfg, stream, cpuEngine, 1, Math.max(2, steps >> 2), reps);
+  out.step_ms['scalar P=1'] = await stepMs(cfg, stream, cpuEngine, 1, Math.max(2, steps >> 2), reps, WARMUP_STEPS_SCALAR);
   for (const [what, nb, M, K, N] of SHAPES) {
     out.gemm_gops.push({ what, scalar: gemmGops(cpuEngine, nb, M, K, N, reps), wasm: gemmGops(wasm, nb, M, K, N, reps) });
   }
