@@ -115,21 +115,23 @@ export function rmsnormBackwardJS(dy, g, cache, N, C, mem = freshF64) {
 // s (G, T, T) -> p: row i over columns j <= i; masked entries exactly +0; z sums all T columns.
 // This JS version is the reference; the wasm kernel (wasm_float.js), gated against it, is used
 // when it is available (the same operations on every element, so the same bits).
-export function causalSoftmax(s, G, T, mem = freshF64) {
+// scale: each score is first multiplied by it (attention's 1/sqrt(D); x * 1 = x exactly)
+export function causalSoftmax(s, G, T, mem = freshF64, scale = 1.0) {
   const fast = rowKernels();
-  if (!fast) return causalSoftmaxJS(s, G, T, mem);
+  if (!fast) return causalSoftmaxJS(s, G, T, mem, scale);
   const p = mem.take(G * T * T);
-  fast.softmaxRows(s, G * T, T, T, 0, p);
+  fast.softmaxRows(s, G * T, T, T, 0, p, scale);
   return p;
 }
 
-export function causalSoftmaxJS(s, G, T, mem = freshF64) {
-  const p = mem.take(G * T * T), e = mem.take(T);
+export function causalSoftmaxJS(s, G, T, mem = freshF64, scale = 1.0) {
+  const p = mem.take(G * T * T), e = mem.take(T), x = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const i = row % T, o = row * T;
-    let m = s[o];
-    for (let j = 1; j <= i; j++) if (s[o + j] > m) m = s[o + j];
-    expShiftedInto(s, o, i + 1, m, e, 0);
+    for (let j = 0; j <= i; j++) x[j] = s[o + j] * scale;
+    let m = x[0];
+    for (let j = 1; j <= i; j++) if (x[j] > m) m = x[j];
+    expShiftedInto(x, 0, i + 1, m, e, 0);
     for (let j = i + 1; j < T; j++) e[j] = 0.0;
     const z = treeSum(e, 0, T);
     for (let j = 0; j < T; j++) p[o + j] = e[j] / z;
@@ -155,6 +157,35 @@ export function softmaxBackwardJS(dp, p, G, T, scale, mem = freshF64) {
     for (let j = 0; j < T; j++) ds[o + j] = (p[o + j] * (dp[o + j] - tr)) * scale;
   }
   return ds;
+}
+
+// h -> np.maximum(h, 0): h where h > 0 or NaN, else +0;  backward: dh = h > 0 ? dhr : +0
+export function relu(h, mem = freshF64) {
+  const fast = rowKernels();
+  if (!fast) return reluJS(h, mem);
+  const hr = mem.take(h.length);
+  fast.relu(h, hr);
+  return hr;
+}
+
+export function reluJS(h, mem = freshF64) {
+  const hr = mem.take(h.length);
+  for (let i = 0; i < h.length; i++) hr[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;
+  return hr;
+}
+
+export function reluBackward(dhr, h, mem = freshF64) {
+  const fast = rowKernels();
+  if (!fast) return reluBackwardJS(dhr, h, mem);
+  const dh = mem.take(h.length);
+  fast.reluBack(h, dhr, dh);
+  return dh;
+}
+
+export function reluBackwardJS(dhr, h, mem = freshF64) {
+  const dh = mem.take(h.length);
+  for (let i = 0; i < dh.length; i++) dh[i] = h[i] > 0.0 ? dhr[i] : 0.0;
+  return dh;
 }
 
 // logits (N, V), targets (N,) -> [mean loss, dlogits (N, V)]
@@ -237,7 +268,8 @@ export function gateRowKernels(kernels) {
     for (const [G, T] of [[1, 1], [2, 2], [3, 3], [2, 5], [4, 8], [2, 17], [3, 32], [1, 33]]) {
       for (const specials of [false, true]) {
         const s = gateValues(G * T * T, seed++, specials);
-        const got = causalSoftmax(s, G, T), want = causalSoftmaxJS(s, G, T);
+        const scale = specials ? 0.35355339059327373 : 1.0;
+        const got = causalSoftmax(s, G, T, freshF64, scale), want = causalSoftmaxJS(s, G, T, freshF64, scale);
         const i = firstDiff(got, want);
         if (i >= 0) return `causal softmax (${G}, ${T}, ${T}) index ${i}: ${got[i]} vs JS ${want[i]}`;
       }
@@ -274,6 +306,14 @@ export function gateRowKernels(kernels) {
       const got = softmaxBackward(dp, p, G, T, scale), want = softmaxBackwardJS(dp, p, G, T, scale);
       const i = firstDiff(got, want);
       if (i >= 0) return `softmax backward (${G}, ${T}, ${T}) index ${i}: ${got[i]} vs JS ${want[i]}`;
+    }
+    for (const n of [1, 2, 3, 33, 1024]) {
+      const h = gateValues(n, seed++, true), dhr = gateValues(n, seed++, true);
+      h[0] = NaN;
+      for (const [what, got, want] of [['relu', relu(h), reluJS(h)], ['relu backward', reluBackward(dhr, h), reluBackwardJS(dhr, h)]]) {
+        const i = firstDiff(got, want);
+        if (i >= 0) return `${what} (${n}) index ${i}: ${got[i]} vs JS ${want[i]}`;
+      }
     }
     return null;
   } finally {
@@ -338,15 +378,13 @@ export async function forward(params, cfg, idx, B, T, targets = null, engine = c
     const k = splitHeads(qkv, 1, B, T, H, D, mem);
     const v = splitHeads(qkv, 2, B, T, H, D, mem);
     const s = await mm(q, false, k, true, G, T, D, T);                      // (B, H, T, T) q k^T
-    for (let i = 0; i < s.length; i++) s[i] = s[i] * attScale;
-    const pr = causalSoftmax(s, G, T, mem);                                  // (B, H, T, T)
+    const pr = causalSoftmax(s, G, T, mem, attScale);                        // (B, H, T, T) of s * scale
     const yh = await mm(pr, false, v, false, G, T, T, D);                   // (B, H, T, D)
     const y = mergeHeads(yh, mem.take(N * C), C, 0, B, T, H, D);            // (N, C)
     addInPlace(x, await mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C));
     const [xn2, n2] = rmsnorm(x, params[p + 'norm2.weight'], N, C, mem);   // (N, C)
     const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);       // (N, 4C)
-    const hr = mem.take(h.length);                                           // (N, 4C) ReLU, np.maximum(h, 0)
-    for (let i = 0; i < h.length; i++) hr[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;
+    const hr = relu(h, mem);                                                 // (N, 4C)
     addInPlace(x, await mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C));
     caches.push({ xn1, n1, q, k, v, pr, y, xn2, n2, h, hr });
   }
@@ -389,8 +427,7 @@ export async function backward(params, cfg, cache) {
     [g[p + 'mlp.proj.weight'], dhr] = await both(
       mm(dx, true, hr, false, 1, C, N, 4 * C),                               // (C, 4C)
       mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)); // (N, 4C)
-    const dh = mem.take(dhr.length);                                         // (N, 4C)
-    for (let i = 0; i < dh.length; i++) dh[i] = h[i] > 0.0 ? dhr[i] : 0.0;
+    const dh = reluBackward(dhr, h, mem);                                    // (N, 4C)
     [g[p + 'mlp.fc.weight'], dxn2] = await both(
       mm(dh, true, xn2, false, 1, 4 * C, N, C),                              // (4C, C)
       mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C));   // (N, C)

@@ -1,10 +1,11 @@
 // The float64 row kernels of the step in WebAssembly SIMD — the softmax rows (attention's causal
 // softmax, cross-entropy's) and Adam's update — the same float64 operations as model.js's JS versions on every element, so
 // the same bits. One function over R rows of width W (f64, row-major, in its memory):
-//   softmaxRows(src, dst, stats, scratch, R, W, causalT, divN)
+//   softmaxRows(src, dst, stats, scratch, R, W, causalT, divN, pre)
+//     x  = src * pre                                  (attention's scale; 1 for cross-entropy)
 //     n  = causalT ? (r % causalT) + 1 : W           the row's live columns
-//     m  = running max of src[0..n) (m = x > m ? x : m, from src[0], in order: as the JS loop)
-//     e  = exp(src[j] - m) for j < n (detmath.exp: Cody-Waite, Horner 13, 2^k from bits), +0 after
+//     m  = running max of x[0..n) (m = x > m ? x : m, from x[0], in order: as the JS loop)
+//     e  = exp(x[j] - m) for j < n (detmath.exp: Cody-Waite, Horner 13, 2^k from bits), +0 after
 //     z  = detmath.tree_sum(e[0..W))
 //     dst[j] = e[j] / z, then / divN when divN > 0   stats[2r] = m, stats[2r + 1] = z
 // exp runs on f64x2 lanes: two independent IEEE float64 chains; a lane outside [EXP_MIN, EXP_MAX]
@@ -19,10 +20,10 @@ import {
 } from './wasm_gemm.js';
 
 const SUB = 0x6b, REM_U = 0x70, EQZ = 0x45, SHR_U = 0x76, LT_U = 0x49, GT_S = 0x4a, F_GT = 0x64;
-const FADD = 0xa0, FDIV = 0xa3, FSQRT = 0x9f, F_OF_I32 = 0xb7, SELECT = 0x1b;
+const FADD = 0xa0, FMUL = 0xa2, FDIV = 0xa3, FSQRT = 0x9f, F_OF_I32 = 0xb7, SELECT = 0x1b;
 const IF = [0x04, 0x40], ELSE = 0x05, END = 0x0b;
 const V = { add: simd(0xf0), sub: simd(0xf1), mul: simd(0xf2), div: simd(0xf3), nearest: simd(0x94),
-  le: simd(0x4b), ge: simd(0x4c), lt: simd(0x49), gt: simd(0x4a), and: simd(0x4e), bitselect: simd(0x52),
+  ne: simd(0x48), or: simd(0x50), le: simd(0x4b), ge: simd(0x4c), lt: simd(0x49), gt: simd(0x4a), and: simd(0x4e), bitselect: simd(0x52),
   sqrt: simd(0xef), truncZero: simd(0xfc), extendLow64: simd(0xc7), shl64: simd(0xcb), add64: simd(0xce), splat64: simd(0x12) };
 const I64C = (v) => [0x42, ...uleb(v)];          // small non-negative i64 constants only
 const splatF = (x) => [...f64c(x), ...X2.splat];
@@ -127,9 +128,10 @@ const softmaxBackFn = func(['dp', 'p', 'ds', 'R', 'T', 'scale', 'scratch', 't'],
     ]),
   ]);
 
-const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', 'divN'],
+const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', 'divN', 'pre'],
   [[I32, ['r', 'n', 'j', 'p', 'q', 'n1', 'w1']], [F64, ['m', 't', 'z', 'dn']],
-    [V128, ['x0', 'k0', 'r0', 'p0', 'f0', 's0', 'x1', 'k1', 'r1', 'p1', 'f1', 's1', 'vm', 'vz', 'vd']]], (L) => [
+    [V128, ['x0', 'k0', 'r0', 'p0', 'f0', 's0', 'x1', 'k1', 'r1', 'p1', 'f1', 's1', 'vm', 'vz', 'vd', 'vpre']]], (L) => [
+    ...get(L.pre), ...X2.splat, ...set(L.vpre),
     ...get(L.divN), F_OF_I32, ...set(L.dn),
     ...get(L.dn), ...X2.splat, ...set(L.vd),
     ...get(L.W), ...i32c(1), ADD, ...set(L.w1),
@@ -139,13 +141,13 @@ const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', '
       ...get(L.causalT), EQZ, ...IF, ...get(L.W), ...set(L.n), ELSE,
       ...get(L.r), ...get(L.causalT), REM_U, ...i32c(1), ADD, ...set(L.n), END,
       // m: the running max, in column order
-      ...get(L.p), ...F64LOAD, ...set(L.m), ...i32c(1), ...set(L.j),
-      ...whileStep(L.j, 1, L.n, [...addr8(L.p, L.j), ...F64LOAD, ...tee(L.t), ...get(L.m), ...get(L.t), ...get(L.m), F_GT, SELECT, ...set(L.m)]),
+      ...get(L.p), ...F64LOAD, ...get(L.pre), FMUL, ...set(L.m), ...i32c(1), ...set(L.j),
+      ...whileStep(L.j, 1, L.n, [...addr8(L.p, L.j), ...F64LOAD, ...get(L.pre), FMUL, ...tee(L.t), ...get(L.m), ...get(L.t), ...get(L.m), F_GT, SELECT, ...set(L.m)]),
       // e = exp(x - m) for j < n, four at a time (two vectors in flight; up to 3 past the end)
       ...get(L.n), ...i32c(3), ADD, ...set(L.n1), ...i32c(0), ...set(L.j), ...get(L.m), ...X2.splat, ...set(L.vm),
       ...whileStep(L.j, 4, L.n1, [
-        ...addr8(L.p, L.j), ...LOAD, ...get(L.vm), ...V.sub, ...set(L.x0),
-        ...addr8(L.p, L.j), ...i32c(16), ADD, ...LOAD, ...get(L.vm), ...V.sub, ...set(L.x1),
+        ...addr8(L.p, L.j), ...LOAD, ...get(L.vpre), ...V.mul, ...get(L.vm), ...V.sub, ...set(L.x0),
+        ...addr8(L.p, L.j), ...i32c(16), ADD, ...LOAD, ...get(L.vpre), ...V.mul, ...get(L.vm), ...V.sub, ...set(L.x1),
         ...interleave(expStatements(L.x0, L.k0, L.r0, L.p0, L.f0, L.s0), expStatements(L.x1, L.k1, L.r1, L.p1, L.f1, L.s1)),
         ...addr8(L.q, L.j), ...get(L.f0), ...STORE,
         ...addr8(L.q, L.j), ...i32c(16), ADD, ...get(L.f1), ...STORE]),
@@ -162,6 +164,20 @@ const softmaxFn = func(['src', 'dst', 'stats', 'scratch', 'R', 'W', 'causalT', '
         ...addr8(L.q, L.j), ...get(L.x0), ...STORE]),
     ]),
   ]);
+
+// relu(h, out, n): out = np.maximum(h, 0): h where h > 0 or h is NaN, else +0 (branch-free:
+// the JS loop's branch on random signs mispredicts half the time)
+const reluFn = func(['h', 'out', 'n'], [[I32, ['i', 'n1']], [V128, ['v']]], (L) => [
+  ...get(L.n), ...i32c(1), ADD, ...set(L.n1),
+  ...pairs(L.i, L.n1, [...addr8(L.out, L.i), ...addr8(L.h, L.i), ...LOAD, ...tee(L.v), ...VZERO,
+    ...get(L.v), ...VZERO, ...V.gt, ...get(L.v), ...get(L.v), ...V.ne, ...V.or, ...V.bitselect, ...STORE]),
+]);
+// reluBack(h, dy, out, n): out = h > 0 ? dy : +0
+const reluBackFn = func(['h', 'dy', 'out', 'n'], [[I32, ['i', 'n1']]], (L) => [
+  ...get(L.n), ...i32c(1), ADD, ...set(L.n1),
+  ...pairs(L.i, L.n1, [...addr8(L.out, L.i), ...addr8(L.dy, L.i), ...LOAD, ...VZERO,
+    ...addr8(L.h, L.i), ...LOAD, ...VZERO, ...V.gt, ...V.bitselect, ...STORE]),
+]);
 
 // adamStep(w, g, m, v, n, lr, bc1, bc2): optim.adamStep on n elements (f64x2 lanes; n padded to
 // even by the caller), the same operations in the same order:
@@ -191,14 +207,15 @@ const typeOf = (params, results = []) => [0x60, ...vec(params.map((t) => [t])), 
 // the module's bytes (built at first use, after optim.js has its constants)
 export const floatWasm = () => new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  ...section(1, vec([funcType(softmaxFn.nParams), typeOf([I32, I32, I32, I32, I32, F64, F64, F64]),
+  ...section(1, vec([typeOf([...new Array(8).fill(I32), F64]), typeOf([I32, I32, I32, I32, I32, F64, F64, F64]),
     typeOf([I32, I32, I32, I32], [F64]), typeOf([...new Array(9).fill(I32), F64]), funcType(rmsnormBackFn.nParams),
-    typeOf([I32, I32, I32, I32, I32, F64, I32, I32])])),
-  ...section(3, vec([[0x00], [0x01], [0x02], [0x03], [0x04], [0x05]])),        // function i has type i
+    typeOf([I32, I32, I32, I32, I32, F64, I32, I32]), funcType(3), funcType(4)])),
+  ...section(3, vec([[0x00], [0x01], [0x02], [0x03], [0x04], [0x05], [0x06], [0x07]])),   // function i has type i
   ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
   ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('softmaxRows'), 0x00, 0x00], [...str('adamStep'), 0x00, 0x01],
-    [...str('rmsnormRows'), 0x00, 0x03], [...str('rmsnormBackRows'), 0x00, 0x04], [...str('softmaxBackRows'), 0x00, 0x05]])),
-  ...section(10, vec([softmaxFn.body, adamFn().body, tsumFn.body, rmsnormFn.body, rmsnormBackFn.body, softmaxBackFn.body]
+    [...str('rmsnormRows'), 0x00, 0x03], [...str('rmsnormBackRows'), 0x00, 0x04], [...str('softmaxBackRows'), 0x00, 0x05],
+    [...str('relu'), 0x00, 0x06], [...str('reluBack'), 0x00, 0x07]])),
+  ...section(10, vec([softmaxFn.body, adamFn().body, tsumFn.body, rmsnormFn.body, rmsnormBackFn.body, softmaxBackFn.body, reluFn.body, reluBackFn.body]
     .map((b) => [...uleb(b.length), ...b]))),
 ]);
 
@@ -234,11 +251,11 @@ export function floatKernels() {
     const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports;
     instance = {
       // src (R*W) -> dst (R*W, written); returns a view of the row stats valid until the next call
-      softmaxRows(src, R, W, causalT, divN, dst) {
+      softmaxRows(src, R, W, causalT, divN, dst, pre = 1.0) {
         const n = R * W, oSrc = 0, oDst = 8 * (n + 4), oStats = 2 * oDst, oScratch = oStats + 16 * R;
         const buf = ensure(ex.mem, oScratch + 8 * W);
         new Float64Array(buf, oSrc, n).set(src);
-        ex.softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN);
+        ex.softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN, pre);
         dst.set(new Float64Array(buf, oDst, n));
         return new Float64Array(buf, oStats, 2 * R);
       },
@@ -266,6 +283,22 @@ export function floatKernels() {
         new Float64Array(buf, oDp, R * T).set(dp); new Float64Array(buf, oP, R * T).set(p);
         ex.softmaxBackRows(oDp, oP, oDs, R, T, scale, oS, oT);
         ds.set(new Float64Array(buf, oDs, R * T));
+      },
+      // model's ReLU: h (n) -> out (n) written
+      relu(h, out) {
+        const n = h.length, [oH, oOut, end] = regions([n, n]);
+        const buf = ensure(ex.mem, end);
+        new Float64Array(buf, oH, n).set(h);
+        ex.relu(oH, oOut, n);
+        out.set(new Float64Array(buf, oOut, n));
+      },
+      // ReLU's backward: h, dy (n) -> out (n) written
+      reluBack(h, dy, out) {
+        const n = h.length, [oH, oDy, oOut, end] = regions([n, n, n]);
+        const buf = ensure(ex.mem, end);
+        new Float64Array(buf, oH, n).set(h); new Float64Array(buf, oDy, n).set(dy);
+        ex.reluBack(oH, oDy, oOut, n);
+        out.set(new Float64Array(buf, oOut, n));
       },
       // one tensor's Adam update in place: w, m, v (Float64Array n) updated, g read
       adamStep(w, g, m, v, lr, bc1, bc2) {

@@ -76,6 +76,10 @@ test('the wasm row kernels are built, pass their gate, and the gate rejects brok
       fast.softmaxBackRows(dp, p, R, T, 1.0, ds);
       for (let i = 0; i < ds.length; i++) ds[i] = ds[i] === 0 ? ds[i] : (p[i] * scale) * (ds[i] / p[i]);
     } },
+    // ReLU as max(h, 0) with NaN dropped to 0 (np.maximum keeps NaN)
+    reluDropsNaN: { ...fast, relu: (h, out) => { fast.relu(h, out); for (let i = 0; i < h.length; i++) if (h[i] !== h[i]) out[i] = 0; } },
+    // the attention scale not applied inside the softmax rows
+    scaleLost: { ...fast, softmaxRows: (src, R, W, c, d, dst) => fast.softmaxRows(src, R, W, c, d, dst, 1.0) },
   };
   for (const [what, k] of Object.entries(rowsBroken)) assert.notEqual(gateRowKernels(k), null, `${what} kernels passed the gate`);
 });
