@@ -1,25 +1,38 @@
-// The WebGPU integer engine: exact int8 GEMMs on the GPU behind the engine contract of
-// frontend_js/units.js ({ name, gemm(qa, qb, batch, M, K, N) -> Int32Array (batch, M, N) }).
-// The GPU does integer work only; quantization and the float epilogue stay on the CPU, so the
-// bits of every result are those of cpuEngine.gemm — and the engine proves it:
+// The WebGPU integer engine: exact int8 GEMMs on the GPU behind the engine contracts of
+// frontend_js/units.js: gemm(qa, qb, batch, M, K, N) -> Int32Array (batch, M, N), and the fused
+// unit qmatmulT(a, transA, b, transB, batch, M, K, N, out) -> Float64Array (batch, M, N), which
+// units.qmatmulT hands over whole. The GPU does integer work only; quantization and the float64
+// epilogue stay on the CPU, in our own instance of the wasm engine's module (wasm_gemm.js
+// GEMM_WASM: qrows, qcols, epi — the operations of units.js, gated there), so every result has
+// the bits of the CPU engines — and the engine proves it:
 //   boot:     device, then each kernel in preference order (packed dot4I8Packed, then portable
 //             i32) is compiled and gated (frontend_js/gpu_gates.js); the first that passes is used.
 //   each call: the result is bound-checked and Freivalds-checked; every `auditEvery` calls a
-//             random tile is recomputed exactly on the CPU.
+//             random tile is recomputed exactly on the CPU. Calls are numbered in issue order
+//             (the audits' randomness is keyed by that number), so audits are deterministic.
+//   batching: calls issued in the same tick (e.g. model.js backward's Promise.all of dW and dX)
+//             run as ONE submit (one dispatch each, one copy into one mappable buffer) and ONE
+//             mapAsync; each is audited and finished on its own, in issue order.
 //   faults:   a failed gate, shader compile error, validation/OOM error, uncaptured error, lost
 //             device or failed audit switches the engine to the CPU for good, with the reason in
 //             engine.status.reasons, console.error, onFault callbacks and a 'fault' event.
-//             Errors mean nothing wrong was returned: that call is computed on the CPU and the step
-//             goes on. A failed audit means the GPU returned wrong numbers: gemm throws GpuFault
-//             (recompute: true) and the caller redoes the whole step (withGpuFallback does that).
-// Data layout: the engine packs A (batch, M, K) row by row and B (batch, K, N) transposed to
-// (batch, N, K), each row zero-padded to K4 = ceil(K/4) words (packI8x4 lanes), on the CPU before
-// upload; so the backward GEMMs (which the model hands over already transposed, as float arrays
-// before quantization) are the same op and the kernels only ever read K-contiguous words.
+//             Errors mean nothing wrong was returned: the calls of that submit are computed on the
+//             CPU and the step goes on. A failed audit means the GPU returned wrong numbers: that
+//             call rejects with GpuFault (recompute: true) and the caller redoes the whole step
+//             (withGpuFallback does that); calls of the batch after it are computed on the CPU.
+//   CPU:      engines.js's first engine (wasm-simd when it passed its gate, else scalar).
+// Data layout: the kernels read A (batch, M, K4) and B^T (batch, N, K4) as u32 words of four int8
+// lanes (packI8x4), K zero-padded to K4 words; C is (batch, M, N) int32. The int8 API packs its
+// operands so (B transposed on the CPU); the fused unit packs the wasm quantizers' padded int16
+// codes (A (batch, Mp, Kp), B^T (batch, Np, Kp); Kp a multiple of 8, Mp even, Np a multiple of
+// 4), runs the kernel on the padded shape (the pad codes are 0, so the pad rows of C are 0) and
+// hands the padded C to the wasm epilogue, which reads its (Mp, Np) layout directly.
 // Runs in a browser (navigator.gpu, kernels fetched relative to this file) and under Node's
 // `webgpu` package (pass { gpu }, kernels read from disk through file: URLs).
-import { cpuEngine, packI8x4, MAX_K } from './units.js';
-import { gateKernel, checksumAudit, tileAudit, auditKey } from './gpu_gates.js';
+import { packI8x4, MAX_K, qmatmulT as unitQmatmulT } from './units.js';
+import { engines } from './engines.js';
+import { GEMM_WASM } from './wasm_gemm.js';
+import { gateKernel, checksumAuditView, tileAuditView, auditKey, view, denseView } from './gpu_gates.js';
 
 export const KERNEL_BASE = new URL('../kernels/', import.meta.url);
 export const PACKED_FEATURE = 'packed_4x8_integer_dot_product';
@@ -162,14 +175,19 @@ export async function readBack(device, src, bytes) {
   }
 }
 
-// One compiled GEMM kernel. C = A @ B on words packed by packRowsI8 / packColsI8.
+const SCOPES = ['validation', 'out-of-memory', 'internal'];
+const ALIGN = 256;                                        // storage/uniform binding offset alignment
+const align = (bytes) => Math.ceil(bytes / ALIGN) * ALIGN;
+const S_USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+
+// One compiled GEMM kernel. C = A @ B on words packed as above.
 export class GemmKernel {
   constructor(device, spec, pipeline, tuning) {
     this.device = device; this.spec = spec; this.pipeline = pipeline; this.tuning = tuning;
     this.id = spec.id;
     // the bug corpus's stateful kernel keeps a dispatch counter in binding 4
     this.state = spec.stateful ? storageBuffer(device, 16, new Uint32Array(4)) : null;
-    this.pool = new Map();    // "usage:size" -> free buffers
+    this.slots = [];          // free buffer sets for run(), reused across submits
   }
 
   static async create(device, spec, { kernelBase = KERNEL_BASE, tuning = {} } = {}) {
@@ -180,16 +198,19 @@ export class GemmKernel {
   }
 
   tile() { return { M: this.tuning.WG_Y * this.tuning.RM, N: this.tuning.WG_X * this.tuning.RN }; }
+  groups(batch, M, N) { const t = this.tile(); return [Math.ceil(N / t.N), Math.ceil(M / t.M), batch]; }
+
+  bindGroup(entries) {
+    if (this.state) entries.push({ binding: 4, resource: { buffer: this.state } });
+    return this.device.createBindGroup({ layout: this.pipeline.getBindGroupLayout(0), entries });
+  }
 
   // bind group + workgroup counts for buffers already on the GPU (params: a 16-byte uniform)
   prepare(aBuf, bBuf, cBuf, batch, M, K4, N, params = null) {
     if (params) this.device.queue.writeBuffer(params, 0, new Uint32Array([M, N, K4, batch]));
     else params = uniformBuffer(this.device, [M, N, K4, batch]);
-    const entries = [aBuf, bBuf, cBuf, params].map((buffer, binding) => ({ binding, resource: { buffer } }));
-    if (this.state) entries.push({ binding: 4, resource: { buffer: this.state } });
-    const bindGroup = this.device.createBindGroup({ layout: this.pipeline.getBindGroupLayout(0), entries });
-    const t = this.tile();
-    return { bindGroup, params, groups: [Math.ceil(N / t.N), Math.ceil(M / t.M), batch] };
+    const bindGroup = this.bindGroup([aBuf, bBuf, cBuf, params].map((buffer, binding) => ({ binding, resource: { buffer } })));
+    return { bindGroup, params, groups: this.groups(batch, M, N) };
   }
 
   encode(pass, prep) {
@@ -198,56 +219,132 @@ export class GemmKernel {
     pass.dispatchWorkgroups(...prep.groups);
   }
 
-  // Buffers are reused across calls of the same sizes (a training step repeats a few shapes):
-  // creating five buffers per call cost about a millisecond on the H200.
-  take(usage, bytes) {
-    const size = Math.max(16, Math.ceil(bytes / 16) * 16), k = `${usage}:${size}`;
-    const list = this.pool.get(k);
-    return (list && list.pop()) || this.device.createBuffer({ size, usage });
+  // A set of buffers for run(): inputs (A and B words of every job), C of every job, its mappable
+  // copy, the params uniforms; grown (powers of two) when a submit needs more, else reused
+  // together with the bind groups made for it (a training step repeats the same few layouts).
+  takeSlot(inBytes, outBytes, jobs) {
+    const slot = this.slots.pop() || { input: null, output: null, read: null, params: null, binds: new Map() };
+    const d = this.device, grow = (buf, bytes, usage) => {
+      if (buf && buf.size >= bytes) return buf;
+      if (buf) buf.destroy();
+      slot.binds.clear();
+      return d.createBuffer({ size: 2 ** Math.ceil(Math.log2(Math.max(bytes, ALIGN))), usage });
+    };
+    slot.input = grow(slot.input, inBytes, S_USAGE());
+    slot.output = grow(slot.output, outBytes, S_USAGE());
+    slot.read = grow(slot.read, outBytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+    slot.params = grow(slot.params, jobs * ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    if (!slot.words || slot.words.byteLength < slot.input.size) slot.words = new Uint32Array(slot.input.size / 4);
+    if (!slot.paramWords || slot.paramWords.byteLength < slot.params.size) slot.paramWords = new Uint32Array(slot.params.size / 4);
+    if (slot.binds.size > 1024) slot.binds.clear();
+    return slot;
   }
 
-  give(buf) {
-    const k = `${buf.usage}:${buf.size}`;
-    if (!this.pool.has(k) && this.pool.size >= 96) { buf.destroy(); return; }
-    const list = this.pool.get(k) || [];
-    if (list.length >= 2) { buf.destroy(); return; }
-    list.push(buf); this.pool.set(k, list);
-  }
+  destroySlot(slot) { for (const b of [slot.input, slot.output, slot.read, slot.params]) if (b) b.destroy(); }
 
-  destroy() {
-    for (const list of this.pool.values()) for (const b of list) b.destroy();
-    this.pool.clear();
-    if (this.state) this.state.destroy();
+  // Runs jobs [{ batch, M, N, K4, aWords, bWords, pack(words, aAt, bAt) }] as ONE submit (a
+  // dispatch each, then one copy of every C into one mappable buffer) and ONE mapAsync.
+  // pack writes the job's A words at words[aAt..] and B^T words at words[bAt..]; consume(i, c)
+  // gets job i's C (Int32Array (batch, M, N), a view valid only during the call).
+  // Throws (nothing consumed) on any GPU error.
+  async run(jobs, consume) {
+    const d = this.device;
+    let inBytes = 0, outBytes = 0;
+    const lay = jobs.map((j) => {
+      const a = inBytes; inBytes += align(j.aWords * 4);
+      const b = inBytes; inBytes += align(j.bWords * 4);
+      const cBytes = j.batch * j.M * j.N * 4, c = outBytes; outBytes += align(cBytes);
+      return { a, b, c, cBytes };
+    });
+    const slot = this.takeSlot(inBytes, outBytes, jobs.length);
+    let ok = false;
+    try {
+      for (const s of SCOPES) d.pushErrorScope(s);
+      const enc = d.createCommandEncoder(), pass = enc.beginComputePass();
+      pass.setPipeline(this.pipeline);
+      jobs.forEach((j, i) => {
+        const l = lay[i];
+        j.pack(slot.words, l.a / 4, l.b / 4);
+        slot.paramWords.set([j.M, j.N, j.K4, j.batch], (i * ALIGN) / 4);
+        const k = `${i}:${l.a}:${j.aWords}:${l.b}:${j.bWords}:${l.c}:${l.cBytes}`;
+        let bg = slot.binds.get(k);
+        if (!bg) {
+          bg = this.bindGroup([[slot.input, l.a, j.aWords * 4], [slot.input, l.b, j.bWords * 4], [slot.output, l.c, l.cBytes],
+            [slot.params, i * ALIGN, 16]].map(([buffer, offset, size], binding) => ({ binding, resource: { buffer, offset, size } })));
+          slot.binds.set(k, bg);
+        }
+        pass.setBindGroup(0, bg);
+        pass.dispatchWorkgroups(...this.groups(j.batch, j.M, j.N));
+      });
+      pass.end();
+      enc.copyBufferToBuffer(slot.output, 0, slot.read, 0, outBytes);
+      d.queue.writeBuffer(slot.input, 0, slot.words, 0, inBytes / 4);
+      d.queue.writeBuffer(slot.params, 0, slot.paramWords, 0, (jobs.length * ALIGN) / 4);
+      d.queue.submit([enc.finish()]);
+      // error scopes and the map resolve together: one wait for the whole batch
+      const pops = SCOPES.map(() => d.popErrorScope());
+      const mapped = slot.read.mapAsync(GPUMapMode.READ, 0, outBytes).then(() => null, (e) => e || new Error('mapAsync failed'));
+      const [errs, mapErr] = await Promise.all([Promise.all(pops), mapped]);
+      const msgs = errs.filter(Boolean).map((e) => e.message);
+      if (msgs.length) { if (!mapErr) slot.read.unmap(); throw new Error(`GPU error: ${msgs.join('; ')}`); }
+      if (mapErr) throw mapErr;
+      const all = slot.read.getMappedRange(0, outBytes);
+      jobs.forEach((j, i) => consume(i, new Int32Array(all, lay[i].c, lay[i].cBytes / 4)));
+      slot.read.unmap();
+      ok = true;
+    } finally {
+      if (ok) this.slots.push(slot); else this.destroySlot(slot);
+    }
   }
 
   // int8 (batch, M, K) @ (batch, K, N) -> Int32Array (batch, M, N); packB: the host packer for B.
-  // One submit: dispatch, then copy C into a mappable buffer; then one mapAsync.
   async gemm(qa, qb, batch, M, K, N, packB = packColsI8) {
-    const d = this.device, K4 = Math.ceil(K / 4);
-    const a = packRowsI8(qa, batch * M, K), bt = packB(qb, batch, K, N);
-    const bytesC = batch * M * N * 4;
-    const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
-    const aBuf = this.take(S, a.byteLength), bBuf = this.take(S, bt.byteLength), cBuf = this.take(S, bytesC);
-    const params = this.take(GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST, 16);
-    const read = this.take(GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST, bytesC);
-    const used = [aBuf, bBuf, cBuf, params, read];
-    let ok = false;
-    try {
-      d.queue.writeBuffer(aBuf, 0, a); d.queue.writeBuffer(bBuf, 0, bt);
-      const prep = this.prepare(aBuf, bBuf, cBuf, batch, M, K4, N, params);
-      await submitChecked(d, (enc) => {
-        const p = enc.beginComputePass(); this.encode(p, prep); p.end();
-        enc.copyBufferToBuffer(cBuf, 0, read, 0, Math.ceil(bytesC / 4) * 4);
-      });
-      await read.mapAsync(GPUMapMode.READ);
-      const c = new Int32Array(read.getMappedRange(0, Math.ceil(bytesC / 4) * 4).slice(0), 0, batch * M * N);
-      read.unmap();
-      ok = true;
-      return c;
-    } finally {
-      for (const b of used) { if (ok) this.give(b); else b.destroy(); }
-    }
+    let c = null;
+    await this.run([int8Job(qa, qb, batch, M, K, N, packB)], (i, view) => { c = view.slice(); });
+    return c;
   }
+
+  destroy() {
+    for (const slot of this.slots) this.destroySlot(slot);
+    this.slots = [];
+    if (this.state) this.state.destroy();
+  }
+}
+
+// A run() job for the int8 API: operands packed now (A rows, B transposed by packB).
+function int8Job(qa, qb, batch, M, K, N, packB) {
+  const a = packRowsI8(qa, batch * M, K), b = packB(qb, batch, K, N);
+  return { batch, M, N, K4: Math.ceil(K / 4), aWords: a.length, bWords: b.length,
+    pack(words, aAt, bAt) { words.set(a, aAt); words.set(b, bAt); } };
+}
+
+// int16 codes (values in [-127, 127]) at src32 word s.., two per word -> n int8x4 words at dst[d..]
+function packI16Words(src32, s, dst, d, n) {
+  for (let i = 0; i < n; i++, s += 2) {
+    const w0 = src32[s], w1 = src32[s + 1];
+    dst[d + i] = (w0 & 0xff) | ((w0 >>> 8) & 0xff00) | ((w1 & 0xff) << 16) | ((w1 >>> 16) << 24);
+  }
+}
+
+// The CPU ends of the fused unit for the GPU engine: our own instance of GEMM_WASM (the module
+// the wasm engine gated: qrows, qcols, epi with units.js's operations) and a bump allocator over
+// its memory for the calls in flight (codes, scales, C, result); it rewinds when none is left.
+class WasmUnitHost {
+  constructor() {
+    const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
+    Object.assign(this, inst.exports);     // mem, qrows, qcols, epi (and gemm, unused here)
+    this.top = 0; this.live = 0;
+  }
+
+  alloc(bytes) {
+    const at = this.top;
+    this.top += (bytes + 15) & ~15;
+    const need = Math.ceil((this.top - this.mem.buffer.byteLength) / 65536);
+    if (need > 0) this.mem.grow(need);
+    return at;
+  }
+
+  done() { if (--this.live === 0) this.top = 0; }
 }
 
 // --- the engine -------------------------------------------------------------------------------
@@ -268,8 +365,15 @@ export class GpuEngine extends EventTarget {
     this.opts = opts;
     this.name = 'cpu';
     this.status = { path: 'cpu', kernel: null, adapter: null, reasons: [], gates: [] };
-    this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, checksums: 0, tileAudits: 0 };
+    // submits: GPU round trips (one per batch of calls issued in the same tick)
+    this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, checksums: 0, tileAudits: 0, submits: 0 };
     this.kernel = null; this.device = null;
+    this.cpu = engines()[0];              // wasm-simd when it passed its gate, else the scalar engine
+    // the fused unit's CPU ends, only where the wasm engine (same module) passed its gates
+    this.host = this.cpu.qmatmulT ? new WasmUnitHost() : null;
+    this.pending = null;                  // calls issued this tick, submitted together
+    this.pendingBytes = 0;
+    this.lastBatch = Promise.resolve();
     this.faultCallbacks = [];
     this.auditKey = auditKey(opts.seed ?? 0);
     this.closing = false;
@@ -333,44 +437,160 @@ export class GpuEngine extends EventTarget {
     return this;
   }
 
-  // The engine contract. Always exact: GPU when proven, else cpuEngine.
+  // The largest bytes one batch may upload or read back (its buffers grow to the next power of 2).
+  batchLimit() { return Math.min(this.device.limits.maxBufferSize, this.device.limits.maxStorageBufferBindingSize) / 4; }
+
+  // The int8 contract: int8 (batch, M, K) @ (batch, K, N) -> Int32Array. Always exact: GPU when
+  // proven, else the CPU engine.
   async gemm(qa, qb, batch, M, K, N) {
     checkOperands(qa, qb, batch, M, K, N);
     this.stats.calls++;
-    const kernel = this.kernel;
-    const tooBig = this.device && Math.max(batch * M * N * 4, batch * N * Math.ceil(K / 4) * 4) > this.device.limits.maxStorageBufferBindingSize;
-    if (!kernel || tooBig) { this.stats.cpuCalls++; return cpuEngine.gemm(qa, qb, batch, M, K, N); }
-    let c;
+    const K4 = Math.ceil(K / 4), bytes = 4 * (batch * M * N + batch * (M + N) * K4);
+    if (!this.kernel || K === 0 || bytes > this.batchLimit()) { this.stats.cpuCalls++; return this.cpu.gemm(qa, qb, batch, M, K, N); }
+    const job = int8Job(qa, qb, batch, M, K, N, this.opts.packB || packColsI8);
+    let c = null;
+    Object.assign(job, {
+      shape: `${batch}x${M}x${K}x${N}`, bytes,
+      take: (view) => { c = view.slice(); },
+      audit: (call) => this.audit(denseView(qa, M, K), denseView(qb, K, N), denseView(c, M, N), batch, M, K, N, call),
+      finish: () => c,
+      cpu: () => this.cpu.gemm(qa, qb, batch, M, K, N),
+    });
+    return this.enqueue(job);
+  }
+
+  // The fused unit, units.qmatmulT's contract: a holds A (batch, M, K) or, transA, A^T (batch, K, M);
+  // b holds B (batch, K, N) or, transB, B^T (batch, N, K); -> Float64Array (batch, M, N), into
+  // `out` when given. Quantized now (wasm, into the host's memory), GEMM on the GPU with the other
+  // calls of this tick, epilogue (wasm) once the result passed its audits.
+  qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined) {
+    if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
+    const h = this.host;
+    if (!h) return unitQmatmulT({ gemm: (...args) => this.gemm(...args) }, a, transA, b, transB, nb, m, kk, n, out);
+    this.stats.calls++;
+    const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
+    const bytes = 4 * nb * mp * np + 2 * nb * (mp + np) * kp;
+    if (!this.kernel || kk === 0 || bytes > this.batchLimit()) { this.stats.cpuCalls++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }
+    // (batch, Mp, Kp) and (batch, Np, Kp) int16 codes, scales, padded C, result: live until done
+    h.live++;
     try {
-      c = await kernel.gemm(qa, qb, batch, M, K, N, this.opts.packB || packColsI8);
+      return this.enqueue(this.unitJob(h, a, transA, b, transB, nb, m, kk, n, out, kp, mp, np, bytes));
     } catch (e) {
-      // A call that fails because the device went away (e.g. mapAsync aborted) usually rejects
-      // before device.lost resolves: give it a moment so the reason names the real cause.
-      const lost = this.device && await Promise.race([this.device.lost, new Promise((r) => setTimeout(r, 100, null))]);
-      if (lost) { if (!this.lostReported) this.reportLost(lost); }
-      else this.fault(`${kernel.id} kernel failed a call (${batch}x${M}x${K}x${N}): ${e.message}`, 'error');
-      this.stats.cpuCalls++;
-      return cpuEngine.gemm(qa, qb, batch, M, K, N);
+      h.done();
+      throw e;
     }
-    if (this.kernel !== kernel) {   // lost or faulted while in flight: don't trust what came back
-      this.stats.cpuCalls++;
-      return cpuEngine.gemm(qa, qb, batch, M, K, N);
-    }
-    this.stats.gpuCalls++;
-    const call = this.stats.gpuCalls;
+  }
+
+  unitJob(h, a, transA, b, transB, nb, m, kk, n, out, kp, mp, np, bytes) {
+    const oA = h.alloc(nb * mp * kp * 2), oB = h.alloc(nb * np * kp * 2), oSa = h.alloc(nb * m * 8), oSb = h.alloc(nb * n * 8);
+    const oC = h.alloc(nb * mp * np * 4), oOut = h.alloc(nb * m * n * 8);
+    const top = h.top, oXa = h.alloc(a.length * 8), oXb = h.alloc(b.length * 8);   // the floats: only for now
+    let buf = h.mem.buffer;
+    new Float64Array(buf, oXa, a.length).set(a);
+    new Float64Array(buf, oXb, b.length).set(b);
+    if (kp !== kk || mp !== m) new Int16Array(buf, oA, nb * mp * kp).fill(0);
+    if (kp !== kk || np !== n) new Int16Array(buf, oB, nb * np * kp).fill(0);
+    (transA ? h.qcols : h.qrows)(oXa, oA, oSa, nb, m, kk, mp, kp);   // A's logical row i
+    (transB ? h.qrows : h.qcols)(oXb, oB, oSb, nb, n, kk, np, kp);   // B's logical column j
+    h.top = top;
+    const job = {
+      batch: nb, M: mp, N: np, K4: kp / 4, aWords: (nb * mp * kp) / 4, bWords: (nb * np * kp) / 4,
+      shape: `${nb}x${m}x${kk}x${n}`, bytes,
+      pack(words, aAt, bAt) {
+        const src = new Uint32Array(h.mem.buffer);
+        packI16Words(src, oA / 4, words, aAt, this.aWords);
+        packI16Words(src, oB / 4, words, bAt, this.bWords);
+      },
+      take: (c) => { new Int32Array(h.mem.buffer, oC, c.length).set(c); },
+      audit: (call) => {
+        buf = h.mem.buffer;
+        const codesA = new Int16Array(buf), codesB = new Int16Array(buf);
+        return this.audit(view(codesA, oA / 2, mp * kp, kp, 1), view(codesB, oB / 2, np * kp, 1, kp),
+          view(new Int32Array(buf), oC / 4, mp * np, np, 1), nb, m, kk, n, call);
+      },
+      finish: () => {
+        h.epi(oC, oSa, oSb, oOut, nb, m, n, mp, np);
+        const result = new Float64Array(h.mem.buffer, oOut, nb * m * n);
+        return out ? (out.set(result), out) : result.slice();
+      },
+      cpu: () => this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out),
+      done: () => h.done(),
+    };
+    return job;
+  }
+
+  cpuUnit(a, transA, b, transB, nb, m, kk, n, out) {
+    return this.cpu.qmatmulT ? this.cpu.qmatmulT(a, transA, b, transB, nb, m, kk, n, out)
+      : unitQmatmulT(this.cpu, a, transA, b, transB, nb, m, kk, n, out);
+  }
+
+  // -> Promise of the job's result; jobs issued in the same tick share one submit.
+  enqueue(job) {
+    if (this.pending && this.pendingBytes + job.bytes > this.batchLimit()) this.flush();
+    return new Promise((resolve, reject) => {
+      Object.assign(job, { resolve, reject });
+      if (!this.pending) { this.pending = []; this.pendingBytes = 0; queueMicrotask(() => this.flush()); }
+      this.pending.push(job); this.pendingBytes += job.bytes;
+    });
+  }
+
+  flush() {
+    const jobs = this.pending;
+    if (!jobs) return;
+    this.pending = null;
+    const kernel = this.kernel, prev = this.lastBatch;
+    this.lastBatch = (async () => {
+      let error = null;
+      if (kernel) {
+        this.stats.submits++;
+        try { await kernel.run(jobs, (i, c) => jobs[i].take(c)); } catch (e) { error = e; }
+      }
+      await prev;            // batches finish in submission order: call numbers follow issue order
+      if (error) await this.submitFailed(kernel, jobs, error);
+      for (const job of jobs) {
+        try {
+          if (error || !kernel || this.kernel !== kernel) {   // lost, faulted or failed: don't trust it
+            this.stats.cpuCalls++;
+            job.resolve(await job.cpu());
+            continue;
+          }
+          this.stats.gpuCalls++;
+          const call = this.stats.gpuCalls, bad = job.audit(call);
+          if (bad) {
+            const reason = `${kernel.id} kernel failed an audit on call ${call} (${job.shape}): ${bad}`;
+            this.fault(reason, 'audit');
+            job.reject(new GpuFault(reason, { kind: 'audit', recompute: true }));
+            continue;
+          }
+          job.resolve(job.finish());
+        } catch (e) {
+          job.reject(e);
+        } finally {
+          if (job.done) job.done();
+        }
+      }
+    })();
+  }
+
+  async submitFailed(kernel, jobs, e) {
+    // A submit that fails because the device went away (e.g. mapAsync aborted) usually rejects
+    // before device.lost resolves: give it a moment so the reason names the real cause.
+    const lost = this.device && await Promise.race([this.device.lost, new Promise((r) => setTimeout(r, 100, null))]);
+    if (lost) { if (!this.lostReported) this.reportLost(lost); return; }
+    if (this.kernel !== kernel) return;      // already faulted for another reason
+    this.fault(`${kernel.id} kernel failed a submit of ${jobs.length} call(s) (${jobs.map((j) => j.shape).join(', ')}): ${e.message}`, 'error');
+  }
+
+  // Audits of one GPU result (operands and C as gpu_gates.js views) -> null or the reason
+  audit(A, B, C, batch, M, K, N, call) {
     let bad = null;
-    if (this.opts.checksum !== false) { this.stats.checksums++; bad = checksumAudit(qa, qb, c, batch, M, K, N, this.auditKey, call); }
+    if (this.opts.checksum !== false) { this.stats.checksums++; bad = checksumAuditView(A, B, C, batch, M, K, N, this.auditKey, call); }
     const every = this.opts.auditEvery ?? 8;
     if (!bad && every > 0 && call % every === 0) {
       this.stats.tileAudits++;
-      bad = tileAudit(qa, qb, c, batch, M, K, N, this.auditKey, call, this.opts.auditTile ?? 8);
+      bad = tileAuditView(A, B, C, batch, M, K, N, this.auditKey, call, this.opts.auditTile ?? 8);
     }
-    if (bad) {
-      const reason = `${kernel.id} kernel failed an audit on call ${call} (${batch}x${M}x${K}x${N}): ${bad}`;
-      this.fault(reason, 'audit');
-      throw new GpuFault(reason, { kind: 'audit', recompute: true });
-    }
-    return c;
+    return bad;
   }
 
   destroy() {

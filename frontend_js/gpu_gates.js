@@ -14,6 +14,7 @@
 //                  computed in float64 with R chosen so every sum is an exact integer < 2^53;
 //                  a wrong row escapes with probability <= 1/(2R+1)
 //   tileAudit      a random tile of C recomputed exactly on the CPU
+// (each also as *View over strided operands: the fused unit's padded int16 codes, see below)
 // Randomness comes from frontend_js/prng.js keyed by (AUDIT_PURPOSE, seed, call): deterministic.
 import { cpuEngine } from './units.js';
 import { key, draw } from './prng.js';
@@ -94,34 +95,59 @@ export async function gateKernel(label, gemm, { cases = GATE_CASES, seed = 0 } =
 }
 
 // --- audits: each returns null when the result passes, else a reason string -------------------
+// The audits read operands through strided views, so they check a GEMM in whatever layout it ran:
+// the int8 API's dense A (batch, M, K), B (batch, K, N), or the fused unit's zero-padded int16
+// codes (A (batch, Mp, Kp), B^T (batch, Np, Kp)) and padded C (batch, Mp, Np).
+// view: element (b, r, c) = data[base + b*sb + r*sr + c*sc]
+export const view = (data, base, sb, sr, sc) => ({ data, base, sb, sr, sc });
+export const denseView = (data, R, Cc) => view(data, 0, R * Cc, Cc, 1);   // (batch, R, Cc) row-major
 
 export function boundAudit(c, K) {
-  const bound = K * 128 * 128;
-  for (let i = 0; i < c.length; i++) {
-    if (c[i] > bound || c[i] < -bound) return `bound audit: element ${i} is ${c[i]}, |acc| cannot exceed K*128^2 = ${bound}`;
+  return boundAuditView(denseView(c, 1, c.length), 1, 1, c.length, K);
+}
+
+// every |C[b, i, j]| <= K * 128^2 (anything else cannot be a sum of K int8 products)
+export function boundAuditView(C, batch, M, N, K) {
+  const bound = K * 128 * 128, d = C.data;
+  for (let b = 0; b < batch; b++) {
+    for (let i = 0; i < M; i++) {
+      const o = C.base + b * C.sb + i * C.sr;
+      for (let j = 0; j < N; j++) {
+        const v = d[o + j * C.sc];
+        if (v > bound || v < -bound) return `bound audit: element ${(b * M + i) * N + j} is ${v}, |acc| cannot exceed K*128^2 = ${bound}`;
+      }
+    }
   }
   return null;
 }
 
 // Freivalds: C r == A (B r), every sum an exact float64 integer (|C| <= K*2^14 checked first).
 export function checksumAudit(qa, qb, c, batch, M, K, N, k, call) {
-  const bounded = boundAudit(c, K);
+  return checksumAuditView(denseView(qa, M, K), denseView(qb, K, N), denseView(c, M, N), batch, M, K, N, k, call);
+}
+
+// A (batch, M, K), B (batch, K, N), C (batch, M, N) as views; r depends on (k, call, N) only.
+export function checksumAuditView(A, B, C, batch, M, K, N, k, call) {
+  const bounded = boundAuditView(C, batch, M, N, K);
   if (bounded) return bounded;
   const R = Math.max(1, Math.min(2 ** 20, Math.floor(2 ** 52 / (Math.max(K, 1) * N * 16384))));
   const r = new Float64Array(N);
   for (let j = 0; j < N; j++) r[j] = (draw(k, (call * 0x10001 + j) >>> 0) % (2 * R + 1)) - R;
   const br = new Float64Array(K);
+  const a = A.data, bd = B.data, cd = C.data;
   for (let b = 0; b < batch; b++) {
-    const ao = b * M * K, bo = b * K * N, co = b * M * N;
+    const bo = B.base + b * B.sb;
     for (let kk = 0; kk < K; kk++) {
       let s = 0;
-      for (let j = 0; j < N; j++) s += qb[bo + kk * N + j] * r[j];
+      const o = bo + kk * B.sr;
+      for (let j = 0; j < N; j++) s += bd[o + j * B.sc] * r[j];
       br[kk] = s;
     }
     for (let i = 0; i < M; i++) {
       let lhs = 0, rhs = 0;
-      for (let j = 0; j < N; j++) lhs += c[co + i * N + j] * r[j];
-      for (let kk = 0; kk < K; kk++) rhs += qa[ao + i * K + kk] * br[kk];
+      const co = C.base + b * C.sb + i * C.sr, ao = A.base + b * A.sb + i * A.sr;
+      for (let j = 0; j < N; j++) lhs += cd[co + j * C.sc] * r[j];
+      for (let kk = 0; kk < K; kk++) rhs += a[ao + kk * A.sc] * br[kk];
       if (lhs !== rhs) return `checksum audit: batch ${b} row ${i}: C r = ${lhs}, A (B r) = ${rhs}`;
     }
   }
@@ -130,16 +156,20 @@ export function checksumAudit(qa, qb, c, batch, M, K, N, k, call) {
 
 // A random tile (up to T x T) of C recomputed exactly; the tile is a pure function of (k, call).
 export function tileAudit(qa, qb, c, batch, M, K, N, k, call, T = 8) {
+  return tileAuditView(denseView(qa, M, K), denseView(qb, K, N), denseView(c, M, N), batch, M, K, N, k, call, T);
+}
+
+export function tileAuditView(A, B, C, batch, M, K, N, k, call, T = 8) {
   const b = draw(k, 3 * call) % batch;
   const i0 = draw(k, 3 * call + 1) % M, j0 = draw(k, 3 * call + 2) % N;
-  const ao = b * M * K, bo = b * K * N, co = b * M * N;
   for (let i = i0; i < Math.min(M, i0 + T); i++) {
+    const ao = A.base + b * A.sb + i * A.sr;
     for (let j = j0; j < Math.min(N, j0 + T); j++) {
+      const bo = B.base + b * B.sb + j * B.sc;
       let s = 0;
-      for (let kk = 0; kk < K; kk++) s += qa[ao + i * K + kk] * qb[bo + kk * N + j];
-      if (c[co + i * N + j] !== s) {
-        return `tile audit: batch ${b} element (${i}, ${j}) is ${c[co + i * N + j]}, CPU says ${s}`;
-      }
+      for (let kk = 0; kk < K; kk++) s += A.data[ao + kk * A.sc] * B.data[bo + kk * B.sr];
+      const got = C.data[C.base + b * C.sb + i * C.sr + j * C.sc];
+      if (got !== s) return `tile audit: batch ${b} element (${i}, ${j}) is ${got}, CPU says ${s}`;
     }
   }
   return null;

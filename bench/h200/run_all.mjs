@@ -9,7 +9,7 @@
 // run with small sizes (works on SwiftShader: LD_LIBRARY_PATH=/usr/lib/chromium
 // VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json).
 import { createRequire } from 'node:module';
-import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 const require = createRequire(import.meta.url);
@@ -23,7 +23,6 @@ const { runBugCorpus, runFalseAlarmCheck } = await import('../../frontend_js/gpu
 const { checksumAudit, tileAudit, auditKey, firstMismatch, gateOperands } = await import('../../frontend_js/gpu_gates.js');
 const { b2bChainCpu, createB2bChain } = await import('../../frontend_js/b2b.js');
 const { cpuEngine } = await import('../../frontend_js/units.js');
-const { readFixture } = await import('../../frontend_js/fixtures.js');
 
 const SMALL = process.env.DAISY_BENCH_SMALL === '1';
 const OUT = process.env.OUT || 'out';
@@ -35,7 +34,10 @@ const quiet = { log() {} };
 const T0 = performance.now();
 const elapsed = () => ((performance.now() - T0) / 1000).toFixed(1);
 
+// DAISY_SECTIONS=a,b: only those sections (default: all)
+const ONLY = process.env.DAISY_SECTIONS ? new Set(process.env.DAISY_SECTIONS.split(',')) : null;
 async function section(name, fn) {
+  if (ONLY && !ONLY.has(name)) return;
   const t = performance.now();
   try {
     results.sections[name] = { ok: true, ...(await fn()) };
@@ -47,8 +49,8 @@ async function section(name, fn) {
   console.log(`[${elapsed()} s] ${name}: ${results.sections[name].ok ? 'done' : results.sections[name].error}`);
 }
 
-const loadFixture = (name) => { const b = readFileSync(join(FIX, name)); return readFixture(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength), name); };
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
+const { loadFixture: loadFixtureFrom, median } = await import('./steps.mjs');
+const loadFixture = (name) => loadFixtureFrom(FIX, name);
 const H200_TUNINGS = {
   't32 wg8x8 r4x4 k4 (default)': { WG_X: 8, WG_Y: 8, RM: 4, RN: 4, TK: 4 },
   't64 wg16x16 r4x4 k8': { WG_X: 16, WG_Y: 16, RM: 4, RN: 4, TK: 8 },
@@ -116,35 +118,53 @@ await section('units_fixture', async () => {
   return { cases: fx.header.meta.cases, kernel: e.status.kernel, mismatches: bad };
 });
 
-// ms per training step: GPU engine vs the JS CPU engines, same process, same fixture
+// ms per training step: the GPU path (and its variants) vs the JS CPU engines, same process, same
+// fixture, every step's hashes checked; rounds alternate the paths; a path's figure is the median
+// over rounds of the median of its warm steps (after node's JIT tier-up, ~10 steps).
 await section('train20', async () => {
-  const { Group } = await import('../../frontend_js/train.js');
-  const { makeConfig } = await import('../../frontend_js/config.js');
   const { engines } = await import('../../frontend_js/engines.js');
-  const fx = loadFixture('train20.dsyf');
-  const cfg = makeConfig(fx.header.config), peers = fx.header.meta.peers;
-  const e = await createGpuEngine({ device, info, log: quiet });
-  const g = new Group(cfg, peers, fx.tensors.stream.data, e);
-  const stepMs = [];
-  let firstBad = null;
-  for (let s = 0; s < fx.header.meta.steps; s++) {
-    const t = performance.now();
-    const r = await g.step();
-    stepMs.push(performance.now() - t);
-    if (!firstBad && JSON.stringify(r.hashes) !== JSON.stringify(fx.header.meta.hashes[s])) firstBad = { step: s + 1, got: r.hashes, want: fx.header.meta.hashes[s] };
+  const { timeSteps, oneByOne, ConcurrentPeersGroup } = await import('./steps.mjs');
+  const fx = loadFixture('train20.dsyf'), peers = fx.header.meta.peers;
+  const gpuE = await createGpuEngine({ device, info, log: quiet });
+  const t64 = await createGpuEngine({ device, info, log: quiet, tuning: H200_TUNINGS['t64 wg16x16 r4x4 k8'] });
+  const gemmOnly = { name: 'gemm only', gemm: (...a) => gpuE.gemm(...a) };   // units.js quantizers, int8 API
+  const wasm = engines()[0];
+  const paths = [
+    ['gpu: fused unit, calls of a tick batched (default)', gpuE, {}],
+    ['gpu: fused unit, peers issued together (train.js what-if)', gpuE, { GroupClass: ConcurrentPeersGroup }],
+    ['gpu: fused unit, t64 tiling', t64, {}],
+    ['gpu: fused unit, one submit per call', oneByOne(gpuE, 'qmatmulT'), {}],
+    ['gpu: int8 API + JS quantizers, one submit per call (the old path)', oneByOne(gemmOnly, 'gemm'), {}],
+    [`cpu: ${wasm.name}`, wasm, {}],
+  ];
+  const rounds = SMALL ? 1 : 3, warm = SMALL ? 2 : 10, out = {};
+  for (let round = 0; round < rounds; round++) {
+    for (const [name, engine, opts] of paths) {
+      const counted = name.startsWith('gpu') ? (name.includes('t64') ? t64 : gpuE) : null;
+      const r = await timeSteps(fx, engine, { ...opts, counter: counted && (() => counted.stats.submits) });
+      const o = (out[name] ||= { rounds: [], submitsPerPeerStep: null, allMatch: true, firstBad: null });
+      o.rounds.push(median(r.ms.slice(warm)) / peers);
+      if (counted) o.submitsPerPeerStep = median(r.submits) / peers;
+      if (r.firstBad) { o.allMatch = false; o.firstBad ||= r.firstBad; }
+      console.log(`[${elapsed()} s] round ${round} ${name}: ${o.rounds.at(-1).toFixed(2)} ms/peer step${r.firstBad ? ' HASH MISMATCH' : ''}`);
+    }
   }
-  const gpuOut = { kernel: e.status.kernel, path: e.status.path, reasons: e.status.reasons, stats: e.stats, allMatch: !firstBad, firstBad,
-    msPerGroupStep: median(stepMs), msPerPeerStep: median(stepMs) / peers };
-  e.destroy();
-  const cpu = {};
-  for (const eng of engines()) {
-    const gc = new Group(cfg, peers, fx.tensors.stream.data, eng);
-    const ms = [];
-    for (let s = 0; s < 5; s++) { const t = performance.now(); const r = await gc.step(); ms.push(performance.now() - t);
-      if (JSON.stringify(r.hashes) !== JSON.stringify(fx.header.meta.hashes[s])) throw new Error(`${eng.name} step ${s + 1} hash mismatch`); }
-    cpu[eng.name] = { msPerGroupStep: median(ms), msPerPeerStep: median(ms) / peers };
-  }
-  return { peers, config: fx.header.config, gpu: gpuOut, cpu };
+  const scalar = await timeSteps(fx, cpuEngine, { steps: 4 });
+  out['cpu: scalar'] = { rounds: [median(scalar.ms.slice(1)) / peers], allMatch: !scalar.firstBad };
+  for (const o of Object.values(out)) o.msPerPeerStep = median(o.rounds);
+  const res = { peers, config: fx.header.config, warmSteps: warm, paths: out, gpu: { kernel: gpuE.status.kernel, path: gpuE.status.path, reasons: gpuE.status.reasons, stats: gpuE.stats } };
+  gpuE.destroy(); t64.destroy();
+  return res;
+});
+
+// the floor of one round trip: a 1x1x1 GEMM through kernel.run (write, dispatch, copy, mapAsync)
+await section('roundtrip', async () => {
+  const k = await GemmKernel.create(device, GEMM_KERNELS[0]);
+  const one = new Int8Array([3]), ms = [];
+  for (let i = 0; i < 60; i++) { const t = performance.now(); await k.gemm(one, one, 1, 1, 1, 1); ms.push(performance.now() - t); }
+  const t = performance.now(); await device.queue.onSubmittedWorkDone(); const idle = performance.now() - t;
+  k.destroy();
+  return { msPerRoundTrip: median(ms.slice(10)), min: Math.min(...ms), onSubmittedWorkDoneIdleMs: idle };
 });
 
 // --- throughput -----------------------------------------------------------------------------

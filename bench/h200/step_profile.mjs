@@ -1,0 +1,20 @@
+// The GPU path's training step under `node --cpu-prof` (run by hand or on the H200):
+//   $NODE --cpu-prof --cpu-prof-dir=DIR bench/h200/step_profile.mjs [steps]
+//   $NODE bench/h200/profile_summary.mjs DIR > summary.txt
+// Default config, train20.dsyf's stream, the default GPU engine; 10 warm-up steps, then `steps`.
+import { createRequire } from 'node:module';
+import { loadFixture, timeSteps, median } from './steps.mjs';
+
+const require = createRequire(import.meta.url);
+const { create, globals } = require('webgpu');
+Object.assign(globalThis, globals);
+const { createGpuEngine } = await import('../../frontend_js/gpu.js');
+const engine = await createGpuEngine({ gpu: create([]), log: { log() {} } });
+if (engine.status.path !== 'gpu') throw new Error(`no GPU path: ${engine.status.reasons.join('; ')}`);
+const fx = loadFixture(process.env.DAISY_FIXTURES || 'fixtures_out', 'train20.dsyf');
+const steps = Number(process.argv[2] || 100);
+const r = await timeSteps(fx, engine, { steps: 10 + steps, counter: () => engine.stats.submits });
+console.log(JSON.stringify({ kernel: engine.status.kernel, steps, msPerGroupStep: median(r.ms.slice(10)),
+  submitsPerGroupStep: median(r.submits.slice(10)), hashesOk: !r.firstBad, stats: engine.stats }));
+engine.destroy();
+process.exit(0);

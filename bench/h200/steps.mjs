@@ -1,0 +1,60 @@
+// Training-step timing for the H200 bench (run_all.mjs, step_profile.mjs): the default config on
+// one engine, 20 steps of train20.dsyf with every step's hashes checked against the reference.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { readFixture } from '../../frontend_js/fixtures.js';
+import { Group } from '../../frontend_js/train.js';
+import { makeConfig } from '../../frontend_js/config.js';
+import { getBatch } from '../../frontend_js/data.js';
+import { lossAndGrads } from '../../frontend_js/model.js';
+import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
+import { adamStep } from '../../frontend_js/optim.js';
+import { weightHashAsync } from '../../frontend_js/hashing.js';
+import { StepArena } from '../../frontend_js/arena.js';
+
+export const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+
+export function loadFixture(dir, name) {
+  const b = readFileSync(join(dir, name));
+  return readFixture(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength), name);
+}
+
+// What-if for train.js: the peers' lossAndGrads issued together (one arena each), so the GPU
+// engine batches the two peers' calls of the same layer into one submit. Same bits as Group.
+export class ConcurrentPeersGroup extends Group {
+  async step() {
+    const cfg = this.cfg, s = this.replicas[0].step;
+    this.arenas ||= this.replicas.map(() => new StepArena());
+    for (const a of this.arenas) a.reset();
+    const rs = await Promise.all(this.replicas.map((rep, slot) => {
+      const { x, y } = getBatch(this.stream, cfg.seed, s, slot, cfg.batch, cfg.seq_len);
+      return lossAndGrads(rep.params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, this.arenas[slot]);
+    }));
+    const G = reduceGradients(rs.map((r) => r.grads), this.arenas[0]);
+    for (const r of this.replicas) adamStep(r.params, G, r.adam, cfg.lr);
+    return { step: s + 1, loss: reduceLosses(rs.map((r) => r.loss)), hashes: await Promise.all(this.replicas.map((r) => weightHashAsync(r.params))) };
+  }
+}
+
+// An engine view whose calls wait for each other: one submit per call (no batching).
+export function oneByOne(engine, method) {
+  let last = Promise.resolve();
+  return { name: `${engine.name} one by one`, [method]: (...args) => (last = last.then(() => engine[method](...args), () => engine[method](...args))) };
+}
+
+// fx: train20.dsyf; -> { ms: [per 2-peer step], firstBad, submits (per step, when counted) }
+export async function timeSteps(fx, engine, { GroupClass = Group, steps = fx.header.meta.steps, counter = null } = {}) {
+  const cfg = makeConfig(fx.header.config);
+  const g = new GroupClass(cfg, fx.header.meta.peers, fx.tensors.stream.data, engine);
+  const ms = [], submits = [];
+  let firstBad = null;
+  for (let s = 0; s < steps; s++) {
+    const c0 = counter ? counter() : 0, t = performance.now();
+    const r = await g.step();
+    ms.push(performance.now() - t);
+    if (counter) submits.push(counter() - c0);
+    const want = fx.header.meta.hashes[s];
+    if (want && !firstBad && JSON.stringify(r.hashes) !== JSON.stringify(want)) firstBad = { step: s + 1, got: r.hashes, want };
+  }
+  return { ms, firstBad, submits };
+}
