@@ -108,12 +108,12 @@ export function boundAudit(c, K) {
 
 // every |C[b, i, j]| <= K * 128^2 (anything else cannot be a sum of K int8 products)
 export function boundAuditView(C, batch, M, N, K) {
-  const bound = K * 128 * 128, d = C.data;
+  const bound = K * 128 * 128, d = C.data, sc = C.sc;
   for (let b = 0; b < batch; b++) {
     for (let i = 0; i < M; i++) {
       const o = C.base + b * C.sb + i * C.sr;
       for (let j = 0; j < N; j++) {
-        const v = d[o + j * C.sc];
+        const v = d[o + j * sc];
         if (v > bound || v < -bound) return `bound audit: element ${(b * M + i) * N + j} is ${v}, |acc| cannot exceed K*128^2 = ${bound}`;
       }
     }
@@ -127,6 +127,8 @@ export function checksumAudit(qa, qb, c, batch, M, K, N, k, call) {
 }
 
 // A (batch, M, K), B (batch, K, N), C (batch, M, N) as views; r depends on (k, call, N) only.
+// Every partial sum is an integer below 2^53, so any summation order gives the same sums: each
+// loop runs along the operand's contiguous axis (this audit costs about as much as the GEMM).
 export function checksumAuditView(A, B, C, batch, M, K, N, k, call) {
   const bounded = boundAuditView(C, batch, M, N, K);
   if (bounded) return bounded;
@@ -134,20 +136,28 @@ export function checksumAuditView(A, B, C, batch, M, K, N, k, call) {
   const r = new Float64Array(N);
   for (let j = 0; j < N; j++) r[j] = (draw(k, (call * 0x10001 + j) >>> 0) % (2 * R + 1)) - R;
   const br = new Float64Array(K);
-  const a = A.data, bd = B.data, cd = C.data;
+  const a = A.data, bd = B.data, cd = C.data, asc = A.sc, csc = C.sc;
   for (let b = 0; b < batch; b++) {
     const bo = B.base + b * B.sb;
-    for (let kk = 0; kk < K; kk++) {
-      let s = 0;
-      const o = bo + kk * B.sr;
-      for (let j = 0; j < N; j++) s += bd[o + j * B.sc] * r[j];
-      br[kk] = s;
+    if (B.sr === 1) {                               // B^T rows: k contiguous
+      br.fill(0);
+      for (let j = 0; j < N; j++) {
+        const rj = r[j], o = bo + j * B.sc;
+        for (let kk = 0; kk < K; kk++) br[kk] += bd[o + kk] * rj;
+      }
+    } else {
+      for (let kk = 0; kk < K; kk++) {
+        let s = 0;
+        const o = bo + kk * B.sr;
+        for (let j = 0; j < N; j++) s += bd[o + j * B.sc] * r[j];
+        br[kk] = s;
+      }
     }
     for (let i = 0; i < M; i++) {
       let lhs = 0, rhs = 0;
       const co = C.base + b * C.sb + i * C.sr, ao = A.base + b * A.sb + i * A.sr;
-      for (let j = 0; j < N; j++) lhs += cd[co + j * C.sc] * r[j];
-      for (let kk = 0; kk < K; kk++) rhs += a[ao + kk * A.sc] * br[kk];
+      for (let j = 0; j < N; j++) lhs += cd[co + j * csc] * r[j];
+      for (let kk = 0; kk < K; kk++) rhs += a[ao + kk * asc] * br[kk];
       if (lhs !== rhs) return `checksum audit: batch ${b} row ${i}: C r = ${lhs}, A (B r) = ${rhs}`;
     }
   }
