@@ -29,10 +29,10 @@
 // hands the padded C to the wasm epilogue, which reads its (Mp, Np) layout directly.
 // Runs in a browser (navigator.gpu, kernels fetched relative to this file) and under Node's
 // `webgpu` package (pass { gpu }, kernels read from disk through file: URLs).
-import { packI8x4, MAX_K, qmatmulT as unitQmatmulT } from './units.js';
+import { packI8x4, MAX_K, cpuEngine, qmatmulT as unitQmatmulT } from './units.js';
 import { engines } from './engines.js';
 import { GEMM_WASM } from './wasm_gemm.js';
-import { gateKernel, checksumAuditView, tileAuditView, auditKey, view, denseView } from './gpu_gates.js';
+import { gateKernel, gateOperands, checksumAuditView, tileAuditView, freivaldsVector, auditKey, view, denseView } from './gpu_gates.js';
 
 export const KERNEL_BASE = new URL('../kernels/', import.meta.url);
 export const PACKED_FEATURE = 'packed_4x8_integer_dot_product';
@@ -234,7 +234,6 @@ export class GemmKernel {
     slot.output = grow(slot.output, outBytes, S_USAGE());
     slot.read = grow(slot.read, outBytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
     slot.params = grow(slot.params, jobs * ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    if (!slot.words || slot.words.byteLength < slot.input.size) slot.words = new Uint32Array(slot.input.size / 4);
     if (!slot.paramWords || slot.paramWords.byteLength < slot.params.size) slot.paramWords = new Uint32Array(slot.params.size / 4);
     if (slot.binds.size > 1024) slot.binds.clear();
     return slot;
@@ -242,9 +241,9 @@ export class GemmKernel {
 
   destroySlot(slot) { for (const b of [slot.input, slot.output, slot.read, slot.params]) if (b) b.destroy(); }
 
-  // Runs jobs [{ batch, M, N, K4, aWords, bWords, pack(words, aAt, bAt) }] as ONE submit (a
-  // dispatch each, then one copy of every C into one mappable buffer) and ONE mapAsync.
-  // pack writes the job's A words at words[aAt..] and B^T words at words[bAt..]; consume(i, c)
+  // Runs jobs [{ batch, M, N, K4, aWords, bWords, write(queue, buffer, aByte, bByte) }] as ONE
+  // submit (a dispatch each, then one copy of every C into one mappable buffer) and ONE mapAsync.
+  // write uploads the job's A words at byte aByte of buffer, its B^T words at bByte; consume(i, c)
   // gets job i's C (Int32Array (batch, M, N), a view valid only during the call).
   // Throws (nothing consumed) on any GPU error.
   async run(jobs, consume) {
@@ -264,7 +263,7 @@ export class GemmKernel {
       pass.setPipeline(this.pipeline);
       jobs.forEach((j, i) => {
         const l = lay[i];
-        j.pack(slot.words, l.a / 4, l.b / 4);
+        j.write(d.queue, slot.input, l.a, l.b);
         slot.paramWords.set([j.M, j.N, j.K4, j.batch], (i * ALIGN) / 4);
         const k = `${i}:${l.a}:${j.aWords}:${l.b}:${j.bWords}:${l.c}:${l.cBytes}`;
         let bg = slot.binds.get(k);
@@ -278,7 +277,6 @@ export class GemmKernel {
       });
       pass.end();
       enc.copyBufferToBuffer(slot.output, 0, slot.read, 0, outBytes);
-      d.queue.writeBuffer(slot.input, 0, slot.words, 0, inBytes / 4);
       d.queue.writeBuffer(slot.params, 0, slot.paramWords, 0, (jobs.length * ALIGN) / 4);
       d.queue.submit([enc.finish()]);
       // error scopes and the map resolve together: one wait for the whole batch
@@ -315,25 +313,30 @@ export class GemmKernel {
 function int8Job(qa, qb, batch, M, K, N, packB) {
   const a = packRowsI8(qa, batch * M, K), b = packB(qb, batch, K, N);
   return { batch, M, N, K4: Math.ceil(K / 4), aWords: a.length, bWords: b.length,
-    pack(words, aAt, bAt) { words.set(a, aAt); words.set(b, bAt); } };
-}
-
-// int16 codes (values in [-127, 127]) at src32 word s.., two per word -> n int8x4 words at dst[d..]
-function packI16Words(src32, s, dst, d, n) {
-  for (let i = 0; i < n; i++, s += 2) {
-    const w0 = src32[s], w1 = src32[s + 1];
-    dst[d + i] = (w0 & 0xff) | ((w0 >>> 8) & 0xff00) | ((w1 & 0xff) << 16) | ((w1 >>> 16) << 24);
-  }
+    write(queue, buffer, aByte, bByte) { queue.writeBuffer(buffer, aByte, a); queue.writeBuffer(buffer, bByte, b); } };
 }
 
 // The CPU ends of the fused unit for the GPU engine: our own instance of GEMM_WASM (the module
 // the wasm engine gated: qrows, qcols, epi with units.js's operations) and a bump allocator over
 // its memory for the calls in flight (codes, scales, C, result); it rewinds when none is left.
-class WasmUnitHost {
+// Its `audit` (Freivalds + bound in exact float64 integers) and `pack8` are gated here
+// (gateWasmHost) like everything else: where either disagrees with JS, the engine does without
+// the host (GEMMs through the int8 API, JS quantizers and audits).
+export class WasmUnitHost {
   constructor() {
     const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
-    Object.assign(this, inst.exports);     // mem, qrows, qcols, epi (and gemm, unused here)
+    Object.assign(this, inst.exports);     // mem, qrows, qcols, epi, audit (and gemm, unused here)
     this.top = 0; this.live = 0;
+  }
+
+  // The checksum audit of one padded GEMM result in this memory -> 0, or 1 + (b*M + i) of the
+  // first failing row. r: freivaldsVector(k, call, K, N).
+  auditAt(oA, oB, oC, r, nb, m, kk, n, mp, np, kp) {
+    const top = this.top, oR = this.alloc(n * 8), oBr = this.alloc(kp * 8);
+    new Float64Array(this.mem.buffer, oR, n).set(r);
+    const row = this.audit(oA, oB, oC, oR, oBr, nb, m, n, kk, kp, mp, np);
+    this.top = top;
+    return row;
   }
 
   alloc(bytes) {
@@ -345,6 +348,63 @@ class WasmUnitHost {
   }
 
   done() { if (--this.live === 0) this.top = 0; }
+}
+
+// The host's pack8 against the codes it packs, and its audit against gpu_gates.js
+// checksumAuditView on exact and corrupted GEMM results (ragged padded shapes, batches, K = 4096
+// at +-127): it must pass every exact one and name the corrupted row of every other.
+// -> null, or the first disagreement in words.
+export function gateWasmHost(h) {
+  const shapes = [[1, 1, 1, 1, 'random'], [1, 3, 5, 7, 'random'], [2, 5, 9, 3, 'random'], [3, 17, 31, 19, 'random'],
+    [1, 64, 257, 33, 'random'], [1, 3, 4096, 5, 'posneg'], [2, 2, 4095, 3, 'bigpos']];
+  const key = auditKey(0x5eed);
+  try {
+    // pack8 first: what the GPU sees must be the codes the audit reads
+    for (const n of [8, 16, 24, 40, 4096 + 8]) {
+      const codes = gateOperands('random', 1, 1, n, 1, n).qa.map((v) => Math.max(-127, v));
+      h.top = 0;
+      const o16 = h.alloc(2 * n), o8 = h.alloc(n);
+      new Int16Array(h.mem.buffer, o16, n).set(codes);
+      h.pack8(o16, o8, n);
+      const got = new Int8Array(h.mem.buffer, o8, n), bad = got.findIndex((v, i) => v !== codes[i]);
+      if (bad >= 0) return `wasm pack8 (n = ${n}) byte ${bad}: ${got[bad]} vs code ${codes[bad]}`;
+    }
+    for (const [s, [nb, m, kk, n, fill]] of shapes.entries()) {
+      const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
+      const { qa, qb } = gateOperands(fill, nb, m, kk, n, 77 + s);
+      const A = new Int8Array(nb * mp * kp), BT = new Int8Array(nb * np * kp);     // padded, pads 0
+      for (let b = 0; b < nb; b++) for (let k = 0; k < kk; k++) {
+        for (let i = 0; i < m; i++) A[(b * mp + i) * kp + k] = Math.max(-127, qa[(b * m + i) * kk + k]);
+        for (let j = 0; j < n; j++) BT[(b * np + j) * kp + k] = Math.max(-127, qb[(b * kk + k) * n + j]);
+      }
+      const C = cpuEngine.gemmBT(A, BT, nb, mp, kp, np);
+      h.top = 0;
+      const oA = h.alloc(A.length * 2), oB = h.alloc(BT.length * 2), oC = h.alloc(C.length * 4);
+      new Int16Array(h.mem.buffer, oA, A.length).set(A);
+      new Int16Array(h.mem.buffer, oB, BT.length).set(BT);
+      const views = () => [view(new Int16Array(h.mem.buffer), oA / 2, mp * kp, kp, 1), view(new Int16Array(h.mem.buffer), oB / 2, np * kp, 1, kp),
+        view(new Int32Array(h.mem.buffer), oC / 4, mp * np, np, 1)];
+      // exact, then one element off by one in the last row and column of the last batch, then
+      // in the first, then a value no int8 GEMM can produce (bound)
+      const edits = [null, [nb - 1, m - 1, n - 1, 1], [0, 0, 0, -1], [0, 0, 0, kk * 16384 + 1 - C[0]]];
+      for (const [e, edit] of edits.entries()) {
+        const c = C.slice();
+        if (edit) c[(edit[0] * mp + edit[1]) * np + edit[2]] += edit[3];
+        new Int32Array(h.mem.buffer, oC, c.length).set(c);
+        const want = edit ? 1 + edit[0] * m + edit[1] : 0, call = 3 * s + e + 1;
+        const got = h.auditAt(oA, oB, oC, freivaldsVector(key, call, kk, n), nb, m, kk, n, mp, np, kp);
+        const js = checksumAuditView(...views(), nb, m, kk, n, key, call);
+        if (got !== want || (js === null) !== (want === 0)) {
+          return `wasm audit (${nb}, ${m}, ${kk}, ${n}) edit ${JSON.stringify(edit)}: returned ${got}, expected ${want}; JS audit: ${js}`;
+        }
+      }
+    }
+    return null;
+  } catch (e) {
+    return `wasm audit failed to run: ${e.message}`;
+  } finally {
+    h.top = 0;
+  }
 }
 
 // --- the engine -------------------------------------------------------------------------------
@@ -370,7 +430,9 @@ export class GpuEngine extends EventTarget {
     this.kernel = null; this.device = null;
     this.cpu = engines()[0];              // wasm-simd when it passed its gate, else the scalar engine
     // the fused unit's CPU ends, only where the wasm engine (same module) passed its gates
-    this.host = this.cpu.qmatmulT ? new WasmUnitHost() : null;
+    const host = this.cpu.qmatmulT ? new WasmUnitHost() : null, hostBad = host && gateWasmHost(host);
+    if (hostBad) this.fault(`fused unit off (int8 API, JS quantizers and audits): ${hostBad}`, 'host', false);
+    this.host = hostBad ? null : host;
     this.pending = null;                  // calls issued this tick, submitted together
     this.pendingBytes = 0;
     this.lastBatch = Promise.resolve();
@@ -493,20 +555,32 @@ export class GpuEngine extends EventTarget {
     (transA ? h.qcols : h.qrows)(oXa, oA, oSa, nb, m, kk, mp, kp);   // A's logical row i
     (transB ? h.qrows : h.qcols)(oXb, oB, oSb, nb, n, kk, np, kp);   // B's logical column j
     h.top = top;
+    // the kernels' int8x4 words of both operands, uploaded straight from wasm memory
+    const aBytes = nb * mp * kp, bBytes = nb * np * kp, oA8 = h.alloc(aBytes), oB8 = h.alloc(bBytes);
+    h.pack8(oA, oA8, aBytes);
+    h.pack8(oB, oB8, bBytes);
     const job = {
-      batch: nb, M: mp, N: np, K4: kp / 4, aWords: (nb * mp * kp) / 4, bWords: (nb * np * kp) / 4,
+      batch: nb, M: mp, N: np, K4: kp / 4, aWords: aBytes / 4, bWords: bBytes / 4,
       shape: `${nb}x${m}x${kk}x${n}`, bytes,
-      pack(words, aAt, bAt) {
-        const src = new Uint32Array(h.mem.buffer);
-        packI16Words(src, oA / 4, words, aAt, this.aWords);
-        packI16Words(src, oB / 4, words, bAt, this.bWords);
+      write(queue, buffer, aByte, bByte) {
+        queue.writeBuffer(buffer, aByte, h.mem.buffer, oA8, aBytes);
+        queue.writeBuffer(buffer, bByte, h.mem.buffer, oB8, bBytes);
       },
       take: (c) => { new Int32Array(h.mem.buffer, oC, c.length).set(c); },
       audit: (call) => {
-        buf = h.mem.buffer;
-        const codesA = new Int16Array(buf), codesB = new Int16Array(buf);
-        return this.audit(view(codesA, oA / 2, mp * kp, kp, 1), view(codesB, oB / 2, np * kp, 1, kp),
-          view(new Int32Array(buf), oC / 4, mp * np, np, 1), nb, m, kk, n, call);
+        const views = () => {
+          buf = h.mem.buffer;
+          return [view(new Int16Array(buf), oA / 2, mp * kp, kp, 1), view(new Int16Array(buf), oB / 2, np * kp, 1, kp),
+            view(new Int32Array(buf), oC / 4, mp * np, np, 1)];
+        };
+        const wasmChecksum = () => {
+          const row = h.auditAt(oA, oB, oC, freivaldsVector(this.auditKey, call, kk, n), nb, m, kk, n, mp, np, kp);
+          if (!row) return null;
+          const b = Math.floor((row - 1) / m), i = (row - 1) % m;
+          return checksumAuditView(...views(), nb, m, kk, n, this.auditKey, call)
+            || `checksum audit (wasm): batch ${b} row ${i} failed; the JS audit disagrees`;
+        };
+        return this.audit(...views(), nb, m, kk, n, call, wasmChecksum);
       },
       finish: () => {
         h.epi(oC, oSa, oSb, oOut, nb, m, n, mp, np);
@@ -581,10 +655,14 @@ export class GpuEngine extends EventTarget {
     this.fault(`${kernel.id} kernel failed a submit of ${jobs.length} call(s) (${jobs.map((j) => j.shape).join(', ')}): ${e.message}`, 'error');
   }
 
-  // Audits of one GPU result (operands and C as gpu_gates.js views) -> null or the reason
-  audit(A, B, C, batch, M, K, N, call) {
+  // Audits of one GPU result (operands and C as gpu_gates.js views) -> null or the reason;
+  // checksum: the same check in wasm where the unit's host has it (-> null or the reason)
+  audit(A, B, C, batch, M, K, N, call, checksum = null) {
     let bad = null;
-    if (this.opts.checksum !== false) { this.stats.checksums++; bad = checksumAuditView(A, B, C, batch, M, K, N, this.auditKey, call); }
+    if (this.opts.checksum !== false) {
+      this.stats.checksums++;
+      bad = checksum ? checksum() : checksumAuditView(A, B, C, batch, M, K, N, this.auditKey, call);
+    }
     const every = this.opts.auditEvery ?? 8;
     if (!bad && every > 0 && call % every === 0) {
       this.stats.tileAudits++;

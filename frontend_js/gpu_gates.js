@@ -126,15 +126,23 @@ export function checksumAudit(qa, qb, c, batch, M, K, N, k, call) {
   return checksumAuditView(denseView(qa, M, K), denseView(qb, K, N), denseView(c, M, N), batch, M, K, N, k, call);
 }
 
-// A (batch, M, K), B (batch, K, N), C (batch, M, N) as views; r depends on (k, call, N) only.
+// Freivalds' r for one call: N integers in [-R, R], R as large as keeps every sum of the check
+// an exact integer below 2^53 (|C| <= K*2^14); a pure function of (k, call, K, N). Int32Array.
+export function freivaldsVector(k, call, K, N) {
+  const R = Math.max(1, Math.min(2 ** 20, Math.floor(2 ** 52 / (Math.max(K, 1) * N * 16384))));
+  const r = new Int32Array(N);
+  for (let j = 0; j < N; j++) r[j] = (draw(k, (call * 0x10001 + j) >>> 0) % (2 * R + 1)) - R;
+  return r;
+}
+
+// A (batch, M, K), B (batch, K, N), C (batch, M, N) as views; r depends on (k, call, K, N) only.
 // Every partial sum is an integer below 2^53, so any summation order gives the same sums: each
-// loop runs along the operand's contiguous axis (this audit costs about as much as the GEMM).
+// loop runs along the operand's contiguous axis. The GPU engine's fused unit runs the same
+// check in wasm (wasm_gemm.js audit) and comes here only for the words of a failure.
 export function checksumAuditView(A, B, C, batch, M, K, N, k, call) {
   const bounded = boundAuditView(C, batch, M, N, K);
   if (bounded) return bounded;
-  const R = Math.max(1, Math.min(2 ** 20, Math.floor(2 ** 52 / (Math.max(K, 1) * N * 16384))));
-  const r = new Float64Array(N);
-  for (let j = 0; j < N; j++) r[j] = (draw(k, (call * 0x10001 + j) >>> 0) % (2 * R + 1)) - R;
+  const r = freivaldsVector(k, call, K, N);
   const br = new Float64Array(K);
   const a = A.data, bd = B.data, cd = C.data, asc = A.sc, csc = C.sc;
   for (let b = 0; b < batch; b++) {

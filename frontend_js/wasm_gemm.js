@@ -216,15 +216,86 @@ const epiFn = func(['cPtr', 'srPtr', 'scPtr', 'outPtr', 'batch', 'M', 'N', 'Mp',
     ]),
   ]);
 
-export const funcType = (n) => [0x60, ...vec(new Array(n).fill([I32])), 0x00];
+// --- the audit of a GEMM result computed elsewhere (the GPU engine's results, gpu.js) -----------
+// The checks of gpu_gates.js checksumAuditView on the unit's padded operands, the same float64
+// arithmetic: every product and partial sum there is an integer below 2^53 (freivaldsVector's R
+// sees to it), so every one is exact and f64x2 lanes or any order give the same sums.
+// audit(aPtr, bPtr, cPtr, rPtr, brPtr, batch, M, N, K, Kp, Mp, Np) -> 0 when every checked row
+// passes, else 1 + (b*M + i) for the first row (b, i) where some |C[b, i, j]| > K * 128^2 (bound)
+// or C r != A (B r) (Freivalds). A (batch, Mp, Kp) and B^T (batch, Np, Kp) int16 codes, C
+// (batch, Mp, Np) int32, r (N) f64; br: scratch for Kp f64. Rows i < M, columns j < N.
+const LOAD32_ZERO = simd(0x5c, 2, 0), EXTEND16 = simd(0xa7), VADD2 = simd(0xf0), VGT2 = simd(0x4a), ANY_TRUE = simd(0x53);
+const FADD = 0xa0, F_GT = 0x64, F_NE = 0x62, F_OF_U32 = 0xb8, RETURN = 0x0f;
+const when = (cond, body) => [...cond, 0x04, 0x40, ...body, 0x0b];
+const auditFn = func(['aPtr', 'bPtr', 'cPtr', 'rPtr', 'brPtr', 'batch', 'M', 'N', 'K', 'Kp', 'Mp', 'Np'],
+  [[I32, ['b', 'i', 'j', 'k', 'row']], [F64, ['lhs', 'rhs', 'x', 'bound']], [V128, ['vacc', 'vrj', 'vbound', 'v', 'vmax']]], (L) => {
+    const rowNumber = [...get(L.b), ...get(L.M), MUL, ...get(L.i), ADD, ...i32c(1), ADD];   // 1 + b*M + i
+    const addr4 = (base, idx) => [...get(base), ...get(idx), ...i32c(2), SHL, ADD];
+    const addr2 = (base, idx) => [...get(base), ...get(idx), ...i32c(1), SHL, ADD];
+    const codePair = (base, idx) => [...addr2(base, idx), ...LOAD32_ZERO, ...EXTEND16, ...CONVERT_LOW];   // 2 int16 -> f64x2
+    const laneSum = (v) => [...get(v), ...extract(0), ...get(v), ...extract(1), FADD];
+    return [
+      ...get(L.K), F_OF_U32, ...f64c(16384), FMUL, ...tee(L.bound), ...X2.splat, ...set(L.vbound),
+      ...forRange(L.b, L.batch, [
+        ...i32c(0), ...set(L.k), ...whileStep(L.k, 2, L.Kp, [...addr8(L.brPtr, L.k), ...VZERO, ...STORE]),
+        // br[k] = sum_j B[k, j] r[j], walking B^T's rows (k contiguous; Kp is even)
+        ...forRange(L.j, L.N, [
+          ...addr8(L.rPtr, L.j), ...F64LOAD, ...X2.splat, ...set(L.vrj),
+          ...get(L.bPtr), ...get(L.b), ...get(L.Np), MUL, ...get(L.j), ADD, ...get(L.Kp), MUL, ...i32c(1), SHL, ADD, ...set(L.row),
+          ...i32c(0), ...set(L.k),
+          ...whileStep(L.k, 2, L.Kp, [...addr8(L.brPtr, L.k), ...addr8(L.brPtr, L.k), ...LOAD,
+            ...codePair(L.row, L.k), ...get(L.vrj), ...X2.mul, ...VADD2, ...STORE]),
+        ]),
+        ...forRange(L.i, L.M, [
+          // lhs = C[b, i, :] r, with every |C| checked against the bound on the way
+          ...get(L.cPtr), ...get(L.b), ...get(L.Mp), MUL, ...get(L.i), ADD, ...get(L.Np), MUL, ...i32c(2), SHL, ADD, ...set(L.row),
+          ...VZERO, ...set(L.vacc), ...VZERO, ...set(L.vmax), ...f64c(0), ...set(L.lhs), ...i32c(0), ...set(L.j),
+          ...whileStep(L.j, 2, L.N, [
+            ...addr4(L.row, L.j), ...LOAD64_ZERO, ...CONVERT_LOW, ...tee(L.v),
+            ...X2.abs, ...get(L.vmax), ...X2.pmax, ...set(L.vmax),
+            ...get(L.vacc), ...get(L.v), ...addr8(L.rPtr, L.j), ...LOAD, ...X2.mul, ...VADD2, ...set(L.vacc),
+          ]),
+          ...get(L.vmax), ...get(L.vbound), ...VGT2, ...ANY_TRUE, ...when([], [...rowNumber, RETURN]),
+          ...whileStep(L.j, 1, L.N, [
+            ...addr4(L.row, L.j), ...I32LOAD, F_OF_I32, ...tee(L.x),
+            FABS, ...get(L.bound), F_GT, ...when([], [...rowNumber, RETURN]),
+            ...get(L.lhs), ...get(L.x), ...addr8(L.rPtr, L.j), ...F64LOAD, FMUL, FADD, ...set(L.lhs),
+          ]),
+          ...get(L.lhs), ...laneSum(L.vacc), FADD, ...set(L.lhs),
+          // rhs = A[b, i, :] br
+          ...get(L.aPtr), ...get(L.b), ...get(L.Mp), MUL, ...get(L.i), ADD, ...get(L.Kp), MUL, ...i32c(1), SHL, ADD, ...set(L.row),
+          ...VZERO, ...set(L.vacc), ...i32c(0), ...set(L.k),
+          ...whileStep(L.k, 2, L.Kp, [...get(L.vacc), ...codePair(L.row, L.k), ...addr8(L.brPtr, L.k), ...LOAD, ...X2.mul, ...VADD2, ...set(L.vacc)]),
+          ...laneSum(L.vacc), ...set(L.rhs),
+          ...when([...get(L.lhs), ...get(L.rhs), F_NE], [...rowNumber, RETURN]),
+        ]),
+      ]),
+      ...i32c(0),
+    ];
+  });
+
+// pack8(srcPtr, dstPtr, n): n int16 codes in [-127, 127] -> n int8 (the GPU kernels' int8x4 words:
+// byte k of the run = code k, little-endian lanes); n a multiple of 8. No code saturates.
+const NARROW8 = simd(0x65), store64Lane = (lane) => simd(0x5b, 3, 0, lane);
+const pack8Fn = func(['src', 'dst', 'n'], [[I32, ['k']]], (L) => [
+  ...i32c(0), ...set(L.k),
+  ...whileStep(L.k, 16, L.n, [...get(L.dst), ...get(L.k), ADD,
+    ...get(L.src), ...get(L.k), ...i32c(1), SHL, ADD, ...LOAD,
+    ...get(L.src), ...get(L.k), ...i32c(1), SHL, ADD, ...i32c(16), ADD, ...LOAD, ...NARROW8, ...STORE]),
+  ...whileStep(L.k, 8, L.n, [...get(L.dst), ...get(L.k), ADD,
+    ...get(L.src), ...get(L.k), ...i32c(1), SHL, ADD, ...LOAD, ...VZERO, ...NARROW8, ...store64Lane(0)]),
+]);
+
+export const funcType = (n, results = []) => [0x60, ...vec(new Array(n).fill([I32])), ...vec(results)];
 export const GEMM_WASM = new Uint8Array([
   0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  ...section(1, vec([funcType(7), funcType(qrowsFn.nParams), funcType(epiFn.nParams)])),
-  ...section(3, vec([[0x00], [0x01], [0x01], [0x02]])),                         // gemm, qrows, qcols, epi
+  ...section(1, vec([funcType(7), funcType(qrowsFn.nParams), funcType(epiFn.nParams), funcType(auditFn.nParams, [I32]), funcType(3)])),
+  ...section(3, vec([[0x00], [0x01], [0x01], [0x02], [0x03], [0x04]])),         // gemm, qrows, qcols, epi, audit, pack8
   ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
   ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('gemm'), 0x00, 0x00],
-    [...str('qrows'), 0x00, 0x01], [...str('qcols'), 0x00, 0x02], [...str('epi'), 0x00, 0x03]])),
-  ...section(10, vec([body, qrowsFn.body, qcolsFn.body, epiFn.body].map((b) => [...uleb(b.length), ...b]))),
+    [...str('qrows'), 0x00, 0x01], [...str('qcols'), 0x00, 0x02], [...str('epi'), 0x00, 0x03], [...str('audit'), 0x00, 0x04],
+    [...str('pack8'), 0x00, 0x05]])),
+  ...section(10, vec([body, qrowsFn.body, qcolsFn.body, epiFn.body, auditFn.body, pack8Fn.body].map((b) => [...uleb(b.length), ...b]))),
 ]);
 
 // --- the engine -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 // Sections (each written to $OUT/h200_results.json as soon as it is done):
 //   adapter, gates (both kernels, default and H200 tunings), bug corpus + false alarms, B2B chain,
 //   units.dsyf GEMM cases, train20.dsyf on the GPU path (hashes vs reference) with ms/step next to
-//   the JS CPU engines, and GEMM throughput from GPU timestamps (packed and portable; the model's
+//   the JS CPU engines, larger configs (GPU vs CPU ms/step, hashes equal), and GEMM throughput from GPU timestamps (packed and portable; the model's
 //   shapes, 512^3, 8192^3; several tunings). TOPS = 2*M*N*K*batch*reps / (t_end - t_begin).
 // Fixtures: `python -m daisy.fixtures fixtures_out` beforehand. DAISY_BENCH_SMALL=1: a quick dry
 // run with small sizes (works on SwiftShader: LD_LIBRARY_PATH=/usr/lib/chromium
@@ -154,6 +154,46 @@ await section('train20', async () => {
   for (const o of Object.values(out)) o.msPerPeerStep = median(o.rounds);
   const res = { peers, config: fx.header.config, warmSteps: warm, paths: out, gpu: { kernel: gpuE.status.kernel, path: gpuE.status.path, reasons: gpuE.status.reasons, stats: gpuE.stats } };
   gpuE.destroy(); t64.destroy();
+  return res;
+});
+
+// Larger configs (the starter's sliders up to their maxima): ms per peer step on the GPU path and
+// on the wasm CPU engine, same process, rounds alternating; the two paths' weight hashes must be
+// equal at every step (both exact engines; the default config is checked against the reference
+// above). Where the GEMMs grow as width^2 * tokens and the CPU float work as width * tokens, the
+// GPU path overtakes the CPU.
+await section('train_sizes', async () => {
+  const { engines } = await import('../../frontend_js/engines.js');
+  const { makeConfig } = await import('../../frontend_js/config.js');
+  const { runSteps } = await import('./steps.mjs');
+  const fx = loadFixture('train20.dsyf'), peers = fx.header.meta.peers, stream = fx.tensors.stream.data;
+  const sizes = [
+    ['default (width 32, seq 32, batch 8)', {}],
+    ['width 64, seq 64, batch 16', { width: 64, seq_len: 64, batch: 16 }],
+    ['width 128, seq 64, batch 16', { width: 128, seq_len: 64, batch: 16 }],
+    ['max: width 128, seq 128, batch 32', { width: 128, seq_len: 128, batch: 32 }],
+  ].slice(0, SMALL ? 2 : 4);
+  const gpuE = await createGpuEngine({ device, info, log: quiet });
+  const wasm = engines()[0];
+  const out = {};
+  for (const [name, over] of sizes) {
+    const cfg = makeConfig({ ...fx.header.config, ...over });
+    const steps = SMALL ? 2 : cfg.width >= 128 ? 5 : 8, warm = SMALL ? 1 : 2, rounds = SMALL ? 1 : 2;
+    const o = (out[name] = { config: over, gpu: [], cpu: [], hashesEqual: true, firstMismatch: null });
+    for (let round = 0; round < rounds; round++) {
+      const g = await runSteps(cfg, peers, stream, gpuE, steps);
+      const c = await runSteps(cfg, peers, stream, wasm, steps);
+      o.gpu.push(median(g.ms.slice(warm)) / peers);
+      o.cpu.push(median(c.ms.slice(warm)) / peers);
+      const bad = g.hashes.findIndex((h, s) => JSON.stringify(h) !== JSON.stringify(c.hashes[s]));
+      if (bad >= 0) { o.hashesEqual = false; o.firstMismatch ||= { step: bad + 1, gpu: g.hashes[bad], cpu: c.hashes[bad] }; }
+      console.log(`[${elapsed()} s] ${name} round ${round}: gpu ${o.gpu.at(-1).toFixed(1)} ms, cpu ${o.cpu.at(-1).toFixed(1)} ms per peer step${bad >= 0 ? ' HASH MISMATCH' : ''}`);
+    }
+    o.gpuMsPerPeerStep = median(o.gpu); o.cpuMsPerPeerStep = median(o.cpu); o.cpuOverGpu = o.cpuMsPerPeerStep / o.gpuMsPerPeerStep;
+    save();
+  }
+  const res = { peers, paths: out, gpu: { kernel: gpuE.status.kernel, path: gpuE.status.path, reasons: gpuE.status.reasons, stats: gpuE.stats }, cpuEngine: wasm.name };
+  gpuE.destroy();
   return res;
 });
 

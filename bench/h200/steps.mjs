@@ -42,6 +42,19 @@ export function oneByOne(engine, method) {
   return { name: `${engine.name} one by one`, [method]: (...args) => (last = last.then(() => engine[method](...args), () => engine[method](...args))) };
 }
 
+// `steps` group steps of (cfg, peers, stream) on one engine -> { ms: [per group step], hashes }
+export async function runSteps(cfg, peers, stream, engine, steps) {
+  const g = new Group(cfg, peers, stream, engine);
+  const ms = [], hashes = [];
+  for (let s = 0; s < steps; s++) {
+    const t = performance.now();
+    const r = await g.step();
+    ms.push(performance.now() - t);
+    hashes.push(r.hashes);
+  }
+  return { ms, hashes };
+}
+
 // fx: train20.dsyf; -> { ms: [per 2-peer step], firstBad, submits (per step, when counted) }
 export async function timeSteps(fx, engine, { GroupClass = Group, steps = fx.header.meta.steps, counter = null } = {}) {
   const cfg = makeConfig(fx.header.config);

@@ -8,6 +8,7 @@ import { gateEngine, gateUnit } from '../../frontend_js/wasm_gemm.js';
 import { cpuEngine } from '../../frontend_js/units.js';
 import { useRowKernels, gateRowKernels, rowKernelsUnavailable } from '../../frontend_js/model.js';
 import { useAdamKernel, gateAdam, adamKernelUnavailable } from '../../frontend_js/optim.js';
+import { WasmUnitHost, gateWasmHost } from '../../frontend_js/gpu.js';
 
 test('the wasm-simd engine is built and passes its gates', () => {
   const names = engines().map((e) => e.name);
@@ -97,4 +98,28 @@ test('the wasm Adam update is built, passes its gate, and the gate rejects broke
     swapped: { adamStep: (w, g, m, v, lr, bc1, bc2) => fast.adamStep(w, g, m, v, lr, bc2, bc1) },
   };
   for (const [what, k] of Object.entries(broken)) assert.notEqual(gateAdam(k), null, `${what} Adam passed the gate`);
+});
+
+test("the GPU engine's wasm host (audit, pack8) passes its gate, and the gate rejects broken ones", () => {
+  const host = new WasmUnitHost();
+  assert.equal(gateWasmHost(host), null);
+  const variant = (auditAt) => Object.assign(Object.create(host), { top: 0, auditAt });
+  const real = (h, args) => WasmUnitHost.prototype.auditAt.apply(h, args);
+  const broken = {
+    // the audit skipped: every result passes
+    skipped: variant(() => 0),
+    // an off-by-one in the row loop: the last row of a batch never checked
+    lastRowUnchecked: variant(function (...args) { const row = real(this, args), m = args[5]; return row && row % m === 0 ? 0 : row; }),
+    // only the first batch walked (the batch stride lost)
+    firstBatchOnly: variant(function (...args) { const row = real(this, args); return row > args[5] ? 0 : row; }),
+    // the failing row reported one off (the reason would name the wrong row)
+    wrongRow: variant(function (...args) { const row = real(this, args); return row ? row + 1 : 0; }),
+  };
+  // pack8 with its byte order reversed within each int8x4 word
+  broken.byteOrder = Object.assign(Object.create(host), { top: 0, pack8(src, dst, n) {
+    host.pack8(src, dst, n);
+    const b = new Uint8Array(host.mem.buffer, dst, n);
+    for (let i = 0; i < n; i += 4) b.subarray(i, i + 4).reverse();
+  } });
+  for (const [what, h] of Object.entries(broken)) assert.notEqual(gateWasmHost(h), null, `${what} audit passed the gate`);
 });
