@@ -162,12 +162,15 @@ const qrowsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
 // qcols(xPtr, qPtr, sPtr, batch, R, K, Rp, Kp): x per batch stored (K, R) row-major, logical row
 // j = stored column j. Walked row by row (contiguous reads): first the column maxima into s, then
 // s[b*R + j] = max(amax, 2^-60) / 127, then q[(b*Rp + j)*Kp + k] (i16) = quant(x[k, j] / s[j])
+const ROWS = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7'];
+const I16_LANE = (lane) => simd(0x18, lane), I16_REPLACE = (lane) => simd(0x1a, lane);
 const qcolsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
-  [[I32, ['b', 'j', 'k', 'row', 'sb', 'qk', 'qstride']], [F64, ['t']], [V128, ['v', 'lo', 'hi']]], (L) => {
+  [[I32, ['b', 'j', 'k', 'row', 'sb', 'qk', 'qstride', 'rstride', ...ROWS]], [F64, ['t']], [V128, ['v', 'lo', 'hi', 'vj', 'vj1']]], (L) => {
     const rowAddr = [...get(L.xPtr), ...get(L.b), ...get(L.K), MUL, ...get(L.k), ADD, ...get(L.R), MUL, ...i32c(3), SHL, ADD, ...set(L.row)];
+    const qkAddr = [...get(L.qPtr), ...get(L.b), ...get(L.Rp), MUL, ...get(L.Kp), MUL, ...get(L.k), ADD, ...i32c(1), SHL, ADD, ...set(L.qk)];
     return [
       ...clampVectors(L.lo, L.hi),
-      ...get(L.Kp), ...i32c(1), SHL, ...set(L.qstride),
+      ...get(L.Kp), ...i32c(1), SHL, ...set(L.qstride), ...get(L.R), ...i32c(3), SHL, ...set(L.rstride),
       ...forRange(L.b, L.batch, [
         ...get(L.sPtr), ...get(L.b), ...get(L.R), MUL, ...i32c(3), SHL, ADD, ...set(L.sb),
         ...forRange(L.j, L.R, [...addr8(L.sb, L.j), ...f64c(0), ...F64STORE]),
@@ -177,10 +180,29 @@ const qcolsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
           ...whileStep(L.j, 1, L.R, [...addr8(L.sb, L.j), ...addr8(L.row, L.j), ...F64LOAD, ...pmaxAbs([...addr8(L.sb, L.j), ...F64LOAD], L.t), ...F64STORE]),
         ]),
         ...forRange(L.j, L.R, [...addr8(L.sb, L.j), ...addr8(L.sb, L.j), ...F64LOAD, ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...F64STORE]),
-        ...forRange(L.k, L.K, [
-          ...rowAddr,
-          ...get(L.qPtr), ...get(L.b), ...get(L.Rp), MUL, ...get(L.Kp), MUL, ...get(L.k), ADD, ...i32c(1), SHL, ADD, ...set(L.qk),
-          ...i32c(0), ...set(L.j),
+        // blocks of 8 rows k: each logical row j gets its 8 codes as one 16-byte store (the
+        // strided 2-byte stores below thrash the cache when Kp*2 is a large power of two)
+        ...i32c(0), ...set(L.k),
+        ...whileStep(L.k, 8, L.K, [
+          ...rowAddr, ...ROWS.flatMap((r, kk) => [...get(L.row), ...get(L.rstride), ...i32c(kk), MUL, ADD, ...set(L[r])]),
+          ...qkAddr, ...i32c(0), ...set(L.j),
+          ...whileStep(L.j, 2, L.R, [
+            ...ROWS.flatMap((r, kk) => [
+              ...addr8(L[r], L.j), ...LOAD, ...addr8(L.sb, L.j), ...LOAD, ...quantPair(L.lo, L.hi), ...set(L.v),
+              ...get(L.vj), ...get(L.v), ...I16_LANE(0), ...I16_REPLACE(kk), ...set(L.vj),
+              ...get(L.vj1), ...get(L.v), ...I16_LANE(1), ...I16_REPLACE(kk), ...set(L.vj1)]),
+            ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.vj), ...STORE,
+            ...get(L.qk), ...get(L.j), ...i32c(1), ADD, ...get(L.qstride), MUL, ADD, ...get(L.vj1), ...STORE,
+          ]),
+          ...whileStep(L.j, 1, L.R, [
+            ...ROWS.flatMap((r, kk) => [...get(L.vj),
+              ...addr8(L[r], L.j), ...F64LOAD, ...addr8(L.sb, L.j), ...F64LOAD, FDIV, FNEAREST,
+              ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT, ...I16_REPLACE(kk), ...set(L.vj)]),
+            ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.vj), ...STORE,
+          ]),
+        ]),
+        ...whileStep(L.k, 1, L.K, [
+          ...rowAddr, ...qkAddr, ...i32c(0), ...set(L.j),
           ...whileStep(L.j, 2, L.R, [
             ...addr8(L.row, L.j), ...LOAD, ...addr8(L.sb, L.j), ...LOAD, ...quantPair(L.lo, L.hi), ...set(L.v),
             ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.v), ...store16Lane(0),
