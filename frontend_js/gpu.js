@@ -21,6 +21,8 @@
 //             call rejects with GpuFault (recompute: true) and the caller redoes the whole step
 //             (withGpuFallback does that); calls of the batch after it are computed on the CPU.
 //   CPU:      engines.js's first engine (wasm-simd when it passed its gate, else scalar).
+//   routing:  with route 'auto' (the page's choice) a fused-unit call goes to the GPU only when
+//             gpuPays (deep K, many multiply-adds); the rest run on the CPU engine, same bits.
 // Data layout: the kernels read A (batch, M, K4) and B^T (batch, N, K4) as u32 words of four int8
 // lanes (packI8x4), K zero-padded to K4 words; C is (batch, M, N) int32. The int8 API packs its
 // operands so (B transposed on the CPU); the fused unit packs the wasm quantizers' padded int16
@@ -409,6 +411,14 @@ export function gateWasmHost(h) {
 
 // --- the engine -------------------------------------------------------------------------------
 
+// route: 'auto' sends a fused-unit call to the GPU only where that is faster than the wasm engine.
+// Measured on the H200 (TEST_RESULTS.md): per output element the GPU path pays ~2 ns on the CPU
+// (readback copy, audit) and per call ~0.1 ms (submit, map), while the wasm GEMM costs ~0.04 ns
+// per multiply-add — so the GPU wins only with a deep K and a large call. Either way the bits
+// are the same (both exact, both gated); only where the integers are computed changes.
+export const ROUTE = Object.freeze({ minK: 64, minMacs: 2 ** 22 });
+export const gpuPays = (nb, m, kk, n, rule = ROUTE) => kk >= rule.minK && nb * m * kk * n >= rule.minMacs;
+
 function checkOperands(qa, qb, batch, M, K, N) {
   for (const [n, v] of [['batch', batch], ['M', M], ['K', K], ['N', N]]) {
     if (!Number.isInteger(v) || v < (n === 'K' ? 0 : 1)) throw new Error(`gemm: ${n} must be a positive integer, got ${v}`);
@@ -426,7 +436,9 @@ export class GpuEngine extends EventTarget {
     this.name = 'cpu';
     this.status = { path: 'cpu', kernel: null, adapter: null, reasons: [], gates: [] };
     // submits: GPU round trips (one per batch of calls issued in the same tick)
-    this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, checksums: 0, tileAudits: 0, submits: 0 };
+    // routed: fused-unit calls route 'auto' kept on the CPU (not faults; not in cpuCalls)
+    this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, routed: 0, checksums: 0, tileAudits: 0, submits: 0 };
+    this.route = opts.route === 'auto' ? { ...ROUTE, ...(opts.routeRule || {}) } : null;   // null: all
     this.kernel = null; this.device = null;
     this.cpu = engines()[0];              // wasm-simd when it passed its gate, else the scalar engine
     // the fused unit's CPU ends, only where the wasm engine (same module) passed its gates
@@ -492,6 +504,12 @@ export class GpuEngine extends EventTarget {
       if (!gate.ok) { kernel.destroy(); this.fault(`${spec.id} kernel disabled: ${gate.reason}`, 'gate', false); continue; }
       this.kernel = kernel;
       this.status.path = 'gpu'; this.status.kernel = spec.id; this.name = `webgpu-${spec.id}`;
+      // a software adapter (SwiftShader) is never faster than the wasm engine; an explicit
+      // routeRule (tests) is used as given
+      if (this.route && info?.isFallbackAdapter && !this.opts.routeRule) this.route = { ...this.route, minMacs: Infinity };
+      this.status.routing = !this.route ? 'every GEMM on the GPU'
+        : this.route.minMacs === Infinity ? 'every GEMM on the CPU: a software adapter is slower than the wasm engine'
+          : `GEMMs with K >= ${this.route.minK} and >= ${this.route.minMacs} multiply-adds on the GPU, the rest on the CPU (faster for small ones)`;
       this.log(`using the ${spec.id} kernel (gates passed: ${gate.cases.length} cases)`);
       return this;
     }
@@ -533,6 +551,7 @@ export class GpuEngine extends EventTarget {
     const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
     const bytes = 4 * nb * mp * np + 2 * nb * (mp + np) * kp;
     if (!this.kernel || kk === 0 || bytes > this.batchLimit()) { this.stats.cpuCalls++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }
+    if (this.route && !gpuPays(nb, m, kk, n, this.route)) { this.stats.routed++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }
     // (batch, Mp, Kp) and (batch, Np, Kp) int16 codes, scales, padded C, result: live until done
     h.live++;
     try {
@@ -681,7 +700,8 @@ export class GpuEngine extends EventTarget {
 }
 
 // createGpuEngine({ gpu, auditEvery = 8, auditTile = 8, checksum = true, seed, kernelBase, tuning,
-//                   kernels, onFault, device, info }) -> GpuEngine (never null: when the GPU is
+//                   kernels, onFault, device, info, route = 'all' | 'auto', routeRule = ROUTE })
+// -> GpuEngine (never null: when the GPU is
 // unusable it runs on the CPU and engine.status = { path: 'cpu', reasons: [...] } says why).
 export async function createGpuEngine(opts = {}) {
   const engine = new GpuEngine(opts);

@@ -160,13 +160,15 @@ export class Peer {
       try {
         const gpu = await import('./gpu.js');
         this.gpu = gpu;
+        // route 'auto': only the GEMMs where the GPU is faster go there (gpu.js gpuPays)
         const engine = await gpu.createGpuEngine({
+          route: 'auto',
           onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}` }),
         });
         this.gpuEngine = engine;
         if (engine.status.path === 'gpu') {
           path = 'gpu';
-          reason = `WebGPU ${engine.status.kernel} kernel, gates passed`;
+          reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
         } else {
           reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
         }

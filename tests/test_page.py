@@ -237,7 +237,8 @@ def test_room_with_host_approval_end_to_end(servers, pages):
 
 def test_start_trains_and_the_hash_moves(servers, pages):
     page = open_peer(pages, servers["main"] + "/", "trainer")
-    tiny = {"width": 16, "seq_len": 16, "batch": 2, "steps": 100, "layers": 1, "heads": 4}
+    # 10000 steps: still running when the roster row is read (a tiny step takes ~1 ms on the CPU)
+    tiny = {"width": 16, "seq_len": 16, "batch": 2, "steps": 10000, "layers": 1, "heads": 4}
     page.evaluate("(cfg) => window.daisy.start(cfg)", tiny)
     wait_state(page, "s.step >= 1 && s.hash", "first step")
     first = state(page)

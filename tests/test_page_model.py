@@ -35,7 +35,8 @@ from daisy.tokenizer import TOKENIZER_ID
 from tests.page_browser import chromium_pages
 from tests.test_page import REPO_ROOT, WAIT_MS, free_port, open_peer, start_app, state, wait_state, wait_up
 
-TINY = {"width": 16, "seq_len": 16, "batch": 2, "steps": 100, "layers": 1, "heads": 4, "seed": 7}
+# steps 10000: a resumed run is still going when the test acts on it (a tiny step is ~1 ms)
+TINY = {"width": 16, "seq_len": 16, "batch": 2, "steps": 10000, "layers": 1, "heads": 4, "seed": 7}
 RESUME_STEPS = 3
 # what Chromium logs for every 4xx fetch: expected where a test provokes refusals
 REFUSED_FETCH = "Failed to load resource: the server responded with a status of 4"

@@ -129,7 +129,9 @@ await section('train20', async () => {
   const t64 = await createGpuEngine({ device, info, log: quiet, tuning: H200_TUNINGS['t64 wg16x16 r4x4 k8'] });
   const gemmOnly = { name: 'gemm only', gemm: (...a) => gpuE.gemm(...a) };   // units.js quantizers, int8 API
   const wasm = engines()[0];
+  const auto = await createGpuEngine({ device, info, log: quiet, route: 'auto' });
   const paths = [
+    ["gpu: route 'auto' (the page's choice: small GEMMs on the CPU)", auto, {}],
     ['gpu: fused unit, calls of a tick batched (default)', gpuE, {}],
     ['gpu: fused unit, peers issued together (train.js what-if)', gpuE, { GroupClass: ConcurrentPeersGroup }],
     ['gpu: fused unit, t64 tiling', t64, {}],
@@ -140,7 +142,7 @@ await section('train20', async () => {
   const rounds = SMALL ? 1 : 3, warm = SMALL ? 2 : 10, out = {};
   for (let round = 0; round < rounds; round++) {
     for (const [name, engine, opts] of paths) {
-      const counted = name.startsWith('gpu') ? (name.includes('t64') ? t64 : gpuE) : null;
+      const counted = name.startsWith('gpu') ? (name.includes('t64') ? t64 : name.includes('auto') ? auto : gpuE) : null;
       const r = await timeSteps(fx, engine, { ...opts, counter: counted && (() => counted.stats.submits) });
       const o = (out[name] ||= { rounds: [], submitsPerPeerStep: null, allMatch: true, firstBad: null });
       o.rounds.push(median(r.ms.slice(warm)) / peers);
@@ -153,7 +155,8 @@ await section('train20', async () => {
   out['cpu: scalar'] = { rounds: [median(scalar.ms.slice(1)) / peers], allMatch: !scalar.firstBad };
   for (const o of Object.values(out)) o.msPerPeerStep = median(o.rounds);
   const res = { peers, config: fx.header.config, warmSteps: warm, paths: out, gpu: { kernel: gpuE.status.kernel, path: gpuE.status.path, reasons: gpuE.status.reasons, stats: gpuE.stats } };
-  gpuE.destroy(); t64.destroy();
+  res.auto = { stats: auto.stats };
+  gpuE.destroy(); t64.destroy(); auto.destroy();
   return res;
 });
 
@@ -174,26 +177,33 @@ await section('train_sizes', async () => {
     ['max: width 128, seq 128, batch 32', { width: 128, seq_len: 128, batch: 32 }],
   ].slice(0, SMALL ? 2 : 4);
   const gpuE = await createGpuEngine({ device, info, log: quiet });
+  const auto = await createGpuEngine({ device, info, log: quiet, route: 'auto' });
   const wasm = engines()[0];
   const out = {};
   for (const [name, over] of sizes) {
     const cfg = makeConfig({ ...fx.header.config, ...over });
     const steps = SMALL ? 2 : cfg.width >= 128 ? 5 : 8, warm = SMALL ? 1 : 2, rounds = SMALL ? 1 : 2;
-    const o = (out[name] = { config: over, gpu: [], cpu: [], hashesEqual: true, firstMismatch: null });
+    const o = (out[name] = { config: over, gpu: [], auto: [], cpu: [], hashesEqual: true, firstMismatch: null });
     for (let round = 0; round < rounds; round++) {
       const g = await runSteps(cfg, peers, stream, gpuE, steps);
+      const a = await runSteps(cfg, peers, stream, auto, steps);
       const c = await runSteps(cfg, peers, stream, wasm, steps);
       o.gpu.push(median(g.ms.slice(warm)) / peers);
+      o.auto.push(median(a.ms.slice(warm)) / peers);
       o.cpu.push(median(c.ms.slice(warm)) / peers);
-      const bad = g.hashes.findIndex((h, s) => JSON.stringify(h) !== JSON.stringify(c.hashes[s]));
-      if (bad >= 0) { o.hashesEqual = false; o.firstMismatch ||= { step: bad + 1, gpu: g.hashes[bad], cpu: c.hashes[bad] }; }
-      console.log(`[${elapsed()} s] ${name} round ${round}: gpu ${o.gpu.at(-1).toFixed(1)} ms, cpu ${o.cpu.at(-1).toFixed(1)} ms per peer step${bad >= 0 ? ' HASH MISMATCH' : ''}`);
+      for (const [what, r] of [['gpu', g], ['auto', a]]) {
+        const bad = r.hashes.findIndex((h, s) => JSON.stringify(h) !== JSON.stringify(c.hashes[s]));
+        if (bad >= 0) { o.hashesEqual = false; o.firstMismatch ||= { what, step: bad + 1, got: r.hashes[bad], cpu: c.hashes[bad] }; }
+      }
+      console.log(`[${elapsed()} s] ${name} round ${round}: gpu ${o.gpu.at(-1).toFixed(1)} ms, auto ${o.auto.at(-1).toFixed(1)} ms, cpu ${o.cpu.at(-1).toFixed(1)} ms per peer step${o.hashesEqual ? '' : ' HASH MISMATCH'}`);
     }
-    o.gpuMsPerPeerStep = median(o.gpu); o.cpuMsPerPeerStep = median(o.cpu); o.cpuOverGpu = o.cpuMsPerPeerStep / o.gpuMsPerPeerStep;
+    o.gpuMsPerPeerStep = median(o.gpu); o.autoMsPerPeerStep = median(o.auto); o.cpuMsPerPeerStep = median(o.cpu);
+    o.cpuOverGpu = o.cpuMsPerPeerStep / o.gpuMsPerPeerStep; o.cpuOverAuto = o.cpuMsPerPeerStep / o.autoMsPerPeerStep;
     save();
   }
-  const res = { peers, paths: out, gpu: { kernel: gpuE.status.kernel, path: gpuE.status.path, reasons: gpuE.status.reasons, stats: gpuE.stats }, cpuEngine: wasm.name };
-  gpuE.destroy();
+  const res = { peers, paths: out, gpu: { kernel: gpuE.status.kernel, path: gpuE.status.path, reasons: gpuE.status.reasons, stats: gpuE.stats },
+    auto: { stats: auto.stats }, cpuEngine: wasm.name };
+  gpuE.destroy(); auto.destroy();
   return res;
 });
 
