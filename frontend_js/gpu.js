@@ -413,10 +413,11 @@ export function gateWasmHost(h) {
 
 // route: 'auto' sends a fused-unit call to the GPU only where that is faster than the wasm engine.
 // Measured on the H200 (TEST_RESULTS.md): per output element the GPU path pays ~2 ns on the CPU
-// (readback copy, audit) and per call ~0.1 ms (submit, map), while the wasm GEMM costs ~0.04 ns
-// per multiply-add — so the GPU wins only with a deep K and a large call. Either way the bits
+// (readback copy, audit) and per call ~0.1 ms (submit, map), while the wasm GEMM costs 0.04-0.15
+// ns per multiply-add (the small-K batched shapes are the slow ones) — so the GPU wins only with
+// a deep enough K and a large call; at the default settings no call qualifies. Either way the bits
 // are the same (both exact, both gated); only where the integers are computed changes.
-export const ROUTE = Object.freeze({ minK: 64, minMacs: 2 ** 22 });
+export const ROUTE = Object.freeze({ minK: 32, minMacs: 2 ** 22 });
 export const gpuPays = (nb, m, kk, n, rule = ROUTE) => kk >= rule.minK && nb * m * kk * n >= rule.minMacs;
 
 function checkOperands(qa, qb, batch, M, K, N) {

@@ -129,7 +129,7 @@ def test_train20_on_gpu_path_matches_reference_hashes(selftest):
 
 
 def test_train20_with_calls_routed_between_gpu_and_cpu_matches_reference_hashes(selftest):
-    # route 'auto' with the K rule only: the K >= 64 GEMMs on the GPU, the rest on the CPU engine
+    # route 'auto' with a K rule only: the K >= 64 GEMMs on the GPU, the rest on the CPU engine
     r = selftest("train20", TRAIN20, "auto", {"minK": 64, "minMacs": 0}, timeout_s=100)
     assert r["path"] == "gpu", r["reasons"]
     assert r["allOk"], f"first step off the reference: {r['first']}"
