@@ -327,7 +327,7 @@ function int8Job(qa, qb, batch, M, K, N, packB) {
 export class WasmUnitHost {
   constructor() {
     const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
-    Object.assign(this, inst.exports);     // mem, qrows, qcols, epi, audit (and gemm, unused here)
+    Object.assign(this, inst.exports);     // mem, qrows, qcols, epi, audit, pack8 (and gemm, unused here)
     this.top = 0; this.live = 0;
   }
 
