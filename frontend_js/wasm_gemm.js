@@ -1,5 +1,7 @@
 // The WebAssembly SIMD integer engine: the same exact int8 GEMM as units.cpuEngine, faster.
-// The module is assembled here from opcodes (no build step, no toolchain): one function
+// The module is assembled here from opcodes (no build step, no toolchain). Its exports: mem; the
+// float ends of the unit qrows, qcols, epi (below); audit and pack8 for the GPU engine's host
+// (gpu.js, gated there); and the GEMM
 //   gemm(aPtr, bPtr, cPtr, batch, M, N, Kp)
 // over int16 operands in its memory, A (batch, M, Kp) and B^T (batch, N, Kp), K zero-padded to
 // Kp (a multiple of 8), M even, N a multiple of 4; C (batch, M, N) int32. Inner step: 8 products
