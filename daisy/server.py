@@ -85,8 +85,9 @@ def data_status_text(source: DataSource) -> str:
     if info["source"] == "builtin":
         why = info.get("error") or info.get("reason") or "no reason given"
         return f"**Training data:** built-in corpus (FineWeb-Edu unavailable: {why})"
+    commit = f", commit `{info['commit'][:12]}`" if info.get("commit") else ""
     return (f"**Training data:** FineWeb-Edu `{info['dataset']}` ({info['config']}, "
-            f"revision `{info['revision']}`), streamed by row group")
+            f"revision `{info['revision']}`{commit}), streamed by row group")
 
 
 def _start_js() -> str:
