@@ -55,8 +55,10 @@ step+1..step+PREFETCH_STEPS (env DAISY_DATA_PREFETCH_STEPS, 0 = off) for one bac
 thread, which reads the row groups those batches need into the caches. The queue is bounded
 (PREFETCH_QUEUE keys; when full, new keys are dropped and counted), keys already queued are not
 queued twice, and a request never waits for the worker: it only enqueues. A peer that asks for
-its batches in step order thus finds the next step's row group cached (the worker and the
-requests share the one-fetch-at-a-time lock, so a row group is never fetched twice).
+its batches in step order thus finds the next step's row group cached. Fetches lock per row
+group (and per footer): one row group is fetched once however many requests and the worker want
+it, while different row groups download in parallel (a peer's own prefetch of its next batches,
+HttpBatches, thereby overlaps several hub round trips).
 
 Routes (make_data_router):
     GET /data/info     source, reason, dataset, config, revision (requested), commit (resolved;
@@ -249,7 +251,11 @@ class DataSource:
         cache_dir = cache_dir or os.environ.get("DAISY_DATA_CACHE_DIR") or os.path.expanduser("~/.cache/daisy/data")
         self.disk = DiskCache(cache_dir, (cache_mb if cache_mb is not None else _env_int("DAISY_DATA_CACHE_MB", 256)) << 20)
         self.memory = MemoryCache((mem_mb if mem_mb is not None else _env_int("DAISY_DATA_MEM_MB", 64)) << 20)
-        self.fetch_lock = threading.Lock()   # one hub fetch at a time; also guards setup
+        self.fetch_lock = threading.Lock()   # guards setup and the switch to builtin
+        # One lock per footer / row group: the same one is fetched once however many requests
+        # (and the prefetch worker) want it, while different ones download in parallel.
+        self.key_locks: dict[str, threading.Lock] = {}
+        self.key_locks_guard = threading.Lock()
         self.ready = False
         self.source = "fineweb-edu"
         self.reason: str | None = None
@@ -275,8 +281,10 @@ class DataSource:
 
     def _list_hub(self) -> None:
         from huggingface_hub import HfApi, HfFileSystem
-        # Pin: every read below goes to this commit, whatever the branch does later.
-        commit = HfApi(endpoint=self.endpoint).dataset_info(DATASET, revision=self.revision).sha
+        # Pin: every read below goes to this commit, whatever the branch does later. expand=["sha"]:
+        # only the commit, not the listing of every file of the dataset (thousands for FineWeb-Edu).
+        commit = HfApi(endpoint=self.endpoint).dataset_info(DATASET, revision=self.revision,
+                                                            expand=["sha"]).sha
         if not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit)):
             raise ValueError(f"the hub resolved revision {self.revision!r} to {str(commit)[:60]!r}, "
                              f"not a commit sha")
@@ -333,15 +341,22 @@ class DataSource:
             return 1
         return self._footer(shard).num_row_groups
 
+    def _lock_for(self, key: str) -> threading.Lock:
+        with self.key_locks_guard:
+            return self.key_locks.setdefault(key, threading.Lock())
+
     def _footer(self, shard: int):
         meta = self.footers.get(shard)
         if meta is None:
             import pyarrow.parquet as pq
-            with self.fetch_lock, self._open(shard) as f:
-                meta = pq.ParquetFile(f).metadata
-            if TEXT_COLUMN not in meta.schema.names:
-                raise DataUnavailable(f"{self.shards[shard]} has no column {TEXT_COLUMN!r}")
-            self.footers[shard] = meta
+            with self._lock_for(f"footer/{self.data_id}/{shard}"):
+                meta = self.footers.get(shard)           # another thread may have read it
+                if meta is None:
+                    with self._open(shard) as f:
+                        meta = pq.ParquetFile(f).metadata
+                    if TEXT_COLUMN not in meta.schema.names:
+                        raise DataUnavailable(f"{self.shards[shard]} has no column {TEXT_COLUMN!r}")
+                    self.footers[shard] = meta
         return meta
 
     def _open(self, shard: int):
@@ -379,8 +394,11 @@ class DataSource:
     def _fetch_row_group(self, shard: int, rg: int, key: str) -> np.ndarray:
         import pyarrow.parquet as pq
         meta = self._footer(shard)
-        with self.fetch_lock:
-            cached = self.disk.get(key)      # another thread may have fetched it meanwhile
+        with self._lock_for(key):
+            # another thread may have fetched it meanwhile (memory only when over the disk limit)
+            cached = self.memory.get(key)
+            if cached is None:
+                cached = self.disk.get(key)
             if cached is not None:
                 return cached
             with self._open(shard) as f:

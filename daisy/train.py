@@ -19,6 +19,7 @@ import copy
 import json
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -35,7 +36,9 @@ from .optim import adam_init, adam_step
 from .units import qmatmul
 
 MAX_PEERS = 64
-PREFETCH_STEPS = 2          # HttpBatches asks for this many steps ahead of the one it serves
+PREFETCH_STEPS = 4          # HttpBatches asks for this many steps ahead of the one it serves
+                            # (bench/bench_data_prefetch.py: 2 still waited ~0.2 s per 30 steps
+                            # on a 100 ms hub, 4 waited ~0)
 PREFETCH_WORKERS = 4        # at most this many batch requests in flight
 HTTP_TIMEOUT_S = 60         # a cold FineWeb-Edu row group can take a while on a slow hub
 
@@ -85,6 +88,7 @@ class HttpBatches:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daisy-batch")
         self.inflight = {}            # (seed, step, slot, B, T) -> Future of (x, y)
         self.lock = threading.Lock()
+        self.waits_s: list[float] = []  # per get(): time the caller waited for its batch
         self.info = self._get_json("/data/info")
         self.data_id = self.info.get("data_id")
         if not self.data_id:
@@ -144,7 +148,18 @@ class HttpBatches:
             # batches of this slot at or before this step are never asked for again
             for k in [k for k in self.inflight if k[2] == slot and k[1] <= step]:
                 del self.inflight[k]
-        return f.result()
+        t0 = time.perf_counter()
+        try:
+            return f.result()
+        finally:
+            self.waits_s.append(time.perf_counter() - t0)
+
+    def wait_summary(self) -> str:
+        w = self.waits_s
+        if not w:
+            return "no batches fetched"
+        return (f"{len(w)} batches, waited {sum(w) * 1e3:.0f} ms in all "
+                f"(max {max(w) * 1e3:.0f} ms, first {w[0] * 1e3:.0f} ms)")
 
     def check(self, seq_len: int) -> None:
         pass                          # the server validates every request
@@ -286,7 +301,10 @@ def main(argv=None) -> int:
         else:
             group = Group(cfg, args.peers, batches)
         batches.check(cfg.seq_len)
-        return train(args, cfg, group, label)
+        rc = train(args, cfg, group, label)
+        if isinstance(batches, HttpBatches):
+            print(f"data: {batches.wait_summary()}", file=sys.stderr)
+        return rc
     except (data.DataError, CheckpointError, OSError) as e:      # BatchError is a DataError
         print(f"error: {e}", file=sys.stderr)
         return 2

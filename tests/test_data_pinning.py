@@ -13,7 +13,7 @@ import pytest
 
 from daisy import prng
 from daisy.datastream import DATASET, PICK_ROW_GROUP
-from tests.test_data import DataServer, assert_tokens_equal, free_port, tokens_of
+from tests.test_data import DataServer, assert_tokens_equal, tokens_of
 from tests.testhub import TestHub, rowgroup_tokens, shard_path, write_fineweb_shard
 
 SHAPES = [(6, 60), (5, 50)]              # (row groups, rows) per shard: small, quick to write
@@ -44,9 +44,7 @@ def world(tmp_path_factory):
     servers = {}
     try:
         for name, env in specs.items():
-            servers[name] = DataServer(tmp, name, env)
-            if "DAISY_DATA_REVISION" not in env:      # DataServer's default is "main"
-                pass
+            servers[name] = DataServer(tmp, name, env)     # DAISY_DATA_REVISION "main" unless given
         deadline = time.monotonic() + 45
         for s in servers.values():
             s.wait_up(deadline)
@@ -71,6 +69,7 @@ def test_revision_resolves_to_the_commit_and_every_read_uses_it(world):
     assert f"/api/datasets/{DATASET}/revision/main" in paths, paths
     reads = [p for p in paths if not p.startswith(f"/api/datasets/{DATASET}/revision/")]
     assert reads and all(f"/{SHA_A}" in p for p in reads), reads
+    assert sum("/main" in p for p in paths) == 1, paths               # only the resolution
 
 
 def test_a_moved_branch_gives_a_new_data_id(world):

@@ -120,7 +120,7 @@ def test_fineweb_batches_over_http_equal_the_in_process_source(world, tmp_path):
 def test_http_batches_prefetch_and_equal_get_batch(world):
     """HttpBatches gives get_batch's bits; after serving step s it has asked for s+1, s+2."""
     stream = data.builtin_stream()
-    batches = HttpBatches(world["servers"]["builtin"].url)
+    batches = HttpBatches(world["servers"]["builtin"].url, prefetch_steps=2)
     try:
         for step in range(3):
             for slot in range(2):
