@@ -92,6 +92,8 @@ def decode_state(body, *, need_optim: bool) -> dict:
         header = json.loads(bytes(data[8:8 + hlen]))
     except (UnicodeDecodeError, ValueError) as e:
         raise StateError(f"state header is not JSON ({e})") from None
+    except RecursionError:          # [[[[...]]]] past the parser's depth: a refusal, not a 500
+        raise StateError("state header nests too deeply to be a DaisyChain state header") from None
     if not isinstance(header, dict) or header.get("format") != STATE_FORMAT:
         raise StateError(f"not a DaisyChain state body (expected format {STATE_FORMAT!r})")
     if header.get("version") != STATE_VERSION:

@@ -55,3 +55,12 @@ def test_weights_only_and_lying_hash():
         decode_state(weights_only, need_optim=True)
     with pytest.raises(StateError, match="weight hash mismatch"):
         decode_state(encode_state(config=TINY, step=5, params=params, weight_hash="0" * 64), need_optim=False)
+
+
+def test_a_deeply_nested_header_is_refused_not_a_crash():
+    """Issue 13: a state header nested ~10^4 levels deep made json.loads raise RecursionError
+    (a 500 from the model routes); it is a StateError (400) like any other bad header."""
+    nested = b'{"format":"daisychain-state","extra":' + b"[" * 20000 + b"]" * 20000 + b"}"
+    nested += b" " * (-len(nested) % 8)
+    with pytest.raises(StateError, match="nests too deeply"):
+        decode_state(len(nested).to_bytes(8, "little") + nested, need_optim=False)
