@@ -29,7 +29,7 @@ import numpy as np
 
 from . import data
 from .collective import SimulatedCollective
-from .config import Config, ConfigError, RANGES
+from .config import Config, ConfigError
 from .hashing import weight_hash
 from .model import init_params, loss_and_grads, param_shapes
 from .optim import adam_init, adam_step
@@ -46,12 +46,6 @@ HTTP_TIMEOUT_S = 60         # a cold FineWeb-Edu row group can take a while on a
 # -- where a slot's batch comes from -----------------------------------------------------------
 class BatchError(data.DataError):
     """A batch cannot be had (server unreachable, HTTP error, data changed); the message says why."""
-
-
-def split_rows(rows: np.ndarray, B: int, T: int):
-    """(B*(T+1),) tokens of B rows -> x (B, T), y (B, T) int64: x = row[:, :-1], y = row[:, 1:]."""
-    window = np.asarray(rows).astype(np.int64).reshape(B, T + 1)
-    return window[:, :-1], window[:, 1:]
 
 
 class StreamBatches:
@@ -129,7 +123,7 @@ class HttpBatches:
                              + (f" ({reason})" if reason else ""))
         if len(body) != 2 * B * (T + 1):
             raise BatchError(f"batch {key[:3]}: {len(body)} bytes, expected {2 * B * (T + 1)}")
-        return split_rows(np.frombuffer(body, dtype="<u2"), B, T)
+        return data.split_rows(np.frombuffer(body, dtype="<u2"), B, T)
 
     def _future(self, key):
         # callers hold self.lock
@@ -211,7 +205,6 @@ class Group:
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m daisy.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    d = Config()
     # model settings default to None so --resume can tell which were given explicitly
     ap.add_argument("--peers", type=int, default=2, help=f"simulated peers, 1..{MAX_PEERS} (2)")
     ap.add_argument("--steps", type=int, default=None, help="steps of the run, 100..10000 (300)")

@@ -15,7 +15,7 @@ import pytest
 from daisy import data
 from daisy.config import Config
 from daisy.datastream import DataSource
-from daisy.train import Group, HttpBatches, split_rows
+from daisy.train import Group, HttpBatches
 from tests.bits import assert_same_bits
 from tests.test_data import DataServer, free_port
 from tests.testhub import TestHub, shard_path, write_fineweb_shard
@@ -42,6 +42,9 @@ def world(tmp_path_factory):
             files[shard_path(i)] = f.read()
     hub = TestHub(files)
     hub.start()
+    broken = TestHub(files)                  # lists fine, then every file read answers 404
+    broken.fail_resolve_status = 404
+    broken.start()
     tiny = os.path.join(tmp, "tiny.txt")
     with open(tiny, "w", encoding="utf-8") as f:
         f.write("Too short.\n")
@@ -50,6 +53,7 @@ def world(tmp_path_factory):
         "builtin": {"HF_HUB_OFFLINE": "1"},
         "fineweb": {"HF_ENDPOINT": hub.endpoint},
         "tiny": {"HF_HUB_OFFLINE": "1", "DAISY_DATA_BUILTIN": tiny},
+        "broken": {"HF_ENDPOINT": broken.endpoint},
     }
     servers = {}
     try:
@@ -63,6 +67,7 @@ def world(tmp_path_factory):
         for s in servers.values():
             s.stop()
         hub.stop()
+        broken.stop()
 
 
 def json_lines(r):
@@ -98,7 +103,7 @@ class SourceBatches:
         self.source = source
 
     def get(self, seed, step, slot, B, T):
-        return split_rows(self.source.batch(seed, step, slot, B, T).tokens, B, T)
+        return data.split_rows(self.source.batch(seed, step, slot, B, T).tokens, B, T)
 
 
 def test_fineweb_batches_over_http_equal_the_in_process_source(world, tmp_path):
@@ -163,3 +168,14 @@ def test_data_id_mismatch_and_flag_errors(world):
                          (["--data-url", "127.0.0.1:7860"], "must be an http:// or https:// URL")):
         r = cli("--stop-after", "1", *args)
         assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
+
+
+def test_a_server_that_switches_data_mid_run_stops_the_run(world):
+    """The hub fails after the listing: the server falls back to the built-in corpus while the
+    run started on the FineWeb-Edu data id. The run stops (exit 2) instead of mixing corpora."""
+    server = world["servers"]["broken"]
+    r = cli("--stop-after", "2", *SMALL, "--json", "--data-url", server.url)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "the data server's data changed during the run" in r.stderr, r.stderr
+    assert "hub failed while streaming" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout == ""
