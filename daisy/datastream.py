@@ -267,6 +267,11 @@ class DataSource:
         self.prefetcher = Prefetcher(self, steps) if steps > 0 else None
 
     # -- setup and fallback -----------------------------------------------------------------
+    def start(self) -> None:
+        """Resolve the revision and list the shards now, in the background, so the first peer's
+        request does not pay for it (requests that come earlier wait for the same setup)."""
+        threading.Thread(target=self._ensure_ready, name="daisy-data-setup", daemon=True).start()
+
     def _ensure_ready(self) -> None:
         if self.ready:
             return
@@ -632,7 +637,9 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=7861)
     args = ap.parse_args()
     app = FastAPI()
-    app.include_router(make_data_router(DataSource()))
+    source = DataSource()
+    source.start()
+    app.include_router(make_data_router(source))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -294,7 +294,9 @@ def make_model_router() -> APIRouter:
 def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | None = None) -> FastAPI:
     """The whole Space as one ASGI app (hub and data source built from the environment when
     not given)."""
-    data_source = data_source or DataSource()
+    if data_source is None:
+        data_source = DataSource()
+        data_source.start()          # pin the data's commit at start-up, not on the first request
     app = FastAPI(title="DaisyChain-Web")
     app.include_router(make_signaling_router(hub))
     app.include_router(make_data_router(data_source))

@@ -31,7 +31,8 @@ def world(tmp_path_factory):
         groups.append(write_fineweb_shard(local, n_rg, rows, seed=i + 11))
         with open(local, "rb") as f:
             files[shard_path(i)] = f.read()
-    hubs = {"main": TestHub(files, sha=SHA_A), "slow": TestHub(files, sha=SHA_B, delay_s=DELAY_S)}
+    hubs = {"main": TestHub(files, sha=SHA_A), "slow": TestHub(files, sha=SHA_B, delay_s=DELAY_S),
+            "moving": TestHub(files, sha=SHA_A)}      # its main moves during a test
     for hub in hubs.values():
         hub.start()
     specs = {
@@ -40,6 +41,7 @@ def world(tmp_path_factory):
         "unknown": {"HF_ENDPOINT": hubs["main"].endpoint, "DAISY_DATA_REVISION": "c" * 40},
         "offline": {"HF_ENDPOINT": hubs["main"].endpoint, "HF_HUB_OFFLINE": "1"},
         "slow": {"HF_ENDPOINT": hubs["slow"].endpoint},
+        "before": {"HF_ENDPOINT": hubs["moving"].endpoint},
     }
     servers = {}
     try:
@@ -74,19 +76,20 @@ def test_revision_resolves_to_the_commit_and_every_read_uses_it(world):
 
 def test_a_moved_branch_gives_a_new_data_id(world):
     """The same files at another commit: a server started after main moved shows another id."""
-    hub = world["hubs"]["main"]
+    hub, before = world["hubs"]["moving"], world["servers"]["before"]
+    first = before.get("/data/info").json()
+    assert first["commit"] == SHA_A, first
     hub.sha = SHA_B                                    # main moved (same bytes, new commit)
+    late = DataServer(world["tmp"], "late", {"HF_ENDPOINT": hub.endpoint})
     try:
-        late = DataServer(world["tmp"], "late", {"HF_ENDPOINT": hub.endpoint})
-        try:
-            late.wait_up(time.monotonic() + 30)
-            info = late.get("/data/info").json()
-            assert info["commit"] == SHA_B and SHA_B in info["data_id"], info
-            assert info["data_id"] != world["servers"]["main"].get("/data/info").json()["data_id"]
-        finally:
-            late.stop()
+        late.wait_up(time.monotonic() + 30)
+        info = late.get("/data/info").json()
+        assert info["commit"] == SHA_B and SHA_B in info["data_id"], info
+        assert info["data_id"] != first["data_id"]
+        # the server started before the move keeps its commit and its id
+        assert before.get("/data/info").json()["data_id"] == first["data_id"]
     finally:
-        hub.sha = SHA_A
+        late.stop()
 
 
 def test_a_pinned_commit_from_the_environment(world):
