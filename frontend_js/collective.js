@@ -128,6 +128,7 @@ export class MeshCollective {
     this.deadlineMs = deadlineMs;
     this.steps = new Map();        // step -> {grads: Map slot -> Float64Array, losses, hashes, reduced: Map}
     this.current = startStep;      // the step being exchanged (frames of it and the next are accepted)
+    this.done = startStep - 1;     // the last step exchanged (its late frames are dropped, not stored)
     this.wake = null;              // resolves the waiting exchange when something arrived
     this.failure = null;           // an ExchangeError that ends every exchange
     this.bytesSent = 0;            // payload bytes sent (the benchmark reads it)
@@ -172,7 +173,7 @@ export class MeshCollective {
     if (slot < 0) return 'sender is not in the run\'s roster';
     if (m.slot !== slot) return `slot ${m.slot} claimed by the peer of slot ${slot}`;
     const cur = this.current;
-    if (m.step < cur || m.step > cur + 1) return `step ${m.step} is not in flight (expecting ${cur} or ${cur + 1})`;
+    if (m.step <= this.done || m.step < cur || m.step > cur + 1) return `step ${m.step} is not in flight (expecting ${cur} or ${cur + 1})`;
     const st = this.steps.get(m.step);
     if (m.type === TYPES.GRAD) {
       const want = HASH_BYTES + 8 + 8 * this.gradValues();
@@ -211,9 +212,14 @@ export class MeshCollective {
     return payload;
   }
 
+  // a link that is gone or closes mid-message is a departure of that peer (an ExchangeError)
   async send(to, type, step, payload) {
     this.bytesSent += payload.length;
-    await this.mesh.send(to, { type, slot: this.slot, runId: this.runId, step, payload });
+    try {
+      await this.mesh.send(to, { type, slot: this.slot, runId: this.runId, step, payload });
+    } catch (err) {
+      throw new ExchangeError(`could not send to ${to}: ${err.message || err}`, { peer: to, step });
+    }
   }
 
   // wait until ready() is true; rejects on failure or when no frame arrived for deadlineMs
@@ -274,6 +280,7 @@ export class MeshCollective {
     }
     const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), hashes: st.hashes.slice() };
     this.steps.delete(step);
+    this.done = step;
     return out;
   }
 }

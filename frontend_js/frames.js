@@ -123,7 +123,9 @@ export function parseHeader(bytes) {
     identity: bytes.subarray(4, 16),
   };
   if (h.version !== PROTOCOL_VERSION) {
-    throw new FrameError(`protocol version ${h.version} (this page speaks ${PROTOCOL_VERSION})`);
+    const err = new FrameError(`protocol version ${h.version} (this page speaks ${PROTOCOL_VERSION})`);
+    err.version = h.version;
+    throw err;
   }
   if (!TYPE_NAMES.has(h.type)) throw new FrameError(`unknown frame type ${h.type}`);
   if (h.chunkCount < 1 || h.chunkIndex >= h.chunkCount) throw new FrameError(`bad chunk ${h.chunkIndex} of ${h.chunkCount}`);

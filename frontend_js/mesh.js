@@ -108,8 +108,8 @@ export class Mesh {
       done = await entry.reasm.accept(bytes);
     } catch (err) {
       if (!(err instanceof FrameError)) throw err;
-      if (/^protocol version/.test(err.message)) {
-        this.refuse(peerId, `peer ${peerId} speaks mesh ${err.message.replace('protocol version', 'protocol v').replace('this page speaks', 'this page speaks v')}`);
+      if (err.version !== undefined) {
+        this.refuse(peerId, `peer ${peerId} speaks mesh protocol v${err.version}, this page v${this.version}`);
         return;
       }
       this.drop(peerId, null, err.message);

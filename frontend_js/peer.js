@@ -24,6 +24,7 @@ export class Peer {
     this.bus = bus;
     this.modules = new Set(modules);   // frontend_js files the server has (no 404 probing)
     const params = new URLSearchParams(location.search);
+    this.params = params;
     this.room = params.get('room');
     this.s = {
       peerId: null, name: null, group: null, role: null, signal: 'connecting', rejected: false,
@@ -37,7 +38,9 @@ export class Peer {
       notes: [],             // the last few things worth telling the user
       drops: 0,              // mesh frames dropped (bad, late, foreign); details in mesh.drops
     };
-    this.mesh = new Mesh({ selfId: null });
+    // ?meshProtocol=N: speak another mesh protocol version (tests of the refusal path)
+    const protocol = Number(params.get('meshProtocol'));
+    this.mesh = new Mesh({ selfId: null, ...(Number.isInteger(protocol) && protocol > 0 && protocol < 256 ? { version: protocol } : {}) });
     this.runs = new RunController(this, this.mesh);
     this.rtc = new Map();      // peer id -> RtcPeer
     this.iceServers = [];
@@ -250,13 +253,16 @@ export class Peer {
     }
     let path = 'cpu';
     let reason = 'WebGPU not available in this browser';
-    if (navigator.gpu && this.modules.has('gpu.js')) {
+    // ?gpu=off: the CPU path even where WebGPU works; ?gpu=all: every GEMM on the GPU, even
+    // where the CPU would be faster (checking a GPU); default 'auto' (gpu.js gpuPays)
+    const gpuChoice = this.params.get('gpu') || 'auto';
+    if (gpuChoice === 'off') reason = 'WebGPU turned off by ?gpu=off';
+    else if (navigator.gpu && this.modules.has('gpu.js')) {
       try {
         const gpu = await import('./gpu.js');
         this.gpu = gpu;
-        // route 'auto': only the GEMMs where the GPU is faster go there (gpu.js gpuPays)
         const engine = await gpu.createGpuEngine({
-          route: 'auto',
+          route: gpuChoice === 'all' ? 'all' : 'auto',
           onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}` }),
         });
         this.gpuEngine = engine;
@@ -273,7 +279,7 @@ export class Peer {
       reason = 'GPU engine not available in this build';
     }
     const cpuName = this.cpuEngine ? this.cpuEngine.name : 'cpu';
-    this.set({ path, pathReason: reason, engine: path === 'gpu' ? 'webgpu' : cpuName });
+    this.set({ path, pathReason: reason, engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });
     this.announce();
   }
 

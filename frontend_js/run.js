@@ -329,8 +329,10 @@ export class RunController {
       const bad = out.hashes.map((h, slot) => [run.roster[slot], h]).filter(([, h]) => h !== run.hash);
       for (const [slot, h] of out.hashes.entries()) run.peerHashes.set(run.roster[slot], h);
       if (bad.length) {
-        const who = bad.map(([id, h]) => `${p.nameOf(id)} has ${short(h)}`).join(', ');
-        this.end(run, 'stopped', `Replicas disagree after step ${s}: this device has ${short(run.hash)}, ${who}. Stopped (never fork).`, 'replica mismatch');
+        const who = [[p.s.peerId, run.hash], ...bad].map(([id, h]) => `${p.nameOf(id)} has ${short(h)}`).join(', ');
+        const message = `Replicas disagree after step ${s}: ${who}. Stopped (never fork).`;
+        this.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: message, mismatch: true });
+        this.end(run, 'stopped', message, 'replica mismatch');
         return;
       }
       this.saveUndo(run);
@@ -412,9 +414,7 @@ export class RunController {
     const stopAfter = run.lastSent + 1;
     run.stopReason = reason || `stopped on ${this.peer.s.name}`;
     this.setStop(run, stopAfter);
-    for (const id of run.roster) {
-      if (id !== this.peer.s.peerId) this.mesh.sendJson(id, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: run.stopReason }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
-    }
+    this.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: run.stopReason });
     this.peer.set({ message: 'Stopping after the current step…' });
     return true;
   }
@@ -425,9 +425,16 @@ export class RunController {
     if (run.lastSent >= run.stopAfter) run.collective.fail(new ExchangeError('stopped'));
   }
 
+  // a JSON message to every other peer of the run (best effort: a closed link is a departure)
+  tellAll(run, type, obj) {
+    for (const id of run.roster) {
+      if (id !== this.peer.s.peerId) this.mesh.sendJson(id, type, obj, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+    }
+  }
+
   onStop(from, m) {
     const d = m.json;
-    const reason = String(d.reason || '').slice(0, 200);
+    const reason = String(d.reason || '').slice(0, 400);
     if (this.accepted && this.accepted.from === from && d.runId === this.accepted.desc.runId) {
       this.dropAccepted();
       this.peer.note(`The run from ${this.peer.nameOf(from)} did not start: ${reason}`);
@@ -436,6 +443,10 @@ export class RunController {
     const run = this.run;
     if (!run || d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { this.mesh.drop(from, m, 'STOP for no run of ours'); return; }
     if (d.stopAfter < run.completed - 1 || d.stopAfter > run.lastSent + 2) { this.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
+    if (d.mismatch === true) {              // a peer saw replicas disagree: never fork, stop now
+      this.end(run, 'stopped', `${reason || 'replicas disagree'} (reported by ${this.peer.nameOf(from)})`, 'replica mismatch');
+      return;
+    }
     if (d.stopAfter < run.completed) this.restoreUndo(run);        // a survivor behind us: meet it
     run.stopReason = reason || `stopped by ${this.peer.nameOf(from)}`;
     this.setStop(run, d.stopAfter);
@@ -502,11 +513,7 @@ export class RunController {
   goodbye() {
     const run = this.run;
     if (!run) return;
-    for (const id of run.roster) {
-      if (id !== this.peer.s.peerId) {
-        this.mesh.sendJson(id, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: `${this.peer.s.name} closed its page` }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
-      }
-    }
+    this.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: `${this.peer.nameOf(this.peer.s.peerId)} closed its page` });
   }
 
   // test hook: flip the lowest bit of one weight of this replica (the sync guard must catch it)

@@ -1,0 +1,323 @@
+"""Group runs between real pages: `python app.py` on 127.0.0.1, headless Chromium pages that
+link over WebRTC (loopback) and train one model together. Every page's hash must equal every
+other's at every step, and equal `python -m daisy.train --peers P` with the same settings.
+
+Each test opens its own pages and closes them at the end (a closed page says goodbye, so the
+next test's group holds only its own pages); a test that needs isolation uses a room.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
+from tests.page_browser import chromium_pages
+
+RUN_MS = 120_000            # bound on a whole test run in the pages
+TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4}
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    with tempfile.TemporaryDirectory(prefix="daisy-mesh-") as tmp:
+        # no STUN server: loopback host candidates are all these pages need
+        with running_app(tmp, "mesh", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
+            yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium_pages() as pages:
+        yield pages
+
+
+@pytest.fixture
+def pages(browser):
+    browser.problems.clear()
+    yield browser
+    problems = list(browser.problems)
+    browser.close_pages()
+    time.sleep(0.3)                 # the goodbyes reach the server before the next test's pages
+    assert not problems, "console errors:\n" + "\n".join(problems)
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+def reference_hashes(peers: int, settings: dict, steps: int) -> list[str]:
+    """python -m daisy.train --peers P with these settings: the hash after each of `steps` steps."""
+    args = [sys.executable, "-m", "daisy.train", "--peers", str(peers), "--json", "--stop-after", str(steps)]
+    flags = {"width": "--width", "seq_len": "--seq-len", "batch": "--batch", "steps": "--steps",
+             "lr_x1000": "--lr", "layers": "--layers", "heads": "--heads", "seed": "--seed"}
+    for k, v in settings.items():
+        args += [flags[k], str(v)]
+    out = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(lines) == steps, f"the reference printed {len(lines)} lines, {steps} wanted"
+    for line in lines:
+        assert len(set(line["hashes"])) == 1, line
+    return [line["hashes"][0] for line in lines]
+
+
+def record_steps(page) -> None:
+    page.evaluate("""() => { window.stepHashes = {}; window.runEnded = null;
+        window.daisy.on('step', (e) => { window.stepHashes[e.step] = e.hash; });
+        window.daisy.on('run-ended', (e) => { window.runEnded = e; }); }""")
+
+
+def step_hashes(page) -> dict[int, str]:
+    return {int(k): v for k, v in page.evaluate("window.stepHashes").items()}
+
+
+def assert_hashes_equal(label: str, got: dict[int, str], want: list[str], first: int = 1) -> None:
+    """got {step: hash} must hold want[0] at `first`, want[1] at first+1, ... exactly."""
+    assert sorted(got) == list(range(first, first + len(want))), f"{label}: steps {sorted(got)[:5]}..{sorted(got)[-5:]}"
+    for i, h in enumerate(want):
+        step = first + i
+        assert got[step] == h, f"{label}: first mismatch at step {step}: page {got[step]}, reference {h}"
+
+
+def set_setting(page, name: str, value: int) -> None:
+    box = page.locator(f"#setting-{name} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+    page.wait_for_function(f"+document.querySelector('#setting-{name} input[type=range]').value === {value}",
+                           timeout=WAIT_MS)
+
+
+def linked(page, others) -> None:
+    ids = [state(o)["peerId"] for o in others]
+    wait_state(page, " && ".join(f"s.links[{json.dumps(i)}] === 'linked'" for i in ids) or "true",
+               f"links to {ids}", timeout_ms=20_000)
+
+
+def open_group(pages, url: str, n: int, label: str = "p") -> list:
+    group = [open_peer(pages, url, f"{label}{i}") for i in range(n)]
+    for page in group:
+        linked(page, [o for o in group if o is not page])
+        record_steps(page)
+    return group
+
+
+def ended(page, what: str, timeout_ms: int = RUN_MS) -> dict:
+    wait_state(page, "!s.running && ['done', 'stopped', 'failed'].includes(s.runState)", what, timeout_ms)
+    return state(page)
+
+
+# ---- the group trains ---------------------------------------------------------------------
+
+def test_two_pages_train_the_run_of_the_reference(app_url, pages):
+    a, b = open_group(pages, app_url + "/", 2)
+    set_setting(b, "steps", 100)
+    b.get_by_role("button", name="Start training", exact=True).click()    # b leads; a joins
+    sa, sb = ended(a, "a finished"), ended(b, "b finished")
+    for s in (sa, sb):
+        assert s["runState"] == "done" and s["step"] == 100, s["message"]
+        assert s["run"]["roster"] == [sb["peerId"], sa["peerId"]] and s["run"]["leader"] == sb["peerId"], s["run"]
+        assert s["replicas"] == {"count": 2, "agree": True, "agreeing": 2, "step": 100}, s["replicas"]
+    want = reference_hashes(2, {"steps": 100}, 100)
+    assert_hashes_equal("leader", step_hashes(b), want)
+    assert_hashes_equal("member", step_hashes(a), want)
+    # the panel's peer table shows each peer's hash
+    for page, other in ((a, sb), (b, sa)):
+        row = page.inner_text(f'#daisy-peer tr[data-peer="{other["peerId"]}"]')
+        assert want[-1][:12] in row and "linked" in row, row
+    assert "2 of 2 replicas agree at step 100" in a.inner_text("#daisy-peer")
+
+
+def test_three_pages_stop_together_and_equal_the_reference(app_url, pages):
+    group = open_group(pages, app_url + "/", 3)
+    a, b, c = group
+    settings = {"steps": 1000, **TINY}
+    c.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+    for page in group:
+        wait_state(page, "s.running && s.step >= 30", "30 steps", RUN_MS)
+    b.get_by_role("button", name="Stop", exact=True).click()          # a member stops the group
+    finals = [ended(page, "stopped") for page in group]
+    steps = {s["step"] for s in finals}
+    assert len(steps) == 1, f"pages stopped at different steps: {[s['step'] for s in finals]}"
+    k = steps.pop()
+    assert k >= 30 and all(s["runState"] == "stopped" for s in finals), [s["message"] for s in finals]
+    assert len({s["hash"] for s in finals}) == 1
+    assert finals[0]["run"]["topology"] == "allgather" and len(finals[0]["run"]["roster"]) == 3
+    want = reference_hashes(3, settings, k)
+    for page, label in zip(group, "abc"):
+        assert_hashes_equal(label, step_hashes(page), want)
+
+
+def test_room_host_and_approved_guest_train_and_the_pending_one_gets_nothing(app_url, pages):
+    url = f"{app_url}/?room=mesh-{secrets.token_hex(6)}"
+    host = open_peer(pages, url, "host")
+    guest = open_peer(pages, url, "guest")
+    gid = state(guest)["peerId"]
+    host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
+    host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
+    wait_state(guest, "s.role === 'member'", "guest approved")
+    linked(guest, [host])
+    waiting = open_peer(pages, url, "waiting")                         # never approved
+    wid = state(waiting)["peerId"]
+    host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{wid}"]', timeout=WAIT_MS)
+    err = waiting.evaluate("(cfg) => window.daisy.start(cfg).then(() => 'started', (e) => e.message)", TINY)
+    assert "waiting for the room host" in err, err
+    for page in (host, guest):
+        record_steps(page)
+    settings = {"steps": 1000, **TINY}
+    guest.evaluate("(cfg) => window.daisy.start(cfg)", settings)       # an approved member may start
+    wait_state(host, "s.running && s.step >= 10", "host trains", RUN_MS)
+    host.evaluate("window.daisy.stop()")
+    sh, sg = ended(host, "host stopped"), ended(guest, "guest stopped")
+    assert sh["run"]["roster"] == [sg["peerId"], sh["peerId"]], sh["run"]
+    assert sh["step"] == sg["step"] and sh["hash"] == sg["hash"]
+    want = reference_hashes(2, settings, sh["step"])
+    assert_hashes_equal("host", step_hashes(host), want)
+    sw = state(waiting)
+    assert sw["role"] == "pending" and sw["run"] is None and sw["step"] == 0 and sw["links"] == {}, sw
+    assert [p["id"] for p in sw["peers"]] == [wid], "the pending page learned about the room"
+
+
+def test_a_webgpu_page_and_a_cpu_page_train_together(app_url, pages):
+    gpu = open_peer(pages, app_url + "/?gpu=all", "gpu")
+    cpu = open_peer(pages, app_url + "/?gpu=off", "cpu")
+    wait_state(gpu, "s.path !== null", "gpu page path")
+    wait_state(cpu, "s.path !== null", "cpu page path")
+    sg, sc = state(gpu), state(cpu)
+    assert sg["path"] == "gpu" and "every GEMM" in sg["engine"], (sg["path"], sg["engine"], sg["pathReason"])
+    assert sc["path"] == "cpu" and sc["engine"] == "wasm-simd", (sc["path"], sc["engine"])
+    linked(gpu, [cpu])
+    for page in (gpu, cpu):
+        record_steps(page)
+    settings = {"steps": 100, **TINY}
+    cpu.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+    wait_state(cpu, "s.running && s.step >= 30", "30 steps", RUN_MS)
+    assert state(cpu)["tokensPerS"] > 0, "the CPU page reports no speed"
+    cpu.evaluate("window.daisy.stop()")
+    s1, s2 = ended(gpu, "gpu stopped"), ended(cpu, "cpu stopped")
+    assert s1["step"] == s2["step"] >= 30 and s1["hash"] == s2["hash"]
+    want = reference_hashes(2, settings, s1["step"])
+    assert_hashes_equal("gpu page", step_hashes(gpu), want)
+    assert_hashes_equal("cpu page", step_hashes(cpu), want)
+
+
+def test_another_mesh_protocol_is_refused_on_both_pages(app_url, pages):
+    new = open_peer(pages, app_url + "/", "v1")
+    old = open_peer(pages, app_url + "/?meshProtocol=2", "v2")
+    new_id, old_id = state(new)["peerId"], state(old)["peerId"]
+    wait_state(new, f"(s.links[{json.dumps(old_id)}] || '').startsWith('refused')", "v1 refuses v2", 20_000)
+    wait_state(old, f"(s.links[{json.dumps(new_id)}] || '').startsWith('refused')", "v2 refuses v1", 20_000)
+    assert "protocol v2, this page v1" in state(new)["links"][old_id]
+    assert "v1" in state(old)["links"][new_id]
+    new.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('protocol v2')", timeout=WAIT_MS)
+    # a Start leaves the incompatible page out: a one-peer run
+    new.evaluate("(cfg) => window.daisy.start(cfg)", {"steps": 100, **TINY})
+    wait_state(new, "s.running && s.step >= 2", "solo run")
+    assert state(new)["run"]["roster"] == [new_id]
+    assert state(old)["run"] is None
+    new.evaluate("window.daisy.stop()")
+    ended(new, "stopped")
+
+
+# ---- faults ---------------------------------------------------------------------------------
+
+BAD_FRAMES_JS = """async ([to, runId, slot, gradBytes]) => {
+  const f = await window.daisy.mesh.frames();
+  // a step the receiver has in flight: the sender's own next one (the receiver is at most one ahead)
+  const step = window.daisy.state().step + 1;
+  const send = (bytes) => window.daisy.mesh.sendRaw(to, bytes);
+  const grad = (fields, n = gradBytes) => f.encodeMessage({ type: f.TYPES.GRAD, slot, runId, step, payload: new Uint8Array(n), ...fields }, 0x7fff0000 + Math.floor(Math.random() * 1e6), 256 * 1024);
+  const sent = [];
+  for (let i = 0; i < 60; i++) await send(new Uint8Array(80).fill(i));          sent.push('flood');
+  await send(new Uint8Array([1, 2, 3, 4, 5]));                                   sent.push('truncated');
+  await send(new Uint8Array(200).fill(0x41));                                    sent.push('bad magic');
+  for (const c of await grad({ runId: (runId + 1) >>> 0 })) await send(c);      sent.push('wrong run id');
+  for (const c of await grad({ step: step + 50 })) await send(c);               sent.push('wrong step');
+  for (const c of await grad({}, gradBytes - 8)) await send(c);                 sent.push('wrong length');
+  const [one] = await grad({ step: step + 50 }, 16);
+  one[70] ^= 0xff;
+  await send(one);                                                               sent.push('bad digest');
+  const big = (await grad({}, 16))[0];
+  new DataView(big.buffer).setUint32(24, 0xffffffff, true);
+  await send(big);                                                               sent.push('huge length');
+  return sent;
+}"""
+
+
+def test_bad_frames_are_dropped_and_the_run_goes_on(app_url, pages):
+    a, b = open_group(pages, app_url + "/", 2)
+    settings = {"steps": 1000, **TINY}
+    a.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+    wait_state(b, "s.running && s.step >= 5", "training")
+    # one run per group: a second Start anywhere is refused with the reason
+    err = b.evaluate("(cfg) => window.daisy.start(cfg).then(() => 'started', (e) => e.message)", TINY)
+    assert "already going" in err, err
+    sa = state(a)
+    # GRAD frames of 840 payload bytes: far from the run's real size (every other check is met)
+    sent = b.evaluate(BAD_FRAMES_JS, [sa["peerId"], sa["run"]["id"], 1, 32 + 8 + 8 * 100])
+    assert len(sent) == 8, sent
+    # an outsider (linked, not in the roster) sends a frame of the run: dropped too
+    c = open_peer(pages, app_url + "/", "outsider")
+    linked(c, [a])
+    c.evaluate(BAD_FRAMES_JS.replace("for (let i = 0; i < 60", "for (let i = 0; i < 0"),
+               [sa["peerId"], sa["run"]["id"], 0, 32 + 8])
+    step_then = state(a)["step"]
+    wait_state(a, f"s.running && s.step >= {step_then + 10}", "the run goes on after the bad frames", RUN_MS)
+    drops = a.evaluate("window.daisy.mesh.drops()")
+    reasons = "\n".join(drops["recent"])
+    for needle in ("truncated frame", "bad magic", "not a run of this device", "not in flight", "expected", "digest mismatch",
+                   "over its limit", "not in the run's roster"):
+        assert needle in reasons, f"no drop for {needle!r} in:\n{reasons}"
+    assert drops["count"] >= 60 + 7
+    a.evaluate("window.daisy.stop()")
+    s1, s2 = ended(a, "a stopped"), ended(b, "b stopped")
+    assert s1["step"] == s2["step"] and s1["hash"] == s2["hash"]
+    want = reference_hashes(2, settings, s1["step"])
+    assert_hashes_equal("a", step_hashes(a), want)
+    assert state(c)["run"] is None
+
+
+def test_a_diverged_replica_stops_every_page(app_url, pages):
+    a, b = open_group(pages, app_url + "/", 2)
+    a.evaluate("(cfg) => window.daisy.start(cfg)", {"steps": 1000, **TINY})
+    wait_state(b, "s.running && s.step >= 3", "training")
+    b.evaluate("window.daisy.corruptWeights()")
+    sa, sb = ended(a, "a stopped", 20_000), ended(b, "b stopped", 20_000)
+    for s in (sa, sb):
+        assert s["runState"] == "stopped" and s["error"] == "replica mismatch", s["message"]
+        assert "disagree" in s["message"] and "never fork" in s["message"], s["message"]
+    assert sb["peerId"] in sa["message"] and sa["peerId"] in sb["message"], (sa["message"], sb["message"])
+
+
+@pytest.mark.parametrize("how", ["closed", "crashed"])
+def test_a_peer_that_vanishes_stops_the_run_and_the_state_is_kept(app_url, pages, how):
+    a, b = open_group(pages, app_url + "/", 2)
+    settings = {"steps": 1000, **TINY}
+    a.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+    wait_state(a, "s.running && s.step >= 5", "training")
+    b_id = state(b)["peerId"]
+    t0 = time.monotonic()
+    if how == "closed":
+        b.context.close()                              # the page says goodbye
+    else:
+        cdp = b.context.new_cdp_session(b)
+        try:
+            cdp.send("Page.crash")                      # no goodbye: the renderer dies
+        except Exception:
+            pass
+    sa = ended(a, "a stopped after the peer vanished", 12_000)
+    took = time.monotonic() - t0
+    assert took < 10.5, f"the run noticed the departure after {took:.1f} s"
+    assert sa["runState"] == "stopped" and b_id in sa["message"], sa["message"]
+    assert "left" in sa["message"] or "closed" in sa["message"], sa["message"]
+    # the last agreed state is kept: its hash is the reference's at that step, and it is usable
+    want = reference_hashes(2, settings, sa["step"])
+    assert sa["hash"] == want[-1], f"kept state at step {sa['step']}: {sa['hash']} vs reference {want[-1]}"
+    assert a.evaluate("window.daisy.hasModel()") is True
+    text = a.evaluate("window.daisy.generate('The ', {tokens: 20, seed: 1})")
+    assert isinstance(text, str) and len(text) > 0
+    if how == "crashed":
+        pages.problems[:] = [p for p in pages.problems if not p.startswith("p1:")]
