@@ -292,7 +292,7 @@ def test_a_diverged_replica_stops_every_page(app_url, pages):
     assert sb["peerId"] in sa["message"] and sa["peerId"] in sb["message"], (sa["message"], sb["message"])
 
 
-@pytest.mark.parametrize("how", ["closed", "crashed"])
+@pytest.mark.parametrize("how", ["closed", "hung"])
 def test_a_peer_that_vanishes_stops_the_run_and_the_state_is_kept(app_url, pages, how):
     a, b = open_group(pages, app_url + "/", 2)
     settings = {"steps": 1000, **TINY}
@@ -303,21 +303,18 @@ def test_a_peer_that_vanishes_stops_the_run_and_the_state_is_kept(app_url, pages
     if how == "closed":
         b.context.close()                              # the page says goodbye
     else:
-        cdp = b.context.new_cdp_session(b)
-        try:
-            cdp.send("Page.crash")                      # no goodbye: the renderer dies
-        except Exception:
-            pass
+        b.evaluate("setTimeout(() => { for (;;) {} }, 0)")    # no goodbye, no frames: a frozen device
     sa = ended(a, "a stopped after the peer vanished", 12_000)
     took = time.monotonic() - t0
     assert took < 10.5, f"the run noticed the departure after {took:.1f} s"
     assert sa["runState"] == "stopped" and b_id in sa["message"], sa["message"]
-    assert "left" in sa["message"] or "closed" in sa["message"], sa["message"]
+    said = ("closed its page", "left at step") if how == "closed" else ("no gradient from",)
+    assert any(x in sa["message"] for x in said), sa["message"]
     # the last agreed state is kept: its hash is the reference's at that step, and it is usable
     want = reference_hashes(2, settings, sa["step"])
     assert sa["hash"] == want[-1], f"kept state at step {sa['step']}: {sa['hash']} vs reference {want[-1]}"
     assert a.evaluate("window.daisy.hasModel()") is True
     text = a.evaluate("window.daisy.generate('The ', {tokens: 20, seed: 1})")
     assert isinstance(text, str) and len(text) > 0
-    if how == "crashed":
-        pages.problems[:] = [p for p in pages.problems if not p.startswith("p1:")]
+    if how == "hung":
+        b.context.close()
