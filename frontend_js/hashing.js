@@ -1,7 +1,10 @@
 // The canonical weight hash, mirroring daisy/hashing.py: SHA-256 over every parameter in
 // paramShapes order, as the little-endian bytes of its float64 values, row-major; hex digest.
-// Synchronous (crypto.subtle is async and missing on file:// pages): a WebAssembly compress
+// Two entry points. weightHash is synchronous, for the offline kit (a file:// page, where
+// crypto.subtle is missing) and the page's checkpoint and state checks: a WebAssembly compress
 // function where WebAssembly is (checked against the JS one at creation), else plain JS.
+// weightHashAsync, for the trainer's per-step hashes, uses WebCrypto's native SHA-256 where it
+// exists and passes its check, else weightHash.
 import { Module, local, block, loop, br, br_if, i32, LITTLE_ENDIAN_HOST } from './wasm_asm.js';
 
 const K256 = new Int32Array([

@@ -233,8 +233,9 @@ const ensure = (mem, bytes) => {
 let instance;                                 // undefined: not tried; null: unavailable
 export let floatKernelsUnavailable = null;    // why (null when available)
 
-// -> the kernels {softmaxRows, adamStep}, or null (no WebAssembly SIMD here). Each user gates
-// the kernel it uses against its JS version before trusting it (model.js, optim.js).
+// -> the kernels {softmaxRows, rmsnormRows, rmsnormBackRows, softmaxBackRows, relu, reluBack,
+// adamStep}, or null (no WebAssembly SIMD here). Each user gates the kernel it uses against its
+// JS version before trusting it (model.js, optim.js).
 export function floatKernels() {
   if (instance !== undefined) return instance;
   instance = null;
