@@ -9,6 +9,7 @@
 // immediates is an array (`i32.add`), one with immediates a function (`i32.const(5)`,
 // `f64.load()`, `i8x16.shuffle(...)`). Memory instructions take an optional offset and always
 // use the natural alignment. Branch targets are relative depths, as in the binary format.
+// `if_` and `return_` end in an underscore because `if` and `return` are JS keywords.
 // Encoding: WebAssembly core spec 2.0, section 5 (binary format), SIMD included.
 
 // --- encodings ----------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ export const f64 = {
 export const v128 = {
   load: simdMem(0x00, 4), store: simdMem(0x0b, 4),
   const: (...bytes16) => simd(0x0c, ...bytes16),
-  not: simd(0x4d), and: simd(0x4e), or: simd(0x50), bitselect: simd(0x52), any_true: simd(0x53),
+  and: simd(0x4e), or: simd(0x50), bitselect: simd(0x52), any_true: simd(0x53),
   store16_lane: simdLane(0x59, 1), store32_lane: simdLane(0x5a, 2), store64_lane: simdLane(0x5b, 3),
   load32_zero: simdMem(0x5c, 2), load64_zero: simdMem(0x5d, 3),
 };
@@ -106,6 +107,13 @@ export const forRange = (i, limit, body) => [i32.const(0), local.set(i), whileSt
 export const addr8 = (base, idx) => [local.get(base), local.get(idx), i32.const(3), i32.shl, i32.add];
 
 // --- modules ------------------------------------------------------------------------------------
+// nested code arrays -> their bytes appended to out, in order
+const emit = (out, code) => {
+  if (typeof code === 'number') out.push(code);
+  else for (const c of code) emit(out, c);
+  return out;
+};
+
 // "a b scale:f64 c" -> [[name, type byte], ...] (a bare name is an i32)
 const parseVars = (spec) => (spec ? spec.trim().split(/\s+/) : []).map((v) => {
   const [n, t = 'i32'] = v.split(':');
@@ -128,6 +136,7 @@ export class Module {
   // build(L) -> code, with L mapping each param and local name to its index; it runs in bytes(),
   // when every function of the module has its index, so a body may call one added after it.
   func(exportName, { params = '', result, locals = '' }, build) {
+    if (result && !(result in TYPES)) throw new Error(`unknown wasm type ${result} of ${exportName}'s result`);
     const handle = { index: this.funcs.length, exportName, params: parseVars(params), locals: parseVars(locals),
       result: result ? [TYPES[result]] : [], build };
     const seen = new Set();
@@ -149,25 +158,29 @@ export class Module {
     };
     const funcTypes = this.funcs.map((f) => uleb(typeOf(f)));
     const bodies = this.funcs.map((f) => {
-      const L = {};
-      [...f.params, ...f.locals].forEach(([n], i) => { L[n] = i; });
+      const index = new Map([...f.params, ...f.locals].map(([n], i) => [n, i]));
+      const L = new Proxy({}, { get: (_, n) => {            // a misspelt name must not read as local 0
+        if (!index.has(n)) throw new Error(`wasm function ${f.exportName}: no param or local ${String(n)}`);
+        return index.get(n);
+      } });
       const groups = [];                               // runs of one type: (count, type)
       for (const [, ty] of f.locals) {
         if (groups.length && groups[groups.length - 1][1] === ty) groups[groups.length - 1][0]++;
         else groups.push([1, ty]);
       }
-      const body = [...vec(groups.map(([n, ty]) => [...uleb(n), ty])), ...[f.build(L)].flat(Infinity), 0x0b];
-      return [...uleb(body.length), ...body];
+      const body = emit(vec(groups.map(([n, ty]) => [...uleb(n), ty])), [f.build(L), 0x0b]);
+      return [uleb(body.length), body];
     });
     const exports = [[...name('mem'), 0x02, 0x00],
       ...this.funcs.filter((f) => f.exportName).map((f) => [...name(f.exportName), 0x00, ...uleb(f.index)])];
-    return new Uint8Array([
+    const code = emit([], [uleb(bodies.length), bodies]);
+    return new Uint8Array(emit([], [
       0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,   // magic, version 1
-      ...section(1, vec(types)),
-      ...section(3, vec(funcTypes)),
-      ...section(5, vec([[0x00, ...uleb(this.minPages)]])),
-      ...section(7, vec(exports)),
-      ...section(10, vec(bodies)),
-    ]);
+      section(1, vec(types)),
+      section(3, vec(funcTypes)),
+      section(5, vec([[0x00, ...uleb(this.minPages)]])),
+      section(7, vec(exports)),
+      section(10, code),
+    ]));
   }
 }

@@ -39,6 +39,9 @@ test('calls and exports follow the functions, not hand-counted indices', () => {
   }
   assert.throws(() => new Module().func('f', { params: 'a a' }, () => []), /declared twice/);
   assert.throws(() => new Module().func('f', { params: 'a:f16' }, () => []), /unknown wasm type/);
+  const misspelt = new Module();
+  misspelt.func('f', { params: 'count' }, (L) => [local.get(L.cuont)]);
+  assert.throws(() => misspelt.bytes(), /no param or local cuont/);
 });
 
 // The SHA-256 of each kernel module's bytes. They are the bytes of the hand-assembled arrays the
