@@ -1,7 +1,7 @@
-"""WGSL int8 GEMM on SwiftShader (headless Chromium, DESIGN §5) next to numpy in the same run:
-GOPS (2*batch*M*K*N / t) of the packed and portable kernels at the default model's GEMM shapes
-and 512^3, against numpy int32 matmul (exact, no BLAS) and float32 matmul (BLAS; not exact,
-a speed reference only). WGSL time is one dispatch, submit to onSubmittedWorkDone, median of
+"""WGSL int8 GEMM on SwiftShader (headless Chromium, docs/ARCHITECTURE.md "Browser tests") next to
+numpy in the same run: GOPS (2*batch*M*K*N / t) of the packed and portable kernels at the
+default model's GEMM shapes and 512^3, against numpy int32 matmul (exact, no BLAS) and float32
+matmul (BLAS; not exact, a speed reference only). WGSL time is one dispatch, submit to onSubmittedWorkDone, median of
 --runs after a warm-up; "call" is one engine-style gemm end to end (pack, upload, dispatch,
 readback). Every WGSL result is checked exact against the JS CPU engine. SwiftShader proves
 correctness, not speed (the H200 figures are in bench/h200/).

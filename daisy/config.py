@@ -41,7 +41,8 @@ class Config:
         return cls(**d)
 
 
-# name -> (min, max, what it is); the UI sliders and the validator read this one table.
+# name -> (min, max, what it is); the page's sliders (server.py) and validate() read it.
+# frontend_js/config.js RANGES is its JS twin, for the browser's validator: change both.
 RANGES = {
     "width": (16, 128, "model width"),
     "seq_len": (16, 128, "sequence length"),

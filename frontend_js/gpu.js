@@ -10,7 +10,7 @@
 //   each call: the result is bound-checked and Freivalds-checked; every `auditEvery` calls a
 //             random tile is recomputed exactly on the CPU. Calls are numbered in issue order
 //             (the audits' randomness is keyed by that number), so audits are deterministic.
-//   batching: calls issued in the same tick (e.g. model.js backward's Promise.all of dW and dX)
+//   batching: calls issued in the same tick (e.g. the dW and dX of model.js backward's both())
 //             run as ONE submit (one dispatch each, one copy into one mappable buffer) and ONE
 //             mapAsync; each is audited and finished on its own, in issue order.
 //   faults:   a failed gate, shader compile error, validation/OOM error, uncaptured error, lost

@@ -1,8 +1,11 @@
 // The canonical weight hash, mirroring daisy/hashing.py: SHA-256 over every parameter in
 // paramShapes order, as the little-endian bytes of its float64 values, row-major; hex digest.
-// Synchronous (crypto.subtle is async and missing on file:// pages): a WebAssembly compress
+// Two entry points. weightHash is synchronous, for the offline kit (a file:// page, where
+// crypto.subtle is missing) and the page's checkpoint and state checks: a WebAssembly compress
 // function where WebAssembly is (checked against the JS one at creation), else plain JS.
-import { uleb, vec, section, str, get, set, i32c } from './wasm_gemm.js';
+// weightHashAsync, for the trainer's per-step hashes, uses WebCrypto's native SHA-256 where it
+// exists and passes its check, else weightHash.
+import { Module, local, block, loop, br, br_if, i32, LITTLE_ENDIAN_HOST } from './wasm_asm.js';
 
 const K256 = new Int32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -98,12 +101,10 @@ export class Sha256 {
   }
 }
 
-const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
-
 // Float64Array -> its little-endian bytes (a view on little-endian hosts, a swapped copy otherwise)
 export function f64LeBytes(a) {
   const bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  if (LITTLE_ENDIAN) return bytes;
+  if (LITTLE_ENDIAN_HOST) return bytes;
   const out = new Uint8Array(bytes.length);
   for (let i = 0; i < bytes.length; i += 8) for (let j = 0; j < 8; j++) out[i + j] = bytes[i + 7 - j];
   return out;
@@ -111,53 +112,48 @@ export function f64LeBytes(a) {
 
 // --- SHA-256 compress in WebAssembly: sha(statePtr, dataPtr, nBlocks), 64 rounds unrolled, the
 // message schedule in 64 locals, words loaded little-endian and byte-swapped -------------------
-const ADD = 0x6a, AND = 0x71, OR = 0x72, XOR = 0x73, SHR_U = 0x76, ROTL = 0x77, ROTR = 0x78, GE_U = 0x4f;
-const load32 = (off) => [0x28, 2, ...uleb(off)], store32 = (off) => [0x36, 2, ...uleb(off)];
-function shaBody() {
-  const statePtr = 0, dataPtr = 1, nBlocks = 2, blk = 3, v = [4, 5, 6, 7, 8, 9, 10, 11], t1 = 12, t2 = 13;
-  const w = Array.from({ length: 64 }, (_, i) => 14 + i);
-  const rotr = (l, n) => [...get(l), ...i32c(n), ROTR];
-  const sigma = (l, r1, r2, r3) => [...rotr(l, r1), ...rotr(l, r2), XOR, ...rotr(l, r3), XOR];
-  const sigmaSmall = (l, r1, r2, sh) => [...rotr(l, r1), ...rotr(l, r2), XOR, ...get(l), ...i32c(sh), SHR_U, XOR];
-  const block = [];
+const W = Array.from({ length: 64 }, (_, i) => `w${i}`);
+const shaModule = new Module();
+shaModule.func('sha', {
+  params: 'statePtr dataPtr nBlocks',
+  locals: `blk a b c d e f g h t1 t2 ${W.join(' ')}`,
+}, (L) => {
+  const v = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'].map((n) => L[n]), w = W.map((n) => L[n]);
+  const rotr = (l, n) => [local.get(l), i32.const(n), i32.rotr];
+  const sigma = (l, r1, r2, r3) => [rotr(l, r1), rotr(l, r2), i32.xor, rotr(l, r3), i32.xor];
+  const sigmaSmall = (l, r1, r2, sh) => [rotr(l, r1), rotr(l, r2), i32.xor, local.get(l), i32.const(sh), i32.shr_u, i32.xor];
+  const perBlock = [];
   for (let i = 0; i < 16; i++) {                      // big-endian word = byte swap of the LE load
-    block.push(...get(dataPtr), ...load32(4 * i), ...set(w[i]),
-      ...get(w[i]), ...i32c(0x00ff00ff), AND, ...i32c(8), ROTR,
-      ...get(w[i]), ...i32c(8), ROTL, ...i32c(0x00ff00ff), AND, OR, ...set(w[i]));
+    perBlock.push(local.get(L.dataPtr), i32.load(4 * i), local.set(w[i]),
+      local.get(w[i]), i32.const(0x00ff00ff), i32.and, i32.const(8), i32.rotr,
+      local.get(w[i]), i32.const(8), i32.rotl, i32.const(0x00ff00ff), i32.and, i32.or, local.set(w[i]));
   }
   for (let i = 16; i < 64; i++) {
-    block.push(...get(w[i - 16]), ...sigmaSmall(w[i - 15], 7, 18, 3), ADD, ...get(w[i - 7]), ADD,
-      ...sigmaSmall(w[i - 2], 17, 19, 10), ADD, ...set(w[i]));
+    perBlock.push(local.get(w[i - 16]), sigmaSmall(w[i - 15], 7, 18, 3), i32.add, local.get(w[i - 7]), i32.add,
+      sigmaSmall(w[i - 2], 17, 19, 10), i32.add, local.set(w[i]));
   }
   let r = [...v];                                     // roles a..h -> locals, renamed each round
   for (let i = 0; i < 64; i++) {
     const [a, b, c, d, e, f, g, h] = r;
-    block.push(...get(h), ...sigma(e, 6, 11, 25), ADD,
-      ...get(g), ...get(e), ...get(f), ...get(g), XOR, AND, XOR, ADD,        // ch = g ^ (e & (f ^ g))
-      ...i32c(K256[i]), ADD, ...get(w[i]), ADD, ...set(t1),
-      ...sigma(a, 2, 13, 22), ...get(a), ...get(b), AND, ...get(c), ...get(a), ...get(b), OR, AND, OR, ADD,   // maj
-      ...set(t2),
-      ...get(d), ...get(t1), ADD, ...set(d), ...get(t1), ...get(t2), ADD, ...set(h));
+    perBlock.push(local.get(h), sigma(e, 6, 11, 25), i32.add,
+      local.get(g), local.get(e), local.get(f), local.get(g), i32.xor, i32.and, i32.xor, i32.add,   // ch = g ^ (e & (f ^ g))
+      i32.const(K256[i]), i32.add, local.get(w[i]), i32.add, local.set(L.t1),
+      sigma(a, 2, 13, 22), local.get(a), local.get(b), i32.and, local.get(c), local.get(a), local.get(b), i32.or, i32.and, i32.or, i32.add,   // maj
+      local.set(L.t2),
+      local.get(d), local.get(L.t1), i32.add, local.set(d), local.get(L.t1), local.get(L.t2), i32.add, local.set(h));
     r = [h, a, b, c, d, e, f, g];
   }
   for (let i = 0; i < 8; i++) {
-    block.push(...get(v[i]), ...get(statePtr), ...load32(4 * i), ADD, ...set(v[i]),
-      ...get(statePtr), ...get(v[i]), ...store32(4 * i));
+    perBlock.push(local.get(v[i]), local.get(L.statePtr), i32.load(4 * i), i32.add, local.set(v[i]),
+      local.get(L.statePtr), local.get(v[i]), i32.store(4 * i));
   }
-  block.push(...get(dataPtr), ...i32c(64), ADD, ...set(dataPtr), ...get(blk), ...i32c(1), ADD, ...set(blk));
-  const I32 = 0x7f;
-  return [...vec([[...uleb(75), I32]]),
-    ...v.flatMap((l, i) => [...get(statePtr), ...load32(4 * i), ...set(l)]),
-    0x02, 0x40, 0x03, 0x40, ...get(blk), ...get(nBlocks), GE_U, 0x0d, 1, ...block, 0x0c, 0, 0x0b, 0x0b, 0x0b];
-}
-const shaModule = () => {
-  const body = shaBody();
-  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-    ...section(1, vec([[0x60, ...vec([[0x7f], [0x7f], [0x7f]]), 0x00]])),
-    ...section(3, vec([[0x00]])), ...section(5, vec([[0x00, 0x01]])),
-    ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('sha'), 0x00, 0x00]])),
-    ...section(10, vec([[...uleb(body.length), ...body]]))]);
-};
+  perBlock.push(local.get(L.dataPtr), i32.const(64), i32.add, local.set(L.dataPtr), local.get(L.blk), i32.const(1), i32.add, local.set(L.blk));
+  return [
+    v.map((l, i) => [local.get(L.statePtr), i32.load(4 * i), local.set(l)]),
+    block(loop(local.get(L.blk), local.get(L.nBlocks), i32.ge_u, br_if(1), perBlock, br(0))),
+  ];
+});
+export const shaWasmBytes = () => shaModule.bytes();
 const IV = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
 
 // bytes (Uint8Array parts, one message) -> hex SHA-256 in wasm; the message is copied into memory
@@ -185,8 +181,8 @@ function wasmSha() {
   if (shaWasm !== undefined) return shaWasm;
   shaWasm = null;
   try {
-    if (typeof WebAssembly === 'undefined' || !LITTLE_ENDIAN) return null;
-    const inst = new WebAssembly.Instance(new WebAssembly.Module(shaModule()), {});
+    if (typeof WebAssembly === 'undefined' || !LITTLE_ENDIAN_HOST) return null;
+    const inst = new WebAssembly.Instance(new WebAssembly.Module(shaWasmBytes()), {});
     const ws = { mem: inst.exports.mem, sha: inst.exports.sha };
     // check against the JS SHA-256 at every padding case (0..130 bytes) and across blocks
     const msg = new Uint8Array(1000);

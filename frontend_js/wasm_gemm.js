@@ -1,7 +1,7 @@
 // The WebAssembly SIMD integer engine: the same exact int8 GEMM as units.cpuEngine, faster.
-// The module is assembled here from opcodes (no build step, no toolchain). Its exports: mem; the
-// float ends of the unit qrows, qcols, epi (below); audit and pack8 for the GPU engine's host
-// (gpu.js, gated there); and the GEMM
+// The module is written with the assembler of wasm_asm.js (no build step, no toolchain). Its
+// exports: mem; the float ends of the unit qrows, qcols, epi (below); audit and pack8 for the GPU
+// engine's host (gpu.js, gated there); and the GEMM
 //   gemm(aPtr, bPtr, cPtr, batch, M, N, Kp)
 // over int16 operands in its memory, A (batch, M, Kp) and B^T (batch, N, Kp), K zero-padded to
 // Kp (a multiple of 8), M even, N a multiple of 4; C (batch, M, N) int32. Inner step: 8 products
@@ -10,235 +10,200 @@
 // The engine is gated at creation against the scalar engine (random, ragged and extreme inputs)
 // and is not offered when it disagrees or WebAssembly SIMD is missing.
 import { cpuEngine, MAX_K, quantizeRows, quantizeCols, epilogue } from './units.js';
+import {
+  Module, local, loop, br_if, if_, return_, select, i32, f64, v128, V128_ZERO, i8x16, i16x8, i32x4, f64x2,
+  whileStep, forRange, addr8, LITTLE_ENDIAN_HOST,
+} from './wasm_asm.js';
 
-// --- a tiny assembler -------------------------------------------------------------------------
-export const uleb = (n) => { const o = []; do { let b = n & 0x7f; n >>>= 7; if (n) b |= 0x80; o.push(b); } while (n); return o; };
-export const sleb = (n) => {
-  const o = [];
-  for (;;) { const b = n & 0x7f; n >>= 7; if ((n === 0 && !(b & 0x40)) || (n === -1 && (b & 0x40))) { o.push(b); return o; } o.push(b | 0x80); }
-};
-export const str = (s) => [...uleb(s.length), ...[...s].map((c) => c.charCodeAt(0))];
-export const section = (id, body) => [id, ...uleb(body.length), ...body];
-export const vec = (items) => [...uleb(items.length), ...items.flat()];
+const gemmModule = new Module();
 
-export const I32 = 0x7f, V128 = 0x7b;
-export const get = (l) => [0x20, ...uleb(l)], set = (l) => [0x21, ...uleb(l)];
-export const i32c = (v) => [0x41, ...sleb(v)];
-export const ADD = 0x6a, MUL = 0x6c, SHL = 0x74, LT_U = 0x49;
-export const simd = (op, ...imm) => [0xfd, ...uleb(op), ...imm];
-export const LOAD = simd(0x00, 4, 0), STORE = simd(0x0b, 4, 0);
-const DOT = simd(0xba), VADD = simd(0xae);
-const shuffle = (lanes32) => simd(0x0d, ...lanes32.flatMap((l) => [4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3]));
-export const VZERO = simd(0x0c, ...new Array(16).fill(0));
-const loop = (body) => [0x03, 0x40, ...body, 0x0b];
-
-// locals: params 0..6, then i32 and v128 locals
-const [aPtr, bPtr, cPtr, batch, M, N, Kp] = [0, 1, 2, 3, 4, 5, 6];
-const [bi, i, j, k, pa0, pa1, pb0, pb1, pb2, pb3, rowB, aBase, bBase, cBase, cRow] = Array.from({ length: 15 }, (_, n) => 7 + n);
-const acc = Array.from({ length: 8 }, (_, n) => 22 + n);    // acc[r*4 + c]: row r of 2, column c of 4
-const va = [30, 31], vb = 32;
-
-// hsum4(a, b, c, d) -> [sum a, sum b, sum c, sum d] (exact wrapping i32 adds)
-const hsum4 = (a, b, c, d) => [
-  ...get(a), ...get(b), ...shuffle([0, 1, 4, 5]), ...get(a), ...get(b), ...shuffle([2, 3, 6, 7]), ...VADD,
-  ...get(c), ...get(d), ...shuffle([0, 1, 4, 5]), ...get(c), ...get(d), ...shuffle([2, 3, 6, 7]), ...VADD,
-  ...set(33), ...set(34),   // 34 = s01, 33 = s23
-  ...get(34), ...get(33), ...shuffle([0, 2, 4, 6]), ...get(34), ...get(33), ...shuffle([1, 3, 5, 7]), ...VADD,
-];
-
-const kBody = [
-  ...get(pa0), ...get(k), ADD, ...LOAD, ...set(va[0]),
-  ...get(pa1), ...get(k), ADD, ...LOAD, ...set(va[1]),
-  ...[pb0, pb1, pb2, pb3].flatMap((pb, c) => [
-    ...get(pb), ...get(k), ADD, ...LOAD, ...set(vb),
-    ...get(acc[c]), ...get(va[0]), ...get(vb), ...DOT, ...VADD, ...set(acc[c]),
-    ...get(acc[4 + c]), ...get(va[1]), ...get(vb), ...DOT, ...VADD, ...set(acc[4 + c]),
-  ]),
-  ...get(k), ...i32c(16), ADD, ...set(k),
-  ...get(k), ...get(rowB), LT_U, 0x0d, 0,                  // br_if k-loop
-];
-const jBody = [
-  ...get(bBase), ...get(j), ...get(rowB), MUL, ADD, ...set(pb0),
-  ...get(pb0), ...get(rowB), ADD, ...set(pb1),
-  ...get(pb1), ...get(rowB), ADD, ...set(pb2),
-  ...get(pb2), ...get(rowB), ADD, ...set(pb3),
-  ...acc.flatMap((a) => [...VZERO, ...set(a)]),
-  ...i32c(0), ...set(k),
-  ...loop(kBody),
-  ...get(cRow), ...get(j), ...i32c(2), SHL, ADD, ...hsum4(acc[0], acc[1], acc[2], acc[3]), ...STORE,
-  ...get(cRow), ...get(N), ...get(j), ADD, ...i32c(2), SHL, ADD, ...hsum4(acc[4], acc[5], acc[6], acc[7]), ...STORE,
-  ...get(j), ...i32c(4), ADD, ...set(j),
-  ...get(j), ...get(N), LT_U, 0x0d, 0,
-];
-const iBody = [
-  ...get(aBase), ...get(i), ...get(rowB), MUL, ADD, ...set(pa0),
-  ...get(pa0), ...get(rowB), ADD, ...set(pa1),
-  ...get(cBase), ...get(i), ...get(N), MUL, ...i32c(2), SHL, ADD, ...set(cRow),
-  ...i32c(0), ...set(j),
-  ...loop(jBody),
-  ...get(i), ...i32c(2), ADD, ...set(i),
-  ...get(i), ...get(M), LT_U, 0x0d, 0,
-];
-const bBody = [
-  ...get(aPtr), ...get(bi), ...get(M), MUL, ...get(rowB), MUL, ADD, ...set(aBase),
-  ...get(bPtr), ...get(bi), ...get(N), MUL, ...get(rowB), MUL, ADD, ...set(bBase),
-  ...get(cPtr), ...get(bi), ...get(M), MUL, ...get(N), MUL, ...i32c(2), SHL, ADD, ...set(cBase),
-  ...i32c(0), ...set(i),
-  ...loop(iBody),
-  ...get(bi), ...i32c(1), ADD, ...set(bi),
-  ...get(bi), ...get(batch), LT_U, 0x0d, 0,
-];
-const body = [
-  ...vec([[...uleb(15), I32], [...uleb(13), V128]]),
-  ...get(Kp), ...i32c(1), SHL, ...set(rowB),
-  ...i32c(0), ...set(bi),
-  ...loop(bBody),
-  0x0b,
-];
+// --- the GEMM -----------------------------------------------------------------------------------
+// shuffle32(lanes): of the 8 i32 lanes of the two vectors on the stack (0-3 the first, 4-7 the
+// second), the 4 named by lanes
+const shuffle32 = (lanes) => i8x16.shuffle(...lanes.flatMap((l) => [4 * l, 4 * l + 1, 4 * l + 2, 4 * l + 3]));
+const ACC = ['acc0', 'acc1', 'acc2', 'acc3', 'acc4', 'acc5', 'acc6', 'acc7'];   // ACC[r*4 + c]: row r of 2, column c of 4
+const PB = ['pb0', 'pb1', 'pb2', 'pb3'];                                          // B^T rows j..j+3
+gemmModule.func('gemm', {
+  params: 'aPtr bPtr cPtr batch M N Kp',
+  locals: `bi i j k pa0 pa1 ${PB.join(' ')} rowB aBase bBase cBase cRow ${ACC.map((a) => `${a}:v128`).join(' ')}
+    va0:v128 va1:v128 vb:v128 s23:v128 s01:v128`,
+}, (L) => {
+  const acc = ACC.map((a) => L[a]);
+  // hsum4(a, b, c, d) -> [sum a, sum b, sum c, sum d] (exact wrapping i32 adds)
+  const hsum4 = (a, b, c, d) => [
+    local.get(a), local.get(b), shuffle32([0, 1, 4, 5]), local.get(a), local.get(b), shuffle32([2, 3, 6, 7]), i32x4.add,
+    local.get(c), local.get(d), shuffle32([0, 1, 4, 5]), local.get(c), local.get(d), shuffle32([2, 3, 6, 7]), i32x4.add,
+    local.set(L.s23), local.set(L.s01),
+    local.get(L.s01), local.get(L.s23), shuffle32([0, 2, 4, 6]), local.get(L.s01), local.get(L.s23), shuffle32([1, 3, 5, 7]), i32x4.add,
+  ];
+  const kBody = [
+    local.get(L.pa0), local.get(L.k), i32.add, v128.load(), local.set(L.va0),
+    local.get(L.pa1), local.get(L.k), i32.add, v128.load(), local.set(L.va1),
+    PB.map((pb, c) => [
+      local.get(L[pb]), local.get(L.k), i32.add, v128.load(), local.set(L.vb),
+      local.get(acc[c]), local.get(L.va0), local.get(L.vb), i32x4.dot_i16x8_s, i32x4.add, local.set(acc[c]),
+      local.get(acc[4 + c]), local.get(L.va1), local.get(L.vb), i32x4.dot_i16x8_s, i32x4.add, local.set(acc[4 + c]),
+    ]),
+    local.get(L.k), i32.const(16), i32.add, local.set(L.k),
+    local.get(L.k), local.get(L.rowB), i32.lt_u, br_if(0),
+  ];
+  const jBody = [
+    local.get(L.bBase), local.get(L.j), local.get(L.rowB), i32.mul, i32.add, local.set(L.pb0),
+    local.get(L.pb0), local.get(L.rowB), i32.add, local.set(L.pb1),
+    local.get(L.pb1), local.get(L.rowB), i32.add, local.set(L.pb2),
+    local.get(L.pb2), local.get(L.rowB), i32.add, local.set(L.pb3),
+    acc.map((a) => [V128_ZERO, local.set(a)]),
+    i32.const(0), local.set(L.k),
+    loop(kBody),
+    local.get(L.cRow), local.get(L.j), i32.const(2), i32.shl, i32.add, hsum4(acc[0], acc[1], acc[2], acc[3]), v128.store(),
+    local.get(L.cRow), local.get(L.N), local.get(L.j), i32.add, i32.const(2), i32.shl, i32.add, hsum4(acc[4], acc[5], acc[6], acc[7]), v128.store(),
+    local.get(L.j), i32.const(4), i32.add, local.set(L.j),
+    local.get(L.j), local.get(L.N), i32.lt_u, br_if(0),
+  ];
+  const iBody = [
+    local.get(L.aBase), local.get(L.i), local.get(L.rowB), i32.mul, i32.add, local.set(L.pa0),
+    local.get(L.pa0), local.get(L.rowB), i32.add, local.set(L.pa1),
+    local.get(L.cBase), local.get(L.i), local.get(L.N), i32.mul, i32.const(2), i32.shl, i32.add, local.set(L.cRow),
+    i32.const(0), local.set(L.j),
+    loop(jBody),
+    local.get(L.i), i32.const(2), i32.add, local.set(L.i),
+    local.get(L.i), local.get(L.M), i32.lt_u, br_if(0),
+  ];
+  const bBody = [
+    local.get(L.aPtr), local.get(L.bi), local.get(L.M), i32.mul, local.get(L.rowB), i32.mul, i32.add, local.set(L.aBase),
+    local.get(L.bPtr), local.get(L.bi), local.get(L.N), i32.mul, local.get(L.rowB), i32.mul, i32.add, local.set(L.bBase),
+    local.get(L.cPtr), local.get(L.bi), local.get(L.M), i32.mul, local.get(L.N), i32.mul, i32.const(2), i32.shl, i32.add, local.set(L.cBase),
+    i32.const(0), local.set(L.i),
+    loop(iBody),
+    local.get(L.bi), i32.const(1), i32.add, local.set(L.bi),
+    local.get(L.bi), local.get(L.batch), i32.lt_u, br_if(0),
+  ];
+  return [
+    local.get(L.Kp), i32.const(1), i32.shl, local.set(L.rowB),        // bytes per operand row
+    i32.const(0), local.set(L.bi),
+    loop(bBody),
+  ];
+});
 
 // --- the float ends of the unit, also in wasm (IEEE-754 basic ops, correctly rounded, no FTZ,
 // exactly the operations of units.quantizeRows / quantizeCols / epilogue on every element; the
 // f64x2 lanes are two independent IEEE float64 operations, so SIMD changes no bit) ------------
-export const F64 = 0x7c;
-export const F64LOAD = [0x2b, 3, 0], F64STORE = [0x39, 3, 0], I32LOAD = [0x28, 2, 0], STORE16 = [0x3b, 1, 0];
-const FABS = 0x99, FNEAREST = 0x9e, FMUL = 0xa2, FDIV = 0xa3, FMIN = 0xa4, FMAX = 0xa5, F_OF_I32 = 0xb7;
-const GT_U = 0x4b;
-const TRUNC_SAT = [0xfc, 0x02];
-export const f64c = (x) => [0x44, ...new Uint8Array(new Float64Array([x]).buffer)];   // little-endian bytes
-export const LE_HOST = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
-// pmin(a, b) = b < a ? b : a and pmax(a, b) = a < b ? b : a: the comparisons of units.js itself
-// (amax: a > amax; clamp: v > 127, v < -127), one minpd/maxpd each
-export const X2 = { splat: simd(0x14), abs: simd(0xec), mul: simd(0xf2), div: simd(0xf3), pmin: simd(0xf6),
-  pmax: simd(0xf7), nearest: simd(0x94) };
-const extract = (lane) => simd(0x21, lane);
-const TRUNC_SAT_ZERO = simd(0xfc), CONVERT_LOW = simd(0xfe), NARROW16 = simd(0x85);
-const LOAD64_ZERO = simd(0x5d, 3, 0);
-const store16Lane = (lane) => simd(0x59, 1, 0, lane), store32Lane = (lane) => simd(0x5a, 2, 0, lane);
-
-// a function body from named params and typed locals: build(L) gets name -> local index
-export function func(params, locals, build) {
-  const L = {};
-  let n = 0;
-  for (const name of params) L[name] = n++;
-  const groups = locals.map(([type, names]) => { for (const name of names) L[name] = n++; return [...uleb(names.length), type]; });
-  return { nParams: params.length, body: [...vec(groups), ...build(L), 0x0b] };
-}
-// while (i + step <= limit) { body; i += step }, i starting where it is (locals by index)
-export const whileStep = (i, step, limit, body) => [0x02, 0x40, 0x03, 0x40,
-  ...get(i), ...i32c(step), ADD, ...get(limit), GT_U, 0x0d, 1,
-  ...body, ...get(i), ...i32c(step), ADD, ...set(i), 0x0c, 0, 0x0b, 0x0b];
-export const forRange = (i, limit, body) => [...i32c(0), ...set(i), ...whileStep(i, 1, limit, body)];
-export const addr8 = (base, idx) => [...get(base), ...get(idx), ...i32c(3), SHL, ADD];
-// f64 / f64x2 on the stack, divided by s: clamp(nearest(x / s), -127, 127) as i32 / i16 lanes
-const quantScalar = (s) => [...get(s), FDIV, FNEAREST, ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT];
-const quantPair = (lo, hi) => [...X2.div, ...X2.nearest, ...get(lo), ...X2.pmax, ...get(hi), ...X2.pmin,
-  ...TRUNC_SAT_ZERO, ...VZERO, ...NARROW16];                    // i16 lanes 0, 1
+// f64 / f64x2 on the stack, divided by s: clamp(nearest(x / s), -127, 127) as i32 / i16 lanes.
+// f64x2.pmin(a, b) = b < a ? b : a and pmax(a, b) = a < b ? b : a: the comparisons of units.js
+// itself (amax: a > amax; clamp: v > 127, v < -127), one minpd/maxpd each
+const quantScalar = (s) => [local.get(s), f64.div, f64.nearest, f64.const(-127), f64.max, f64.const(127), f64.min, i32.trunc_sat_f64_s];
+const quantPair = (lo, hi) => [f64x2.div, f64x2.nearest, local.get(lo), f64x2.pmax, local.get(hi), f64x2.pmin,
+i32x4.trunc_sat_f64x2_s_zero, V128_ZERO, i16x8.narrow_i32x4_s];                    // i16 lanes 0, 1
 // amax = amax < t ? t : amax with t = |x| (x f64 on the stack), the scalar twin of pmax: NaN never enters
-export const F_LT = 0x63, SELECT = 0x1b, tee = (l) => [0x22, ...uleb(l)];
-const pmaxAbs = (amaxCode, t) => [FABS, ...tee(t), ...amaxCode, ...amaxCode, ...get(t), F_LT, SELECT];
-const clampVectors = (lo, hi) => [...f64c(-127), ...X2.splat, ...set(lo), ...f64c(127), ...X2.splat, ...set(hi)];
+const pmaxAbs = (amaxCode, t) => [f64.abs, local.tee(t), amaxCode, amaxCode, local.get(t), f64.lt, select];
+const clampVectors = (lo, hi) => [f64.const(-127), f64x2.splat, local.set(lo), f64.const(127), f64x2.splat, local.set(hi)];
 
 // qrows(xPtr, qPtr, sPtr, batch, R, K, Rp, Kp): row (b, i) of x is the K contiguous f64 at
 // x[(b*R + i)*K]; s[b*R + i] = max(max|x|, 2^-60) / 127; q[(b*Rp + i)*Kp + k] (i16) = quant(x / s)
-const qrowsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
-  [[I32, ['b', 'i', 'k', 'p', 'qrow']], [F64, ['amax', 's', 't']], [V128, ['vmax', 'vs', 'lo', 'hi']]], (L) => [
-    ...clampVectors(L.lo, L.hi),
-    ...forRange(L.b, L.batch, forRange(L.i, L.R, [
-      ...get(L.xPtr), ...get(L.b), ...get(L.R), MUL, ...get(L.i), ADD, ...get(L.K), MUL, ...i32c(3), SHL, ADD, ...set(L.p),
-      ...VZERO, ...set(L.vmax), ...i32c(0), ...set(L.k),
-      ...whileStep(L.k, 2, L.K, [...get(L.vmax), ...addr8(L.p, L.k), ...LOAD, ...X2.abs, ...X2.pmax, ...set(L.vmax)]),
-      ...get(L.vmax), ...extract(0), ...get(L.vmax), ...extract(1), FMAX, ...set(L.amax),
-      ...whileStep(L.k, 1, L.K, [...addr8(L.p, L.k), ...F64LOAD, ...pmaxAbs(get(L.amax), L.t), ...set(L.amax)]),
-      ...get(L.amax), ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...set(L.s),
-      ...get(L.sPtr), ...get(L.b), ...get(L.R), MUL, ...get(L.i), ADD, ...i32c(3), SHL, ADD, ...get(L.s), ...F64STORE,
-      ...get(L.s), ...X2.splat, ...set(L.vs),
-      ...get(L.qPtr), ...get(L.b), ...get(L.Rp), MUL, ...get(L.i), ADD, ...get(L.Kp), MUL, ...i32c(1), SHL, ADD, ...set(L.qrow),
-      ...i32c(0), ...set(L.k),
-      ...whileStep(L.k, 2, L.K, [...get(L.qrow), ...get(L.k), ...i32c(1), SHL, ADD,
-        ...addr8(L.p, L.k), ...LOAD, ...get(L.vs), ...quantPair(L.lo, L.hi), ...store32Lane(0)]),
-      ...whileStep(L.k, 1, L.K, [...get(L.qrow), ...get(L.k), ...i32c(1), SHL, ADD,
-        ...addr8(L.p, L.k), ...F64LOAD, ...quantScalar(L.s), ...STORE16]),
-    ])),
-  ]);
+gemmModule.func('qrows', {
+params: 'xPtr qPtr sPtr batch R K Rp Kp',
+locals: 'b i k p qrow amax:f64 s:f64 t:f64 vmax:v128 vs:v128 lo:v128 hi:v128',
+}, (L) => [
+  clampVectors(L.lo, L.hi),
+  forRange(L.b, L.batch, forRange(L.i, L.R, [
+    local.get(L.xPtr), local.get(L.b), local.get(L.R), i32.mul, local.get(L.i), i32.add, local.get(L.K), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.p),
+    V128_ZERO, local.set(L.vmax), i32.const(0), local.set(L.k),
+    whileStep(L.k, 2, L.K, [local.get(L.vmax), addr8(L.p, L.k), v128.load(), f64x2.abs, f64x2.pmax, local.set(L.vmax)]),
+    local.get(L.vmax), f64x2.extract_lane(0), local.get(L.vmax), f64x2.extract_lane(1), f64.max, local.set(L.amax),
+    whileStep(L.k, 1, L.K, [addr8(L.p, L.k), f64.load(), pmaxAbs(local.get(L.amax), L.t), local.set(L.amax)]),
+    local.get(L.amax), f64.const(2 ** -60), f64.max, f64.const(127), f64.div, local.set(L.s),
+    local.get(L.sPtr), local.get(L.b), local.get(L.R), i32.mul, local.get(L.i), i32.add, i32.const(3), i32.shl, i32.add, local.get(L.s), f64.store(),
+    local.get(L.s), f64x2.splat, local.set(L.vs),
+    local.get(L.qPtr), local.get(L.b), local.get(L.Rp), i32.mul, local.get(L.i), i32.add, local.get(L.Kp), i32.mul, i32.const(1), i32.shl, i32.add, local.set(L.qrow),
+    i32.const(0), local.set(L.k),
+    whileStep(L.k, 2, L.K, [local.get(L.qrow), local.get(L.k), i32.const(1), i32.shl, i32.add,
+      addr8(L.p, L.k), v128.load(), local.get(L.vs), quantPair(L.lo, L.hi), v128.store32_lane(0)]),
+    whileStep(L.k, 1, L.K, [local.get(L.qrow), local.get(L.k), i32.const(1), i32.shl, i32.add,
+      addr8(L.p, L.k), f64.load(), quantScalar(L.s), i32.store16()]),
+  ])),
+]);
 
 // qcols(xPtr, qPtr, sPtr, batch, R, K, Rp, Kp): x per batch stored (K, R) row-major, logical row
 // j = stored column j. Walked row by row (contiguous reads): first the column maxima into s, then
 // s[b*R + j] = max(amax, 2^-60) / 127, then q[(b*Rp + j)*Kp + k] (i16) = quant(x[k, j] / s[j])
 const ROWS = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7'];
-const I16_LANE = (lane) => simd(0x18, lane), I16_REPLACE = (lane) => simd(0x1a, lane);
-const qcolsFn = func(['xPtr', 'qPtr', 'sPtr', 'batch', 'R', 'K', 'Rp', 'Kp'],
-  [[I32, ['b', 'j', 'k', 'row', 'sb', 'qk', 'qstride', 'rstride', ...ROWS]], [F64, ['t']], [V128, ['v', 'lo', 'hi', 'vj', 'vj1']]], (L) => {
-    const rowAddr = [...get(L.xPtr), ...get(L.b), ...get(L.K), MUL, ...get(L.k), ADD, ...get(L.R), MUL, ...i32c(3), SHL, ADD, ...set(L.row)];
-    const qkAddr = [...get(L.qPtr), ...get(L.b), ...get(L.Rp), MUL, ...get(L.Kp), MUL, ...get(L.k), ADD, ...i32c(1), SHL, ADD, ...set(L.qk)];
-    return [
-      ...clampVectors(L.lo, L.hi),
-      ...get(L.Kp), ...i32c(1), SHL, ...set(L.qstride), ...get(L.R), ...i32c(3), SHL, ...set(L.rstride),
-      ...forRange(L.b, L.batch, [
-        ...get(L.sPtr), ...get(L.b), ...get(L.R), MUL, ...i32c(3), SHL, ADD, ...set(L.sb),
-        ...forRange(L.j, L.R, [...addr8(L.sb, L.j), ...f64c(0), ...F64STORE]),
-        ...forRange(L.k, L.K, [
-          ...rowAddr, ...i32c(0), ...set(L.j),
-          ...whileStep(L.j, 2, L.R, [...addr8(L.sb, L.j), ...addr8(L.sb, L.j), ...LOAD, ...addr8(L.row, L.j), ...LOAD, ...X2.abs, ...X2.pmax, ...STORE]),
-          ...whileStep(L.j, 1, L.R, [...addr8(L.sb, L.j), ...addr8(L.row, L.j), ...F64LOAD, ...pmaxAbs([...addr8(L.sb, L.j), ...F64LOAD], L.t), ...F64STORE]),
+gemmModule.func('qcols', {
+  params: 'xPtr qPtr sPtr batch R K Rp Kp',
+  locals: `b j k row sb qk qstride rstride ${ROWS.join(' ')} t:f64 v:v128 lo:v128 hi:v128 vj:v128 vj1:v128`,
+}, (L) => {
+  const rowAddr = [local.get(L.xPtr), local.get(L.b), local.get(L.K), i32.mul, local.get(L.k), i32.add, local.get(L.R), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.row)];
+  const qkAddr = [local.get(L.qPtr), local.get(L.b), local.get(L.Rp), i32.mul, local.get(L.Kp), i32.mul, local.get(L.k), i32.add, i32.const(1), i32.shl, i32.add, local.set(L.qk)];
+  return [
+    clampVectors(L.lo, L.hi),
+    local.get(L.Kp), i32.const(1), i32.shl, local.set(L.qstride), local.get(L.R), i32.const(3), i32.shl, local.set(L.rstride),
+    forRange(L.b, L.batch, [
+      local.get(L.sPtr), local.get(L.b), local.get(L.R), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.sb),
+      forRange(L.j, L.R, [addr8(L.sb, L.j), f64.const(0), f64.store()]),
+      forRange(L.k, L.K, [
+        rowAddr, i32.const(0), local.set(L.j),
+        whileStep(L.j, 2, L.R, [addr8(L.sb, L.j), addr8(L.sb, L.j), v128.load(), addr8(L.row, L.j), v128.load(), f64x2.abs, f64x2.pmax, v128.store()]),
+        whileStep(L.j, 1, L.R, [addr8(L.sb, L.j), addr8(L.row, L.j), f64.load(), pmaxAbs([addr8(L.sb, L.j), f64.load()], L.t), f64.store()]),
+      ]),
+      forRange(L.j, L.R, [addr8(L.sb, L.j), addr8(L.sb, L.j), f64.load(), f64.const(2 ** -60), f64.max, f64.const(127), f64.div, f64.store()]),
+      // blocks of 8 rows k: each logical row j gets its 8 codes as one 16-byte store (the
+      // strided 2-byte stores below thrash the cache when Kp*2 is a large power of two)
+      i32.const(0), local.set(L.k),
+      whileStep(L.k, 8, L.K, [
+        rowAddr, ROWS.flatMap((r, kk) => [local.get(L.row), local.get(L.rstride), i32.const(kk), i32.mul, i32.add, local.set(L[r])]),
+        qkAddr, i32.const(0), local.set(L.j),
+        whileStep(L.j, 2, L.R, [
+          ROWS.flatMap((r, kk) => [
+            addr8(L[r], L.j), v128.load(), addr8(L.sb, L.j), v128.load(), quantPair(L.lo, L.hi), local.set(L.v),
+            local.get(L.vj), local.get(L.v), i16x8.extract_lane_s(0), i16x8.replace_lane(kk), local.set(L.vj),
+            local.get(L.vj1), local.get(L.v), i16x8.extract_lane_s(1), i16x8.replace_lane(kk), local.set(L.vj1)]),
+          local.get(L.qk), local.get(L.j), local.get(L.qstride), i32.mul, i32.add, local.get(L.vj), v128.store(),
+          local.get(L.qk), local.get(L.j), i32.const(1), i32.add, local.get(L.qstride), i32.mul, i32.add, local.get(L.vj1), v128.store(),
         ]),
-        ...forRange(L.j, L.R, [...addr8(L.sb, L.j), ...addr8(L.sb, L.j), ...F64LOAD, ...f64c(2 ** -60), FMAX, ...f64c(127), FDIV, ...F64STORE]),
-        // blocks of 8 rows k: each logical row j gets its 8 codes as one 16-byte store (the
-        // strided 2-byte stores below thrash the cache when Kp*2 is a large power of two)
-        ...i32c(0), ...set(L.k),
-        ...whileStep(L.k, 8, L.K, [
-          ...rowAddr, ...ROWS.flatMap((r, kk) => [...get(L.row), ...get(L.rstride), ...i32c(kk), MUL, ADD, ...set(L[r])]),
-          ...qkAddr, ...i32c(0), ...set(L.j),
-          ...whileStep(L.j, 2, L.R, [
-            ...ROWS.flatMap((r, kk) => [
-              ...addr8(L[r], L.j), ...LOAD, ...addr8(L.sb, L.j), ...LOAD, ...quantPair(L.lo, L.hi), ...set(L.v),
-              ...get(L.vj), ...get(L.v), ...I16_LANE(0), ...I16_REPLACE(kk), ...set(L.vj),
-              ...get(L.vj1), ...get(L.v), ...I16_LANE(1), ...I16_REPLACE(kk), ...set(L.vj1)]),
-            ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.vj), ...STORE,
-            ...get(L.qk), ...get(L.j), ...i32c(1), ADD, ...get(L.qstride), MUL, ADD, ...get(L.vj1), ...STORE,
-          ]),
-          ...whileStep(L.j, 1, L.R, [
-            ...ROWS.flatMap((r, kk) => [...get(L.vj),
-              ...addr8(L[r], L.j), ...F64LOAD, ...addr8(L.sb, L.j), ...F64LOAD, FDIV, FNEAREST,
-              ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT, ...I16_REPLACE(kk), ...set(L.vj)]),
-            ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.vj), ...STORE,
-          ]),
-        ]),
-        ...whileStep(L.k, 1, L.K, [
-          ...rowAddr, ...qkAddr, ...i32c(0), ...set(L.j),
-          ...whileStep(L.j, 2, L.R, [
-            ...addr8(L.row, L.j), ...LOAD, ...addr8(L.sb, L.j), ...LOAD, ...quantPair(L.lo, L.hi), ...set(L.v),
-            ...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD, ...get(L.v), ...store16Lane(0),
-            ...get(L.qk), ...get(L.j), ...i32c(1), ADD, ...get(L.qstride), MUL, ADD, ...get(L.v), ...store16Lane(1),
-          ]),
-          ...whileStep(L.j, 1, L.R, [...get(L.qk), ...get(L.j), ...get(L.qstride), MUL, ADD,
-            ...addr8(L.row, L.j), ...F64LOAD, ...addr8(L.sb, L.j), ...F64LOAD, FDIV, FNEAREST,
-            ...f64c(-127), FMAX, ...f64c(127), FMIN, ...TRUNC_SAT, ...STORE16]),
+        whileStep(L.j, 1, L.R, [
+          ROWS.flatMap((r, kk) => [local.get(L.vj),
+            addr8(L[r], L.j), f64.load(), addr8(L.sb, L.j), f64.load(), f64.div, f64.nearest,
+            f64.const(-127), f64.max, f64.const(127), f64.min, i32.trunc_sat_f64_s, i16x8.replace_lane(kk), local.set(L.vj)]),
+          local.get(L.qk), local.get(L.j), local.get(L.qstride), i32.mul, i32.add, local.get(L.vj), v128.store(),
         ]),
       ]),
-    ];
-  });
+      whileStep(L.k, 1, L.K, [
+        rowAddr, qkAddr, i32.const(0), local.set(L.j),
+        whileStep(L.j, 2, L.R, [
+          addr8(L.row, L.j), v128.load(), addr8(L.sb, L.j), v128.load(), quantPair(L.lo, L.hi), local.set(L.v),
+          local.get(L.qk), local.get(L.j), local.get(L.qstride), i32.mul, i32.add, local.get(L.v), v128.store16_lane(0),
+          local.get(L.qk), local.get(L.j), i32.const(1), i32.add, local.get(L.qstride), i32.mul, i32.add, local.get(L.v), v128.store16_lane(1),
+        ]),
+        whileStep(L.j, 1, L.R, [local.get(L.qk), local.get(L.j), local.get(L.qstride), i32.mul, i32.add,
+          addr8(L.row, L.j), f64.load(), addr8(L.sb, L.j), f64.load(), f64.div, f64.nearest,
+          f64.const(-127), f64.max, f64.const(127), f64.min, i32.trunc_sat_f64_s, i32.store16()]),
+      ]),
+    ]),
+  ];
+});
 
 // epi(cPtr, srPtr, scPtr, outPtr, batch, M, N, Mp, Np):
 // out[(b*M + i)*N + j] = (f64(c[(b*Mp + i)*Np + j]) * sr[b*M + i]) * sc[b*N + j]
-const epiFn = func(['cPtr', 'srPtr', 'scPtr', 'outPtr', 'batch', 'M', 'N', 'Mp', 'Np'],
-  [[I32, ['b', 'i', 'j', 'crow', 'orow', 'sc0']], [F64, ['sr']], [V128, ['vsr']]], (L) => [
-    ...forRange(L.b, L.batch, [
-      ...get(L.scPtr), ...get(L.b), ...get(L.N), MUL, ...i32c(3), SHL, ADD, ...set(L.sc0),
-      ...forRange(L.i, L.M, [
-        ...get(L.srPtr), ...get(L.b), ...get(L.M), MUL, ...get(L.i), ADD, ...i32c(3), SHL, ADD, ...F64LOAD, ...set(L.sr),
-        ...get(L.sr), ...X2.splat, ...set(L.vsr),
-        ...get(L.cPtr), ...get(L.b), ...get(L.Mp), MUL, ...get(L.i), ADD, ...get(L.Np), MUL, ...i32c(2), SHL, ADD, ...set(L.crow),
-        ...get(L.outPtr), ...get(L.b), ...get(L.M), MUL, ...get(L.i), ADD, ...get(L.N), MUL, ...i32c(3), SHL, ADD, ...set(L.orow),
-        ...i32c(0), ...set(L.j),
-        ...whileStep(L.j, 2, L.N, [...addr8(L.orow, L.j),
-          ...get(L.crow), ...get(L.j), ...i32c(2), SHL, ADD, ...LOAD64_ZERO, ...CONVERT_LOW, ...get(L.vsr), ...X2.mul,
-          ...addr8(L.sc0, L.j), ...LOAD, ...X2.mul, ...STORE]),
-        ...whileStep(L.j, 1, L.N, [...addr8(L.orow, L.j),
-          ...get(L.crow), ...get(L.j), ...i32c(2), SHL, ADD, ...I32LOAD, F_OF_I32, ...get(L.sr), FMUL,
-          ...addr8(L.sc0, L.j), ...F64LOAD, FMUL, ...F64STORE]),
-      ]),
+gemmModule.func('epi', {
+  params: 'cPtr srPtr scPtr outPtr batch M N Mp Np',
+  locals: 'b i j crow orow sc0 sr:f64 vsr:v128',
+}, (L) => [
+  forRange(L.b, L.batch, [
+    local.get(L.scPtr), local.get(L.b), local.get(L.N), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.sc0),
+    forRange(L.i, L.M, [
+      local.get(L.srPtr), local.get(L.b), local.get(L.M), i32.mul, local.get(L.i), i32.add, i32.const(3), i32.shl, i32.add, f64.load(), local.set(L.sr),
+      local.get(L.sr), f64x2.splat, local.set(L.vsr),
+      local.get(L.cPtr), local.get(L.b), local.get(L.Mp), i32.mul, local.get(L.i), i32.add, local.get(L.Np), i32.mul, i32.const(2), i32.shl, i32.add, local.set(L.crow),
+      local.get(L.outPtr), local.get(L.b), local.get(L.M), i32.mul, local.get(L.i), i32.add, local.get(L.N), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.orow),
+      i32.const(0), local.set(L.j),
+      whileStep(L.j, 2, L.N, [addr8(L.orow, L.j),
+        local.get(L.crow), local.get(L.j), i32.const(2), i32.shl, i32.add, v128.load64_zero(), f64x2.convert_low_i32x4_s, local.get(L.vsr), f64x2.mul,
+        addr8(L.sc0, L.j), v128.load(), f64x2.mul, v128.store()]),
+      whileStep(L.j, 1, L.N, [addr8(L.orow, L.j),
+        local.get(L.crow), local.get(L.j), i32.const(2), i32.shl, i32.add, i32.load(), f64.convert_i32_s, local.get(L.sr), f64.mul,
+        addr8(L.sc0, L.j), f64.load(), f64.mul, f64.store()]),
     ]),
-  ]);
+  ]),
+]);
 
 // --- the audit of a GEMM result computed elsewhere (the GPU engine's results, gpu.js) -----------
 // The checks of gpu_gates.js checksumAuditView on the unit's padded operands, the same float64
@@ -248,79 +213,68 @@ const epiFn = func(['cPtr', 'srPtr', 'scPtr', 'outPtr', 'batch', 'M', 'N', 'Mp',
 // passes, else 1 + (b*M + i) for the first row (b, i) where some |C[b, i, j]| > K * 128^2 (bound)
 // or C r != A (B r) (Freivalds). A (batch, Mp, Kp) and B^T (batch, Np, Kp) int16 codes, C
 // (batch, Mp, Np) int32, r (N) f64; br: scratch for Kp f64. Rows i < M, columns j < N.
-const LOAD32_ZERO = simd(0x5c, 2, 0), EXTEND16 = simd(0xa7), VADD2 = simd(0xf0), VGT2 = simd(0x4a), ANY_TRUE = simd(0x53);
-const FADD = 0xa0, F_GT = 0x64, F_NE = 0x62, F_OF_U32 = 0xb8, RETURN = 0x0f;
-const when = (cond, body) => [...cond, 0x04, 0x40, ...body, 0x0b];
-const auditFn = func(['aPtr', 'bPtr', 'cPtr', 'rPtr', 'brPtr', 'batch', 'M', 'N', 'K', 'Kp', 'Mp', 'Np'],
-  [[I32, ['b', 'i', 'j', 'k', 'row']], [F64, ['lhs', 'rhs', 'x', 'bound']], [V128, ['vacc', 'vrj', 'vbound', 'v', 'vmax']]], (L) => {
-    const rowNumber = [...get(L.b), ...get(L.M), MUL, ...get(L.i), ADD, ...i32c(1), ADD];   // 1 + b*M + i
-    const addr4 = (base, idx) => [...get(base), ...get(idx), ...i32c(2), SHL, ADD];
-    const addr2 = (base, idx) => [...get(base), ...get(idx), ...i32c(1), SHL, ADD];
-    const codePair = (base, idx) => [...addr2(base, idx), ...LOAD32_ZERO, ...EXTEND16, ...CONVERT_LOW];   // 2 int16 -> f64x2
-    const laneSum = (v) => [...get(v), ...extract(0), ...get(v), ...extract(1), FADD];
-    return [
-      ...get(L.K), F_OF_U32, ...f64c(16384), FMUL, ...tee(L.bound), ...X2.splat, ...set(L.vbound),
-      ...forRange(L.b, L.batch, [
-        ...i32c(0), ...set(L.k), ...whileStep(L.k, 2, L.Kp, [...addr8(L.brPtr, L.k), ...VZERO, ...STORE]),
-        // br[k] = sum_j B[k, j] r[j], walking B^T's rows (k contiguous; Kp is even)
-        ...forRange(L.j, L.N, [
-          ...addr8(L.rPtr, L.j), ...F64LOAD, ...X2.splat, ...set(L.vrj),
-          ...get(L.bPtr), ...get(L.b), ...get(L.Np), MUL, ...get(L.j), ADD, ...get(L.Kp), MUL, ...i32c(1), SHL, ADD, ...set(L.row),
-          ...i32c(0), ...set(L.k),
-          ...whileStep(L.k, 2, L.Kp, [...addr8(L.brPtr, L.k), ...addr8(L.brPtr, L.k), ...LOAD,
-            ...codePair(L.row, L.k), ...get(L.vrj), ...X2.mul, ...VADD2, ...STORE]),
-        ]),
-        ...forRange(L.i, L.M, [
-          // lhs = C[b, i, :] r, with every |C| checked against the bound on the way
-          ...get(L.cPtr), ...get(L.b), ...get(L.Mp), MUL, ...get(L.i), ADD, ...get(L.Np), MUL, ...i32c(2), SHL, ADD, ...set(L.row),
-          ...VZERO, ...set(L.vacc), ...VZERO, ...set(L.vmax), ...f64c(0), ...set(L.lhs), ...i32c(0), ...set(L.j),
-          ...whileStep(L.j, 2, L.N, [
-            ...addr4(L.row, L.j), ...LOAD64_ZERO, ...CONVERT_LOW, ...tee(L.v),
-            ...X2.abs, ...get(L.vmax), ...X2.pmax, ...set(L.vmax),
-            ...get(L.vacc), ...get(L.v), ...addr8(L.rPtr, L.j), ...LOAD, ...X2.mul, ...VADD2, ...set(L.vacc),
-          ]),
-          ...get(L.vmax), ...get(L.vbound), ...VGT2, ...ANY_TRUE, ...when([], [...rowNumber, RETURN]),
-          ...whileStep(L.j, 1, L.N, [
-            ...addr4(L.row, L.j), ...I32LOAD, F_OF_I32, ...tee(L.x),
-            FABS, ...get(L.bound), F_GT, ...when([], [...rowNumber, RETURN]),
-            ...get(L.lhs), ...get(L.x), ...addr8(L.rPtr, L.j), ...F64LOAD, FMUL, FADD, ...set(L.lhs),
-          ]),
-          ...get(L.lhs), ...laneSum(L.vacc), FADD, ...set(L.lhs),
-          // rhs = A[b, i, :] br
-          ...get(L.aPtr), ...get(L.b), ...get(L.Mp), MUL, ...get(L.i), ADD, ...get(L.Kp), MUL, ...i32c(1), SHL, ADD, ...set(L.row),
-          ...VZERO, ...set(L.vacc), ...i32c(0), ...set(L.k),
-          ...whileStep(L.k, 2, L.Kp, [...get(L.vacc), ...codePair(L.row, L.k), ...addr8(L.brPtr, L.k), ...LOAD, ...X2.mul, ...VADD2, ...set(L.vacc)]),
-          ...laneSum(L.vacc), ...set(L.rhs),
-          ...when([...get(L.lhs), ...get(L.rhs), F_NE], [...rowNumber, RETURN]),
-        ]),
+gemmModule.func('audit', {
+  params: 'aPtr bPtr cPtr rPtr brPtr batch M N K Kp Mp Np', result: 'i32',
+  locals: 'b i j k row lhs:f64 rhs:f64 x:f64 bound:f64 vacc:v128 vrj:v128 vbound:v128 v:v128 vmax:v128',
+}, (L) => {
+  const rowNumber = [local.get(L.b), local.get(L.M), i32.mul, local.get(L.i), i32.add, i32.const(1), i32.add];   // 1 + b*M + i
+  const addr4 = (base, idx) => [local.get(base), local.get(idx), i32.const(2), i32.shl, i32.add];
+  const addr2 = (base, idx) => [local.get(base), local.get(idx), i32.const(1), i32.shl, i32.add];
+  const codePair = (base, idx) => [addr2(base, idx), v128.load32_zero(), i32x4.extend_low_i16x8_s, f64x2.convert_low_i32x4_s];   // 2 int16 -> f64x2
+  const laneSum = (v) => [local.get(v), f64x2.extract_lane(0), local.get(v), f64x2.extract_lane(1), f64.add];
+  return [
+    local.get(L.K), f64.convert_i32_u, f64.const(16384), f64.mul, local.tee(L.bound), f64x2.splat, local.set(L.vbound),
+    forRange(L.b, L.batch, [
+      i32.const(0), local.set(L.k), whileStep(L.k, 2, L.Kp, [addr8(L.brPtr, L.k), V128_ZERO, v128.store()]),
+      // br[k] = sum_j B[k, j] r[j], walking B^T's rows (k contiguous; Kp is even)
+      forRange(L.j, L.N, [
+        addr8(L.rPtr, L.j), f64.load(), f64x2.splat, local.set(L.vrj),
+        local.get(L.bPtr), local.get(L.b), local.get(L.Np), i32.mul, local.get(L.j), i32.add, local.get(L.Kp), i32.mul, i32.const(1), i32.shl, i32.add, local.set(L.row),
+        i32.const(0), local.set(L.k),
+        whileStep(L.k, 2, L.Kp, [addr8(L.brPtr, L.k), addr8(L.brPtr, L.k), v128.load(),
+          codePair(L.row, L.k), local.get(L.vrj), f64x2.mul, f64x2.add, v128.store()]),
       ]),
-      ...i32c(0),
-    ];
-  });
+      forRange(L.i, L.M, [
+        // lhs = C[b, i, :] r, with every |C| checked against the bound on the way
+        local.get(L.cPtr), local.get(L.b), local.get(L.Mp), i32.mul, local.get(L.i), i32.add, local.get(L.Np), i32.mul, i32.const(2), i32.shl, i32.add, local.set(L.row),
+        V128_ZERO, local.set(L.vacc), V128_ZERO, local.set(L.vmax), f64.const(0), local.set(L.lhs), i32.const(0), local.set(L.j),
+        whileStep(L.j, 2, L.N, [
+          addr4(L.row, L.j), v128.load64_zero(), f64x2.convert_low_i32x4_s, local.tee(L.v),
+          f64x2.abs, local.get(L.vmax), f64x2.pmax, local.set(L.vmax),
+          local.get(L.vacc), local.get(L.v), addr8(L.rPtr, L.j), v128.load(), f64x2.mul, f64x2.add, local.set(L.vacc),
+        ]),
+        local.get(L.vmax), local.get(L.vbound), f64x2.gt, v128.any_true, if_([rowNumber, return_]),
+        whileStep(L.j, 1, L.N, [
+          addr4(L.row, L.j), i32.load(), f64.convert_i32_s, local.tee(L.x),
+          f64.abs, local.get(L.bound), f64.gt, if_([rowNumber, return_]),
+          local.get(L.lhs), local.get(L.x), addr8(L.rPtr, L.j), f64.load(), f64.mul, f64.add, local.set(L.lhs),
+        ]),
+        local.get(L.lhs), laneSum(L.vacc), f64.add, local.set(L.lhs),
+        // rhs = A[b, i, :] br
+        local.get(L.aPtr), local.get(L.b), local.get(L.Mp), i32.mul, local.get(L.i), i32.add, local.get(L.Kp), i32.mul, i32.const(1), i32.shl, i32.add, local.set(L.row),
+        V128_ZERO, local.set(L.vacc), i32.const(0), local.set(L.k),
+        whileStep(L.k, 2, L.Kp, [local.get(L.vacc), codePair(L.row, L.k), addr8(L.brPtr, L.k), v128.load(), f64x2.mul, f64x2.add, local.set(L.vacc)]),
+        laneSum(L.vacc), local.set(L.rhs),
+        local.get(L.lhs), local.get(L.rhs), f64.ne, if_([rowNumber, return_]),
+      ]),
+    ]),
+    i32.const(0),
+  ];
+});
 
 // pack8(srcPtr, dstPtr, n): n int16 codes in [-127, 127] -> n int8 (the GPU kernels' int8x4 words:
 // byte k of the run = code k, little-endian lanes); n a multiple of 8. No code saturates.
-const NARROW8 = simd(0x65), store64Lane = (lane) => simd(0x5b, 3, 0, lane);
-const pack8Fn = func(['src', 'dst', 'n'], [[I32, ['k']]], (L) => [
-  ...i32c(0), ...set(L.k),
-  ...whileStep(L.k, 16, L.n, [...get(L.dst), ...get(L.k), ADD,
-    ...get(L.src), ...get(L.k), ...i32c(1), SHL, ADD, ...LOAD,
-    ...get(L.src), ...get(L.k), ...i32c(1), SHL, ADD, ...i32c(16), ADD, ...LOAD, ...NARROW8, ...STORE]),
-  ...whileStep(L.k, 8, L.n, [...get(L.dst), ...get(L.k), ADD,
-    ...get(L.src), ...get(L.k), ...i32c(1), SHL, ADD, ...LOAD, ...VZERO, ...NARROW8, ...store64Lane(0)]),
+gemmModule.func('pack8', { params: 'src dst n', locals: 'k' }, (L) => [
+  i32.const(0), local.set(L.k),
+  whileStep(L.k, 16, L.n, [local.get(L.dst), local.get(L.k), i32.add,
+    local.get(L.src), local.get(L.k), i32.const(1), i32.shl, i32.add, v128.load(),
+    local.get(L.src), local.get(L.k), i32.const(1), i32.shl, i32.add, i32.const(16), i32.add, v128.load(), i8x16.narrow_i16x8_s, v128.store()]),
+  whileStep(L.k, 8, L.n, [local.get(L.dst), local.get(L.k), i32.add,
+    local.get(L.src), local.get(L.k), i32.const(1), i32.shl, i32.add, v128.load(), V128_ZERO, i8x16.narrow_i16x8_s, v128.store64_lane(0)]),
 ]);
 
-export const funcType = (n, results = []) => [0x60, ...vec(new Array(n).fill([I32])), ...vec(results)];
-export const GEMM_WASM = new Uint8Array([
-  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
-  ...section(1, vec([funcType(7), funcType(qrowsFn.nParams), funcType(epiFn.nParams), funcType(auditFn.nParams, [I32]), funcType(3)])),
-  ...section(3, vec([[0x00], [0x01], [0x01], [0x02], [0x03], [0x04]])),         // gemm, qrows, qcols, epi, audit, pack8
-  ...section(5, vec([[0x00, 0x01]])),                                           // memory 0: min 1 page
-  ...section(7, vec([[...str('mem'), 0x02, 0x00], [...str('gemm'), 0x00, 0x00],
-    [...str('qrows'), 0x00, 0x01], [...str('qcols'), 0x00, 0x02], [...str('epi'), 0x00, 0x03], [...str('audit'), 0x00, 0x04],
-    [...str('pack8'), 0x00, 0x05]])),
-  ...section(10, vec([body, qrowsFn.body, qcolsFn.body, epiFn.body, auditFn.body, pack8Fn.body].map((b) => [...uleb(b.length), ...b]))),
-]);
+
+export const GEMM_WASM = gemmModule.bytes();
 
 // --- the engine -------------------------------------------------------------------------------
 
@@ -328,7 +282,7 @@ export const GEMM_WASM = new Uint8Array([
 export function createWasmEngine() {
   if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
   if (!WebAssembly.validate(GEMM_WASM)) throw new Error('WebAssembly SIMD is not supported here');
-  if (!LE_HOST) throw new Error('the wasm engine assumes a little-endian host');
+  if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm engine assumes a little-endian host');
   const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
   const { mem, gemm: kernel, qrows, qcols, epi } = inst.exports;
   const ensure = (bytes) => {

@@ -1,5 +1,6 @@
 """Real pages for browser tests: a static HTTP server over the repo root on 127.0.0.1 (a secure
-context, so WebGPU is offered) plus headless /usr/bin/chromium with the DESIGN §5 flags.
+context, so WebGPU is offered) plus headless /usr/bin/chromium with the flags of
+docs/ARCHITECTURE.md "Browser tests".
 
     with static_server(extra={"/fixtures/": tmp_dir}) as base:      # base = "http://127.0.0.1:PORT"
         with webgpu_page(base + "/tests/pages/gpu_selftest.html") as (page, problems):

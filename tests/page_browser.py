@@ -1,7 +1,8 @@
 """Headless Chromium for page tests: the system's /usr/bin/chromium driven by Playwright (sync
-API), with the flags of DESIGN §5 (WebGPU on SwiftShader, no sandbox as root, no background
-traffic, loopback WebRTC). Every page opened through `BrowserPages` records its console
-errors and uncaught exceptions, so a test can assert there were none."""
+API), with the flags of docs/ARCHITECTURE.md "Browser tests" (WebGPU on SwiftShader, no
+sandbox as root, no background traffic, loopback WebRTC). Every page opened through
+`BrowserPages` records its console errors and uncaught exceptions, so a test can assert there
+were none."""
 from __future__ import annotations
 
 import contextlib

@@ -1,8 +1,8 @@
-"""The WGSL path in a real headless Chromium (SwiftShader adapter, DESIGN §5) on a page served from
-127.0.0.1: boot gates on both kernels, the bug corpus fully rejected with 0 false alarms, the B2B
-chain bit-identical to its CPU mirror, an audit catching a kernel that goes bad mid-run, device
-loss and other faults falling back to CPU without losing the step, and 20 training steps on the
-GPU path giving the reference's hashes. The checks run in tests/pages/gpu_selftest.html."""
+"""The WGSL path in a real headless Chromium (SwiftShader adapter, docs/ARCHITECTURE.md "Browser
+tests") on a page served from 127.0.0.1: boot gates on both kernels, the bug corpus fully
+rejected with 0 false alarms, the B2B chain bit-identical to its CPU mirror, an audit catching
+a kernel that goes bad mid-run, device loss and other faults falling back to CPU without losing
+the step, and 20 training steps on the GPU path giving the reference's hashes. The checks run in tests/pages/gpu_selftest.html."""
 import subprocess
 import sys
 

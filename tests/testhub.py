@@ -1,5 +1,6 @@
 """A small real Hugging Face Hub for tests: the calls huggingface_hub 2.4 makes when
-HfFileSystem + pyarrow.parquet stream a dataset file (DESIGN §5), over real HTTP on 127.0.0.1.
+HfFileSystem + pyarrow.parquet stream a dataset file (docs/ARCHITECTURE.md "Data"), over real
+HTTP on 127.0.0.1.
 
     GET  /api/datasets/{repo}/revision/{rev}          repo info (sha, siblings)
     GET  /api/datasets/{repo}/tree/{rev}[/{path}]     directory listing (?recursive=1)
