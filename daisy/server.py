@@ -34,7 +34,8 @@ get its state back. Replicas travel in one compact binary form, the *state body*
 
 The float data starts 8-byte aligned, so the page reads it with one Float64Array per tensor.
 A weight_hash, when given, must equal the hash of the weights received (a transfer check).
-Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit.
+Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit;
+503 "busy, retry" (with Retry-After) when /api/load has no free parse slot (daisy.sandbox).
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from .config import RANGES, Config, ConfigError
 from .datastream import DataSource, make_data_router
 from .hashing import weight_hash
 from .kit import KitError, render_kit
+from .sandbox import ParseBusy, ParseSandbox
 from .signaling import SignalingHub, make_signaling_router
 from .tokenizer import TOKENIZER_ID
 
@@ -373,18 +375,20 @@ def _kit_file(state: dict) -> Response:
                        f"daisychain-kit-step{state['step']}.html", state)
 
 
-def _loaded_state(body: bytes) -> Response:
-    ck = load_checkpoint(body, max_bytes=MAX_CHECKPOINT_BYTES)
+def _loaded_state(body: bytes, load=load_checkpoint) -> Response:
+    ck = load(body, max_bytes=MAX_CHECKPOINT_BYTES)
     data = encode_state(config=ck.config, step=ck.step, params=ck.params, adam_m=ck.adam_m,
                         adam_v=ck.adam_v, adam_t=ck.adam_t, weight_hash=ck.weight_hash, extra=ck.extra)
     return Response(data, media_type="application/octet-stream",
                     headers={"X-Daisy-Weight-Hash": ck.weight_hash, "X-Daisy-Step": str(ck.step)})
 
 
-def make_model_router() -> APIRouter:
+def make_model_router(sandbox: ParseSandbox | None = None) -> APIRouter:
     """POST /api/checkpoint.pt, /api/model.safetensors, /api/kit.html: a state body -> the file
-    (as an attachment). POST /api/load: a .pt file's bytes -> its state body (all three parts)."""
+    (as an attachment). POST /api/load: a .pt file's bytes -> its state body (all three parts),
+    parsed in `sandbox` (daisy.sandbox; from the environment when None)."""
     router = APIRouter()
+    sandbox = sandbox or ParseSandbox.from_env()
 
     async def answer(request: Request, limit: int, make) -> Response:
         try:
@@ -413,7 +417,14 @@ def make_model_router() -> APIRouter:
 
     @router.post("/api/load")
     async def load(request: Request):
-        return await answer(request, MAX_CHECKPOINT_BYTES, _loaded_state)
+        # An uploaded file is untrusted: parsed in a limited process, a bounded number at once;
+        # the slot is taken before the body is read (docs/TROUBLESHOOTING.md, "busy, retry").
+        try:
+            with sandbox.slot():
+                return await answer(request, MAX_CHECKPOINT_BYTES,
+                                    lambda body: _loaded_state(body, sandbox.load_checkpoint))
+        except ParseBusy as e:
+            return JSONResponse({"error": str(e)}, status_code=503, headers={"Retry-After": "5"})
 
     return router
 
