@@ -12,6 +12,7 @@ import uvicorn
 # Gradio's usage analytics would phone home on a machine that may have no network at all.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from daisy.server import create_app  # noqa: E402  (after the environment default above)
+from daisy.signaling import trusted_proxies_from_env  # noqa: E402
 
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 7860
@@ -45,9 +46,16 @@ def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     print(f"DaisyChain-Web on http://{'localhost' if args.host == '0.0.0.0' else args.host}:{args.port}",
           flush=True)
-    # proxy_headers: behind the Space's proxy, X-Forwarded-For carries the caller's address
     uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info",
-                proxy_headers=True, forwarded_allow_ips="*")
+                **uvicorn_settings())
+
+
+def uvicorn_settings(env=os.environ) -> dict:
+    """uvicorn options of the Space. X-Forwarded-For is believed only from the proxies of
+    DAISY_TRUSTED_PROXIES (README "Serving over HTTPS"), the same list signaling uses: never
+    "*", which let any client choose its network group."""
+    trusted = trusted_proxies_from_env(env)
+    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None}
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ CLOSE_REJECTED = 4403  # the room host rejected this connection
 CLOSE_IDLE = 4408  # nothing received for idle_pings ping intervals
 CLOSE_REPLACED = 4409  # a newer connection resumed this peer with its token
 
+LOOPBACK_PROXIES = ("127.0.0.0/8", "::1")
+SPACE_PROXIES = ("10.0.0.0/8",)  # a Hugging Face Space's proxy reaches the app from here
+
 # Private, loopback and link-local ranges: all of them form one "local network" group.
 LOCAL_NETS = [ipaddress.ip_network(n) for n in (
     "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
@@ -90,6 +93,7 @@ class SignalingConfig:
     max_frame: int = 65536  # bytes
     outbox_max_bytes: int = 4 << 20  # queued to one socket beyond this, it counts as stuck
     ip_salt: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
+    trusted_proxies: tuple = LOOPBACK_PROXIES  # X-Forwarded-For is believed only from these
     ice_servers: list = field(default_factory=lambda: [dict(s) for s in DEFAULT_ICE_SERVERS])
 
     @classmethod
@@ -101,18 +105,57 @@ class SignalingConfig:
             rate_per_s=_env_float(env, "DAISY_RATE_PER_S", cls.rate_per_s),
             rate_burst=_env_float(env, "DAISY_RATE_BURST", cls.rate_burst),
             ip_salt=salt.encode() if salt else secrets.token_bytes(16),
+            trusted_proxies=trusted_proxies_from_env(env),
             ice_servers=ice_servers_from_env(env))
 
 
-def client_ip(headers, client_host: str | None):
-    """The caller's public address: first X-Forwarded-For entry (proxies append), else the
-    socket's. None when neither parses."""
-    forwarded = headers.get("x-forwarded-for", "")
-    for text in (forwarded.split(",")[0].strip(), client_host or ""):
-        ip = _parse_ip(text)
-        if ip is not None:
-            return ip
-    return None
+
+
+def trusted_proxies_from_env(env=os.environ) -> tuple[str, ...]:
+    """DAISY_TRUSTED_PROXIES: comma-separated addresses or networks whose X-Forwarded-For is
+    believed ("none": nobody). Default: loopback (a tunnel or proxy on this machine), plus
+    10.0.0.0/8 on a Hugging Face Space (SPACE_ID set). README "Serving over HTTPS"."""
+    raw = env.get("DAISY_TRUSTED_PROXIES")
+    if raw is None or raw.strip() == "":
+        return LOOPBACK_PROXIES + (SPACE_PROXIES if env.get("SPACE_ID") else ())
+    if raw.strip().lower() == "none":
+        return ()
+    items = tuple(x.strip() for x in raw.split(",") if x.strip())
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"DAISY_TRUSTED_PROXIES: {item[:60]!r} is not an address or "
+                             "network") from None
+    return items
+
+
+def _networks(trusted) -> tuple:
+    return tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
+
+
+def _is_trusted(ip, networks) -> bool:
+    return ip is not None and any(ip.version == n.version and ip in n for n in networks)
+
+
+def client_ip(headers, client_host: str | None, trusted=()):
+    """The caller's address. The socket's peer, unless that peer is a trusted proxy (trusted:
+    networks): then the rightmost X-Forwarded-For entry that is not itself a trusted proxy
+    (each proxy appends the address it was reached from; entries left of that are whatever
+    the client claimed). None when nothing parses."""
+    peer = _parse_ip(client_host or "")
+    if not _is_trusted(peer, trusted):
+        return peer
+    entries = ",".join(headers.getlist("x-forwarded-for")).split(",")
+    found = peer
+    for text in reversed(entries):
+        ip = _parse_ip(text.strip())
+        if ip is None:  # garbage where an address should be: believe nothing further left
+            break
+        found = ip
+        if not _is_trusted(ip, trusted):
+            break
+    return found
 
 
 def _parse_ip(text: str):
@@ -251,6 +294,7 @@ class SignalingHub:
 
     def __init__(self, config: SignalingConfig | None = None):
         self.config = config or SignalingConfig.from_env()
+        self._trusted = _networks(self.config.trusted_proxies)
         self.groups: dict[str, Group] = {}
         self.by_token: dict[str, Seat] = {}
         self.peer_ids: set[str] = set()
@@ -266,8 +310,8 @@ class SignalingHub:
         if room is not None:
             key = "room:" + room.lower()  # codes are read aloud and retyped: case-insensitive
         else:
-            key = network_key(client_ip(ws.headers, ws.client.host if ws.client else None),
-                              self.config.ip_salt)
+            key = network_key(client_ip(ws.headers, ws.client.host if ws.client else None,
+                                        self._trusted), self.config.ip_salt)
         conn = Connection(ws, self.config)
         seat = self._attach(conn, key, ws.query_params.get("token"), ws.query_params.get("name"))
         reader = asyncio.create_task(self._read(seat, conn))

@@ -79,10 +79,11 @@ async def room_with_members(c: Clients, room: str, n_members: int):
 # ---- grouping ------------------------------------------------------------------------------
 
 @async_test
-async def test_network_groups_by_first_forwarded_ip(base):
+async def test_network_groups_by_the_address_the_proxy_added(base):
     async with Clients(base) as c:
         a = await c.open(xff="203.0.113.7", name="alice")
-        b = await c.open(xff="203.0.113.7, 10.0.0.1", name="bob")  # proxies append: first wins
+        # the client claimed 198.51.100.200; the (loopback, trusted) proxy appended the real one
+        b = await c.open(xff="198.51.100.200, 203.0.113.7", name="bob")
         other = await c.open(xff="198.51.100.9")
         mapped = await c.open(xff="::ffff:203.0.113.7")
         assert a.welcome["group"]["kind"] == "network" and a.welcome["role"] == "member"
