@@ -12,7 +12,9 @@ import uvicorn
 # Gradio's usage analytics would phone home on a machine that may have no network at all.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from daisy.server import create_app  # noqa: E402  (after the environment default above)
-from daisy.signaling import trusted_proxies_from_env  # noqa: E402
+from daisy.connguard import ConnectionGuard, guarded_protocol  # noqa: E402
+from daisy.signaling import SignalingConfig, trusted_proxies_from_env  # noqa: E402
+from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: E402
 
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 7860
@@ -51,11 +53,20 @@ def main(argv=None) -> None:
 
 
 def uvicorn_settings(env=os.environ) -> dict:
-    """uvicorn options of the Space. X-Forwarded-For is believed only from the proxies of
-    DAISY_TRUSTED_PROXIES (README "Serving over HTTPS"), the same list signaling uses: never
-    "*", which let any client choose its network group."""
+    """uvicorn options of the Space (limits: docs/TROUBLESHOOTING.md, "Connection limits").
+    X-Forwarded-For is believed only from the proxies of DAISY_TRUSTED_PROXIES (README "Serving
+    over HTTPS"), the same list signaling uses: never "*", which let any client choose its
+    network group. Raw connections get a header timeout and caps (daisy.connguard); WebSocket
+    messages are refused past the signaling frame limit before they are buffered or inflated."""
     trusted = trusted_proxies_from_env(env)
-    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None}
+    guard = ConnectionGuard.from_env(env, trusted=trusted)
+    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None,
+            "http": guarded_protocol(AutoHTTPProtocol, guard),
+            "timeout_keep_alive": 5,                # idle keep-alive connections
+            "h11_max_incomplete_event_size": 16 * 1024,   # request line + headers
+            "limit_concurrency": guard.total,       # HTTP requests beyond it get 503
+            "ws_max_size": SignalingConfig().max_frame,   # 64 KiB, as /signal allows
+            "ws_max_queue": 8}                      # unread messages per socket
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from .datastream import DataSource, make_data_router
 from .hashing import weight_hash
 from .kit import KitError, render_kit
 from .sandbox import ParseBusy, ParseSandbox
-from .signaling import SignalingHub, make_signaling_router
+from .signaling import SignalingHub, make_room_router, make_signaling_router
 from .tokenizer import TOKENIZER_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,6 +150,16 @@ LOADER_JS = (f"import('{JS_PREFIX}/ui.js').then((m) => m.mountLoader(element))"
              ".catch((e) => { element.textContent = 'The checkpoint loader failed to load: ' + e; });")
 
 
+# Create a room: a server-made code (daisy.signaling.make_room_router), then this page reopens
+# in it; the link in the address bar is what to share.
+CREATE_ROOM_JS = """async () => {
+  const r = await fetch('/api/room', {method: 'POST'});
+  if (!r.ok) { alert('Could not create a room: HTTP ' + r.status); return []; }
+  location.search = '?room=' + encodeURIComponent((await r.json()).room);
+  return [];
+}"""
+
+
 def build_page(source: DataSource) -> gr.Blocks:
     defaults = Config()
     with gr.Blocks(title="DaisyChain-Web") as page:
@@ -157,6 +167,7 @@ def build_page(source: DataSource) -> gr.Blocks:
                     "model together. Open it on several devices of one network (or share a "
                     "`?room=CODE` link), pick the settings on one device and press **Start training**.")
         data_status = gr.Markdown("**Training data:** checking…", elem_id="daisy-data-status")
+        create_room = gr.Button("Create a room", size="sm", elem_id="daisy-create-room")
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
                 gr.Markdown("### Group settings\nThe starter's settings apply to the whole group.")
@@ -194,6 +205,7 @@ def build_page(source: DataSource) -> gr.Blocks:
                 model_status = gr.Markdown(NO_MODEL, elem_id="model-status")
 
         start.click(None, inputs=sliders, outputs=None, js=_start_js())
+        create_room.click(None, js=CREATE_ROOM_JS)
         stop.click(None, js="() => { if (window.daisy) window.daisy.stop(); return []; }")
         generate.click(None, inputs=[prompt, temperature, top_k, seed, tokens], outputs=generated,
                        js=GENERATE_JS)
@@ -435,6 +447,7 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
     data_source = data_source or DataSource()
     app = FastAPI(title="DaisyChain-Web")
     app.include_router(make_signaling_router(hub))
+    app.include_router(make_room_router())
     app.include_router(make_data_router(data_source))
     app.include_router(make_model_router())
     app.mount(JS_PREFIX, StaticFiles(directory=JS_DIR), name="frontend_js")
