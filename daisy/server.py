@@ -411,6 +411,8 @@ def make_model_router(sandbox: ParseSandbox | None = None) -> APIRouter:
             return _refuse(413, str(e))
         except (StateError, CheckpointError, KitError) as e:
             return _refuse(400, str(e))
+        except RecursionError:  # json.loads of a state header nested ~1,000 deep: a bad body
+            return _refuse(400, "state header is nested too deeply")
 
     def from_state(build, need_optim: bool):
         return lambda body: build(decode_state(body, need_optim=need_optim))

@@ -99,7 +99,7 @@ class SignalingConfig:
     total_outbox_max_bytes: int = 64 << 20  # queued to all sockets together (hub-wide)
     max_group: int = 32  # peers (seats, pending and in grace included) per group
     hello_min_s: float = 0.5  # one peer-updated per peer per this many seconds (coalesced)
-    join_per_min: float = 20.0  # new room identities per address per minute (burst: half)
+    join_per_min: float = 20.0  # new room identities per address per minute (and burst)
     reject_cooldown_s: float = 30.0  # after a rejection, that address waits before asking again
     ip_salt: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
     trusted_proxies: tuple = LOOPBACK_PROXIES  # X-Forwarded-For is believed only from these
@@ -400,7 +400,8 @@ class SignalingHub:
             if now < until:
                 return f"rejected here recently: wait {until - now:.0f} s before asking again"
             del self._cooldowns[(addr, room_key)]
-        rate, burst = self.config.join_per_min / 60, max(1.0, self.config.join_per_min / 2)
+        # burst: a minute's worth, so a classroom behind one address can join at once
+        rate, burst = self.config.join_per_min / 60, max(1.0, self.config.join_per_min)
         tokens, then = self._join_buckets.get(addr, (burst, now))
         tokens = min(burst, tokens + (now - then) * rate)
         if tokens < 1:

@@ -141,3 +141,18 @@ def test_sandbox_limits_from_env():
     assert (lim.workers, lim.queue, lim.cpu_s, lim.mem_mb, lim.wall_s) == (3, 0, 5, 512, 12)
     with pytest.raises(ValueError, match="DAISY_LOAD_CPU_S"):
         ParseSandbox.from_env({"DAISY_LOAD_CPU_S": "lots"})
+
+
+def test_deeply_nested_state_header_is_a_400_not_a_500():
+    """The finding: a state header nested deeper than ~1,000 levels answered 500."""
+    import json
+    import struct
+    header = ('{"format": "daisychain-state", "version": 1, "x": ' + "[" * 5000 + "]" * 5000
+              + "}").encode()
+    header += b" " * (-len(header) % 8)
+    body = struct.pack("<Q", len(header)) + header
+    with serve(SandboxLimits()) as url:
+        for route in ("/api/checkpoint.pt", "/api/model.safetensors", "/api/kit.html"):
+            r = httpx.post(http(url) + route, content=body, timeout=10)
+            assert r.status_code == 400 and "nested too deeply" in r.json()["error"], r.text
+        json.dumps(r.json())

@@ -272,11 +272,11 @@ async def test_a_pending_peer_has_one_outstanding_request():
 
 @async_test
 async def test_room_join_attempts_are_rate_limited_the_same_whether_or_not_the_room_exists():
-    """The finding: 300 codes/s could be probed. Here: 20 joins a minute per address (burst
+    """The finding: 300 codes/s could be probed. Here: 10 joins a minute per address (burst
     10); the 11th attempt is refused 4429 with the same reason for an existing room and for a
     code nobody uses."""
     from daisy.signaling import CLOSE_TOO_MANY_JOINS
-    with serve(make_app(hub(join_per_min=20))) as url:
+    with serve(make_app(hub(join_per_min=10))) as url:
         async with Clients(url) as c:
             await c.open(room="real-room")  # 1 of the burst of 10
             for n in range(9):
