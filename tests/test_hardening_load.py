@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import statistics
 import time
 
 import httpx
@@ -71,13 +70,14 @@ def test_hostile_uploads_are_refused_and_other_routes_keep_answering(honest):
                     r = await client.get("/js/ui.js")
                     assert r.status_code == 200
                     lat.append(time.perf_counter() - t0)
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.01)
                 return lat
 
+            assert (await client.get("/js/ui.js")).status_code == 200  # a warm connection
             stop = asyncio.Event()
             prober = asyncio.create_task(probe(stop))
             answers = await asyncio.gather(*(upload() for _ in range(12)))
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)  # enough probes for a p99 to mean something
             stop.set()
             return answers, await prober
 
@@ -91,8 +91,8 @@ def test_hostile_uploads_are_refused_and_other_routes_keep_answering(honest):
             msg = r.json()["error"]
             assert ("extra is too large" in msg) if r.status_code == 400 else ("busy, retry" in msg)
             assert len(msg) < 400
-        p99 = statistics.quantiles(lat, n=100)[98] if len(lat) >= 2 else lat[0]
-        assert p99 < 0.25, f"/js/ p99 {p99 * 1000:.0f} ms during the attack: {sorted(lat)[-5:]}"
+        p99 = sorted(lat)[max(0, -(-len(lat) * 99 // 100) - 1)]  # nearest rank
+        assert p99 < 0.25, f"/js/ p99 {p99 * 1000:.0f} ms during the attack: {sorted(lat)[-5:]}, slowest #{lat.index(max(lat))} of {len(lat)}"
         assert httpx.post(http(url) + "/api/load", content=honest, timeout=30).status_code == 200
 
 
