@@ -119,10 +119,10 @@ def test_full_sandbox_answers_503_busy_retry_before_reading_the_body(honest):
 
 
 def test_memory_budget_of_the_parse_is_enforced():
-    """A 40 MB honest file under a 64 MiB budget: the child runs out, the answer is a 400 that
+    """A 40 MB honest file under a 16 MiB budget: the child runs out, the answer is a 400 that
     says so, and the server is unaffected."""
     big = make_file(LARGE)
-    with serve(SandboxLimits(mem_mb=64)) as url:
+    with serve(SandboxLimits(mem_mb=16)) as url:
         r = httpx.post(http(url) + "/api/load", content=big, timeout=30)
         assert r.status_code == 400 and "memory budget" in r.json()["error"], r.text
         assert httpx.get(http(url) + "/js/ui.js", timeout=5).status_code == 200
