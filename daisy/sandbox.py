@@ -1,11 +1,17 @@
 """Parse untrusted checkpoint files where they cannot stall the server.
 
 The budgets in daisy.checkpoint bound the work a file can ask for; this module is the backstop
-for whatever they miss: each parse runs in its own short-lived process (forked from a small
-fork server that has only daisy.checkpoint loaded, never from the server with its threads) with
-a CPU-time limit, an address-space limit and a wall-clock timeout, and at most `workers` run at
-once with `queue` more waiting. A caller beyond that is told "busy, retry" (HTTP 503) before
-its upload is even read. Limits and their environment variables: docs/TROUBLESHOOTING.md.
+for whatever they miss: each parse runs in its own short-lived process with a CPU-time limit,
+an address-space limit and a wall-clock timeout, and at most `workers` run at once with `queue`
+more waiting. A caller beyond that is told "busy, retry" (HTTP 503) before its upload is even
+read. Limits and their environment variables: docs/TROUBLESHOOTING.md.
+
+How: `workers` helper processes (`python -m daisy.sandbox`, started on first use, numpy and
+daisy.checkpoint already imported) each take one job at a time and fork a child per job, which
+limits itself and parses. Helpers are plain subprocesses, not multiprocessing children: those
+re-import the server's main module (app.py, and with it Gradio: ~5 s per parse). The upload and
+the parsed values travel through files on a RAM disk, the answers as one JSON line: nothing
+from a parse process is ever unpickled.
 
     sandbox = ParseSandbox.from_env()
     with sandbox.slot():                      # ParseBusy when full
@@ -15,17 +21,27 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
+import queue
 import resource
+import select
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .checkpoint import DEFAULT_MAX_BYTES, Checkpoint, CheckpointError, load_checkpoint, param_shapes
+
+ROOT = Path(__file__).resolve().parent.parent
+# A pipe moves ~450 MB/s here (a 40 MB checkpoint cost ~180 ms more each way): files on a RAM
+# disk instead, deleted as soon as the parse is done.
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 class ParseBusy(Exception):
@@ -54,42 +70,99 @@ class SandboxLimits:
     wall_s: float = 30.0      # wall-clock limit per parse, waiting excluded
 
 
-# The file and the parsed values travel through files on a RAM disk, not the pipe: a pipe moves
-# ~450 MB/s here, so a 40 MB checkpoint cost ~180 ms more each way; the pipe carries only a
-# small JSON answer.
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+# ---- the helper process (python -m daisy.sandbox) ----------------------------------------------
 
-
-def _child(conn, limits: SandboxLimits, max_bytes: int, in_path: str, out_path: str) -> None:
-    """In the parse process: limit itself, parse the file at in_path, write the float64 values
-    (model, optim.m, optim.v in param_shapes order) to out_path and send back plain JSON (never
-    a pickle)."""
+def _parse(job: dict) -> dict:
+    """In the forked child: limit itself, parse the file at job["in"], write the float64 values
+    (model, optim.m, optim.v in param_shapes order) to job["out"] -> the JSON answer."""
     with open("/proc/self/status") as f:      # limit what it may add, not what it already maps
         vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
-    mem = vm + limits.mem_mb * 2**20
+    mem = vm + job["mem_mb"] * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_CPU, (job["cpu_s"], job["cpu_s"] + 1))
     try:
-        ck = load_checkpoint(in_path, max_bytes=max_bytes)
+        ck = load_checkpoint(job["in"], max_bytes=job["max_bytes"])
         names = list(param_shapes(ck.config))
-        with open(out_path, "wb") as f:
+        with open(job["out"], "wb") as f:
             for group in (ck.params, ck.adam_m, ck.adam_v):
                 for n in names:
                     f.write(memoryview(np.ascontiguousarray(group[n], dtype="<f8")).cast("B"))
-        meta = {"config": ck.config, "step": ck.step, "adam_t": ck.adam_t,
-                "weight_hash": ck.weight_hash, "extra": ck.extra}
-        conn.send_bytes(json.dumps({"ok": meta}).encode())
+        return {"ok": {"config": ck.config, "step": ck.step, "adam_t": ck.adam_t,
+                       "weight_hash": ck.weight_hash, "extra": ck.extra}}
     except CheckpointError as e:   # the temp file's name is no business of the uploader's
-        conn.send_bytes(json.dumps({"error": str(e).replace(repr(in_path), "the upload")
-                                    .replace(in_path, "the upload")}).encode())
+        return {"error": str(e).replace(repr(job["in"]), "the upload").replace(job["in"], "the upload")}
     except MemoryError:
-        conn.send_bytes(json.dumps({"error": f"checkpoint refused: parsing it needs more than "
-                                             f"the {limits.mem_mb} MiB memory budget"}).encode())
-    except OSError as e:                       # the parent gave up and closed the pipe
-        if e.errno is None:
-            raise
-    finally:
-        conn.close()
+        return {"error": f"checkpoint refused: parsing it needs more than the {job['mem_mb']} "
+                         f"MiB memory budget"}
+
+
+def _serve() -> None:
+    """Helper loop: a JSON job per stdin line -> fork a child that parses it; reply with
+    {"pid"} at once, then {"status", "answer"} when the child is done."""
+    out = sys.stdout
+    for line in sys.stdin:
+        job = json.loads(line)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                          # the parse process
+            os.close(r)
+            try:
+                answer = json.dumps(_parse(job)).encode()
+            except BaseException as e:  # noqa: BLE001  (anything else: report, never hang)
+                answer = json.dumps({"error": f"checkpoint refused: the parser failed "
+                                              f"({type(e).__name__})"}).encode()
+            with os.fdopen(w, "wb") as f:
+                f.write(answer)
+            os._exit(0)
+        os.close(w)
+        out.write(json.dumps({"pid": pid}) + "\n")
+        out.flush()
+        with os.fdopen(r, "rb") as f:
+            answer = f.read(1 << 24)
+        _, status = os.waitpid(pid, 0)
+        out.write(json.dumps({"status": status, "signal": os.WTERMSIG(status)
+                              if os.WIFSIGNALED(status) else 0,
+                              "answer": answer.decode("utf-8", "replace")}) + "\n")
+        out.flush()
+
+
+# ---- the server side ---------------------------------------------------------------------------
+
+class _Helper:
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daisy.sandbox"], cwd=ROOT, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=None, bufsize=0, start_new_session=True,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+        self.buffer = b""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, job: dict) -> None:
+        self.proc.stdin.write((json.dumps(job) + "\n").encode())
+
+    def reply(self, timeout: float):
+        """The next JSON line, or None when timeout passed first."""
+        fd = self.proc.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise EOFError("the parse helper exited")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait(5)
 
 
 class ParseSandbox:
@@ -97,8 +170,9 @@ class ParseSandbox:
         self.limits = limits or SandboxLimits()
         self._lock = threading.Lock()
         self._admitted = 0
-        self._running = threading.BoundedSemaphore(max(1, self.limits.workers))
-        self._ctx = None
+        self._idle: queue.Queue = queue.Queue()
+        for _ in range(max(1, self.limits.workers)):
+            self._idle.put(None)              # a slot; its helper starts on first use
 
     @classmethod
     def from_env(cls, env=os.environ) -> "ParseSandbox":
@@ -126,59 +200,59 @@ class ParseSandbox:
             with self._lock:
                 self._admitted -= 1
 
-    def _context(self):
-        if self._ctx is None:
-            # forkserver: children fork from a clean process that has only imported
-            # daisy.checkpoint, not from this server with its threads and sockets
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["daisy.sandbox"])
-            self._ctx = ctx
-        return self._ctx
-
     def load_checkpoint(self, body, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Checkpoint:
         """daisy.checkpoint.load_checkpoint(body) run in a limited child process. Raises
         CheckpointError (the file's fault, with the child's message) or ParseBusy."""
         if len(body) > max_bytes:                  # the same message as in-process, unforked
             return load_checkpoint(body, max_bytes=max_bytes)
-        with self._running:
-            return self._run(body, max_bytes)
-
-    def _run(self, body, max_bytes: int) -> Checkpoint:
-        ctx = self._context()
-        fd, in_path = tempfile.mkstemp(prefix="daisy-load-", suffix=".pt", dir=SHM_DIR)
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-        fd, out_path = tempfile.mkstemp(prefix="daisy-load-", suffix=".f64", dir=SHM_DIR)
-        os.close(fd)
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(child, self.limits, max_bytes, in_path, out_path),
-                           daemon=True)
-        proc.start()
-        child.close()
+        helper = self._idle.get()                  # waits while `workers` parses run
         try:
-            try:
-                if not parent.poll(self.limits.wall_s):
-                    raise ParseBusy(f"busy, retry: reading the checkpoint took over "
-                                    f"{self.limits.wall_s:g} s (the server is overloaded)")
-                answer = json.loads(parent.recv_bytes(1 << 24))
-                if "error" in answer:
-                    raise CheckpointError(answer["error"])
-                meta = answer["ok"]
-                # a read-only view of the RAM-disk file (it stays mapped after the unlink)
-                values = (np.memmap(out_path, dtype="<f8", mode="r")
-                          if os.path.getsize(out_path) else np.empty(0, dtype="<f8"))
-            except (EOFError, BrokenPipeError, ConnectionResetError):
-                proc.join(1)
-                if proc.exitcode in (-signal.SIGXCPU, -signal.SIGKILL):
-                    raise CheckpointError(f"checkpoint refused: reading it took over the "
-                                          f"{self.limits.cpu_s} s CPU budget") from None
-                raise CheckpointError(f"checkpoint refused: the parser stopped (exit code "
-                                      f"{proc.exitcode}; over a budget?)") from None
+            if helper is None or not helper.alive():
+                helper = _Helper()
+            return self._run(helper, body, max_bytes)
+        except CheckpointError:                    # the file's fault; the helper is fine
+            raise
+        except BaseException:
+            if helper is not None:                 # unknown state: start a fresh one next time
+                helper.close()
+                helper = None
+            raise
         finally:
-            parent.close()
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5)
+            self._idle.put(helper)
+
+    def _run(self, helper: _Helper, body, max_bytes: int) -> Checkpoint:
+        fd, in_path = tempfile.mkstemp(prefix="daisy-load-", suffix=".pt", dir=SHM_DIR)
+        out_path = in_path[:-3] + ".f64"
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+            helper.send({"in": in_path, "out": out_path, "max_bytes": max_bytes,
+                         "cpu_s": self.limits.cpu_s, "mem_mb": self.limits.mem_mb})
+            started = helper.reply(10.0)
+            if started is None:
+                raise ParseBusy("busy, retry: the parser did not start within 10 s")
+            done = helper.reply(self.limits.wall_s)
+            if done is None:
+                with contextlib.suppress(OSError):
+                    os.kill(started["pid"], signal.SIGKILL)
+                helper.reply(5.0)                  # its status line: the helper is free again
+                raise ParseBusy(f"busy, retry: reading the checkpoint took over "
+                                f"{self.limits.wall_s:g} s (the server is overloaded)")
+            if done["signal"] in (signal.SIGXCPU, signal.SIGKILL):
+                raise CheckpointError(f"checkpoint refused: reading it took over the "
+                                      f"{self.limits.cpu_s} s CPU budget")
+            try:
+                answer = json.loads(done["answer"])
+            except ValueError:
+                raise CheckpointError(f"checkpoint refused: the parser stopped (status "
+                                      f"{done['status']}; over a budget?)") from None
+            if "error" in answer:
+                raise CheckpointError(answer["error"])
+            meta = answer["ok"]
+            # a read-only view of the RAM-disk file (it stays mapped after the unlink)
+            values = (np.memmap(out_path, dtype="<f8", mode="r")
+                      if os.path.getsize(out_path) else np.empty(0, dtype="<f8"))
+        finally:
             for path in (in_path, out_path):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
@@ -196,3 +270,7 @@ class ParseSandbox:
         return Checkpoint(config=meta["config"], params=groups[0], adam_m=groups[1],
                           adam_v=groups[2], step=meta["step"], weight_hash=meta["weight_hash"],
                           adam_t=meta["adam_t"], extra=meta["extra"])
+
+
+if __name__ == "__main__":
+    _serve()
