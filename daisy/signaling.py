@@ -370,6 +370,10 @@ def _no_constant(name: str):
     raise _NonFinite(name)
 
 
+# one decoder (json.loads with keyword arguments would build a new one per message)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _error(code: str, message: str, ref=None) -> dict:
     err = {"type": "error", "code": code, "message": message}
     if isinstance(ref, (str, int)) and not isinstance(ref, bool) and len(str(ref)) <= 64:
@@ -607,7 +611,7 @@ class SignalingHub:
 
     def _handle(self, seat: Seat, conn: Connection, text: str) -> None:
         try:
-            msg = json.loads(text, parse_constant=_no_constant)
+            msg = _DECODER.decode(text)
         except (json.JSONDecodeError, RecursionError) as err:
             conn.send(_error("bad-json", f"not valid JSON: {err}"[:200]))
             return
