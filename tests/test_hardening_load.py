@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -156,3 +157,25 @@ def test_deeply_nested_state_header_is_a_400_not_a_500():
             r = httpx.post(http(url) + route, content=body, timeout=10)
             assert r.status_code == 400 and "nested too deeply" in r.json()["error"], r.text
         json.dumps(r.json())
+
+
+def test_parse_processes_never_import_the_servers_main_module(tmp_path, honest):
+    """Under `python app.py`, multiprocessing's children re-imported app.py (and Gradio): ~5 s
+    per upload. The sandbox's helpers must not run the main module again."""
+    import subprocess
+    import sys
+    marker = tmp_path / "imports"
+    upload = tmp_path / "ok.pt"
+    upload.write_bytes(honest)
+    script = tmp_path / "main.py"
+    script.write_text(
+        "import os, sys\n"
+        f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+        "if __name__ == '__main__':\n"
+        f"    sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+        "    from daisy.sandbox import ParseSandbox\n"
+        f"    ck = ParseSandbox().load_checkpoint(open({str(upload)!r}, 'rb').read())\n"
+        "    print(ck.step)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "7", out.stderr
+    assert marker.read_text().split() == ["__main__"]
