@@ -5,6 +5,7 @@ Port: --port, else $PORT, else $GRADIO_SERVER_PORT, else 7860 (the Space's port)
 """
 import argparse
 import os
+import resource
 import sys
 
 import uvicorn
@@ -44,8 +45,17 @@ def parse_args(argv, env=os.environ):
     return args
 
 
+def raise_file_limit() -> None:
+    """Soft open-file limit up to the hard one: every connection is a descriptor, and the
+    connection cap (daisy.connguard) is clamped below this limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    raise_file_limit()
     print(f"DaisyChain-Web on http://{'localhost' if args.host == '0.0.0.0' else args.host}:{args.port}",
           flush=True)
     uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info",

@@ -12,7 +12,9 @@ exhaust file descriptors. `guarded_protocol(base, guard)` wraps uvicorn's HTTP p
 - each condition logs one line per minute (with how many it suppressed), not one per event.
 
 A WebSocket keeps its slot until it closes (its own idle rules are the hub's: docs/PROTOCOL.md).
-Settings: DAISY_HEADER_TIMEOUT_S, DAISY_MAX_CONN_PER_ADDR, DAISY_MAX_CONN (docs/TROUBLESHOOTING.md).
+Settings: DAISY_HEADER_TIMEOUT_S, DAISY_MAX_CONN_PER_ADDR, DAISY_MAX_CONN (docs/TROUBLESHOOTING.md);
+the global cap never exceeds the open-file limit less 128 (app.py raises the soft limit to the
+hard one first).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import collections
 import ipaddress
 import logging
 import os
+import resource
 import time
 
 log = logging.getLogger("daisy.connguard")
@@ -48,8 +51,13 @@ class ConnectionGuard:
             if value <= 0:
                 raise ValueError(f"{name} must be > 0")
             return value
-        return cls(per_addr=num("DAISY_MAX_CONN_PER_ADDR", 64, int),
-                   total=num("DAISY_MAX_CONN", 2048, int),
+        # the cap must bite before file descriptors run out (the finding: ~20,000 idle
+        # connections exhausted them): keep 128 for files, logs and the sandbox
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        total = num("DAISY_MAX_CONN", 2048, int)
+        if soft != resource.RLIM_INFINITY:
+            total = max(16, min(total, soft - 128))
+        return cls(per_addr=num("DAISY_MAX_CONN_PER_ADDR", 64, int), total=total,
                    header_timeout_s=num("DAISY_HEADER_TIMEOUT_S", 10.0, float), trusted=trusted)
 
     def _is_proxy(self, host: str) -> bool:

@@ -159,3 +159,14 @@ def test_tokens_and_room_codes_stay_out_of_the_log():
     text = "\n".join(keep.lines)
     assert "/signal" in text, "uvicorn logged no connection: the test proves nothing"
     assert token not in text and "secret-room-code" not in text
+
+
+def test_the_global_cap_stays_below_the_open_file_limit():
+    import resource
+    from daisy.connguard import ConnectionGuard
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    guard = ConnectionGuard.from_env({"DAISY_MAX_CONN": "100000000"})
+    assert guard.total <= soft - 128 or soft == resource.RLIM_INFINITY
+    assert ConnectionGuard.from_env({}).total <= 2048
+    with pytest.raises(ValueError, match="DAISY_MAX_CONN_PER_ADDR"):
+        ConnectionGuard.from_env({"DAISY_MAX_CONN_PER_ADDR": "many"})
