@@ -64,5 +64,11 @@ def get_batch(stream: np.ndarray, seed: int, step: int, slot: int, B: int, T: in
     """-> x (B, T), y (B, T) int64 token ids."""
     starts = batch_starts(len(stream), seed, step, slot, B, T)     # (B,)
     rows = starts[:, None] + np.arange(T + 1)[None, :]              # (B, T+1)
-    window = stream[rows].astype(np.int64)
+    return split_rows(stream[rows], B, T)
+
+
+def split_rows(rows, B: int, T: int):
+    """B rows of T+1 tokens ((B, T+1) or flat, row-major; e.g. a /data/batch answer) ->
+    x (B, T), y (B, T) int64: x = row[:, :-1], y = row[:, 1:]."""
+    window = np.asarray(rows).astype(np.int64).reshape(B, T + 1)
     return window[:, :-1], window[:, 1:]

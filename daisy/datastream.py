@@ -1,11 +1,22 @@
 """Training data for the group: FineWeb-Edu streamed by row group, or the built-in corpus.
 
 Source. `HuggingFaceFW/fineweb-edu`, config `sample-10BT` (files `sample/10BT/*.parquet`),
-revision `REVISION` (override: env DAISY_DATA_REVISION), column `text`, read through
+revision `REVISION` (override: env DAISY_DATA_REVISION, a branch, tag or commit sha), column
+`text`, read through
 `huggingface_hub.HfFileSystem` + `pyarrow.parquet`: the footer once per shard (pyarrow reads
 its last 64 KiB) and then only the `text` column chunk of the one row group a request needs,
 as HTTP Range requests (`cache_type="none"`: no read-ahead). Shards (0.5-2 GB) are never
 downloaded whole. HF_ENDPOINT picks the hub (tests point it at tests/testhub.py).
+
+Pinning. A branch such as "main" moves, so the batches of a key could change under a
+long-lived Space. When the source starts online it resolves the requested revision to the
+dataset's commit sha (GET /api/datasets/{repo}/revision/{rev}, through
+huggingface_hub.HfApi.dataset_info) and reads every file at that commit. The commit is part of
+the data id, so two servers (or one server before and after the branch moved) that would serve
+different bytes never show the same data id:
+    data_id = "HuggingFaceFW/fineweb-edu@{commit sha}:sample-10BT:text:daisy-bytes-v1"
+    builtin = "builtin:{sha256 of the corpus file, 16 hex}:daisy-bytes-v1"
+Pin a commit for good with DAISY_DATA_REVISION=<sha> (it is checked against the hub too).
 
 Token stream of a row group. Its non-empty documents in file order, each encoded by
 daisy.tokenizer (byte-level `daisy-bytes-v1`) and followed by EOT (256), exactly as
@@ -36,10 +47,23 @@ Peers must compare `data_id` before sharing batches.
 
 Caches. Decoded row groups (tokens) on disk under DAISY_DATA_CACHE_DIR (default
 ~/.cache/daisy/data), at most DAISY_DATA_CACHE_MB MiB (default 256), least recently used
-evicted first; plus an in-memory LRU of DAISY_DATA_MEM_MB MiB (default 64).
+evicted first; plus an in-memory LRU of DAISY_DATA_MEM_MB MiB (default 64). Cache keys start
+with the data id, so a new commit never reads an old commit's tokens.
+
+Prefetch. Serving batch (seed, step, slot, ...) queues the same (seed, slot) at steps
+step+1..step+PREFETCH_STEPS (env DAISY_DATA_PREFETCH_STEPS, 0 = off) for one background worker
+thread, which reads the row groups those batches need into the caches. The queue is bounded
+(PREFETCH_QUEUE keys; when full, new keys are dropped and counted), keys already queued are not
+queued twice, and a request never waits for the worker: it only enqueues. A peer that asks for
+its batches in step order thus finds the next step's row group cached. Fetches lock per row
+group (and per footer): one row group is fetched once however many requests and the worker want
+it, while different row groups download in parallel (a peer's own prefetch of its next batches,
+HttpBatches, thereby overlaps several hub round trips).
 
 Routes (make_data_router):
-    GET /data/info
+    GET /data/info     source, reason, dataset, config, revision (requested), commit (resolved;
+                       null for builtin), data_id, shards, shard_files (paths in the repo; the
+                       built-in corpus by file name only), cache and prefetch counters
     GET /data/window?shard=&rg=&offset=&length=     -> application/octet-stream
     GET /data/batch?seed=&step=&slot=&batch=&seq_len= -> application/octet-stream
 Bad parameters -> 400 {"error": "...", "parameter": name}; data unavailable -> 503 {"error"}.
@@ -48,10 +72,11 @@ Standalone server (tests, bench): python -m daisy.datastream --host 127.0.0.1 --
 """
 import hashlib
 import os
+import queue
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import numpy as np
 
@@ -61,8 +86,7 @@ from daisy.tokenizer import EOT, TOKENIZER_ID, encode_documents
 DATASET = "HuggingFaceFW/fineweb-edu"
 CONFIG = "sample-10BT"
 SHARD_DIR = "sample/10BT"
-# PLACEHOLDER: pin to the dataset's commit sha (GET /api/datasets/HuggingFaceFW/fineweb-edu)
-# when online; "main" moves, so batches could change under a long-lived Space.
+# The requested revision; resolved to its commit sha when the source starts online (Pinning).
 REVISION = "main"
 TEXT_COLUMN = "text"
 
@@ -70,6 +94,8 @@ MAX_TOKENS = 65536                # most tokens one window or batch response car
 U32_MAX = 2**32 - 1
 BLOCK_SIZE = 64 * 1024            # HfFileSystem block size; with cache_type="none" no read-ahead
 PICK_ROW_GROUP = 1                # last key word of the shard/row-group choice of a batch
+PREFETCH_STEPS = 2                # steps ahead whose row groups a batch request warms
+PREFETCH_QUEUE = 64               # most batch keys waiting for the prefetch worker
 
 
 class DataRequestError(ValueError):
@@ -171,6 +197,10 @@ class DiskCache:
             except FileNotFoundError:
                 pass
 
+    def __contains__(self, key: str) -> bool:
+        with self.lock:
+            return self._name(key) in self.sizes
+
     def total_bytes(self) -> int:
         with self.lock:
             return sum(self.sizes.values())
@@ -192,6 +222,10 @@ class MemoryCache:
                 self.items.move_to_end(key)
             return arr
 
+    def __contains__(self, key: str) -> bool:
+        with self.lock:
+            return key in self.items
+
     def put(self, key: str, arr: np.ndarray) -> None:
         with self.lock:
             if key in self.items:
@@ -208,14 +242,20 @@ class DataSource:
 
     def __init__(self, *, endpoint: str | None = None, revision: str | None = None,
                  cache_dir: str | None = None, cache_mb: int | None = None,
-                 mem_mb: int | None = None, builtin_path: str | None = None):
+                 mem_mb: int | None = None, builtin_path: str | None = None,
+                 prefetch_steps: int | None = None):
         self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
         self.revision = revision or os.environ.get("DAISY_DATA_REVISION") or REVISION
+        self.commit: str | None = None       # the revision's commit sha, once resolved online
         self.builtin_path = builtin_path or os.environ.get("DAISY_DATA_BUILTIN") or str(data.BUILTIN_CORPUS)
         cache_dir = cache_dir or os.environ.get("DAISY_DATA_CACHE_DIR") or os.path.expanduser("~/.cache/daisy/data")
         self.disk = DiskCache(cache_dir, (cache_mb if cache_mb is not None else _env_int("DAISY_DATA_CACHE_MB", 256)) << 20)
         self.memory = MemoryCache((mem_mb if mem_mb is not None else _env_int("DAISY_DATA_MEM_MB", 64)) << 20)
-        self.fetch_lock = threading.Lock()   # one hub fetch at a time; also guards setup
+        self.fetch_lock = threading.Lock()   # guards setup and the switch to builtin
+        # One lock per footer / row group: the same one is fetched once however many requests
+        # (and the prefetch worker) want it, while different ones download in parallel.
+        self.key_locks: dict[str, threading.Lock] = {}
+        self.key_locks_guard = threading.Lock()
         self.ready = False
         self.source = "fineweb-edu"
         self.reason: str | None = None
@@ -223,8 +263,15 @@ class DataSource:
         self.shards: list[str] = []          # paths in repo, sorted
         self.footers: dict[int, object] = {} # shard -> pyarrow FileMetaData
         self.builtin: np.ndarray | None = None   # the built-in corpus' token stream
+        steps = prefetch_steps if prefetch_steps is not None else _env_int("DAISY_DATA_PREFETCH_STEPS", PREFETCH_STEPS)
+        self.prefetcher = Prefetcher(self, steps) if steps > 0 else None
 
     # -- setup and fallback -----------------------------------------------------------------
+    def start(self) -> None:
+        """Resolve the revision and list the shards now, in the background, so the first peer's
+        request does not pay for it (requests that come earlier wait for the same setup)."""
+        threading.Thread(target=self._ensure_ready, name="daisy-data-setup", daemon=True).start()
+
     def _ensure_ready(self) -> None:
         if self.ready:
             return
@@ -238,13 +285,25 @@ class DataSource:
             self.ready = True
 
     def _list_hub(self) -> None:
-        from huggingface_hub import HfFileSystem
+        from huggingface_hub import HfApi, HfFileSystem
+        # Pin: every read below goes to this commit, whatever the branch does later. expand=["sha"]:
+        # only the commit, not the listing of every file of the dataset (thousands for FineWeb-Edu).
+        commit = HfApi(endpoint=self.endpoint).dataset_info(DATASET, revision=self.revision,
+                                                            expand=["sha"]).sha
+        if not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit)):
+            raise ValueError(f"the hub resolved revision {self.revision!r} to {str(commit)[:60]!r}, "
+                             f"not a commit sha")
+        self.commit = commit
         self.fs = HfFileSystem(endpoint=self.endpoint, skip_instance_cache=True)
-        root = f"datasets/{DATASET}@{quote(self.revision, safe='')}/"
+        root = self._root()
         found = self.fs.glob(root + SHARD_DIR + "/*.parquet")
         self.shards = sorted(p[len(root):] for p in found)
         if not self.shards:
-            raise FileNotFoundError(f"no parquet files under {SHARD_DIR} at revision {self.revision}")
+            raise FileNotFoundError(f"no parquet files under {SHARD_DIR} at revision {self.revision} "
+                                    f"(commit {commit})")
+
+    def _root(self) -> str:
+        return f"datasets/{DATASET}@{self.commit}/"
 
     def _fall_back(self, reason: str) -> None:
         self.source, self.reason = "builtin", reason
@@ -256,21 +315,25 @@ class DataSource:
                 with open(self.builtin_path, encoding="utf-8") as f:
                     text = f.read()
             except OSError as exc:
-                raise DataUnavailable(f"built-in corpus unreadable at {self.builtin_path}: {exc.strerror}") from exc
+                raise DataUnavailable(f"built-in corpus {self._builtin_name()} unreadable: {exc.strerror}") from exc
             # the same document rule as daisy.data.builtin_documents
             docs = [d.strip("\n") for d in text.split(data.DOC_SEPARATOR) if d.strip()]
             if not docs:
-                raise DataUnavailable(f"built-in corpus at {self.builtin_path} has no documents")
+                raise DataUnavailable(f"built-in corpus {self._builtin_name()} has no documents")
             self.builtin = encode_documents(docs)
             self.builtin_id = "builtin:" + hashlib.sha256(text.encode()).hexdigest()[:16] + ":" + TOKENIZER_ID
         return self.builtin
+
+    def _builtin_name(self) -> str:
+        """The built-in corpus by file name: answers never show the server's paths."""
+        return os.path.basename(self.builtin_path)
 
     @property
     def data_id(self) -> str:
         if self.source == "builtin":
             self._load_builtin()
             return self.builtin_id
-        return f"{DATASET}@{self.revision}:{CONFIG}:{TEXT_COLUMN}:{TOKENIZER_ID}"
+        return f"{DATASET}@{self.commit}:{CONFIG}:{TEXT_COLUMN}:{TOKENIZER_ID}"
 
     # -- shape of the data ------------------------------------------------------------------
     def num_shards(self) -> int:
@@ -283,26 +346,48 @@ class DataSource:
             return 1
         return self._footer(shard).num_row_groups
 
+    def _lock_for(self, key: str) -> threading.Lock:
+        with self.key_locks_guard:
+            return self.key_locks.setdefault(key, threading.Lock())
+
     def _footer(self, shard: int):
         meta = self.footers.get(shard)
         if meta is None:
             import pyarrow.parquet as pq
-            with self.fetch_lock, self._open(shard) as f:
-                meta = pq.ParquetFile(f).metadata
-            if TEXT_COLUMN not in meta.schema.names:
-                raise DataUnavailable(f"{self.shards[shard]} has no column {TEXT_COLUMN!r}")
-            self.footers[shard] = meta
+            with self._lock_for(f"footer/{self.data_id}/{shard}"):
+                meta = self.footers.get(shard)           # another thread may have read it
+                if meta is None:
+                    with self._open(shard) as f:
+                        meta = pq.ParquetFile(f).metadata
+                    if TEXT_COLUMN not in meta.schema.names:
+                        raise DataUnavailable(f"{self.shards[shard]} has no column {TEXT_COLUMN!r}")
+                    self.footers[shard] = meta
         return meta
 
     def _open(self, shard: int):
-        root = f"datasets/{DATASET}@{quote(self.revision, safe='')}/"
-        return self.fs.open(root + self.shards[shard], "rb", block_size=BLOCK_SIZE, cache_type="none")
+        return self.fs.open(self._root() + self.shards[shard], "rb", block_size=BLOCK_SIZE, cache_type="none")
+
+    def _row_group_key(self, shard: int, rg: int) -> str:
+        return f"{self.data_id}/{self.shards[shard]}/{rg}"
+
+    def is_cached(self, shard: int, rg: int) -> bool:
+        """Whether row group rg of shard is in memory or on disk (no hub read needed)."""
+        if self.source == "builtin":
+            return True
+        key = self._row_group_key(shard, rg)
+        return key in self.memory or key in self.disk
+
+    def pick_row_group(self, seed: int, step: int, slot: int) -> tuple[int, int]:
+        """(shard, rg) of the batch (seed, step, slot): the rule of the module docstring."""
+        choice = prng.key(prng.PURPOSE_DATA, seed, step, slot, PICK_ROW_GROUP)
+        shard = prng.draw(choice, 0) % self.num_shards()
+        return shard, prng.draw(choice, 1) % self.num_row_groups(shard)
 
     def row_group_tokens(self, shard: int, rg: int) -> np.ndarray:
         """The token stream of one row group (callers validate shard and rg)."""
         if self.source == "builtin":
             return self._load_builtin()
-        key = f"{self.data_id}/{self.shards[shard]}/{rg}"
+        key = self._row_group_key(shard, rg)
         arr = self.memory.get(key)
         if arr is None:
             arr = self.disk.get(key)
@@ -314,8 +399,11 @@ class DataSource:
     def _fetch_row_group(self, shard: int, rg: int, key: str) -> np.ndarray:
         import pyarrow.parquet as pq
         meta = self._footer(shard)
-        with self.fetch_lock:
-            cached = self.disk.get(key)      # another thread may have fetched it meanwhile
+        with self._lock_for(key):
+            # another thread may have fetched it meanwhile (memory only when over the disk limit)
+            cached = self.memory.get(key)
+            if cached is None:
+                cached = self.disk.get(key)
             if cached is not None:
                 return cached
             with self._open(shard) as f:
@@ -365,11 +453,9 @@ class DataSource:
         if batch * (seq_len + 1) > MAX_TOKENS:
             raise DataRequestError("batch", f"batch * (seq_len + 1) must be at most {MAX_TOKENS}, "
                                    f"got {batch} * {seq_len + 1} = {batch * (seq_len + 1)}")
-        choice = prng.key(prng.PURPOSE_DATA, seed, step, slot, PICK_ROW_GROUP)
 
         def pick() -> Tokens:
-            shard = prng.draw(choice, 0) % self.num_shards()
-            rg = prng.draw(choice, 1) % self.num_row_groups(shard)
+            shard, rg = self.pick_row_group(seed, step, slot)
             stream = self.row_group_tokens(shard, rg)
             try:
                 starts = data.batch_starts(len(stream), seed, step, slot, batch, seq_len)   # (B,)
@@ -377,19 +463,24 @@ class DataSource:
                 raise DataUnavailable(f"shard {shard} row group {rg}: {exc}") from exc
             rows = starts[:, None] + np.arange(seq_len + 1, dtype=np.int64)[None, :]         # (B, T+1)
             return self._result(stream[rows].reshape(-1), shard, rg)
-        return self._serve(pick)
+        out = self._serve(pick)
+        if self.prefetcher is not None and out.source != "builtin":
+            self.prefetcher.after_batch(seed, step, slot)      # enqueue only: never waits
+        return out
 
     def info(self) -> dict:
         self._ensure_ready()
+        # no server paths here (cache folder, built-in corpus location): a public route
         out = {"source": self.source, "reason": self.reason, "dataset": DATASET, "config": CONFIG,
-               "revision": self.revision, "column": TEXT_COLUMN, "tokenizer": TOKENIZER_ID,
-               "eot": EOT, "max_tokens": MAX_TOKENS,
-               "cache": {"dir": self.disk.dir, "bytes": self.disk.total_bytes(), "limit_bytes": self.disk.limit,
-                         "memory_bytes": self.memory.bytes, "memory_limit_bytes": self.memory.limit}}
+               "revision": self.revision, "commit": self.commit if self.source != "builtin" else None,
+               "column": TEXT_COLUMN, "tokenizer": TOKENIZER_ID, "eot": EOT, "max_tokens": MAX_TOKENS,
+               "cache": {"bytes": self.disk.total_bytes(), "limit_bytes": self.disk.limit,
+                         "memory_bytes": self.memory.bytes, "memory_limit_bytes": self.memory.limit},
+               "prefetch": self.prefetcher.counts() if self.prefetcher is not None else {"steps": 0}}
         if self.source == "builtin":
             try:
                 tokens = self._load_builtin()
-                out.update(data_id=self.builtin_id, shards=1, shard_files=[self.builtin_path],
+                out.update(data_id=self.builtin_id, shards=1, shard_files=[self._builtin_name()],
                            row_groups={"0": 1}, total_tokens=int(len(tokens)))
             except DataUnavailable as exc:
                 out.update(data_id=None, shards=0, shard_files=[], row_groups={}, total_tokens=0, error=str(exc))
@@ -398,6 +489,77 @@ class DataSource:
                        row_groups={str(s): m.num_row_groups for s, m in sorted(self.footers.items())},
                        total_tokens=None)    # unknown until every row group was read
         return out
+
+
+class Prefetcher:
+    """One background thread that reads the row groups of the next steps' batches into the
+    caches (module docstring, Prefetch). Bounded queue, no key queued twice, never blocks."""
+
+    def __init__(self, source: "DataSource", steps: int):
+        self.source, self.steps = source, steps
+        self.queue: queue.Queue = queue.Queue(PREFETCH_QUEUE)
+        self.pending: set = set()            # keys queued or being warmed
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.n = {"queued": 0, "fetched": 0, "cached": 0, "dropped": 0, "errors": 0}
+        self.last_error: str | None = None
+
+    def after_batch(self, seed: int, step: int, slot: int) -> None:
+        """Batch (seed, step, slot) was served: warm the same slot's next steps."""
+        for ahead in range(1, self.steps + 1):
+            if step + ahead <= U32_MAX:
+                self.offer((seed, step + ahead, slot))
+
+    def offer(self, key: tuple) -> None:
+        with self.lock:
+            if key in self.pending:
+                return
+            try:
+                self.queue.put_nowait(key)
+            except queue.Full:
+                self.n["dropped"] += 1           # a slow hub: the request path fetches it later
+                return
+            self.pending.add(key)
+            self.n["queued"] += 1
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="daisy-data-prefetch", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            key = self.queue.get()
+            try:
+                self._warm(key)
+            except Exception as exc:     # the request path falls back; here we only count it
+                with self.lock:
+                    self.n["errors"] += 1
+                    self.last_error = describe_hub_error(exc)
+            finally:
+                with self.lock:
+                    self.pending.discard(key)
+                self.queue.task_done()
+
+    def _warm(self, key: tuple) -> None:
+        src = self.source
+        if src.source == "builtin":
+            return
+        shard, rg = src.pick_row_group(*key)
+        if src.is_cached(shard, rg):
+            outcome = "cached"
+        else:
+            src.row_group_tokens(shard, rg)
+            outcome = "fetched"
+        with self.lock:
+            self.n[outcome] += 1
+
+    def idle(self) -> bool:
+        with self.lock:
+            return not self.pending
+
+    def counts(self) -> dict:
+        with self.lock:
+            return {"steps": self.steps, "pending": len(self.pending), **self.n,
+                    "last_error": self.last_error}
 
 
 def _check(name: str, value: int, lo: int, hi: int | None) -> None:
@@ -414,7 +576,8 @@ def _int_params(query, names: tuple[str, ...]) -> dict[str, int]:
         if raw is None or raw == "":
             raise DataRequestError(name, f"missing parameter {name} (an integer)")
         text = raw.strip()
-        if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 40:
+        # one optional minus, then ASCII digits: int() would raise (a 500) on "--5" or "1-2"
+        if len(text) > 40 or not re.fullmatch(r"-?[0-9]+", text):
             raise DataRequestError(name, f"{name} must be an integer, got {raw[:40]!r}")
         out[name] = int(text)
     return out
@@ -474,7 +637,9 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=7861)
     args = ap.parse_args()
     app = FastAPI()
-    app.include_router(make_data_router(DataSource()))
+    source = DataSource()
+    source.start()
+    app.include_router(make_data_router(source))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

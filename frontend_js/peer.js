@@ -1,32 +1,23 @@
-// The browser peer: its state, its signaling membership, its training run, and the automation
-// API `window.daisy` (documented in docs/ARCHITECTURE.md).
+// The browser peer: its membership in the signaling group, its links to the other peers, the
+// group run, the model it holds, and the automation API `window.daisy` (docs/ARCHITECTURE.md).
 //
 //   const peer = new Peer(bus, { modules });  peer.boot();
 //
-// State changes are emitted on the bus as `state` (the object state() returns); the UI
-// (ui.js) renders from it and nothing else. Until the WebRTC mesh lands, start(config) trains
-// a one-peer group locally with the JS mirror (train.js), on the data route's batches.
-//
-// The model: generate() samples in the page (generate.js) from the current weights; the
-// download* methods POST the replica as a state body (encodeState; format in daisy/server.py)
-// to the model routes and save the file they return; load(file) POSTs a .pt to /api/load and
-// hands the state to loadState(), the one way a replica is replaced (the group broadcast will
-// call it too). After a load, start() resumes that run from its step with its config.
+// Jobs, one module each: server_connection.js (the /signal socket), this file (membership and
+// roster, the links to admitted peers, the model store: generation, files, loading),
+// rtc_peer.js (one RTCPeerConnection), mesh.js (the group's links and frames), run.js (the group
+// run: start, steps, stop, departures), state_codec.js (the state body).
+// State changes are emitted on the bus as `state` (the object state() returns); the UI (ui.js)
+// renders from it and nothing else.
 import { ServerConnection } from './server_connection.js';
+import { Mesh } from './mesh.js';
+import { RtcPeer } from './rtc_peer.js';
+import { RunController } from './run.js';
+import { encodeState, decodeState } from './state_codec.js';
 
-const CHUNK_MS = 25;          // train for at most this long before yielding to the page
-const RATE_WINDOW = 20;       // steps in the tokens/s moving window
-const MAX_CURVE = 2000;       // loss points kept for the plot (older ones are thinned)
-const WINDOWS_MAX = 4;        // FineWeb-Edu windows of a one-peer run's stream
 const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.server.MAX_CHECKPOINT_BYTES
 const NO_MODEL = 'no model yet: train or load one first';
-
-export const STATE_FORMAT = 'daisychain-state';  // the state body, as daisy/server.py defines it
-export const STATE_VERSION = 1;
-const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
-const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
-
-const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
+const MAX_NOTES = 6;
 
 export class Peer {
   constructor(bus, { modules = [] } = {}) {
@@ -39,9 +30,17 @@ export class Peer {
       step: 0, totalSteps: 0, loss: null, hash: null, path: null, pathReason: '',
       peers: [], requests: [], running: false, runState: 'idle', leader: null,
       tokensPerS: null, replicas: null, config: null, curve: [], dataSource: null,
-      message: '', error: '',
+      message: '', error: '', engine: null,
+      run: null,             // the run's {id, roster (peer ids in slot order), topology, leader}
+      peerHashes: {},        // peer id -> its latest known weight hash in the run
+      links: {},             // peer id -> 'connecting' | 'linked' | 'closed: why' | 'refused: why'
+      notes: [],             // the last few things worth telling the user
+      drops: 0,              // mesh frames dropped (bad, late, foreign); details in mesh.drops
     };
-    this.run = null;           // { group, stop } of the active run
+    this.mesh = new Mesh({ selfId: null });
+    this.runs = new RunController(this, this.mesh);
+    this.rtc = new Map();      // peer id -> RtcPeer
+    this.iceServers = [];
     this.model = null;         // the last trained or loaded group (generation, checkpoint)
     this.modelStep = 0;        // the model's step (a checkpoint's `step`)
     this.modelExtra = null;    // what the model was trained on ({data, data_id}), kept in files
@@ -72,16 +71,20 @@ export class Peer {
         : final ? `Disconnected from the server: ${reason || 'code ' + code}.` : 'Reconnecting to the server…',
     }));
     on('welcome', (m) => {
+      if (m.peerId !== this.s.peerId && !this.runs.busy) this.resetLinks(m.peerId);
+      if (Array.isArray(m.iceServers)) this.iceServers = m.iceServers;
       this.set({ peerId: m.peerId, name: m.name, group: m.group, role: m.role, peers: m.peers,
                  requests: [], rejected: false, message: this.welcomeText(m), error: '' });
       this.announce();
       this.bus.emit('roster', this.s.peers);
+      this.syncLinks();
     });
-    on('peers', (m) => { this.set({ peers: m.peers }); this.bus.emit('roster', this.s.peers); });
+    on('peers', (m) => { this.set({ peers: m.peers }); this.bus.emit('roster', this.s.peers); this.syncLinks(); });
     on('peer-joined', (m) => {
       const peers = this.s.peers.filter((p) => p.id !== m.peer.id).concat([m.peer]);
       this.set({ peers, requests: this.s.requests.filter((r) => r.id !== m.peer.id) });
       this.bus.emit('roster', this.s.peers);
+      this.syncLinks();
     });
     on('peer-updated', (m) => {
       this.set({ peers: this.s.peers.map((p) => (p.id === m.peer.id ? m.peer : p)) });
@@ -91,6 +94,8 @@ export class Peer {
       this.set({ peers: this.s.peers.filter((p) => p.id !== m.peer),
                  requests: this.s.requests.filter((r) => r.id !== m.peer) });
       this.bus.emit('roster', this.s.peers);
+      // an explicit goodbye ends the link; a dropped socket may come back (the link may be fine)
+      if (m.reason === 'left') this.closeLink(m.peer, 'it left the group');
     });
     on('role', (m) => {
       const peers = this.s.peers.map((p) => (p.id === m.peer ? { ...p, role: m.role } : p));
@@ -110,7 +115,10 @@ export class Peer {
       this.set({ role: m.role, peers: m.peers, message: 'The host accepted you into the room.' });
       this.announce();
       this.bus.emit('roster', this.s.peers);
+      this.syncLinks();
     });
+    on('signal', (m) => this.onSignal(m.from, m.data));
+    on('relay', (m) => this.onRelay(m.from, m.data));
     on('rejected', (m) => {
       this.set({ rejected: true, message: `The room host declined your request (${m.reason}).` });
       this.bus.emit('rejected', m);
@@ -120,8 +128,21 @@ export class Peer {
       this.set({ error: `Server: ${m.message}` });
     });
 
+    this.mesh.on('link', ({ peer, state, reason }) => this.setLink(peer, state === 'ready' ? 'linked' : `closed: ${reason}`));
+    this.mesh.on('refused', ({ peer, reason }) => {
+      this.setLink(peer, `refused: ${reason}`);
+      this.note(`Not linked to ${this.nameOf(peer)}: ${reason}.`);
+      this.conn?.send({ type: 'relay', to: peer, data: { kind: 'mesh-refused', protocol: this.mesh.version, reason } });
+    });
+    this.mesh.on('drop', () => this.set({ drops: this.mesh.drops.count }));
     this.conn = new ServerConnection(this.bus, { room: this.room });
     this.conn.connect();
+    // leaving: tell the run's peers and the server now, so nobody waits for a deadline
+    globalThis.addEventListener?.('pagehide', () => {
+      this.runs.goodbye();
+      this.conn.leave();
+      for (const link of this.rtc.values()) link.close('the page closed');
+    });
     this.pathReady = this.detectPath();     // start() waits for it: a run's engine is fixed at start
     this.loadDataInfo();
   }
@@ -151,9 +172,82 @@ export class Peer {
     return true;
   }
 
+  // ---- links to the other peers (rtc_peer.js, mesh.js) -------------------------------------
+  // One link per admitted peer of the group; the smaller id offers. Pending peers (a room that
+  // has not approved us) get no signals from the server, so they link to nobody.
+  syncLinks() {
+    const s = this.s;
+    if (!s.peerId || s.role === 'pending' || s.rejected) return;
+    for (const p of s.peers) {
+      if (p.id === s.peerId || p.role === 'pending') continue;
+      const link = this.rtc.get(p.id);
+      if (!link || link.state === 'closed') this.openLink(p.id, s.peerId < p.id);
+    }
+  }
+
+  openLink(id, initiator) {
+    this.rtc.get(id)?.close('replaced');
+    const link = new RtcPeer({
+      remoteId: id, initiator, iceServers: this.iceServers,
+      sendSignal: (data) => this.conn.send({ type: 'signal', to: id, data }),
+      onMessage: (bytes) => this.mesh.receive(id, bytes),
+      onState: (state, reason) => {
+        if (this.rtc.get(id) !== link) return;
+        if (state === 'open') this.mesh.addLink(id, link);
+        else if (state === 'closed') { this.mesh.removeLink(id, reason); this.setLink(id, `closed: ${reason}`); }
+      },
+    });
+    this.rtc.set(id, link);
+    this.setLink(id, 'connecting');
+    return link;
+  }
+
+  closeLink(id, reason) {
+    const link = this.rtc.get(id);
+    if (link) link.close(reason);
+  }
+
+  resetLinks(selfId) {
+    for (const link of this.rtc.values()) link.close('this page has a new identity');
+    this.rtc.clear();
+    this.mesh.selfId = selfId;
+    this.set({ links: {} });
+  }
+
+  setLink(id, state) {
+    if (this.s.links[id] === state) return;
+    this.set({ links: { ...this.s.links, [id]: state } });
+  }
+
+  // a relayed WebRTC signal: {sdp} or {candidate}; an offer for a link we already have means the
+  // other side started over (its page reconnected): start over too
+  onSignal(from, data) {
+    if (!data || typeof data !== 'object' || typeof from !== 'string') return;
+    let link = this.rtc.get(from);
+    const isOffer = data.sdp && data.sdp.type === 'offer';
+    if (isOffer && from < this.s.peerId && (!link || link.state === 'closed' || link.pc.remoteDescription)) {
+      link = this.openLink(from, false);
+    }
+    if (link) link.signal(data);
+  }
+
+  // small app messages through the server: a peer that cannot speak our frames says why
+  onRelay(from, data) {
+    if (!data || typeof data !== 'object' || data.kind !== 'mesh-refused') return;
+    const reason = `peer ${from} speaks mesh protocol v${Number(data.protocol) | 0}, this page v${this.mesh.version}`;
+    this.setLink(from, `refused: ${reason}`);
+    this.note(`Not linked to ${this.nameOf(from)}: ${reason}.`);
+  }
+
   // GPU when the WebGPU engine exists and its kernels pass their gates, else the CPU mirror.
   // The engine drops to the CPU by itself on any later fault; we show its reason.
   async detectPath() {
+    try {
+      this.cpuEngine = this.modules.has('engines.js') ? await (await import('./engines.js')).bestEngine() : undefined;
+    } catch (err) {
+      this.cpuEngine = undefined;
+      console.warn('daisy: no CPU engine module:', err);
+    }
     let path = 'cpu';
     let reason = 'WebGPU not available in this browser';
     if (navigator.gpu && this.modules.has('gpu.js')) {
@@ -178,7 +272,8 @@ export class Peer {
     } else if (navigator.gpu) {
       reason = 'GPU engine not available in this build';
     }
-    this.set({ path, pathReason: reason });
+    const cpuName = this.cpuEngine ? this.cpuEngine.name : 'cpu';
+    this.set({ path, pathReason: reason, engine: path === 'gpu' ? 'webgpu' : cpuName });
     this.announce();
   }
 
@@ -191,20 +286,20 @@ export class Peer {
     }
   }
 
-  // ---- training ---------------------------------------------------------------------------
+  // ---- compute ----------------------------------------------------------------------------
   loadCompute() {
     this.computeModules ??= this.importCompute();
     return this.computeModules;
   }
 
   async importCompute() {
-    for (const file of ['train.js', 'config.js', 'model.js', 'hashing.js']) {
+    for (const file of ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js']) {
       if (!this.modules.has(file)) return { error: `compute not available yet: frontend_js/${file} is missing` };
     }
     try {
-      const [train, config, model, hashing] = await Promise.all([
-        import('./train.js'), import('./config.js'), import('./model.js'), import('./hashing.js')]);
-      return { train, config, model, hashing };
+      const [train, config, model, hashing, optim] = await Promise.all([
+        import('./train.js'), import('./config.js'), import('./model.js'), import('./hashing.js'), import('./optim.js')]);
+      return { train, config, model, hashing, optim };
     } catch (err) {
       return { error: `compute not available yet: the JS mirror failed to load (${err.message || err})` };
     }
@@ -216,140 +311,51 @@ export class Peer {
     return c;
   }
 
-  // Starts a run and resolves once it is running (not when it ends); rejects on bad config or
-  // missing compute. Progress: `step` events and state().
-  async start(config = {}) {
-    if (this.run) {
-      const msg = 'a run is already going: stop it first';
-      this.set({ error: msg });
-      throw new Error(msg);
-    }
-    const compute = await this.loadCompute();
-    await this.pathReady;
-    if (compute.error) { this.set({ error: compute.error }); throw new Error(compute.error); }
-    // a loaded checkpoint with steps left: continue it (its config, weights, Adam state, step)
-    const resume = this.resumable && this.modelStep < this.model.cfg.steps ? this.model : null;
-    let cfg, group, stream;
-    try {
-      cfg = resume ? resume.cfg : compute.config.makeConfig(config);   // validates like daisy.config
-      stream = await this.loadStream();
-      group = new compute.train.Group(cfg, 1, stream, this.engine(), resume ? resume.replicas : null);
-    } catch (err) { this.set({ error: err.message }); throw err; }
-    const info = this.s.dataSource || {};
-    const extra = { data: info.source === 'builtin' ? 'builtin' : String(info.source), data_id: this.stream.id };
-    let message = 'Training on this device (one-peer run).';
-    if (resume) {
-      const was = this.modelExtra && this.modelExtra.data_id;
-      message = `Resuming the loaded checkpoint from step ${this.modelStep} with its settings.` +
-        (was && was !== extra.data_id ? ` Note: it was trained on ${was}, this run reads ${extra.data_id}.` : '');
-    }
-    this.resumable = false;
-    const run = { group, cfg, stopped: false, extra };
-    this.run = run;
-    this.stepTimes = [];
-    this.set({ running: true, runState: 'training', leader: this.s.peerId, config: cfg,
-               step: resume ? this.modelStep : 0, totalSteps: cfg.steps, loss: null,
-               hash: resume ? this.s.hash : null, curve: [], tokensPerS: null,
-               replicas: null, error: '', message });
-    this.announce();
-    this.bus.emit('run-started', { config: { ...cfg } });
-    this.loop(run).catch((err) => {
-      console.warn('daisy: the run failed:', err);
-      this.finish(run, 'failed', `The run stopped: ${err.message || err}`, err.message || String(err));
-    });
-    return { config: { ...cfg } };
-  }
-
+  // the engine of this device's steps: the GPU's when its gates passed, else the fastest CPU
+  // engine whose gate passed (wasm-simd; the scalar one only when WebAssembly is missing)
   engine() {
-    return this.gpuEngine && this.gpuEngine.status.path === 'gpu' ? this.gpuEngine : undefined;
+    return this.gpuEngine && this.gpuEngine.status.path === 'gpu' ? this.gpuEngine : this.cpuEngine;
   }
 
-  // The token stream of a one-peer run (until the mesh lands and peers fetch keyed batches
-  // from /data/batch): the built-in corpus whole, or the first WINDOWS_MAX windows of
-  // FineWeb-Edu's shard 0 row group 0, read through /data/window.
-  async loadStream() {
-    const info = await this.fetchJson('/data/info');
-    const id = info.data_id;
-    if (this.stream && this.stream.id === id) return this.stream.tokens;
-    this.set({ dataSource: { source: info.source, reason: info.reason, dataId: id } });
-    const total = info.source === 'builtin' ? info.total_tokens : info.max_tokens * WINDOWS_MAX;
-    const parts = [];
-    let have = 0;
-    while (have < total) {
-      const length = Math.min(info.max_tokens, total - have);
-      const q = new URLSearchParams({ shard: 0, rg: 0, offset: have, length });
-      const res = await fetch(`/data/window?${q}`);
-      if (!res.ok) {
-        if (parts.length) break;        // a short FineWeb row group: train on what we have
-        throw new Error(`data route: ${(await res.json().catch(() => ({}))).error || 'HTTP ' + res.status}`);
-      }
-      const part = new Uint16Array(await res.arrayBuffer());
-      parts.push(part);
-      have += part.length;
+  // the training data the Space serves (runs compare it: one data id per run)
+  async dataId() {
+    if (!this.s.dataSource || !this.s.dataSource.dataId) await this.loadDataInfo();
+    const id = this.s.dataSource && this.s.dataSource.dataId;
+    if (!id) throw new Error(`no training data: ${(this.s.dataSource && this.s.dataSource.reason) || 'the data route did not answer'}`);
+    return id;
+  }
+
+  // ---- the group run (run.js) ---------------------------------------------------------------
+  // Starts a run for the whole group and resolves once it is running (not when it ends);
+  // rejects with the reason when it cannot start. Progress: `step` events and state().
+  async start(config = {}) {
+    try {
+      return await this.runs.start(config);
+    } catch (err) {
+      this.set({ error: err.message || String(err) });
+      throw err;
     }
-    const tokens = new Uint16Array(have);
-    let at = 0;
-    for (const part of parts) { tokens.set(part, at); at += part.length; }
-    this.stream = { id, tokens };
-    return tokens;
   }
 
-  async fetchJson(url) {
-    const res = await fetch(url);
-    const body = await res.json();
-    if (!res.ok) throw new Error(`${url}: ${body.error || 'HTTP ' + res.status}`);
-    return body;
+  // Every peer of the run ends after the step in flight (its update is applied everywhere).
+  stop() { return this.runs.stop(); }
+
+  // the model a run trains (generation and files read it mid-run too)
+  adoptModel(cfg, replica, step, extra) {
+    this.model = { cfg, replicas: [replica] };
+    this.modelStep = step;
+    this.modelExtra = extra;
+    this.resumable = false;
   }
 
-  async loop(run) {
-    const { cfg, group } = run;
-    const tokensPerStep = cfg.batch * cfg.seq_len;
-    let chunkStart = performance.now();
-    while (!run.stopped && this.s.step < cfg.steps) {
-      // a GPU result that failed its audit: the engine is on the CPU by then; redo the step
-      const out = this.gpu ? await this.gpu.withGpuFallback(group.engine, () => group.step()) : await group.step();
-      const now = performance.now();
-      this.stepTimes.push(now);
-      if (this.stepTimes.length > RATE_WINDOW) this.stepTimes.shift();
-      const n = this.stepTimes.length;
-      const rate = n > 1 ? (tokensPerStep * (n - 1) * 1000) / (this.stepTimes[n - 1] - this.stepTimes[0]) : null;
-      const hashes = out.hashes;
-      const curve = this.s.curve;
-      curve.push([out.step, out.loss]);
-      if (curve.length > MAX_CURVE) this.s.curve = curve.filter((_, i) => i % 2 === 0 || i === curve.length - 1);
-      this.model = group;
-      this.modelStep = out.step;
-      this.modelExtra = run.extra;
-      const agree = hashes.every((h) => h === hashes[0]);
-      this.set({ step: out.step, loss: out.loss, hash: hashes[0], tokensPerS: rate,
-                 replicas: { count: hashes.length, agree, step: out.step } });
-      this.bus.emit('step', { step: out.step, loss: out.loss, hash: hashes[0] });
-      if (!agree) {
-        this.finish(run, 'stopped', `Replicas disagree at step ${out.step}: stopped (never fork).`, 'replica mismatch');
-        return;
-      }
-      if (now - chunkStart > CHUNK_MS) { await yieldToPage(); chunkStart = performance.now(); }
-    }
-    if (run.stopped) this.finish(run, 'stopped', `Stopped at step ${this.s.step}.`, '');
-    else this.finish(run, 'done', `Run finished: ${this.s.step} steps, loss ${this.s.loss.toFixed(4)}.`, '');
+  note(text) {
+    const notes = this.s.notes.concat([text]).slice(-MAX_NOTES);
+    this.set({ notes, message: text });
   }
 
-  finish(run, runState, message, error) {
-    if (this.run !== run) return;
-    this.run = null;
-    this.set({ running: false, runState, message, error });
-    this.announce();
-    this.bus.emit('run-ended', { state: runState, step: this.s.step, error });
-  }
-
-  // The step in flight completes (its update is already applied to the weights), then the run
-  // ends: state().running turns false at that point.
-  stop() {
-    const run = this.run;
-    if (!run || run.stopped) return false;
-    run.stopped = true;
-    this.set({ message: 'Stopping after the current step…' });
-    return true;
+  nameOf(id) {
+    const p = this.s.peers.find((q) => q.id === id);
+    return p ? `${p.name} (${id})` : id;
   }
 
   hasModel() { return this.model !== null; }
@@ -407,7 +413,7 @@ export class Peer {
   // or a state object (below) -> loadState. A refusal names the problem and changes nothing.
   async load(source) {
     try {
-      if (this.run) throw new Error('a run is going: stop it before loading a checkpoint');
+      if (this.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
       let state = source;
       const isFile = source instanceof Blob || source instanceof ArrayBuffer || ArrayBuffer.isView(source);
       if (isFile) {
@@ -418,7 +424,8 @@ export class Peer {
         }
         const res = await fetch('/api/load', { method: 'POST', body: source, headers: { 'Content-Type': 'application/octet-stream' } });
         if (!res.ok) throw new Error(await errorText(res));
-        state = decodeState(await res.arrayBuffer(), await this.compute());
+        const c = await this.compute();
+        state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
       }
       return await this.loadState(state);
     } catch (err) {
@@ -432,7 +439,7 @@ export class Peer {
   // key order, weightHash (optional: checked), extra (optional)}. Everything is checked before
   // anything changes; the arrays are copied. -> {step, hash, config}
   async loadState(state) {
-    if (this.run) throw new Error('a run is going: stop it before loading a checkpoint');
+    if (this.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
     const c = await this.compute();
     if (!state || typeof state !== 'object') throw new Error('loadState needs a state object');
     const cfg = c.config.makeConfig(c.config.configToDict(state.config || {}));
@@ -460,7 +467,7 @@ export class Peer {
       throw new Error(`weight hash mismatch: the state says ${state.weightHash}, its weights hash to ${hash}`);
     }
     // checked: now replace the model
-    this.model = new c.train.Group(cfg, 1, null, undefined, [new c.train.Replica(params, { t: state.adamT, m, v })]);
+    this.model = { cfg, replicas: [new c.train.Replica(params, { t: state.adamT, m, v })] };
     this.modelStep = state.step;
     this.modelExtra = state.extra && typeof state.extra === 'object' ? { ...state.extra } : null;
     this.resumable = true;
@@ -473,67 +480,6 @@ export class Peer {
     this.bus.emit('model-loaded', { step: state.step, hash, config: { ...cfg } });
     return { step: state.step, hash, config: { ...cfg } };
   }
-}
-
-// ---- the state body (daisy/server.py documents it) ----------------------------------------
-
-// shapes [[name, shape]] (model.paramShapes) and a replica -> ArrayBuffer. m and v null: weights only.
-export function encodeState(shapes, { config, step, adamT, params, m = null, v = null, weightHash = null, extra = null }) {
-  if (!LITTLE_ENDIAN) throw new Error('the state body is little-endian; this host is not');
-  const groups = m ? [params, m, v] : [params];
-  const header = { format: STATE_FORMAT, version: STATE_VERSION, config, step, adam_t: adamT,
-                   parts: m ? PARTS_FULL : ['model'] };
-  if (weightHash) header.weight_hash = weightHash;
-  if (extra) header.extra = extra;
-  const json = new TextEncoder().encode(JSON.stringify(header));
-  const H = json.length + ((8 - (json.length % 8)) % 8);            // data starts 8-byte aligned
-  const perPart = shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
-  const buf = new ArrayBuffer(8 + H + 8 * perPart * groups.length);
-  new DataView(buf).setUint32(0, H, true);                          // u64 LE; the high word stays 0
-  const bytes = new Uint8Array(buf);
-  bytes.set(json, 8);
-  bytes.fill(0x20, 8 + json.length, 8 + H);                         // JSON padded with spaces
-  const values = new Float64Array(buf, 8 + H);
-  let at = 0;
-  for (const g of groups) for (const [name] of shapes) { values.set(g[name], at); at += g[name].length; }
-  if (at !== values.length) throw new Error(`the replica holds ${at} values, its config needs ${values.length}`);
-  return buf;
-}
-
-// ArrayBuffer -> {config, step, adamT, params, m, v, weightHash, extra} (loadState's form)
-export function decodeState(buf, compute) {
-  if (!LITTLE_ENDIAN) throw new Error('the state body is little-endian; this host is not');
-  const view = new DataView(buf);
-  if (buf.byteLength < 8) throw new Error(`the state body is ${buf.byteLength} bytes, too short`);
-  const H = view.getUint32(0, true);
-  if (view.getUint32(4, true) !== 0 || H % 8 || 8 + H > buf.byteLength) throw new Error('the state body has a bad header length');
-  let header;
-  try { header = JSON.parse(new TextDecoder().decode(new Uint8Array(buf, 8, H))); } catch (e) {
-    throw new Error(`the state header is not JSON (${e.message})`);
-  }
-  if (!header || header.format !== STATE_FORMAT || header.version !== STATE_VERSION) {
-    throw new Error(`not a ${STATE_FORMAT} v${STATE_VERSION} body`);
-  }
-  const cfg = compute.config.makeConfig(header.config);
-  const shapes = compute.model.paramShapes(cfg);
-  const parts = header.parts || [];
-  const perPart = shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
-  if (buf.byteLength - 8 - H !== 8 * perPart * parts.length) {
-    throw new Error(`the state body holds ${buf.byteLength - 8 - H} bytes of tensors; its config needs ${8 * perPart * parts.length}`);
-  }
-  let at = 8 + H;
-  const groups = parts.map(() => {
-    const g = {};
-    for (const [name, shape] of shapes) {
-      const n = shape.reduce((x, y) => x * y, 1);
-      g[name] = new Float64Array(buf, at, n);
-      at += 8 * n;
-    }
-    return g;
-  });
-  return { config: header.config, step: header.step, adamT: header.adam_t, params: groups[0],
-           m: groups[1] || null, v: groups[2] || null, weightHash: header.weight_hash || null,
-           extra: header.extra || null };
 }
 
 // a refused request -> the server's message
@@ -574,5 +520,16 @@ export function automationApi(peer, bus) {
     downloadSafetensors: () => peer.downloadSafetensors(),
     downloadKit: () => peer.downloadKit(),
     load: (stateOrFile) => peer.load(stateOrFile),
+    // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
+    // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
+    mesh: {
+      drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice() }),
+      links: () => ({ ...peer.s.links }),
+      sendRaw: (peerId, bytes) => peer.rtc.get(peerId)?.send(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)),
+      frames: () => import('./frames.js'),
+      stats: () => { const r = peer.runs.run || peer.runs.lastRun; return r ? { bytesSent: r.collective.bytesSent, waitMs: r.collective.waitMs, dataWaitMs: r.batches.waitMs, topology: r.collective.topology, steps: r.completed - r.desc.startStep } : null; },
+    },
+    // test hook: flip one bit of this replica's weights mid-run (the sync guard must stop the run)
+    corruptWeights: () => peer.runs.corruptWeights(),
   };
 }

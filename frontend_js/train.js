@@ -1,18 +1,20 @@
-// The trainer, mirroring daisy/train.py: P simulated peers in one process, each with its own
-// replica. Per step s (0-based): every peer i computes (loss_i, g_i) on batch (seed, s, slot i)
-// with its own weights; the group reduces G = reduceGradients(g); every peer applies Adam with G
-// to its own copy and hashes it. Honest replicas give P equal hashes on every step.
-import { getBatch } from './data.js';
+// The trainer, mirroring daisy/train.py. One replica's step (Trainer.step):
+//   local step: (loss, grads) on its batch (seed, step, slot) with its own weights
+//   -> collective.exchange(step, roster, slot, loss, grads) -> the slot-ordered reduce G
+//   -> Adam with G on its own copy -> weight hash
+// Group: P simulated peers in one process (the CLI, tests) over a SimulatedCollective. The page
+// runs one Trainer over a MeshCollective (collective.js). Honest replicas give equal hashes.
 import { weightHashAsync } from './hashing.js';
-import { initParams, lossAndGrads } from './model.js';
+import { initParams, lossAndGrads, paramShapes } from './model.js';
 import { adamInit, adamStep } from './optim.js';
-import { reduceGradients, reduceLosses } from './reduce.js';
 import { cpuEngine } from './units.js';
 import { StepArena } from './arena.js';
+import { SimulatedCollective } from './collective.js';
+import { StreamBatches } from './batch_source.js';
 
 export const MAX_PEERS = 64;
 
-const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
+export const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
 
 // one peer's state: weights and Adam moments
 export class Replica {
@@ -20,40 +22,69 @@ export class Replica {
   get step() { return this.adam.t; }
 }
 
-// P replicas training in lockstep on one token stream (Uint16Array)
+// One replica's training step. batches: a BatchSource (batch_source.js); engine: the INT8 units.
+export class Trainer {
+  constructor(cfg, replica, batches, engine = cpuEngine) {
+    this.cfg = cfg; this.replica = replica; this.batches = batches; this.engine = engine;
+  }
+
+  // (loss, grads) of this replica on the batch of (seed, step, slot); arrays from `arena`
+  async localStep(step, slot, arena) {
+    const cfg = this.cfg;
+    const { x, y } = await this.batches.get(step, slot);
+    return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, arena);
+  }
+
+  // Adam with the group's G, then the hash -> {step (number after it), hash}
+  async apply(G) {
+    adamStep(this.replica.params, G, this.replica.adam, this.cfg.lr);
+    return { step: this.replica.step, hash: await weightHashAsync(this.replica.params) };
+  }
+}
+
+export function checkLoss(loss, step) {
+  if (!Number.isFinite(loss)) {
+    throw new RangeError(`loss became ${pyFloatRepr(loss)} at step ${step}: lower the learning rate`);
+  }
+}
+
+// P replicas training in lockstep on one token stream (Uint16Array) or a BatchSource
 export class Group {
   constructor(cfg, peers, stream, engine = cpuEngine, replicas = null) {
-    this.cfg = cfg; this.stream = stream; this.engine = engine;
+    this.cfg = cfg; this.engine = engine;
+    this.batches = stream && typeof stream.get === 'function' ? stream : new StreamBatches(stream, cfg);
     if (replicas === null) {
       const params = initParams(cfg);
       replicas = Array.from({ length: peers }, () => new Replica(cloneParams(params), adamInit(params)));
     }
     this.replicas = replicas;
+    this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, engine));
+    this.collective = new SimulatedCollective(paramShapes(cfg));
     this.arena = new StepArena();      // every array of a step; reused by the next step
   }
 
   // run one step -> {step (number after it), loss (group loss), hashes [one per peer]}
   async step() {
-    const cfg = this.cfg, s = this.replicas[0].step;
-    const losses = [], grads = [];
+    const s = this.replicas[0].step;
+    const roster = this.trainers.map((_, slot) => slot);
+    const reduced = [];
     this.arena.reset();
     try {
-      for (let slot = 0; slot < this.replicas.length; slot++) {
-        const { x, y } = getBatch(this.stream, cfg.seed, s, slot, cfg.batch, cfg.seq_len);
-        const r = await lossAndGrads(this.replicas[slot].params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, this.arena);
-        losses.push(r.loss); grads.push(r.grads);
+      for (let slot = 0; slot < this.trainers.length; slot++) {
+        const r = await this.trainers[slot].localStep(s, slot, this.arena);
+        reduced.push(this.collective.exchange(s, roster, slot, r.loss, r.grads));
       }
     } catch (e) {
       this.arena = new StepArena();      // a failed step's arrays are never handed out again
+      this.collective = new SimulatedCollective(paramShapes(this.cfg));
       throw e;
     }
-    const G = reduceGradients(grads, this.arena);
-    for (const r of this.replicas) adamStep(r.params, G, r.adam, cfg.lr);
-    const loss = reduceLosses(losses);
-    if (!Number.isFinite(loss)) {
-      throw new RangeError(`loss became ${pyFloatRepr(loss)} at step ${s + 1}: lower the learning rate`);
-    }
-    return { step: s + 1, loss, hashes: await Promise.all(this.replicas.map((r) => weightHashAsync(r.params))) };
+    const outs = await Promise.all(reduced);
+    const applied = [];
+    for (let slot = 0; slot < this.trainers.length; slot++) applied.push(await this.trainers[slot].apply(outs[slot].grads));
+    const loss = outs[0].loss;
+    checkLoss(loss, s + 1);
+    return { step: s + 1, loss, hashes: applied.map((a) => a.hash) };
   }
 }
 

@@ -24,7 +24,7 @@ export function mount(element) {
     <div class="daisy-status" data-role="status">Connecting to the server…</div>
     <div class="daisy-error" data-role="error"></div>
     <h3>Peers</h3>
-    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th></tr></thead><tbody></tbody></table>
+    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th><th>link</th><th>weight hash</th></tr></thead><tbody></tbody></table>
     <div data-role="requests-box" hidden>
       <h3>Join requests</h3>
       <table data-role="requests"><tbody></tbody></table>
@@ -84,8 +84,13 @@ function peerRow(p, s) {
   if (p.role === 'host') badges.push('<span class="daisy-badge">host</span>');
   if (/\bleader\b/.test(p.state || '')) badges.push('<span class="daisy-badge leader">leader</span>');
   const state = (p.state || 'idle').replace(/\s*\bleader\b/, '');
+  const link = p.id === s.peerId ? '—' : (s.links[p.id] || 'not linked');
+  const hash = s.peerHashes[p.id] || (p.id === s.peerId ? s.hash : null);
+  const inRun = s.run && s.run.roster.includes(p.id);
   return `<tr data-peer="${esc(p.id)}"><td>${esc(p.name)}${badges.join('')}</td>` +
-         `<td>${p.path ? esc(p.path.toUpperCase()) : '?'}</td><td>${esc(state)}</td></tr>`;
+         `<td>${p.path ? esc(p.path.toUpperCase()) : '?'}</td><td>${esc(state)}</td>` +
+         `<td class="daisy-link" title="${esc(link)}">${esc(link.split(':')[0])}</td>` +
+         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(hash.slice(0, 12)) : '–'}</td></tr>`;
 }
 
 function requestRow(r) {
@@ -96,9 +101,9 @@ function requestRow(r) {
 
 function replicaText(s) {
   if (!s.replicas) return 'no run yet';
-  const { count, agree, step } = s.replicas;
+  const { count, agree, agreeing, step } = s.replicas;
   if (count === 1) return `1 replica at step ${step} (no other peer in this run)`;
-  return agree ? `${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`;
+  return agree ? `${agreeing ?? count} of ${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`;
 }
 
 function dataText(d) {

@@ -114,7 +114,9 @@ def world(tmp_path_factory):
     hubs["e404"].fail_status = 404
     hubs["e500"].fail_status = 500
     hubs["broken"].fail_resolve_status = 404       # lists fine, then file reads fail
-    base = {"DAISY_DATA_BUILTIN": builtin}
+    # these tests count the hub's bytes exactly: no background prefetch (tests/test_data_pinning.py
+    # covers it) may fetch a row group between a reset_counts() and the check
+    base = {"DAISY_DATA_BUILTIN": builtin, "DAISY_DATA_PREFETCH_STEPS": "0"}
     specs = {
         "a": {"HF_ENDPOINT": hubs["main"].endpoint, "DAISY_DATA_CACHE_MB": str(CACHE_MB),
               "DAISY_DATA_MEM_MB": str(CACHE_MB)},

@@ -10,52 +10,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 
 import httpx
 import pytest
 
 from daisy.config import RANGES, Config
 from daisy.server import NO_MODEL, SETTINGS
+from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
 from tests.page_browser import chromium_pages
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-START_S = 90            # bound on the app's start (importing gradio is most of it)
-WAIT_MS = 10_000        # bound on every wait for something the page must show
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(tmp: str, name: str, env_extra: dict, args: list[str]):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DAISY_", "GRADIO_"))}
-    env.update(HF_HOME=os.path.join(tmp, f"hf-{name}"), DAISY_DATA_CACHE_DIR=os.path.join(tmp, f"data-{name}"),
-               HF_HUB_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1", **env_extra)
-    log = open(os.path.join(tmp, f"{name}.log"), "wb")
-    proc = subprocess.Popen([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    return proc, log
-
-
-def wait_up(proc, base: str, log_path: str) -> None:
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"app.py exited with {proc.returncode}:\n{open(log_path).read()[-3000:]}")
-        try:
-            if httpx.get(base + "/", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"app.py did not serve {base}/ within {START_S} s:\n{open(log_path).read()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +40,7 @@ def servers():
             yield bases
         finally:
             for _, proc, log, _ in procs:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                log.close()
+                stop_app(proc, log)
 
 
 @pytest.fixture(scope="module")
@@ -102,26 +59,8 @@ def pages(browser):
     assert not problems, "console errors:\n" + "\n".join(problems)
 
 
-def open_peer(pages, url: str, label: str):
-    page = pages.new_page(url, label)
-    page.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=WAIT_MS)
-    return page
-
-
-def state(page) -> dict:
-    return page.evaluate("window.daisy.state()")
-
-
 def roster_ids(page) -> set[str]:
     return {p["id"] for p in state(page)["peers"]}
-
-
-def wait_state(page, js_condition: str, what: str):
-    try:
-        page.wait_for_function(f"(() => {{ const s = window.daisy.state(); return {js_condition}; }})()",
-                               timeout=WAIT_MS)
-    except Exception:
-        raise AssertionError(f"{what}: not within {WAIT_MS} ms; state is {json.dumps(state(page))[:1500]}")
 
 
 def test_app_host_and_port_from_flags_and_environment():

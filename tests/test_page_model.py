@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pickle
+import secrets
 import struct
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from daisy.hashing import weight_hash
 from daisy.server import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, NO_MODEL, decode_state, encode_state
 from daisy.tokenizer import TOKENIZER_ID
 from tests.page_browser import chromium_pages
-from tests.test_page import REPO_ROOT, WAIT_MS, free_port, open_peer, start_app, state, wait_state, wait_up
+from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
 # steps 10000: a resumed run is still going when the test acts on it (a tiny step is ~1 ms)
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "steps": 10000, "layers": 1, "heads": 4, "seed": 7}
@@ -45,20 +46,8 @@ REFUSED_FETCH = "Failed to load resource: the server responded with a status of 
 @pytest.fixture(scope="module")
 def app_url():
     with tempfile.TemporaryDirectory(prefix="daisy-model-") as tmp:
-        port = free_port()
-        proc, log = start_app(tmp, "model", {"HF_HUB_OFFLINE": "1"}, ["--host", "127.0.0.1", "--port", str(port)])
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_up(proc, base, os.path.join(tmp, "model.log"))
+        with running_app(tmp, "model", {"HF_HUB_OFFLINE": "1"}) as base:
             yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +156,9 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
     html = kit.read_text(encoding="utf-8")
     assert html.lstrip().lower().startswith("<!doctype html") and trained["hash"] in html
 
-    # --- another page (fresh browser context) loads the .pt: same hash and step
-    b = open_peer(pages, app_url + "/", "loader")
+    # --- another page (fresh browser context) loads the .pt: same hash and step. It opens a room
+    # of its own, so its resumed run is a one-peer run like the CLI's (page a would join it)
+    b = open_peer(pages, app_url + "/?room=solo-" + secrets.token_hex(6), "loader")
     msg = pick_checkpoint(b, pt)
     assert msg.startswith("Loaded page.pt") and trained["hash"][:16] in msg, msg
     loaded = state(b)

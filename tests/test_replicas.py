@@ -54,3 +54,17 @@ def test_golden_hash_sequence():
     for want, got in zip(golden["steps"], lines):
         assert got["hashes"] == [want["hash"]] * 2, f"step {want['step']}: got {got['hashes']}, golden {want['hash']}"
         assert got["loss"] == want["loss"], f"step {want['step']}: loss {got['loss']!r} != golden {want['loss']!r}"
+
+
+def test_human_output_of_a_sharded_group_is_unchanged():
+    """P = 4 runs the sharded reduce (reduce-scatter + all-gather, daisy.collective). Its output
+    must be the bytes the trainer printed before the collective seam existed: the golden file
+    was written by the pre-seam trainer (commit fbfb110) with the same command."""
+    want = (ROOT / "tests" / "golden" / "train_p4_small_5.txt").read_text()
+    out = subprocess.run([sys.executable, "-m", "daisy.train", "--peers", "4", "--stop-after", "5",
+                          "--width", "16", "--heads", "2", "--seq-len", "16", "--batch", "2",
+                          "--layers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for i, (got, exp) in enumerate(zip(out.stdout.splitlines(), want.splitlines())):
+        assert got == exp, f"line {i + 1}: got {got!r}, want {exp!r}"
+    assert out.stdout == want

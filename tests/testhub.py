@@ -9,7 +9,9 @@ HfFileSystem + pyarrow.parquet stream a dataset file (DESIGN §5), over real HTT
 It counts the body bytes served per file (`bytes_served`) and records every request
 (`requests`), so a test can prove that only the needed row groups were fetched.
 `fail_status` makes every call answer that HTTP status (e.g. 404, 500); `fail_resolve_status`
-only the file downloads (listing works, bytes fail: a hub that breaks mid-stream).
+only the file downloads (listing works, bytes fail: a hub that breaks mid-stream). `delay_s`
+delays every answer (a slow or distant hub, e.g. 0.1). `sha` is the commit the revision
+resolves to (settable: a branch that moved); the repo answers at the revision name and at `sha`.
 
 Also here: `write_fineweb_shard`, a parquet file in FineWeb-Edu's schema with several row
 groups, and `rowgroup_tokens`, the token stream the data route must serve for a row group.
@@ -20,6 +22,7 @@ import argparse
 import hashlib
 import json
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -93,11 +96,13 @@ class TestHub:
     """Serve `files` ({path_in_repo: bytes}) as dataset `repo` at revision `revision`."""
     __test__ = False          # a helper, not a pytest test class
 
-    def __init__(self, files: dict[str, bytes], repo: str = REPO, revision: str = "main"):
+    def __init__(self, files: dict[str, bytes], repo: str = REPO, revision: str = "main",
+                 sha: str | None = None, delay_s: float = 0.0):
         self.files = dict(files)
         self.repo = repo
         self.revision = revision
-        self.sha = hashlib.sha1(repr(sorted((p, len(b)) for p, b in files.items())).encode()).hexdigest()
+        self.sha = sha or hashlib.sha1(repr(sorted((p, len(b)) for p, b in files.items())).encode()).hexdigest()
+        self.delay_s = delay_s
         self.bytes_served: dict[str, int] = {}
         self.requests: list[tuple[str, str, str]] = []   # (method, path, range header)
         self.fail_status: int | None = None
@@ -206,6 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else b""
         with hub.lock:
             hub.requests.append((method, path, self.headers.get("Range", "")))
+        if hub.delay_s:
+            time.sleep(hub.delay_s)
         if hub.fail_status is not None:
             self._json(hub.fail_status, {"error": f"test hub answers {hub.fail_status}"})
             return
@@ -214,7 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith(api):
             kind, _, rest = path[len(api):].partition("/")
             rev, _, sub = rest.partition("/")
-            if rev != hub.revision:
+            if rev not in (hub.revision, hub.sha):
                 self._not_found(f"revision {rev}", "RevisionNotFound")
             elif kind == "revision" and method == "GET":
                 self._json(200, {"id": hub.repo, "sha": hub.sha, "private": False, "gated": False,
@@ -233,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(400, {"error": f"unsupported {method} {path}"})
         elif path.startswith(resolve):
             rev, _, file = path[len(resolve):].partition("/")
-            if rev != hub.revision:
+            if rev not in (hub.revision, hub.sha):
                 self._not_found(f"revision {rev}", "RevisionNotFound")
             elif hub.fail_resolve_status is not None:
                 self._json(hub.fail_resolve_status, {"error": f"test hub answers {hub.fail_resolve_status}"})
@@ -305,6 +312,7 @@ def main() -> None:
     ap.add_argument("--row-groups", type=int, default=6)
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--dir", default="/tmp/daisy-testhub")
+    ap.add_argument("--delay-ms", type=float, default=0, help="delay every answer (a slow hub)")
     args = ap.parse_args()
     import os
     os.makedirs(args.dir, exist_ok=True)
@@ -313,7 +321,7 @@ def main() -> None:
         local = os.path.join(args.dir, f"{i:03d}.parquet")
         write_fineweb_shard(local, args.row_groups, args.rows, seed=i + 1)
         files[shard_path(i)] = open(local, "rb").read()
-    hub = TestHub(files)
+    hub = TestHub(files, delay_s=args.delay_ms / 1000)
     hub.start(args.port)
     print(f"test hub on {hub.endpoint}", flush=True)
     threading.Event().wait()

@@ -1,0 +1,203 @@
+// The mesh's binary frame format (docs/PROTOCOL.md "Mesh frames"): one message is cut into
+// chunks that each fit the data channel's real maxMessageSize; every chunk carries the whole
+// header, so a receiver can check it before it allocates anything.
+//
+//   offset size  field
+//   0      4     magic 'DSYM'
+//   4      1     version (PROTOCOL_VERSION)
+//   5      1     type (TYPES)
+//   6      2     slot        u16: the sender's slot in the run (NO_SLOT outside a run)
+//   8      4     runId       u32 (0 outside a run)
+//   12     4     step        u32 (the 0-based step a training message belongs to)
+//   16     4     msgId       u32: the sender's message counter (chunks of one message share it)
+//   20     2     chunkIndex  u16
+//   22     2     chunkCount  u16 (>= 1)
+//   24     4     length      u32: bytes of the whole message payload
+//   28     4     offset      u32: where this chunk's bytes go in the payload
+//   32     32    digest      SHA-256 of bytes 4..16 of the header followed by the whole payload
+//   64     ...   this chunk's payload bytes
+// All integers little-endian. A message is accepted only when every chunk arrived, the chunks
+// tile the payload exactly, and the digest matches.
+import { Sha256 } from './hashing.js';
+
+export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
+export const PROTOCOL_VERSION = 1;
+export const HEADER_BYTES = 64;
+export const NO_SLOT = 0xffff;
+export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
+
+export const TYPES = Object.freeze({
+  HELLO: 1,      // JSON {protocol, peerId}: the first message on a new link
+  RUN: 2,        // JSON run descriptor, leader -> every member
+  ACCEPT: 3,     // JSON {runId, initHash}: a member joins the proposed run
+  REFUSE: 4,     // JSON {runId, reason}: a member declines it
+  GO: 5,         // JSON {runId}: everyone accepted; step `startStep` begins
+  STOP: 6,       // JSON {runId, stopAfter, reason}: the run ends after step stopAfter (1-based count)
+  FIN: 7,        // JSON {runId, step, hash}: the final hash after the last step
+  STATE: 8,      // binary: the run's start state (state_codec.js), when it resumes a checkpoint
+  GRAD: 10,      // binary: prevHash (32) + loss (f64) + gradient values (f64 LE)
+  REDUCED: 11,   // binary: the owner's reduced shard (f64 LE)
+});
+const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
+export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;
+export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.REFUSE, TYPES.GO, TYPES.STOP, TYPES.FIN]);
+export const MAX_JSON_BYTES = 64 * 1024;
+
+// ---- digest ---------------------------------------------------------------------------------
+// WebCrypto when present (native: ~1 GB/s), checked once against the JS SHA-256; else the JS one.
+let subtle;     // undefined: not tried yet; null: unavailable
+async function platformSha() {
+  if (subtle !== undefined) return subtle;
+  subtle = null;
+  const s = globalThis.crypto?.subtle;
+  if (!s) return null;
+  try {
+    const probe = new Uint8Array(200).map((_, i) => (i * 37 + 11) & 0xff);
+    const got = new Uint8Array(await s.digest('SHA-256', probe));
+    const want = new Sha256().update(probe).digest();
+    if (got.every((b, i) => b === want[i])) subtle = s;
+  } catch { subtle = null; }
+  return subtle;
+}
+
+// SHA-256 of identity (12 bytes: version, type, slot, runId, step) || payload -> Uint8Array(32)
+export async function messageDigest(identity, payload) {
+  const s = await platformSha();
+  if (s) {
+    const all = new Uint8Array(identity.length + payload.length);
+    all.set(identity, 0); all.set(payload, identity.length);
+    return new Uint8Array(await s.digest('SHA-256', all));
+  }
+  return new Sha256().update(identity).update(payload).digest();
+}
+
+// ---- encode ---------------------------------------------------------------------------------
+// {type, slot, runId, step, payload: Uint8Array} -> Uint8Array[] chunks, each <= maxFrame bytes
+export async function encodeMessage({ type, slot = NO_SLOT, runId = 0, step = 0, payload, version = PROTOCOL_VERSION },
+  msgId, maxFrame) {
+  const per = Math.min(maxFrame, MAX_FRAME_BYTES) - HEADER_BYTES;
+  if (per < 1024) throw new RangeError(`the link's frame limit ${maxFrame} is too small`);
+  const count = Math.max(1, Math.ceil(payload.length / per));
+  if (count > 0xffff) throw new RangeError(`a ${payload.length}-byte message needs ${count} chunks, over 65535`);
+  const head = new Uint8Array(HEADER_BYTES);
+  const dv = new DataView(head.buffer);
+  dv.setUint32(0, MAGIC, true);
+  dv.setUint8(4, version); dv.setUint8(5, type); dv.setUint16(6, slot, true);
+  dv.setUint32(8, runId >>> 0, true); dv.setUint32(12, step >>> 0, true);
+  dv.setUint32(16, msgId >>> 0, true); dv.setUint16(22, count, true);
+  dv.setUint32(24, payload.length, true);
+  head.set(await messageDigest(head.subarray(4, 16), payload), 32);
+  const chunks = [];
+  for (let i = 0; i < count; i++) {
+    const from = i * per, to = Math.min(payload.length, from + per);
+    const frame = new Uint8Array(HEADER_BYTES + (to - from));
+    frame.set(head, 0);
+    const fv = new DataView(frame.buffer);
+    fv.setUint16(20, i, true); fv.setUint32(28, from, true);
+    frame.set(payload.subarray(from, to), HEADER_BYTES);
+    chunks.push(frame);
+  }
+  return chunks;
+}
+
+export const jsonPayload = (obj) => new TextEncoder().encode(JSON.stringify(obj));
+
+// ---- decode ---------------------------------------------------------------------------------
+export class FrameError extends Error {
+  constructor(reason) { super(reason); this.name = 'FrameError'; }
+}
+
+// bytes -> header fields (checked for shape only; limits are the reassembler's)
+export function parseHeader(bytes) {
+  if (!(bytes instanceof Uint8Array)) throw new FrameError('not a binary frame');
+  if (bytes.length < HEADER_BYTES) throw new FrameError(`truncated frame (${bytes.length} bytes, header is ${HEADER_BYTES})`);
+  if (bytes.length > MAX_FRAME_BYTES) throw new FrameError(`oversized frame (${bytes.length} bytes, limit ${MAX_FRAME_BYTES})`);
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (dv.getUint32(0, true) !== MAGIC) throw new FrameError('bad magic (not a mesh frame)');
+  const h = {
+    version: dv.getUint8(4), type: dv.getUint8(5), slot: dv.getUint16(6, true),
+    runId: dv.getUint32(8, true), step: dv.getUint32(12, true), msgId: dv.getUint32(16, true),
+    chunkIndex: dv.getUint16(20, true), chunkCount: dv.getUint16(22, true),
+    length: dv.getUint32(24, true), offset: dv.getUint32(28, true),
+    digest: bytes.subarray(32, 64), data: bytes.subarray(HEADER_BYTES),
+    identity: bytes.subarray(4, 16),
+  };
+  if (h.version !== PROTOCOL_VERSION) {
+    throw new FrameError(`protocol version ${h.version} (this page speaks ${PROTOCOL_VERSION})`);
+  }
+  if (!TYPE_NAMES.has(h.type)) throw new FrameError(`unknown frame type ${h.type}`);
+  if (h.chunkCount < 1 || h.chunkIndex >= h.chunkCount) throw new FrameError(`bad chunk ${h.chunkIndex} of ${h.chunkCount}`);
+  if (h.offset + h.data.length > h.length) throw new FrameError(`chunk bytes ${h.offset}..${h.offset + h.data.length} past the message length ${h.length}`);
+  return h;
+}
+
+const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+// Chunks from one sender -> whole, digest-checked messages. Bounded: a message's size must be
+// allowed for its type (limitFor) before its buffer is allocated; at most maxPending partial
+// messages (the oldest is dropped); a completed msgId is remembered so duplicates are dropped.
+export class Reassembler {
+  constructor({ limitFor, maxPending = 8, remember = 512 } = {}) {
+    this.limitFor = limitFor;          // (header) -> max payload bytes for it, or a string: why refused
+    this.maxPending = maxPending;
+    this.remember = remember;
+    this.partial = new Map();          // msgId -> {h, buf, got: Set of chunk indexes, bytes}
+    this.done = new Set();             // msgIds completed or dropped (bounded, insertion order)
+  }
+
+  forget(msgId) {
+    this.done.add(msgId);
+    if (this.done.size > this.remember) this.done.delete(this.done.values().next().value);
+  }
+
+  // -> {message} when a message completes, null while partial; throws FrameError when dropped
+  async accept(bytes) {
+    const h = parseHeader(bytes);
+    if (this.done.has(h.msgId)) throw new FrameError(`duplicate chunk of message ${h.msgId} (${typeName(h.type)})`);
+    let p = this.partial.get(h.msgId);
+    if (!p) {
+      const limit = this.limitFor(h);
+      if (typeof limit === 'string') throw new FrameError(limit);
+      if (h.length > limit) throw new FrameError(`${typeName(h.type)} of ${h.length} bytes is over its limit of ${limit}`);
+      const per = h.chunkCount === 1 ? h.length : null;
+      if (per !== null && h.data.length !== h.length) throw new FrameError(`single-chunk message of ${h.length} bytes carries ${h.data.length}`);
+      if (this.partial.size >= this.maxPending) {
+        const oldest = this.partial.keys().next().value;
+        this.partial.delete(oldest);
+        this.forget(oldest);
+      }
+      p = { h, buf: new Uint8Array(h.length), got: new Set(), bytes: 0 };
+      this.partial.set(h.msgId, p);
+    } else {
+      const a = p.h;
+      if (a.type !== h.type || a.runId !== h.runId || a.step !== h.step || a.slot !== h.slot
+          || a.length !== h.length || a.chunkCount !== h.chunkCount || !sameBytes(a.digest, h.digest)) {
+        this.partial.delete(h.msgId); this.forget(h.msgId);
+        throw new FrameError(`chunk ${h.chunkIndex} of message ${h.msgId} disagrees with its first chunk`);
+      }
+      if (p.got.has(h.chunkIndex)) throw new FrameError(`duplicate chunk ${h.chunkIndex} of message ${h.msgId}`);
+    }
+    p.buf.set(h.data, h.offset);
+    p.got.add(h.chunkIndex);
+    p.bytes += h.data.length;
+    if (p.got.size < h.chunkCount) {
+      if (p.bytes >= h.length && h.length > 0) {
+        this.partial.delete(h.msgId); this.forget(h.msgId);
+        throw new FrameError(`message ${h.msgId}: chunks overlap (${p.bytes} bytes before the last chunk)`);
+      }
+      return null;
+    }
+    this.partial.delete(h.msgId); this.forget(h.msgId);
+    if (p.bytes !== h.length) throw new FrameError(`message ${h.msgId}: chunks carry ${p.bytes} bytes, the header says ${h.length}`);
+    const digest = await messageDigest(p.h.identity, p.buf);
+    if (!sameBytes(digest, p.h.digest)) throw new FrameError(`message ${h.msgId} (${typeName(h.type)}): digest mismatch`);
+    const m = { type: h.type, slot: h.slot, runId: h.runId, step: h.step, msgId: h.msgId, payload: p.buf };
+    if (JSON_TYPES.has(h.type)) {
+      try { m.json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(p.buf)); } catch (e) {
+        throw new FrameError(`${typeName(h.type)} payload is not JSON`);
+      }
+      if (!m.json || typeof m.json !== 'object' || Array.isArray(m.json)) throw new FrameError(`${typeName(h.type)} payload is not a JSON object`);
+    }
+    return { message: m };
+  }
+}

@@ -1,0 +1,166 @@
+// The group's connections and frames. One Mesh per page: a link per remote peer (an
+// RtcPeer of rtc_peer.js in the page; an in-memory link in Node tests), messages cut into frames
+// (frames.js) on the way out and reassembled, digest-checked and dispatched by type on the way in.
+//
+//   const mesh = new Mesh({ selfId });
+//   mesh.addLink(peerId, link);        link: {send(bytes) -> Promise, maxFrame, close(reason)}
+//   mesh.receive(peerId, bytes);       the link's incoming frames
+//   const off = mesh.on(TYPES.GRAD, (from, message) => ...);
+//   await mesh.send(peerId, {type, slot, runId, step, payload});
+//
+// A peer's frames are handled one after another in arrival order (a message is dispatched only
+// after every earlier one of that peer). Nothing from a peer is trusted: a frame that fails a
+// check is dropped with a reason (drop log, `drop` listeners); a peer that keeps sending bad
+// frames (MAX_BAD_FRAMES within BAD_WINDOW_MS) is disconnected.
+import { FrameError, HEADER_BYTES, JSON_TYPES, MAX_JSON_BYTES, PROTOCOL_VERSION, Reassembler, TYPES,
+  encodeMessage, jsonPayload, typeName } from './frames.js';
+
+export const MAX_BAD_FRAMES = 200;
+export const BAD_WINDOW_MS = 10_000;
+const DROP_LOG = 50;              // recent drop lines kept for the panel and tests
+
+export class Mesh {
+  constructor({ selfId, version = PROTOCOL_VERSION } = {}) {
+    this.selfId = selfId;
+    this.version = version;
+    this.links = new Map();        // peerId -> {link, reasm, chain, hello, bad: []}
+    this.handlers = new Map();     // type -> Set of (from, message) => void
+    this.limits = new Map();       // type -> (header) => max payload bytes, or a string (why refused)
+    this.listeners = new Map();    // 'drop' | 'link' -> Set
+    this.msgId = 1;
+    this.drops = { count: 0, recent: [] };
+  }
+
+  // ---- events -------------------------------------------------------------------------------
+  on(type, fn) {
+    const map = typeof type === 'number' ? this.handlers : this.listeners;
+    if (!map.has(type)) map.set(type, new Set());
+    map.get(type).add(fn);
+    return () => map.get(type)?.delete(fn);
+  }
+
+  emit(event, payload) {
+    for (const fn of [...(this.listeners.get(event) || [])]) {
+      try { fn(payload); } catch (err) { console.warn(`daisy mesh: a '${event}' listener failed:`, err); }
+    }
+  }
+
+  // what a message of `type` may weigh: a number of bytes, or a function (header) -> number|string
+  setLimit(type, limit) {
+    if (limit === null) this.limits.delete(type);
+    else this.limits.set(type, typeof limit === 'function' ? limit : () => limit);
+  }
+
+  limitFor(h) {
+    if (JSON_TYPES.has(h.type)) return MAX_JSON_BYTES;
+    const f = this.limits.get(h.type);
+    return f ? f(h) : `${typeName(h.type)} while no run expects it`;
+  }
+
+  // ---- links --------------------------------------------------------------------------------
+  addLink(peerId, link) {
+    this.removeLink(peerId, 'replaced');
+    const entry = { link, reasm: new Reassembler({ limitFor: (h) => this.limitFor(h) }), chain: Promise.resolve(),
+                    hello: null, bad: [] };
+    this.links.set(peerId, entry);
+    this.send(peerId, { type: TYPES.HELLO, payload: jsonPayload({ protocol: this.version, peerId: this.selfId }) })
+      .catch(() => {});
+  }
+
+  removeLink(peerId, reason) {
+    const entry = this.links.get(peerId);
+    if (!entry) return;
+    this.links.delete(peerId);
+    try { entry.link.close(reason); } catch { /* already closed */ }
+    this.emit('link', { peer: peerId, state: 'closed', reason });
+  }
+
+  // peers whose link is up and whose HELLO matched our protocol
+  readyPeers() {
+    return [...this.links.entries()].filter(([, e]) => e.hello).map(([id]) => id);
+  }
+
+  isReady(peerId) { return Boolean(this.links.get(peerId)?.hello); }
+
+  // ---- out ----------------------------------------------------------------------------------
+  async send(peerId, { type, slot, runId, step, payload }) {
+    const entry = this.links.get(peerId);
+    if (!entry) throw new Error(`no link to ${peerId}`);
+    const chunks = await encodeMessage({ type, slot, runId, step, payload, version: this.version }, this.msgId++, entry.link.maxFrame);
+    for (const c of chunks) await entry.link.send(c);
+  }
+
+  sendJson(peerId, type, obj, fields = {}) {
+    return this.send(peerId, { ...fields, type, payload: jsonPayload(obj) });
+  }
+
+  // ---- in -----------------------------------------------------------------------------------
+  receive(peerId, bytes) {
+    const entry = this.links.get(peerId);
+    if (!entry) return;
+    entry.chain = entry.chain.then(() => this.handleFrame(peerId, entry, bytes));
+  }
+
+  async handleFrame(peerId, entry, bytes) {
+    if (this.links.get(peerId) !== entry) return;      // the link was replaced or closed
+    let done;
+    try {
+      done = await entry.reasm.accept(bytes);
+    } catch (err) {
+      if (!(err instanceof FrameError)) throw err;
+      if (/^protocol version/.test(err.message)) {
+        this.refuse(peerId, `peer ${peerId} speaks mesh ${err.message.replace('protocol version', 'protocol v').replace('this page speaks', 'this page speaks v')}`);
+        return;
+      }
+      this.drop(peerId, null, err.message);
+      return;
+    }
+    if (!done) return;
+    const m = done.message;
+    if (m.type === TYPES.HELLO) {
+      const { protocol, peerId: claimed } = m.json;
+      if (protocol !== this.version) { this.refuse(peerId, `peer ${peerId} speaks mesh protocol v${protocol}, this page v${this.version}`); return; }
+      if (claimed !== peerId) { this.refuse(peerId, `peer ${peerId} introduced itself as ${String(claimed).slice(0, 40)}`); return; }
+      if (!entry.hello) {
+        entry.hello = m.json;
+        this.emit('link', { peer: peerId, state: 'ready' });
+      }
+      return;
+    }
+    if (!entry.hello) { this.drop(peerId, m, 'message before HELLO'); return; }
+    const fns = this.handlers.get(m.type);
+    if (!fns || !fns.size) { this.drop(peerId, m, `${typeName(m.type)} while nothing expects it`); return; }
+    for (const fn of [...fns]) {
+      try { fn(peerId, m); } catch (err) { console.warn(`daisy mesh: ${typeName(m.type)} handler failed:`, err); }
+    }
+  }
+
+  // a protocol mismatch: say why on both pages (the other side may not parse our frames, so the
+  // link owner also tells it through the signaling server) and close the link
+  refuse(peerId, reason) {
+    const entry = this.links.get(peerId);
+    this.emit('refused', { peer: peerId, reason });
+    if (entry) entry.refused = reason;
+    this.removeLink(peerId, reason);
+  }
+
+  drop(peerId, m, reason) {
+    const what = m ? `${typeName(m.type)} step ${m.step + 1} ` : '';
+    const line = `dropped ${what}from ${peerId}: ${reason}`;
+    this.drops.count++;
+    this.drops.recent.push(line);
+    if (this.drops.recent.length > DROP_LOG) this.drops.recent.shift();
+    console.info(`daisy mesh: ${line}`);
+    this.emit('drop', { peer: peerId, reason, line });
+    const entry = this.links.get(peerId);
+    if (!entry) return;
+    const now = Date.now();
+    entry.bad.push(now);
+    while (entry.bad.length && now - entry.bad[0] > BAD_WINDOW_MS) entry.bad.shift();
+    if (entry.bad.length > MAX_BAD_FRAMES) {
+      this.removeLink(peerId, `${entry.bad.length} bad frames within ${BAD_WINDOW_MS / 1000} s`);
+    }
+  }
+}
+
+export { HEADER_BYTES };

@@ -1,0 +1,93 @@
+"""`python app.py` for tests: a real uvicorn server on 127.0.0.1 at a free port, and the page
+helpers the browser tests share (open a peer, read its state, wait for a condition).
+
+    with running_app(tmp, "main", {"HF_HUB_OFFLINE": "1"}) as base:     # "http://127.0.0.1:PORT"
+        page = open_peer(pages, base + "/", "a")
+        wait_state(page, "s.step >= 3", "three steps")
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START_S = 90            # bound on the app's start (importing gradio is most of it)
+WAIT_MS = 10_000        # bound on every wait for something the page must show
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(tmp: str, name: str, env_extra: dict, args: list[str]):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DAISY_", "GRADIO_"))}
+    env.update(HF_HOME=os.path.join(tmp, f"hf-{name}"), DAISY_DATA_CACHE_DIR=os.path.join(tmp, f"data-{name}"),
+               HF_HUB_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1", **env_extra)
+    log = open(os.path.join(tmp, f"{name}.log"), "wb")
+    proc = subprocess.Popen([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def wait_up(proc, base: str, log_path: str) -> None:
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"app.py exited with {proc.returncode}:\n{open(log_path).read()[-3000:]}")
+        try:
+            if httpx.get(base + "/", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"app.py did not serve {base}/ within {START_S} s:\n{open(log_path).read()[-3000:]}")
+
+
+def stop_app(proc, log) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+@contextlib.contextmanager
+def running_app(tmp: str, name: str, env_extra: dict):
+    """app.py on 127.0.0.1 at a free port -> its base URL; stopped on exit."""
+    port = free_port()
+    proc, log = start_app(tmp, name, env_extra, ["--host", "127.0.0.1", "--port", str(port)])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_up(proc, base, os.path.join(tmp, f"{name}.log"))
+        yield base
+    finally:
+        stop_app(proc, log)
+
+
+def open_peer(pages, url: str, label: str):
+    page = pages.new_page(url, label)
+    page.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=WAIT_MS)
+    return page
+
+
+def state(page) -> dict:
+    return page.evaluate("window.daisy.state()")
+
+
+def wait_state(page, js_condition: str, what: str, timeout_ms: int = WAIT_MS):
+    try:
+        page.wait_for_function(f"(() => {{ const s = window.daisy.state(); return {js_condition}; }})()",
+                               timeout=timeout_ms)
+    except Exception:
+        raise AssertionError(f"{what}: not within {timeout_ms} ms; state is {json.dumps(state(page))[:1500]}")
