@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,6 +166,11 @@ class _Helper:
         self.proc.wait(5)
 
 
+def _close_all(helpers: list) -> None:
+    for helper in helpers:
+        helper.close()
+
+
 class ParseSandbox:
     def __init__(self, limits: SandboxLimits | None = None):
         self.limits = limits or SandboxLimits()
@@ -173,6 +179,9 @@ class ParseSandbox:
         self._idle: queue.Queue = queue.Queue()
         for _ in range(max(1, self.limits.workers)):
             self._idle.put(None)              # a slot; its helper starts on first use
+        self._helpers: list[_Helper] = []
+        # helpers end with the server (stdin EOF); a sandbox dropped earlier ends its own
+        weakref.finalize(self, _close_all, self._helpers)
 
     @classmethod
     def from_env(cls, env=os.environ) -> "ParseSandbox":
@@ -209,6 +218,7 @@ class ParseSandbox:
         try:
             if helper is None or not helper.alive():
                 helper = _Helper()
+                self._helpers[:] = [h for h in self._helpers if h.alive()] + [helper]
             return self._run(helper, body, max_bytes)
         except CheckpointError:                    # the file's fault; the helper is fine
             raise
