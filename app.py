@@ -5,6 +5,7 @@ Port: --port, else $PORT, else $GRADIO_SERVER_PORT, else 7860 (the Space's port)
 """
 import argparse
 import os
+import resource
 import sys
 
 import uvicorn
@@ -12,6 +13,9 @@ import uvicorn
 # Gradio's usage analytics would phone home on a machine that may have no network at all.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from daisy.server import create_app  # noqa: E402  (after the environment default above)
+from daisy.connguard import ConnectionGuard, guarded_protocol  # noqa: E402
+from daisy.signaling import SignalingConfig, trusted_proxies_from_env  # noqa: E402
+from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: E402
 
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 7860
@@ -41,13 +45,38 @@ def parse_args(argv, env=os.environ):
     return args
 
 
+def raise_file_limit() -> None:
+    """Soft open-file limit up to the hard one: every connection is a descriptor, and the
+    connection cap (daisy.connguard) is clamped below this limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    raise_file_limit()
     print(f"DaisyChain-Web on http://{'localhost' if args.host == '0.0.0.0' else args.host}:{args.port}",
           flush=True)
-    # proxy_headers: behind the Space's proxy, X-Forwarded-For carries the caller's address
     uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info",
-                proxy_headers=True, forwarded_allow_ips="*")
+                **uvicorn_settings())
+
+
+def uvicorn_settings(env=os.environ) -> dict:
+    """uvicorn options of the Space (limits: docs/TROUBLESHOOTING.md, "Connection limits").
+    X-Forwarded-For is believed only from the proxies of DAISY_TRUSTED_PROXIES (README "Serving
+    over HTTPS"), the same list signaling uses: never "*", which let any client choose its
+    network group. Raw connections get a header timeout and caps (daisy.connguard); WebSocket
+    messages are refused past the signaling frame limit before they are buffered or inflated."""
+    trusted = trusted_proxies_from_env(env)
+    guard = ConnectionGuard.from_env(env, trusted=trusted)
+    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None,
+            "http": guarded_protocol(AutoHTTPProtocol, guard),
+            "timeout_keep_alive": 5,                # idle keep-alive connections
+            "h11_max_incomplete_event_size": 16 * 1024,   # request line + headers
+            "limit_concurrency": guard.total,       # HTTP requests beyond it get 503
+            "ws_max_size": SignalingConfig().max_frame,   # 64 KiB, as /signal allows
+            "ws_max_queue": 8}                      # unread messages per socket
 
 
 if __name__ == "__main__":

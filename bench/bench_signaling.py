@@ -67,10 +67,13 @@ def start_server(app: str) -> tuple[subprocess.Popen, int]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     port = sock.getsockname()[1]
+    # every bench client connects from 127.0.0.1: lift the per-address room-join limit
+    # (docs/PROTOCOL.md), which would otherwise refuse all but the first 20 room joins
+    env = {**os.environ, "DAISY_JOIN_PER_MIN": os.environ.get("DAISY_JOIN_PER_MIN", "1000000")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", *APPS[app], "--factory",
          "--fd", str(sock.fileno()), "--log-level", "warning", "--backlog", "1024"],
-        cwd=ROOT, pass_fds=[sock.fileno()])
+        cwd=ROOT, pass_fds=[sock.fileno()], env=env)
     sock.close()
     return proc, port
 

@@ -70,6 +70,39 @@ class CheckpointError(ValueError):
     """A checkpoint file is refused; the message names the problem."""
 
 
+# Budgets for untrusted files (docs/TROUBLESHOOTING.md, "Checkpoint refused: over a budget").
+# A pickle can share references, so a small file can describe a structure with 2^48 leaves:
+# every walk counts visits (a shared reference costs each time it is reached), and everything
+# that allocates is checked before it allocates. The largest honest file (width 128, 8 layers,
+# full optimizer state) uses ~5,000 opcodes, ~1,300 memo slots and 5 M tensor elements.
+MAX_PICKLE_BYTES = 4 << 20            # data.pkl (tensor data lives in other entries)
+MAX_PICKLE_OPS = 1 << 20              # opcodes in data.pkl
+MAX_MEMO = 1 << 16                    # highest memo index (the unpickler allocates up to it)
+MAX_VISITS = 100_000                  # per walk of plain values, and per tuple (hashing walks it)
+MAX_DEPTH = 32                        # nesting of plain values in "extra"
+MAX_NDIM = 8                          # dimensions of one tensor
+
+
+def _name(value, limit: int = 40) -> str:
+    """A key or name from a file for a message: the text itself (cut to limit) when it is a
+    string, else a bounded excerpt."""
+    if isinstance(value, str):
+        return value[:limit] + ("..." if len(value) > limit else "")
+    return _excerpt(value, limit)
+
+
+def _excerpt(value, limit: int = 40) -> str:
+    """A short, bounded description of an untrusted value for a message: never its full repr
+    (the repr of a shared-reference structure can be astronomically long)."""
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+    if isinstance(value, (str, bytes, bytearray)):
+        return repr(value[:limit]) + ("..." if len(value) > limit else "")
+    return f"a {type(value).__name__}"
+
+
 @dataclasses.dataclass
 class Checkpoint:
     config: dict              # plain ints, validated by daisy.config
@@ -232,20 +265,29 @@ def _checked_tensors(group: str, arrays: dict, shapes: dict) -> dict:
 
 
 def _check_plain(value, where="extra"):
-    """extra values must be plain data (no arrays, no objects) so the file stays weights_only-safe."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return
-    if isinstance(value, (list, tuple)):
-        for x in value:
-            _check_plain(x, where)
-        return
-    if isinstance(value, dict):
-        for k, x in value.items():
-            if not isinstance(k, str):
-                raise CheckpointError(f"{where} keys must be strings, got {k!r}")
-            _check_plain(x, f"{where}[{k!r}]")
-        return
-    raise CheckpointError(f"{where} holds a {type(value).__name__}; only plain values are allowed")
+    """extra values must be plain data (no arrays, no objects) so the file stays weights_only-safe.
+    Iterative, with a budget of MAX_VISITS visits (shared references count each time) and
+    MAX_DEPTH levels: a file's `extra` is untrusted."""
+    todo, visits = [(value, 0)], 0
+    while todo:
+        x, depth = todo.pop()
+        visits += 1
+        if visits > MAX_VISITS:
+            raise CheckpointError(f"{where} is too large: over {MAX_VISITS:,} values "
+                                  f"(shared references count each time they are reached)")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            continue
+        if depth >= MAX_DEPTH and isinstance(x, (list, tuple, dict)):
+            raise CheckpointError(f"{where} is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(x, (list, tuple)):
+            todo.extend((v, depth + 1) for v in x)
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                if not isinstance(k, str):
+                    raise CheckpointError(f"{where} keys must be strings, found {_excerpt(k)}")
+                todo.append((v, depth + 1))
+        else:
+            raise CheckpointError(f"{where} holds a {type(x).__name__}; only plain values are allowed")
 
 
 def _aligned_zipinfo(name: str, offset: int) -> zipfile.ZipInfo:
@@ -388,29 +430,55 @@ class _LoadedTensor:
 
 
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False,
-                       backward_hooks=None, metadata=None):
-    """Stand-in for torch._utils._rebuild_tensor_v2: a numpy view of the storage, bounds-checked."""
+                       backward_hooks=None, metadata=None, *, budget=None):
+    """Stand-in for torch._utils._rebuild_tensor_v2: a numpy view of the storage, bounds-checked.
+    budget: a one-item list of tensor elements still allowed (counted before any copy)."""
     if not isinstance(storage, np.ndarray):
         raise CheckpointError("data.pkl: a tensor is not built over a storage")
     ints = lambda t: isinstance(t, tuple) and all(isinstance(x, int) and not isinstance(x, bool)
                                                   for x in t)
-    if not (isinstance(storage_offset, int) and ints(size) and ints(stride) and len(size) == len(stride)):
+    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) <= MAX_NDIM
+            and len(size) == len(stride)):
+        raise CheckpointError(f"data.pkl: a tensor's shape and stride are not two tuples of the "
+                              f"same length (at most {MAX_NDIM})")
+    if not (isinstance(storage_offset, int) and ints(size) and ints(stride)):
         raise CheckpointError("data.pkl: a tensor has a malformed offset, shape or stride")
     if storage_offset < 0 or any(s < 0 for s in size) or any(s < 0 for s in stride):
         raise CheckpointError("data.pkl: a tensor has a negative offset, shape or stride")
     if 0 in size:
         return _LoadedTensor(np.zeros(size, dtype=storage.dtype))
+    # Stride 0 (or overlapping strides) makes a tiny storage look huge, and the copy below
+    # would allocate it all: every dimension of more than one element needs a stride > 0, and
+    # all tensors together hold at most the budget's elements.
+    if any(s == 0 and n > 1 for n, s in zip(size, stride)):
+        raise CheckpointError("data.pkl: a tensor has stride 0 (elements that share storage)")
+    numel = 1
+    for n in size:
+        numel *= n
+    if budget is not None:
+        budget[0] -= numel
+        if budget[0] < 0:
+            raise CheckpointError("data.pkl: the tensors hold more elements than the file can "
+                                  "(over the budget of the size limit / 8)")
     last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride))
     if last >= storage.size:
-        raise CheckpointError(f"data.pkl: a tensor of shape {size} reaches element {last} of a "
-                              f"storage of {storage.size}")
-    numel = int(np.prod(size, dtype=np.int64))
+        raise CheckpointError(f"data.pkl: a tensor of {len(size)} dimension(s) reaches element "
+                              f"{_excerpt(last)} of a storage of {storage.size}")
     if storage_offset == 0 and numel == storage.size and stride == _c_strides(size):
         return _LoadedTensor(storage.reshape(size))     # the usual case: a view, no copy
     item = storage.itemsize
     view = np.lib.stride_tricks.as_strided(storage[storage_offset:], shape=size,
                                            strides=tuple(s * item for s in stride), writeable=False)
     return _LoadedTensor(np.array(view))            # own, contiguous copy
+
+
+def _empty_ordered_dict(*args):
+    """collections.OrderedDict as a checkpoint uses it: called with no arguments (items come
+    by SETITEMS, which the scan checks); arguments would be hashed unchecked."""
+    if args:
+        raise CheckpointError("data.pkl: OrderedDict is built with arguments (only OrderedDict() "
+                              "is allowed)")
+    return collections.OrderedDict()
 
 
 def _c_strides(shape) -> tuple:
@@ -426,20 +494,22 @@ class _RestrictedUnpickler(pickle.Unpickler):
     """Resolves only the globals a tensor checkpoint needs; anything else is refused before it
     could be called. Storages are read from the zip by persistent id."""
 
-    def __init__(self, data: bytes, read_storage):
+    def __init__(self, data: bytes, read_storage, max_elements: int):
         super().__init__(io.BytesIO(data))
         self._read_storage = read_storage
         self._storages = {}
+        self._budget = [max_elements]
 
     def find_class(self, module, name):
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return _rebuild_tensor_v2
+            budget = self._budget
+            return lambda *args: _rebuild_tensor_v2(*args, budget=budget)
         if (module, name) == ("collections", "OrderedDict"):
-            return collections.OrderedDict
+            return _empty_ordered_dict
         if module == "torch" and name in _STORAGE_DTYPES:
             return _Storage(name)
         raise CheckpointError(
-            f"refused: data.pkl asks for the Python global {module}.{name}; a checkpoint may only "
+            f"refused: data.pkl asks for the Python global {module[:60]}.{name[:60]}; a checkpoint may only "
             f"use torch._utils._rebuild_tensor_v2, collections.OrderedDict and torch storage types "
             f"(this file could run code if opened with plain pickle)")
 
@@ -447,7 +517,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
                 and isinstance(pid[1], _Storage) and isinstance(pid[2], str)
                 and isinstance(pid[3], str) and isinstance(pid[4], int)):
-            raise CheckpointError(f"data.pkl: unsupported persistent id {pid!r:.80}")
+            raise CheckpointError(f"data.pkl: unsupported persistent id ({_excerpt(pid)})")
         _, stype, key, _location, numel = pid
         if key not in self._storages:
             raw = self._read_storage(key)
@@ -486,6 +556,139 @@ class _BufferReader(io.RawIOBase):
         b[:len(chunk)] = chunk
         self._pos += len(chunk)
         return len(chunk)
+
+
+_U16, _U32, _I32 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<i")
+
+
+_NOT_STR_KEY = "checkpoint refused: data.pkl has a dict key that is not a string"
+
+
+def _scan_pickle(pkl: bytes) -> None:
+    """Check data.pkl against the budgets before the real (C) unpickler sees it: only the
+    opcodes a protocol-2 tensor checkpoint uses, at most MAX_PICKLE_OPS of them, memo indexes
+    up to MAX_MEMO (the unpickler allocates up to the highest index), and no tuple that expands
+    to more than MAX_VISITS items (dict keys are hashed, and hashing a tuple walks all of it,
+    shared references included), and only strings as dict keys (an honest checkpoint has no
+    other keys; ints can be made to collide in a dict, tuples are costly to hash). The scan
+    follows the stack: one int per item, 0 for a string, a tuple's expanded size, 1 for
+    anything else (the walks of lists and dicts are budgeted after loading)."""
+    if len(pkl) > MAX_PICKLE_BYTES:
+        raise CheckpointError(f"checkpoint refused: data.pkl is {len(pkl):,} bytes, over the "
+                              f"budget of {MAX_PICKLE_BYTES:,}")
+    data, n, i, ops = pkl, len(pkl), 0, 0
+    stack, marks, memo = [], [], {}
+
+    def tuple_of(items):
+        w = 1 + sum(items) + items.count(0)
+        if w > MAX_VISITS:
+            raise CheckpointError(f"checkpoint refused: data.pkl builds a tuple of over "
+                                  f"{MAX_VISITS:,} items (shared references count each time)")
+        return w
+
+    try:
+        while True:
+            op = data[i]
+            i += 1
+            ops += 1
+            if op == 0x58:                                  # X BINUNICODE
+                i += 4 + _U32.unpack_from(data, i)[0]
+                stack.append(0)
+            elif op in (0x4B, 0x88, 0x89, 0x4E, 0x29, 0x5D, 0x7D):  # K, True, False, N, ), ], }
+                i += op == 0x4B
+                stack.append(1)
+            elif op == 0x28:                                # ( MARK
+                marks.append(len(stack))
+            elif op == 0x74:                                # t TUPLE
+                at = marks.pop()
+                w = tuple_of(stack[at:])
+                del stack[at:]
+                stack.append(w)
+            elif op in (0x85, 0x86, 0x87):                  # TUPLE1..3
+                k = op - 0x84
+                w = tuple_of(stack[-k:])
+                del stack[-k:]
+                stack.append(w)
+            elif op in (0x52, 0x81):                        # REDUCE, NEWOBJ: callable, args -> 1
+                stack.pop()
+                stack[-1] = 1
+            elif op == 0x51:                                # Q BINPERSID
+                stack[-1] = 1
+            elif op in (0x71, 0x72):                        # q BINPUT, r LONG_BINPUT
+                if op == 0x71:
+                    idx = data[i]
+                    i += 1
+                else:
+                    idx = _U32.unpack_from(data, i)[0]
+                    i += 4
+                if idx > MAX_MEMO:
+                    raise CheckpointError(f"checkpoint refused: data.pkl uses memo index {idx:,}, "
+                                          f"over the budget of {MAX_MEMO:,}")
+                memo[idx] = stack[-1]
+            elif op in (0x68, 0x6A):                        # h BINGET, j LONG_BINGET
+                if op == 0x68:
+                    idx = data[i]
+                    i += 1
+                else:
+                    idx = _U32.unpack_from(data, i)[0]
+                    i += 4
+                stack.append(memo[idx])
+            elif op == 0x63:                                # c GLOBAL: two text lines
+                i = data.index(b"\n", data.index(b"\n", i) + 1) + 1
+                stack.append(1)
+            elif op in (0x4A, 0x4D, 0x47):                  # J BININT, M BININT2, G BINFLOAT
+                i += {0x4A: 4, 0x4D: 2, 0x47: 8}[op]
+                stack.append(1)
+            elif op == 0x8A:                                # LONG1
+                i += 1 + data[i]
+                stack.append(1)
+            elif op == 0x8C:                                # SHORT_BINUNICODE
+                i += 1 + data[i]
+                stack.append(0)
+            elif op == 0x75:                                # u SETITEMS
+                at = marks.pop()
+                if any(stack[at::2]):
+                    raise CheckpointError(_NOT_STR_KEY)
+                del stack[at:]
+            elif op == 0x65:                                # e APPENDS
+                del stack[marks.pop():]
+            elif op == 0x73:                                # s SETITEM
+                if stack[-2]:
+                    raise CheckpointError(_NOT_STR_KEY)
+                del stack[-2:]
+            elif op in (0x61, 0x62, 0x30):                  # a APPEND, b BUILD, 0 POP
+                stack.pop()
+            elif op == 0x32:                                # 2 DUP
+                stack.append(stack[-1])
+            elif op == 0x31:                                # 1 POP_MARK
+                del stack[marks.pop():]
+            elif op == 0x80:                                # PROTO
+                i += 1
+            elif op == 0x95:                                # FRAME (protocol 4): a length
+                i += 8
+            elif op == 0x94:                                # MEMOIZE (protocol 4)
+                if len(memo) > MAX_MEMO:
+                    raise CheckpointError(f"checkpoint refused: data.pkl uses over {MAX_MEMO:,} "
+                                          f"memo slots")
+                memo[len(memo)] = stack[-1]
+            elif op == 0x93:                                # STACK_GLOBAL: module, name -> 1
+                stack.pop()
+                stack[-1] = 1
+            elif op == 0x2E:                                # . STOP
+                return
+            else:
+                raise CheckpointError(f"checkpoint refused: data.pkl uses pickle opcode "
+                                      f"0x{op:02x} at byte {i - 1}, which a tensor checkpoint "
+                                      f"does not need")
+            if ops > MAX_PICKLE_OPS:
+                raise CheckpointError(f"checkpoint refused: data.pkl has over {MAX_PICKLE_OPS:,} "
+                                      f"opcodes")
+    except CheckpointError:
+        raise
+    except (IndexError, KeyError, ValueError, struct.error):
+        raise CheckpointError("corrupt checkpoint: data.pkl is not a valid pickle (truncated, "
+                              "or it uses a memo slot or stack item that does not exist)") from None
+
 
 
 def _unpickle_zip(data: bytes):
@@ -536,14 +739,16 @@ def _unpickle_zip(data: bytes):
         if prefix + "byteorder" in names and bytes(read("byteorder")) != b"little":
             raise CheckpointError(f"unsupported byte order {bytes(read('byteorder'))!r:.20} "
                                   f"(expected b'little')")
-        pkl = read("data.pkl")
+        pkl = bytes(read("data.pkl"))
+        _scan_pickle(pkl)
         try:
-            return _RestrictedUnpickler(bytes(pkl), lambda key: read(f"data/{key}")).load()
+            return _RestrictedUnpickler(pkl, lambda key: read(f"data/{key}"),
+                                        len(data) // 8 + 4096).load()
         except CheckpointError:
             raise
         except Exception as e:   # any malformed pickle: stack underflow, bad opcode, EOF, ...
             raise CheckpointError(f"corrupt checkpoint: data.pkl is not a valid pickle "
-                                  f"({type(e).__name__}: {e})") from None
+                                  f"({type(e).__name__}: {str(e)[:200]})") from None
 
 
 def _tensor_group(group: str, obj, shapes: dict, cfg: dict) -> dict:
@@ -555,7 +760,7 @@ def _tensor_group(group: str, obj, shapes: dict, cfg: dict) -> dict:
         raise CheckpointError(f"{group} is missing tensor(s): {', '.join(missing[:8])}"
                               + (" ..." if len(missing) > 8 else ""))
     if unexpected:
-        raise CheckpointError(f"{group} has unexpected tensor(s): {', '.join(map(str, unexpected[:8]))}"
+        raise CheckpointError(f"{group} has unexpected tensor(s): {', '.join(map(_name, unexpected[:8]))}"
                               + (" ..." if len(unexpected) > 8 else ""))
     dims = f"width={cfg['width']}, seq_len={cfg['seq_len']}, vocab={VOCAB_SIZE}"
     out = {}
@@ -578,17 +783,17 @@ def _tensor_group(group: str, obj, shapes: dict, cfg: dict) -> dict:
 
 def _int_field(where, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CheckpointError(f"{where} must be a non-negative integer, found {value!r:.40}")
+        raise CheckpointError(f"{where} must be a non-negative integer, found {_excerpt(value)}")
     return value
 
 
 def _looks_like(top) -> str:
     if isinstance(top, dict):
-        tensors = [str(k) for k, v in top.items() if isinstance(v, _LoadedTensor)]
+        tensors = [k for k, v in top.items() if isinstance(v, _LoadedTensor)]
         if tensors:
-            return (f"it holds {len(tensors)} tensor(s) ({', '.join(tensors[:4])}"
+            return (f"it holds {len(tensors)} tensor(s) ({', '.join(map(_name, tensors[:4]))}"
                     f"{', ...' if len(tensors) > 4 else ''}), like another model's state_dict")
-        return f"its top-level dict has keys {', '.join(map(str, list(top)[:6]))}"
+        return f"its top-level dict has keys {', '.join(map(_name, list(top)[:6]))}"
     return f"its top-level object is a {type(top).__name__}"
 
 
@@ -609,17 +814,21 @@ def _load_checkpoint(path_or_bytes, max_bytes: int) -> Checkpoint:
         raise CheckpointError(f"not a DaisyChain checkpoint: {_looks_like(top)} "
                               f"(expected 'format': {FORMAT!r})")
     if top.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"unsupported checkpoint format_version {top.get('format_version')!r:.20} "
+        raise CheckpointError(f"unsupported checkpoint format_version {_excerpt(top.get('format_version'))} "
                               f"(this reader knows {FORMAT_VERSION})")
     if top.get("tokenizer") != TOKENIZER_ID:
         raise CheckpointError(f"tokenizer mismatch: expected {TOKENIZER_ID!r}, found "
-                              f"{top.get('tokenizer')!r:.60}")
+                              f"{_excerpt(top.get('tokenizer'), 60)}")
     for key in ("config", "step", "weight_hash", "model", "optim"):
         if key not in top:
             raise CheckpointError(f"checkpoint is missing {key!r}")
     raw_cfg = top["config"]
     if not isinstance(raw_cfg, dict):
         raise CheckpointError(f"config must be a dict, found {type(raw_cfg).__name__}")
+    for k, v in raw_cfg.items():   # before daisy.config, whose messages show the values
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or \
+                v.bit_length() > 64:
+            raise CheckpointError(f"config setting {_name(k)} must be an integer, found {_excerpt(v)}")
     absent = [f.name for f in dataclasses.fields(Config) if f.name not in raw_cfg]
     if absent:
         raise CheckpointError(f"config is missing setting(s): {', '.join(absent)}")
@@ -636,7 +845,7 @@ def _load_checkpoint(path_or_bytes, max_bytes: int) -> Checkpoint:
     stored = top["weight_hash"]
     actual = weight_hash(params)
     if stored != actual:
-        raise CheckpointError(f"weight hash mismatch: the file says {str(stored):.64}, its weights "
+        raise CheckpointError(f"weight hash mismatch: the file says {_name(stored, 64)}, its weights "
                               f"hash to {actual} (the tensor data is corrupt or was altered)")
     extra = top.get("extra")
     if extra is not None and not isinstance(extra, dict):

@@ -23,7 +23,8 @@ The model routes. The server sees weights only when a user asks (DESIGN §4): th
 replica to turn it into a file (.pt, model.safetensors, the inference kit), or POSTs a .pt to
 get its state back. Replicas travel in one compact binary form, the *state body*
 (daisy/state_codec.py: format, encode_state, decode_state).
-Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit.
+Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit;
+503 "busy, retry" (with Retry-After) when /api/load has no free parse slot (daisy.sandbox).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ from .checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, sa
 from .config import RANGES, Config
 from .datastream import DataSource, make_data_router
 from .kit import KitError, render_kit
-from .signaling import SignalingHub, make_signaling_router
+from .sandbox import ParseBusy, ParseSandbox
+from .signaling import SignalingHub, make_room_router, make_signaling_router
 from .state_codec import (MAX_STATE_BYTES, StateError, decode_state,  # noqa: F401  (re-exported)
                           encode_state)
 from .tokenizer import TOKENIZER_ID
@@ -137,6 +139,16 @@ LOADER_JS = (f"import('{JS_PREFIX}/ui.js').then((m) => m.mountLoader(element))"
              ".catch((e) => { element.textContent = 'The checkpoint loader failed to load: ' + e; });")
 
 
+# Create a room: a server-made code (daisy.signaling.make_room_router), then this page reopens
+# in it; the link in the address bar is what to share.
+CREATE_ROOM_JS = """async () => {
+  const r = await fetch('/api/room', {method: 'POST'});
+  if (!r.ok) { alert('Could not create a room: HTTP ' + r.status); return []; }
+  location.search = '?room=' + encodeURIComponent((await r.json()).room);
+  return [];
+}"""
+
+
 def build_page(source: DataSource) -> gr.Blocks:
     defaults = Config()
     with gr.Blocks(title="DaisyChain-Web") as page:
@@ -144,6 +156,7 @@ def build_page(source: DataSource) -> gr.Blocks:
                     "model together. Open it on several devices of one network (or share a "
                     "`?room=CODE` link), pick the settings on one device and press **Start training**.")
         data_status = gr.Markdown("**Training data:** checking…", elem_id="daisy-data-status")
+        create_room = gr.Button("Create a room", size="sm", elem_id="daisy-create-room")
         with gr.Row():
             with gr.Column(scale=1, min_width=280):
                 gr.Markdown("### Group settings\nThe starter's settings apply to the whole group.")
@@ -181,6 +194,7 @@ def build_page(source: DataSource) -> gr.Blocks:
                 model_status = gr.Markdown(NO_MODEL, elem_id="model-status")
 
         start.click(None, inputs=sliders, outputs=None, js=_start_js())
+        create_room.click(None, js=CREATE_ROOM_JS)
         stop.click(None, js="() => { if (window.daisy) window.daisy.stop(); return []; }")
         generate.click(None, inputs=[prompt, temperature, top_k, seed, tokens], outputs=generated,
                        js=GENERATE_JS)
@@ -246,18 +260,20 @@ def _kit_file(state: dict) -> Response:
                        f"daisychain-kit-step{state['step']}.html", state)
 
 
-def _loaded_state(body: bytes) -> Response:
-    ck = load_checkpoint(body, max_bytes=MAX_CHECKPOINT_BYTES)
+def _loaded_state(body: bytes, load=load_checkpoint) -> Response:
+    ck = load(body, max_bytes=MAX_CHECKPOINT_BYTES)
     data = encode_state(config=ck.config, step=ck.step, params=ck.params, adam_m=ck.adam_m,
                         adam_v=ck.adam_v, adam_t=ck.adam_t, weight_hash=ck.weight_hash, extra=ck.extra)
     return Response(data, media_type="application/octet-stream",
                     headers={"X-Daisy-Weight-Hash": ck.weight_hash, "X-Daisy-Step": str(ck.step)})
 
 
-def make_model_router() -> APIRouter:
+def make_model_router(sandbox: ParseSandbox | None = None) -> APIRouter:
     """POST /api/checkpoint.pt, /api/model.safetensors, /api/kit.html: a state body -> the file
-    (as an attachment). POST /api/load: a .pt file's bytes -> its state body (all three parts)."""
+    (as an attachment). POST /api/load: a .pt file's bytes -> its state body (all three parts),
+    parsed in `sandbox` (daisy.sandbox; from the environment when None)."""
     router = APIRouter()
+    sandbox = sandbox or ParseSandbox.from_env()
 
     async def answer(request: Request, limit: int, make) -> Response:
         try:
@@ -286,7 +302,14 @@ def make_model_router() -> APIRouter:
 
     @router.post("/api/load")
     async def load(request: Request):
-        return await answer(request, MAX_CHECKPOINT_BYTES, _loaded_state)
+        # An uploaded file is untrusted: parsed in a limited process, a bounded number at once;
+        # the slot is taken before the body is read (docs/TROUBLESHOOTING.md, "busy, retry").
+        try:
+            with sandbox.slot():
+                return await answer(request, MAX_CHECKPOINT_BYTES,
+                                    lambda body: _loaded_state(body, sandbox.load_checkpoint))
+        except ParseBusy as e:
+            return JSONResponse({"error": str(e)}, status_code=503, headers={"Retry-After": "5"})
 
     return router
 
@@ -299,6 +322,7 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
         data_source.start()          # pin the data's commit at start-up, not on the first request
     app = FastAPI(title="DaisyChain-Web")
     app.include_router(make_signaling_router(hub))
+    app.include_router(make_room_router())
     app.include_router(make_data_router(data_source))
     app.include_router(make_model_router())
     app.mount(JS_PREFIX, StaticFiles(directory=JS_DIR), name="frontend_js")

@@ -11,6 +11,7 @@ import time, for apps that want one shared default.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import ipaddress
@@ -40,6 +41,12 @@ CLOSE_BAD_ROOM = 4400  # room code not 1-64 chars of [A-Za-z0-9_-]
 CLOSE_REJECTED = 4403  # the room host rejected this connection
 CLOSE_IDLE = 4408  # nothing received for idle_pings ping intervals
 CLOSE_REPLACED = 4409  # a newer connection resumed this peer with its token
+CLOSE_ROOM_CLOSED = 4410  # no approved member is left in the room (pending peers are told)
+CLOSE_GROUP_FULL = 4413  # the group already has max_group peers
+CLOSE_TOO_MANY_JOINS = 4429  # join attempts from this address too fast, or just rejected
+
+LOOPBACK_PROXIES = ("127.0.0.0/8", "::1")
+SPACE_PROXIES = ("10.0.0.0/8",)  # a Hugging Face Space's proxy reaches the app from here
 
 # Private, loopback and link-local ranges: all of them form one "local network" group.
 LOCAL_NETS = [ipaddress.ip_network(n) for n in (
@@ -88,8 +95,14 @@ class SignalingConfig:
     rate_per_s: float = 50.0  # token bucket: sustained messages/s per socket
     rate_burst: float = 100.0  # token bucket size; also the overdraft that gets a socket closed
     max_frame: int = 65536  # bytes
-    outbox_max_bytes: int = 4 << 20  # queued to one socket beyond this, it counts as stuck
+    outbox_max_bytes: int = 1 << 20  # queued to one socket beyond this, it counts as stuck
+    total_outbox_max_bytes: int = 64 << 20  # queued to all sockets together (hub-wide)
+    max_group: int = 32  # peers (seats, pending and in grace included) per group
+    hello_min_s: float = 0.5  # one peer-updated per peer per this many seconds (coalesced)
+    join_per_min: float = 20.0  # new room identities per address per minute (and burst)
+    reject_cooldown_s: float = 30.0  # after a rejection, that address waits before asking again
     ip_salt: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
+    trusted_proxies: tuple = LOOPBACK_PROXIES  # X-Forwarded-For is believed only from these
     ice_servers: list = field(default_factory=lambda: [dict(s) for s in DEFAULT_ICE_SERVERS])
 
     @classmethod
@@ -100,19 +113,61 @@ class SignalingConfig:
             grace_s=_env_float(env, "DAISY_RECONNECT_GRACE_S", cls.grace_s),
             rate_per_s=_env_float(env, "DAISY_RATE_PER_S", cls.rate_per_s),
             rate_burst=_env_float(env, "DAISY_RATE_BURST", cls.rate_burst),
+            max_group=int(_env_float(env, "DAISY_MAX_GROUP", cls.max_group)),
+            join_per_min=_env_float(env, "DAISY_JOIN_PER_MIN", cls.join_per_min),
+            reject_cooldown_s=_env_float(env, "DAISY_REJECT_COOLDOWN_S", cls.reject_cooldown_s),
             ip_salt=salt.encode() if salt else secrets.token_bytes(16),
+            trusted_proxies=trusted_proxies_from_env(env),
             ice_servers=ice_servers_from_env(env))
 
 
-def client_ip(headers, client_host: str | None):
-    """The caller's public address: first X-Forwarded-For entry (proxies append), else the
-    socket's. None when neither parses."""
-    forwarded = headers.get("x-forwarded-for", "")
-    for text in (forwarded.split(",")[0].strip(), client_host or ""):
-        ip = _parse_ip(text)
-        if ip is not None:
-            return ip
-    return None
+
+
+def trusted_proxies_from_env(env=os.environ) -> tuple[str, ...]:
+    """DAISY_TRUSTED_PROXIES: comma-separated addresses or networks whose X-Forwarded-For is
+    believed ("none": nobody). Default: loopback (a tunnel or proxy on this machine), plus
+    10.0.0.0/8 on a Hugging Face Space (SPACE_ID set). README "Serving over HTTPS"."""
+    raw = env.get("DAISY_TRUSTED_PROXIES")
+    if raw is None or raw.strip() == "":
+        return LOOPBACK_PROXIES + (SPACE_PROXIES if env.get("SPACE_ID") else ())
+    if raw.strip().lower() == "none":
+        return ()
+    items = tuple(x.strip() for x in raw.split(",") if x.strip())
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"DAISY_TRUSTED_PROXIES: {item[:60]!r} is not an address or "
+                             "network") from None
+    return items
+
+
+def _networks(trusted) -> tuple:
+    return tuple(ipaddress.ip_network(t, strict=False) for t in trusted)
+
+
+def _is_trusted(ip, networks) -> bool:
+    return ip is not None and any(ip.version == n.version and ip in n for n in networks)
+
+
+def client_ip(headers, client_host: str | None, trusted=()):
+    """The caller's address. The socket's peer, unless that peer is a trusted proxy (trusted:
+    networks): then the rightmost X-Forwarded-For entry that is not itself a trusted proxy
+    (each proxy appends the address it was reached from; entries left of that are whatever
+    the client claimed). None when nothing parses."""
+    peer = _parse_ip(client_host or "")
+    if not _is_trusted(peer, trusted):
+        return peer
+    entries = ",".join(headers.getlist("x-forwarded-for")).split(",")
+    found = peer
+    for text in reversed(entries):
+        ip = _parse_ip(text.strip())
+        if ip is None:  # garbage where an address should be: believe nothing further left
+            break
+        found = ip
+        if not _is_trusted(ip, trusted):
+            break
+    return found
 
 
 def _parse_ip(text: str):
@@ -143,6 +198,46 @@ def _clean_text(value, limit: int) -> str:
     return " ".join(text.split())[:limit]
 
 
+class LoopClock:
+    """Notices event-loop stalls. After a stall, frames that honest peers sent during it
+    arrive all at once; the rate limiter must not mistake that backlog for a flood. A tick every
+    `interval`; a stall is a tick late by more than STALL_S, and it is visible while its backlog
+    drains: before the late tick runs (readers may run first) and for DRAIN_S after."""
+    STALL_S = 0.25
+    DRAIN_S = 1.0
+
+    def __init__(self, interval: float = 0.1):
+        self.interval = interval
+        self.tick = time.monotonic()
+        self.recent, self.recent_key, self.recent_at = 0.0, 0.0, float("-inf")
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            now = time.monotonic()
+            lag = now - self.tick - self.interval
+            if lag > self.STALL_S:
+                self.recent, self.recent_key, self.recent_at = lag, self.tick, now
+            self.tick = now
+
+    def stall(self, now: float) -> tuple[float, float]:
+        """(seconds of the stall whose backlog may be draining now, an id for that stall)."""
+        current = now - self.tick - self.interval
+        if current > self.STALL_S:
+            return current, self.tick
+        if now - self.recent_at < self.DRAIN_S:
+            return self.recent, self.recent_key
+        return 0.0, 0.0
+
+
+class Shared:
+    """Hub-wide counters the connections update."""
+
+    def __init__(self):
+        self.queued = 0  # bytes queued to all sockets
+        self.clock = LoopClock()
+
+
 class Close:
     """Outbox sentinel: the writer closes the socket after sending everything queued before."""
 
@@ -154,8 +249,11 @@ class Connection:
     """One WebSocket: its outbox (sends never block the sender's handler), liveness and
     token bucket."""
 
-    def __init__(self, ws: WebSocket, config: SignalingConfig):
+    def __init__(self, ws: WebSocket, config: SignalingConfig, shared: Shared | None = None):
         self.ws, self.config = ws, config
+        self.shared = shared or Shared()
+        self.stall_key = 0.0  # the stall whose backlog allowance this socket is using
+        self.stall_credit = 0.0
         self.outbox: asyncio.Queue = asyncio.Queue()
         self.queued_bytes = 0
         self.closing: Close | None = None
@@ -169,12 +267,23 @@ class Connection:
         if self.closing:
             return
         text = message if isinstance(message, str) else json.dumps(message)
-        self.queued_bytes += len(text)
-        if self.queued_bytes > self.config.outbox_max_bytes:
+        if self.queued_bytes + len(text) > self.config.outbox_max_bytes:
             self.close(CLOSE_SLOW, "outbox overflow: reading too slowly")
             self.stuck.set()
             return
+        if self.shared.queued + len(text) > self.config.total_outbox_max_bytes:
+            # the server's send buffers are full: the receiver that would grow them goes
+            self.close(CLOSE_SLOW, "server send buffers full: reading too slowly")
+            self.stuck.set()
+            return
+        self.queued_bytes += len(text)
+        self.shared.queued += len(text)
         self.outbox.put_nowait(text)
+
+    def release_queue(self) -> None:
+        """The socket is gone: what it had queued no longer counts against the hub."""
+        self.shared.queued -= self.queued_bytes
+        self.queued_bytes = 0
 
     def close(self, code: int, reason: str) -> None:
         if not self.closing:
@@ -196,6 +305,15 @@ class Connection:
             if self.overdraft == 0.0:
                 self.limited = False
             return True
+        # A backlog from the server's own stall: what the sender could have sent at the full
+        # rate while the loop was stalled is admitted (docs/PROTOCOL.md, "Limits").
+        stall, key = self.shared.clock.stall(now)
+        if stall > 0:
+            if key != self.stall_key:
+                self.stall_key, self.stall_credit = key, stall * self.config.rate_per_s
+            if self.stall_credit >= 1:
+                self.stall_credit -= 1
+                return True
         self.overdraft += 1
         if self.overdraft > self.config.rate_burst:
             self.close(CLOSE_POLICY, "rate limit exceeded")
@@ -225,6 +343,9 @@ class Seat:
         self.conn: Connection | None = None
         self.expiry: asyncio.TimerHandle | None = None
         self.released = False
+        self.update_due: asyncio.TimerHandle | None = None  # a coalesced peer-updated
+        self.updated_at = float("-inf")
+        self.addr = ""  # its address key (salted), for the rejection cool-down
 
     @property
     def admitted(self) -> bool:
@@ -239,6 +360,20 @@ class Seat:
             self.conn.send(message)
 
 
+class _NonFinite(Exception):
+    pass
+
+
+def _no_constant(name: str):
+    """json.loads accepts NaN / Infinity; a browser's JSON.parse does not: relaying them would
+    hand the receiver a frame it cannot read."""
+    raise _NonFinite(name)
+
+
+# one decoder (json.loads with keyword arguments would build a new one per message)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _error(code: str, message: str, ref=None) -> dict:
     err = {"type": "error", "code": code, "message": message}
     if isinstance(ref, (str, int)) and not isinstance(ref, bool) and len(str(ref)) <= 64:
@@ -251,9 +386,38 @@ class SignalingHub:
 
     def __init__(self, config: SignalingConfig | None = None):
         self.config = config or SignalingConfig.from_env()
+        self._trusted = _networks(self.config.trusted_proxies)
         self.groups: dict[str, Group] = {}
         self.by_token: dict[str, Seat] = {}
         self.peer_ids: set[str] = set()
+        self.shared = Shared()
+        self._clock_task: asyncio.Task | None = None
+        self._join_buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, time)
+        self._cooldowns: dict[tuple[str, str], float] = {}  # (address, room) -> until
+
+    def _join_allowed(self, addr: str, room_key: str) -> str | None:
+        """None, or why a new room identity from this address is refused now. The same answer
+        whether or not the room exists: this check comes before the room is looked up."""
+        now = time.monotonic()
+        until = self._cooldowns.get((addr, room_key))
+        if until is not None:
+            if now < until:
+                return f"rejected here recently: wait {until - now:.0f} s before asking again"
+            del self._cooldowns[(addr, room_key)]
+        # burst: a minute's worth, so a classroom behind one address can join at once
+        rate, burst = self.config.join_per_min / 60, max(1.0, self.config.join_per_min)
+        tokens, then = self._join_buckets.get(addr, (burst, now))
+        tokens = min(burst, tokens + (now - then) * rate)
+        if tokens < 1:
+            self._join_buckets[addr] = (tokens, now)
+            return (f"too many room join attempts from your address "
+                    f"(over {self.config.join_per_min:g} a minute): wait and retry")
+        self._join_buckets[addr] = (tokens - 1, now)
+        if len(self._join_buckets) > 10000:  # bounded: forget addresses whose bucket is full
+            for k in [k for k, (t, at) in self._join_buckets.items()
+                      if t + (now - at) * rate >= burst]:
+                del self._join_buckets[k]
+        return None
 
     # ---- connection lifecycle -------------------------------------------------------------
 
@@ -263,13 +427,27 @@ class SignalingHub:
         if room is not None and not ROOM_CODE.fullmatch(room):
             await ws.close(CLOSE_BAD_ROOM, "room code must be 1-64 characters of A-Z a-z 0-9 _ -")
             return
-        if room is not None:
-            key = "room:" + room.lower()  # codes are read aloud and retyped: case-insensitive
-        else:
-            key = network_key(client_ip(ws.headers, ws.client.host if ws.client else None),
-                              self.config.ip_salt)
-        conn = Connection(ws, self.config)
-        seat = self._attach(conn, key, ws.query_params.get("token"), ws.query_params.get("name"))
+        if self._clock_task is None or self._clock_task.done():
+            self._clock_task = asyncio.create_task(self.shared.clock.run())
+        addr = network_key(client_ip(ws.headers, ws.client.host if ws.client else None,
+                                     self._trusted), self.config.ip_salt)
+        key = "room:" + room.lower() if room is not None else addr  # codes: case-insensitive
+        token = ws.query_params.get("token")
+        resuming = (seat := self.by_token.get(token or "")) is not None and seat.group.key == key
+        refusal = None
+        if room is not None and not resuming:
+            why = self._join_allowed(addr, key)
+            if why:
+                refusal = (CLOSE_TOO_MANY_JOINS, why)
+        group = self.groups.get(key)
+        if refusal is None and not resuming and group and len(group.seats) >= self.config.max_group:
+            refusal = (CLOSE_GROUP_FULL, f"group full: {self.config.max_group} peers at most")
+        if refusal:
+            await ws.close(*refusal)
+            return
+        conn = Connection(ws, self.config, self.shared)
+        seat = self._attach(conn, key, token, ws.query_params.get("name"))
+        seat.addr = addr
         reader = asyncio.create_task(self._read(seat, conn))
         writer = asyncio.create_task(self._write(conn))
         keepalive = asyncio.create_task(self._keepalive(conn))
@@ -284,6 +462,7 @@ class SignalingHub:
             if reader.done() and not reader.cancelled() and reader.exception():
                 log.error("signaling: peer %s dropped by a server error", seat.id,
                           exc_info=reader.exception())
+            conn.release_queue()
             self._detach(seat, conn)
 
     def _attach(self, conn: Connection, key: str, token: str | None, name: str | None) -> Seat:
@@ -341,23 +520,42 @@ class SignalingHub:
         if seat.released:
             return
         seat.released = True
-        if seat.expiry:
-            seat.expiry.cancel()
+        for timer in (seat.expiry, seat.update_due):
+            if timer:
+                timer.cancel()
         group = seat.group
         del group.seats[seat.id]
         del self.by_token[seat.token]
         self.peer_ids.discard(seat.id)
-        if not group.seats:
+        if group.kind == "room" and group.seats and \
+                not any(s.admitted for s in group.seats.values()):
+            self._close_room(group)
+        elif not group.seats:
             del self.groups[group.key]
         elif seat.role == "host":
             self._hand_over(group)
 
+    def _close_room(self, group: Group) -> None:
+        """No approved member is left: only an approved member may ever become host, so the
+        room ends; the peers still waiting are told, then closed (4410)."""
+        for seat in list(group.seats.values()):
+            seat.send({"type": "room-closed", "reason": "no approved member is left in the room"})
+            if seat.conn:
+                seat.conn.close(CLOSE_ROOM_CLOSED, "room closed: no approved member is left")
+            seat.released = True
+            for timer in (seat.expiry, seat.update_due):
+                if timer:
+                    timer.cancel()
+            del self.by_token[seat.token]
+            self.peer_ids.discard(seat.id)
+        group.seats.clear()
+        del self.groups[group.key]
+
     def _hand_over(self, group: Group) -> None:
-        """New host: the longest-present approved member (connected ones first); with no
-        approved member left, the longest-waiting pending peer (the room is empty anyway)."""
+        """New host: the longest-present approved member (connected ones first). Never a
+        pending peer: with no approved member left the room closes (_close_room)."""
         seats = list(group.seats.values())
-        ranked = ([s for s in seats if s.admitted and s.conn] + [s for s in seats if s.admitted]
-                  + [s for s in seats if s.conn] + seats)
+        ranked = [s for s in seats if s.admitted and s.conn] + [s for s in seats if s.admitted]
         host = ranked[0]
         host.role = "host"
         self._broadcast(self._members(group), {"type": "role", "peer": host.id, "role": "host"})
@@ -394,6 +592,7 @@ class SignalingHub:
                     await conn.ws.close(item.code, item.reason)
                     return
                 conn.queued_bytes -= len(item)
+                conn.shared.queued -= len(item)
                 await conn.ws.send_text(item)
         except Exception:  # the client went away mid-send: the reader sees the disconnect
             return
@@ -412,9 +611,13 @@ class SignalingHub:
 
     def _handle(self, seat: Seat, conn: Connection, text: str) -> None:
         try:
-            msg = json.loads(text)
+            msg = _DECODER.decode(text)
         except (json.JSONDecodeError, RecursionError) as err:
             conn.send(_error("bad-json", f"not valid JSON: {err}"[:200]))
+            return
+        except _NonFinite:
+            conn.send(_error("bad-json", "NaN, Infinity and -Infinity are not JSON; send numbers "
+                                         "or strings"))
             return
         if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
             conn.send(_error("bad-message", 'a message is a JSON object with a string "type"'))
@@ -466,6 +669,12 @@ class SignalingHub:
         else:
             target.send({"type": "rejected", "reason": "the host declined the request"})
             target.conn.close(CLOSE_REJECTED, "rejected by the host")
+            if target.addr:  # no reconnect-and-ask loop from that address
+                self._cooldowns[(target.addr, seat.group.key)] = \
+                    time.monotonic() + self.config.reject_cooldown_s
+                if len(self._cooldowns) > 10000:
+                    now = time.monotonic()
+                    self._cooldowns = {k: t for k, t in self._cooldowns.items() if t > now}
             self._release(target)
 
     def _hello(self, seat: Seat, msg: dict, ref) -> None:
@@ -481,11 +690,23 @@ class SignalingHub:
             seat.path = path
         if "state" in msg:
             seat.state = _clean_text(msg["state"], MAX_STATE)
-        if seat.admitted:  # a delta, not the roster: n hellos cost O(n), not O(n^2)
+        # A pending peer's request stays the one outstanding request: its new name shows when
+        # it is approved. An admitted peer's update goes out at most once per hello_min_s,
+        # carrying the latest entry (a flood of hellos costs the group nothing more).
+        if seat.admitted and seat.update_due is None:
+            loop = asyncio.get_running_loop()
+            wait = seat.updated_at + self.config.hello_min_s - loop.time()
+            if wait <= 0:
+                self._send_update(seat)
+            else:
+                seat.update_due = loop.call_later(wait, self._send_update, seat)
+
+    def _send_update(self, seat: Seat) -> None:
+        seat.update_due = None
+        seat.updated_at = asyncio.get_running_loop().time()
+        if seat.admitted and seat.conn and not seat.released:  # a delta, not the roster
             self._broadcast(self._members(seat.group), {"type": "peer-updated",
                                                         "peer": seat.info()})
-        else:
-            self._announce_arrival(seat)  # the host sees the new name on the join request
 
     # ---- who sees whom --------------------------------------------------------------------
 
@@ -527,10 +748,49 @@ class SignalingHub:
             seat.send(text)
 
 
+_SECRET_PARAM = re.compile(r"\b(token|room)=[^&\s\"']*")
+
+
+class RedactSecrets(logging.Filter):
+    """Keeps reconnect tokens (enough to take over an identity, host role included) and room
+    codes out of the server's logs: uvicorn logs each WebSocket's path with its query string."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, str) and "=" in a
+                                                  for a in record.args):
+            record.args = tuple(_SECRET_PARAM.sub(r"\1=(hidden)", a) if isinstance(a, str) else a
+                                for a in record.args)
+        elif isinstance(record.msg, str) and not record.args and "=" in record.msg:
+            record.msg = _SECRET_PARAM.sub(r"\1=(hidden)", record.msg)
+        return True
+
+
+def install_log_redaction() -> None:
+    """Add RedactSecrets to uvicorn's loggers (once)."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactSecrets) for f in logger.filters):
+            logger.addFilter(RedactSecrets())
+
+
+def make_room_router() -> APIRouter:
+    """POST /api/room: a new room code made by the server, 24 characters of base32 (120 bits):
+    unguessable, unlike a chosen word (README "Rooms"). Nothing is stored: the first to
+    connect with it is its host, and only its creator has it."""
+    room_router = APIRouter()
+
+    @room_router.post("/api/room")
+    async def new_room() -> dict:
+        return {"room": base64.b32encode(secrets.token_bytes(15)).decode().lower()}
+
+    return room_router
+
+
 def make_signaling_router(hub: SignalingHub | None = None) -> APIRouter:
     """The APIRouter with the WebSocket route /signal over `hub` (a new one from the
     environment when None). Its only route: nothing lists rooms, codes or peers."""
     hub = hub or SignalingHub()
+    install_log_redaction()
     signal_router = APIRouter()
 
     @signal_router.websocket("/signal")

@@ -13,6 +13,7 @@ const FINAL_CLOSES = new Map([
   [4400, 'bad room code'],
   [4403, 'rejected by the host'],
   [4409, 'replaced by a newer connection'],
+  [4410, 'the room closed: no approved member is left'],
 ]);
 const BACKOFF_MS = [500, 1000, 2000, 4000, 8000, 15000];
 

@@ -15,12 +15,14 @@ import httpx
 import pytest
 
 from daisy.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLICY, CLOSE_REJECTED,
-                             CLOSE_REPLACED, CLOSE_TOO_BIG, DEFAULT_ICE_SERVERS, SignalingConfig,
+                             CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG,
+                             CLOSE_TOO_MANY_JOINS, DEFAULT_ICE_SERVERS, SignalingConfig,
                              SignalingHub, make_app, make_signaling_router, network_key)
 from signal_client import SignalClient, serve_in_thread
 from websockets.asyncio.client import connect
 
-CONFIG = SignalingConfig(ping_s=0.2, grace_s=0.6, rate_per_s=50, rate_burst=100)
+CONFIG = SignalingConfig(ping_s=0.2, grace_s=0.6, rate_per_s=50, rate_burst=100,
+                         join_per_min=1e6, reject_cooldown_s=0.4, max_group=1000)  # one address
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +81,11 @@ async def room_with_members(c: Clients, room: str, n_members: int):
 # ---- grouping ------------------------------------------------------------------------------
 
 @async_test
-async def test_network_groups_by_first_forwarded_ip(base):
+async def test_network_groups_by_the_address_the_proxy_added(base):
     async with Clients(base) as c:
         a = await c.open(xff="203.0.113.7", name="alice")
-        b = await c.open(xff="203.0.113.7, 10.0.0.1", name="bob")  # proxies append: first wins
+        # the client claimed 198.51.100.200; the (loopback, trusted) proxy appended the real one
+        b = await c.open(xff="198.51.100.200, 203.0.113.7", name="bob")
         other = await c.open(xff="198.51.100.9")
         mapped = await c.open(xff="::ffff:203.0.113.7")
         assert a.welcome["group"]["kind"] == "network" and a.welcome["role"] == "member"
@@ -151,8 +154,8 @@ async def test_room_pending_peer_is_isolated_until_approved(base):
             assert (await pending.expect("error"))["code"] == "no-such-peer"
         await member.send({"type": "relay", "to": pending.id, "data": "psst"})
         assert (await member.expect("error"))["code"] == "no-such-peer"
+        # one outstanding request per connection: a pending hello is kept, not re-announced
         await pending.send({"type": "hello", "name": "renamed", "path": "cpu"})
-        assert (await host.expect("join-request"))["peer"]["name"] == "renamed"
         await member.send({"type": "hello", "state": "training"})  # goes to members only
         updated = await host.expect("peer-updated")
         assert updated["peer"]["id"] == member.id and updated["peer"]["state"] == "training"
@@ -168,6 +171,7 @@ async def test_room_pending_peer_is_isolated_until_approved(base):
         for other in (host, member):
             joined = await other.expect("peer-joined")
             assert joined["peer"]["id"] == pending.id and joined["peer"]["path"] == "cpu"
+            assert joined["peer"]["name"] == "renamed"
         await relay_ok(pending, member)
         await relay_ok(host, pending)
 
@@ -182,6 +186,10 @@ async def test_rejection_is_final_for_that_connection(base):
         assert (await pending.expect("rejected"))["reason"]
         assert await pending.wait_closed() == (CLOSE_REJECTED, "rejected by the host")
         await member.silent(0.1)
+        # Asking again at once from the same address: refused for the cool-down (4429).
+        early = await SignalClient.open(base, room="reject-me", expect_welcome=False)
+        assert (await early.wait_closed())[0] == CLOSE_TOO_MANY_JOINS
+        await asyncio.sleep(CONFIG.reject_cooldown_s)
         # Its token is dead: coming back is a new request from a new peer id.
         again = await c.open(room="reject-me", token=pending.welcome["token"])
         assert again.id != pending.id and again.welcome["role"] == "pending"
@@ -232,7 +240,9 @@ async def test_host_leaving_hands_over_to_longest_present_member(base):
 
 
 @async_test
-async def test_with_no_member_left_the_longest_waiting_peer_becomes_host(base):
+async def test_with_no_approved_member_left_the_room_closes_and_pending_peers_are_told(base):
+    """Only an approved member can ever become host (the finding: a never-approved peer became
+    host once the members left)."""
     async with Clients(base) as c:
         host = await c.open(room="empty-room")
         first = await c.open(room="empty-room")
@@ -244,12 +254,12 @@ async def test_with_no_member_left_the_longest_waiting_peer_becomes_host(base):
         assert await host.expect("peer-left") == {"type": "peer-left", "peer": dropper.id,
                                                   "reason": "left"}
         await host.send({"type": "leave"})
-        assert await first.expect("role") == {"type": "role", "peer": first.id, "role": "host"}
-        assert [p["id"] for p in (await first.expect("peers"))["peers"]] == [first.id]
-        assert (await first.expect("join-request"))["peer"]["id"] == second.id
-        await second.silent(0.1)
-        await first.send({"type": "approve", "peer": second.id})
-        assert [p["id"] for p in (await second.expect("approved"))["peers"]] == [first.id, second.id]
+        for waiting in (first, second):
+            assert (await waiting.expect("room-closed"))["reason"]
+            assert (await waiting.wait_closed())[0] == CLOSE_ROOM_CLOSED
+        # the code is free again: the next one in starts a new room as its host
+        fresh = await c.open(room="empty-room", token=first.welcome["token"])
+        assert fresh.welcome["role"] == "host" and fresh.id != first.id
 
 
 @async_test
