@@ -226,8 +226,9 @@ def test_another_mesh_protocol_is_refused_on_both_pages(app_url, pages):
 
 BAD_FRAMES_JS = """async ([to, runId, slot, gradBytes]) => {
   const f = await window.daisy.mesh.frames();
-  // a step the receiver has in flight: the sender's own next one (the receiver is at most one ahead)
-  const step = window.daisy.state().step + 1;
+  // a step the receiver has in flight: the sender's own (0-based) step or the next one (the
+  // receiver is at most one step from the sender); the wrong-length frame goes out for both
+  const step = window.daisy.state().step;
   const send = (bytes) => window.daisy.mesh.sendRaw(to, bytes);
   const grad = (fields, n = gradBytes) => f.encodeMessage({ type: f.TYPES.GRAD, slot, runId, step, payload: new Uint8Array(n), ...fields }, 0x7fff0000 + Math.floor(Math.random() * 1e6), 256 * 1024);
   const sent = [];
@@ -236,7 +237,8 @@ BAD_FRAMES_JS = """async ([to, runId, slot, gradBytes]) => {
   await send(new Uint8Array(200).fill(0x41));                                    sent.push('bad magic');
   for (const c of await grad({ runId: (runId + 1) >>> 0 })) await send(c);      sent.push('wrong run id');
   for (const c of await grad({ step: step + 50 })) await send(c);               sent.push('wrong step');
-  for (const c of await grad({}, gradBytes - 8)) await send(c);                 sent.push('wrong length');
+  for (const c of await grad({}, gradBytes - 8)) await send(c);
+  for (const c of await grad({ step: step + 1 }, gradBytes - 8)) await send(c); sent.push('wrong length');
   const [one] = await grad({ step: step + 50 }, 16);
   one[70] ^= 0xff;
   await send(one);                                                               sent.push('bad digest');
