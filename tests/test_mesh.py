@@ -320,3 +320,54 @@ def test_a_peer_that_vanishes_stops_the_run_and_the_state_is_kept(app_url, pages
     assert isinstance(text, str) and len(text) > 0
     if how == "hung":
         b.context.close()
+
+
+# ---- FineWeb-Edu keyed batches through a slow Hub -------------------------------------------
+
+def test_two_pages_on_fineweb_through_a_slow_hub_equal_the_cli(tmp_path, browser):
+    """The test hub (tests/testhub.py) answers every request 100 ms late; the pages' batches
+    come from /data/batch (prefetched), and the run equals `daisy.train --data-url`."""
+    import os
+    from tests.testhub import TestHub, shard_path, write_fineweb_shard
+    files = {}
+    for i, (n_rg, rows) in enumerate([(3, 60), (2, 50)]):
+        local = os.path.join(tmp_path, f"shard{i}.parquet")
+        write_fineweb_shard(local, n_rg, rows, seed=i + 31)
+        files[shard_path(i)] = open(local, "rb").read()
+    hub = TestHub(files, delay_s=0.1)
+    hub.start()
+    browser.problems.clear()
+    try:
+        with running_app(str(tmp_path), "fineweb", {"HF_ENDPOINT": hub.endpoint, "DAISY_ICE_SERVERS": "[]"}) as base:
+            room = f"{base}/?room=fw-{secrets.token_hex(6)}"
+            host, guest = open_peer(browser, room, "fw-host"), open_peer(browser, room, "fw-guest")
+            gid = state(guest)["peerId"]
+            host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
+            host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
+            linked(guest, [host])
+            for page in (host, guest):
+                record_steps(page)
+            wait_state(host, "s.dataSource && s.dataSource.source === 'fineweb-edu'", "FineWeb-Edu served")
+            settings = {"steps": 100, **TINY}
+            host.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+            wait_state(host, "s.running && s.step >= 30", "30 steps on FineWeb-Edu", RUN_MS)
+            host.evaluate("window.daisy.stop()")
+            sh, sg = ended(host, "host stopped"), ended(guest, "guest stopped")
+            k = sh["step"]
+            assert sg["step"] == k and sg["hash"] == sh["hash"]
+            stats = host.evaluate("window.daisy.mesh.stats()")
+            args = [sys.executable, "-m", "daisy.train", "--peers", "2", "--json", "--data-url", base,
+                    "--stop-after", str(k), "--steps", "100", "--width", "16", "--seq-len", "16",
+                    "--batch", "2", "--layers", "1", "--heads", "4"]
+            out = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr
+            want = [json.loads(line)["hashes"][0] for line in out.stdout.splitlines()]
+            assert_hashes_equal("host", step_hashes(host), want)
+            assert_hashes_equal("guest", step_hashes(guest), want)
+            # prefetch keeps the data off the step's path: well under the hub's 100 ms per step
+            assert stats["dataWaitMs"] / k < 50, stats
+    finally:
+        hub.stop()
+        problems = list(browser.problems)
+        browser.close_pages()
+    assert not problems, "console errors:\n" + "\n".join(problems)
