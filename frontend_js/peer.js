@@ -218,7 +218,8 @@ export class Peer {
   }
 
   setLink(id, state) {
-    if (this.s.links[id] === state) return;
+    const was = this.s.links[id] || '';
+    if (was === state || (was.startsWith('refused') && state.startsWith('closed'))) return;   // keep saying why
     this.set({ links: { ...this.s.links, [id]: state } });
   }
 

@@ -17,7 +17,6 @@ import time
 import pytest
 
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
-from tests.page_browser import chromium_pages
 
 RUN_MS = 120_000            # bound on a whole test run in the pages
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4}
@@ -29,22 +28,6 @@ def app_url():
         # no STUN server: loopback host candidates are all these pages need
         with running_app(tmp, "mesh", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
             yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium_pages() as pages:
-        yield pages
-
-
-@pytest.fixture
-def pages(browser):
-    browser.problems.clear()
-    yield browser
-    problems = list(browser.problems)
-    browser.close_pages()
-    time.sleep(0.3)                 # the goodbyes reach the server before the next test's pages
-    assert not problems, "console errors:\n" + "\n".join(problems)
 
 
 # ---- helpers --------------------------------------------------------------------------------

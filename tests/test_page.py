@@ -18,7 +18,6 @@ import pytest
 from daisy.config import RANGES, Config
 from daisy.server import NO_MODEL, SETTINGS
 from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
-from tests.page_browser import chromium_pages
 
 
 @pytest.fixture(scope="module")
@@ -41,22 +40,6 @@ def servers():
         finally:
             for _, proc, log, _ in procs:
                 stop_app(proc, log)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium_pages() as pages:
-        yield pages
-
-
-@pytest.fixture
-def pages(browser):
-    """Pages for one test; after it, no page may have logged a console error."""
-    browser.problems.clear()
-    yield browser
-    problems = list(browser.problems)
-    browser.close_pages()
-    assert not problems, "console errors:\n" + "\n".join(problems)
 
 
 def roster_ids(page) -> set[str]:

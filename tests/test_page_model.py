@@ -33,7 +33,6 @@ from daisy.generate import generate
 from daisy.hashing import weight_hash
 from daisy.server import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, NO_MODEL, decode_state, encode_state
 from daisy.tokenizer import TOKENIZER_ID
-from tests.page_browser import chromium_pages
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
 # steps 10000: a resumed run is still going when the test acts on it (a tiny step is ~1 ms)
@@ -41,6 +40,7 @@ TINY = {"width": 16, "seq_len": 16, "batch": 2, "steps": 10000, "layers": 1, "he
 RESUME_STEPS = 3
 # what Chromium logs for every 4xx fetch: expected where a test provokes refusals
 REFUSED_FETCH = "Failed to load resource: the server responded with a status of 4"
+EXPECTED_CONSOLE = (REFUSED_FETCH,)      # the refused uploads of these tests (conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +48,6 @@ def app_url():
     with tempfile.TemporaryDirectory(prefix="daisy-model-") as tmp:
         with running_app(tmp, "model", {"HF_HUB_OFFLINE": "1"}) as base:
             yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium_pages() as pages:
-        yield pages
-
-
-@pytest.fixture
-def pages(browser):
-    """Pages for one test; after it, no page may have logged an unexpected console error."""
-    browser.problems.clear()
-    yield browser
-    problems = [p for p in browser.problems if REFUSED_FETCH not in p]
-    browser.close_pages()
-    assert not problems, "console errors:\n" + "\n".join(problems)
 
 
 def first_mismatch(got: str, want: str) -> str:
