@@ -4,7 +4,8 @@
 //   const peer = new Peer(bus, { modules });  peer.boot();
 //
 // Jobs, one module each: server_connection.js (the /signal socket), this file (membership and
-// roster, the links to admitted peers, the model store: generation, files, loading),
+// roster, the links to admitted peers, the compute path), model_store.js (the model:
+// generation, files, loading),
 // rtc_peer.js (one RTCPeerConnection), mesh.js (the group's links and frames), run.js (the group
 // run: start, steps, stop, departures), state_codec.js (the state body).
 // State changes are emitted on the bus as `state` (the object state() returns); the UI (ui.js)
@@ -13,10 +14,8 @@ import { ServerConnection } from './server_connection.js';
 import { Mesh } from './mesh.js';
 import { RtcPeer } from './rtc_peer.js';
 import { RunController } from './run.js';
-import { encodeState, decodeState } from './state_codec.js';
+import { ModelStore } from './model_store.js';
 
-const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.server.MAX_CHECKPOINT_BYTES
-const NO_MODEL = 'no model yet: train or load one first';
 const MAX_NOTES = 6;
 
 export class Peer {
@@ -44,10 +43,7 @@ export class Peer {
     this.runs = new RunController(this, this.mesh);
     this.rtc = new Map();      // peer id -> RtcPeer
     this.iceServers = [];
-    this.model = null;         // the last trained or loaded group (generation, checkpoint)
-    this.modelStep = 0;        // the model's step (a checkpoint's `step`)
-    this.modelExtra = null;    // what the model was trained on ({data, data_id}), kept in files
-    this.resumable = false;    // a loaded model the next start() continues
+    this.models = new ModelStore(this);   // the model: generation, files, loading
     this.stepTimes = [];
   }
 
@@ -347,14 +343,6 @@ export class Peer {
   // Every peer of the run ends after the step in flight (its update is applied everywhere).
   stop() { return this.runs.stop(); }
 
-  // the model a run trains (generation and files read it mid-run too)
-  adoptModel(cfg, replica, step, extra) {
-    this.model = { cfg, replicas: [replica] };
-    this.modelStep = step;
-    this.modelExtra = extra;
-    this.resumable = false;
-  }
-
   note(text) {
     const notes = this.s.notes.concat([text]).slice(-MAX_NOTES);
     this.set({ notes, message: text });
@@ -365,151 +353,7 @@ export class Peer {
     return p ? `${p.name} (${id})` : id;
   }
 
-  hasModel() { return this.model !== null; }
-
-  // ---- the model: generation, files, loading ----------------------------------------------
-
-  // Text continuing `prompt`, sampled in this page from the current weights (a copy: a run
-  // going on meanwhile does not change them mid-way). Same bits as daisy.generate.generate.
-  async generate(prompt, { temperature = 0.8, topK = 40, seed = 0, tokens = 200 } = {}) {
-    if (!this.model) throw new Error(NO_MODEL);
-    if (!this.modules.has('generate.js')) throw new Error('generation not available: frontend_js/generate.js is missing');
-    const gen = await import('./generate.js');
-    // the fastest CPU engine whose gate passed (same bits as every engine); else the scalar one
-    const engine = this.modules.has('engines.js') ? await (await import('./engines.js')).bestEngine() : undefined;
-    const { cfg, replicas } = this.model;
-    const params = Object.fromEntries(Object.entries(replicas[0].params).map(([k, v]) => [k, Float64Array.from(v)]));
-    const { text } = await gen.generate(params, cfg, String(prompt ?? ''), tokens, { temperature, topK, seed, engine });
-    return text;
-  }
-
-  // The replica as a state body; synchronous, so it is one consistent step even mid-run.
-  snapshotBody(compute, optim) {
-    const { cfg, replicas } = this.model;
-    const r = replicas[0];
-    return encodeState(compute.model.paramShapes(cfg), {
-      config: compute.config.configToDict(cfg), step: this.modelStep, adamT: r.adam.t, params: r.params,
-      m: optim ? r.adam.m : null, v: optim ? r.adam.v : null,
-      weightHash: compute.hashing.weightHash(r.params), extra: this.modelExtra });
-  }
-
-  // POST the replica to a model route -> {blob, name, hash, step} of the file it made
-  async modelFile(route, optim) {
-    if (!this.model) throw new Error(NO_MODEL);
-    const compute = await this.compute();
-    const body = this.snapshotBody(compute, optim);
-    const res = await fetch(route, { method: 'POST', body, headers: { 'Content-Type': 'application/octet-stream' } });
-    if (!res.ok) throw new Error(await errorText(res));
-    const disposition = res.headers.get('Content-Disposition') || '';
-    const name = (/filename="([^"]+)"/.exec(disposition) || [])[1] || route.split('/').pop();
-    return { blob: await res.blob(), name, hash: res.headers.get('X-Daisy-Weight-Hash'),
-             step: Number(res.headers.get('X-Daisy-Step')) };
-  }
-
-  async download(route, optim) {
-    const file = await this.modelFile(route, optim);
-    saveBlob(file.blob, file.name);
-    return `Saved ${file.name} (${formatBytes(file.blob.size)}; step ${file.step}, weights ${file.hash.slice(0, 16)}).`;
-  }
-
-  downloadCheckpoint() { return this.download('/api/checkpoint.pt', true); }
-  downloadSafetensors() { return this.download('/api/model.safetensors', false); }
-  downloadKit() { return this.download('/api/kit.html', false); }
-
-  // A .pt (File, Blob, ArrayBuffer, bytes) -> checked by the server (/api/load) -> loadState;
-  // or a state object (below) -> loadState. A refusal names the problem and changes nothing.
-  async load(source) {
-    try {
-      if (this.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
-      let state = source;
-      const isFile = source instanceof Blob || source instanceof ArrayBuffer || ArrayBuffer.isView(source);
-      if (isFile) {
-        const size = source.size ?? source.byteLength;
-        if (size > MAX_CHECKPOINT_BYTES) {
-          throw new Error(`the file is ${size.toLocaleString('en-US')} bytes, over the limit of ` +
-                          `${MAX_CHECKPOINT_BYTES.toLocaleString('en-US')} bytes`);
-        }
-        const res = await fetch('/api/load', { method: 'POST', body: source, headers: { 'Content-Type': 'application/octet-stream' } });
-        if (!res.ok) throw new Error(await errorText(res));
-        const c = await this.compute();
-        state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
-      }
-      return await this.loadState(state);
-    } catch (err) {
-      this.set({ error: `Checkpoint refused: ${err.message || err}` });
-      throw err;
-    }
-  }
-
-  // THE way a replica is replaced (a loaded file now, the group broadcast later).
-  // state: {config (the 8 settings), step, adamT, params, m, v: {name: Float64Array} in any
-  // key order, weightHash (optional: checked), extra (optional)}. Everything is checked before
-  // anything changes; the arrays are copied. -> {step, hash, config}
-  async loadState(state) {
-    if (this.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
-    const c = await this.compute();
-    if (!state || typeof state !== 'object') throw new Error('loadState needs a state object');
-    const cfg = c.config.makeConfig(c.config.configToDict(state.config || {}));
-    for (const [label, n] of [['step', state.step], ['adamT', state.adamT]]) {
-      if (!Number.isInteger(n) || n < 0) throw new Error(`${label} must be a non-negative integer, got ${n}`);
-    }
-    const shapes = c.model.paramShapes(cfg);
-    const group = (label, tensors) => {
-      if (!tensors || typeof tensors !== 'object') throw new Error(`${label} is missing`);
-      const names = new Set(shapes.map(([name]) => name));
-      const unexpected = Object.keys(tensors).filter((k) => !names.has(k));
-      if (unexpected.length) throw new Error(`${label} has unexpected tensor(s): ${unexpected.slice(0, 8).join(', ')}`);
-      const out = {};
-      for (const [name, shape] of shapes) {
-        const a = tensors[name], n = shape.reduce((x, y) => x * y, 1);
-        if (!(a instanceof Float64Array)) throw new Error(`${label}['${name}'] is missing or not a Float64Array`);
-        if (a.length !== n) throw new Error(`${label}['${name}'] has ${a.length} values, the config needs ${n} (shape ${shape.join('x')})`);
-        out[name] = Float64Array.from(a);
-      }
-      return out;
-    };
-    const params = group('model', state.params), m = group('optim.m', state.m), v = group('optim.v', state.v);
-    const hash = c.hashing.weightHash(params);
-    if (state.weightHash && state.weightHash !== hash) {
-      throw new Error(`weight hash mismatch: the state says ${state.weightHash}, its weights hash to ${hash}`);
-    }
-    // checked: now replace the model
-    this.model = { cfg, replicas: [new c.train.Replica(params, { t: state.adamT, m, v })] };
-    this.modelStep = state.step;
-    this.modelExtra = state.extra && typeof state.extra === 'object' ? { ...state.extra } : null;
-    this.resumable = true;
-    const left = cfg.steps - state.step;
-    this.set({ config: cfg, step: state.step, totalSteps: cfg.steps, hash, loss: null, curve: [],
-               tokensPerS: null, replicas: null, runState: 'loaded', leader: null, error: '',
-               message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${hash.slice(0, 16)}). ` +
-                        (left > 0 ? `Start training resumes it for the remaining ${left} steps.` : 'Its run is complete.') });
-    this.announce();
-    this.bus.emit('model-loaded', { step: state.step, hash, config: { ...cfg } });
-    return { step: state.step, hash, config: { ...cfg } };
-  }
-}
-
-// a refused request -> the server's message
-async function errorText(res) {
-  const body = await res.json().catch(() => null);
-  return (body && body.error) || `HTTP ${res.status} ${res.statusText}`.trim();
-}
-
-function formatBytes(n) {
-  return n < 1024 * 1024 ? `${(n / 1024).toFixed(1)} kB` : `${(n / 1024 / 1024).toFixed(1)} MB`;
-}
-
-// save a Blob as a download named `name` (the browser's download bar / folder)
-function saveBlob(blob, name) {
-  const url = URL.createObjectURL(blob);
-  const a = document.createElement('a');
-  a.href = url;
-  a.download = name;
-  a.style.display = 'none';
-  document.body.appendChild(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 60_000);     // the download has read it by then
+  hasModel() { return this.models.has(); }
 }
 
 // The automation API on window.daisy (see docs/ARCHITECTURE.md).
@@ -522,11 +366,11 @@ export function automationApi(peer, bus) {
     approve: (peerId) => peer.approve(peerId),
     reject: (peerId) => peer.reject(peerId),
     hasModel: () => peer.hasModel(),
-    generate: (prompt, opts) => peer.generate(prompt, opts),
-    downloadCheckpoint: () => peer.downloadCheckpoint(),
-    downloadSafetensors: () => peer.downloadSafetensors(),
-    downloadKit: () => peer.downloadKit(),
-    load: (stateOrFile) => peer.load(stateOrFile),
+    generate: (prompt, opts) => peer.models.generate(prompt, opts),
+    downloadCheckpoint: () => peer.models.downloadCheckpoint(),
+    downloadSafetensors: () => peer.models.downloadSafetensors(),
+    downloadKit: () => peer.models.downloadKit(),
+    load: (stateOrFile) => peer.models.load(stateOrFile),
     // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
     // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
     mesh: {

@@ -82,7 +82,8 @@ export class RunController {
     const c = await p.compute();
     await p.pathReady;
     const dataId = await p.dataId();
-    const resume = p.resumable && p.model && p.modelStep < p.model.cfg.steps ? p.model : null;
+    const m = p.models;
+    const resume = m.resumable && m.model && m.step < m.model.cfg.steps ? m.model : null;
     const cfg = resume ? resume.cfg : c.config.makeConfig(config);
     // members: every admitted peer of the group whose link is up (waiting for links still opening)
     const candidates = s.peers.filter((q) => q.id !== s.peerId && q.role !== 'pending');
@@ -93,10 +94,10 @@ export class RunController {
     ready.sort((a, b) => (a.joinedAt - b.joinedAt) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     const roster = [s.peerId, ...ready.map((q) => q.id)];
     const replica = resume ? cloneReplica(resume.replicas[0]) : freshReplica(c, cfg);
-    const startStep = resume ? p.modelStep : 0;
+    const startStep = resume ? m.step : 0;
     const desc = { runId: newRunId(), protocol: this.mesh.version, leader: s.peerId, config: c.config.configToDict(cfg),
                    dataId, roster, startStep, initHash: c.hashing.weightHash(replica.params),
-                   extra: resume ? (p.modelExtra || null) : null };
+                   extra: resume ? (m.extra || null) : null };
     if (left.length) p.note(`Left out of this run (no peer-to-peer link yet): ${left.map((q) => q.name).join(', ')}.`);
     const collective = this.prepare(desc, cfg, c);
     try {
@@ -283,7 +284,7 @@ export class RunController {
       fins: new Map(), undo: null, ended: false, extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
     };
     this.run = run;
-    p.adoptModel(cfg, replica, desc.startStep, run.extra);
+    p.models.adopt(cfg, replica, desc.startStep, run.extra);
     const others = desc.roster.length - 1;
     p.stepTimes = [];
     p.set({ running: true, runState: 'training', leader: desc.leader, config: cfg, step: desc.startStep,
@@ -365,7 +366,7 @@ export class RunController {
     const curve = p.s.curve;
     curve.push([step, loss]);
     if (curve.length > MAX_CURVE) p.s.curve = curve.filter((_, i) => i % 2 === 0 || i === curve.length - 1);
-    p.modelStep = step;
+    p.models.step = step;
     // peers' hashes arrive one step late (with the next step's frames): agreement is at step-1
     const P = run.roster.length;
     p.set({ step, loss, hash: run.hash, tokensPerS: rate, peerHashes: Object.fromEntries(run.peerHashes),
@@ -491,7 +492,7 @@ export class RunController {
     for (const k of Object.keys(r.params)) { r.params[k].set(u.params[k]); r.adam.m[k].set(u.m[k]); r.adam.v[k].set(u.v[k]); }
     r.adam.t = u.t;
     run.completed = u.step; run.hash = u.hash;
-    this.peer.modelStep = u.step;
+    this.peer.models.step = u.step;
     this.peer.set({ step: u.step, hash: u.hash });
     return true;
   }
@@ -503,7 +504,7 @@ export class RunController {
     this.dispose(run.collective);
     if (this.run === run) this.run = null;
     this.lastRun = run;
-    this.peer.modelStep = run.completed;
+    this.peer.models.step = run.completed;
     this.peer.set({ running: false, runState, message, error, step: run.completed, hash: run.hash });
     this.peer.announce();
     this.peer.bus.emit('run-ended', { state: runState, step: run.completed, error, hash: run.hash });
