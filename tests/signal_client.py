@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import socket
 import threading
@@ -17,15 +18,35 @@ from websockets.exceptions import ConnectionClosed
 WAIT_S = 3.0  # bound on every wait for a message that must come
 
 
+def async_test(fn, timeout_s: float = 30):
+    """Run an async test function to completion, bounded by timeout_s."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), timeout_s))
+    return run
+
+
+class Clients(contextlib.AsyncExitStack):
+    """Opens clients on one base URL and closes them all at the end of the test."""
+
+    def __init__(self, base: str):
+        super().__init__()
+        self.base = base
+
+    async def open(self, **kw) -> "SignalClient":
+        return await self.enter_async_context(await SignalClient.open(self.base, **kw))
+
+
 @contextlib.contextmanager
-def serve_in_thread(app):
-    """Yield the ws:// base URL of `app` served by uvicorn on 127.0.0.1 (port picked by the OS)."""
+def serve_in_thread(app, **options):
+    """Yield the ws:// base URL of `app` served by uvicorn on 127.0.0.1 (port picked by the OS);
+    `options` go to uvicorn.Config (e.g. proxy_headers=False: only the hub decides whom to believe)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=2))
+    options = {"log_level": "warning", **options}
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", timeout_graceful_shutdown=2, **options))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -4,59 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import contextlib
-import functools
 import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 
 from daisy.signaling import (SignalingConfig, SignalingHub, client_ip, make_app,
                              trusted_proxies_from_env, _networks)
-from signal_client import SignalClient
-
-
-@contextlib.contextmanager
-def serve(app, **options):
-    """Like signal_client.serve_in_thread, with uvicorn options (e.g. proxy_headers=False, so
-    only the hub decides whom to believe)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    options = {"log_level": "warning", **options}
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", timeout_graceful_shutdown=2,
-                                           **options))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"ws://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-
-def async_test(fn):
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 30))
-    return run
-
-
-class Clients(contextlib.AsyncExitStack):
-    def __init__(self, base: str):
-        super().__init__()
-        self.base = base
-
-    async def open(self, **kw) -> SignalClient:
-        return await self.enter_async_context(await SignalClient.open(self.base, **kw))
+from signal_client import Clients, SignalClient, async_test, serve_in_thread as serve
 
 
 def hub(**kw) -> SignalingHub:

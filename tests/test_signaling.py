@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import ipaddress
 import json
 import socket
@@ -18,7 +17,7 @@ from daisy.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLIC
                              CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG,
                              CLOSE_TOO_MANY_JOINS, DEFAULT_ICE_SERVERS, SignalingConfig,
                              SignalingHub, make_app, make_signaling_router, network_key)
-from signal_client import SignalClient, serve_in_thread
+from signal_client import Clients, SignalClient, async_test, serve_in_thread
 from websockets.asyncio.client import connect
 
 CONFIG = SignalingConfig(ping_s=0.2, grace_s=0.6, rate_per_s=50, rate_burst=100,
@@ -31,22 +30,7 @@ def base():
         yield url
 
 
-def async_test(fn):
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 20))
-    return run
 
-
-class Clients(contextlib.AsyncExitStack):
-    """Opens clients on one base URL and closes them all at the end of the test."""
-
-    def __init__(self, base: str):
-        super().__init__()
-        self.base = base
-
-    async def open(self, **kw) -> SignalClient:
-        return await self.enter_async_context(await SignalClient.open(self.base, **kw))
 
 
 ROSTER_CHURN = ("peer-joined", "peer-left", "peer-updated", "peers")
