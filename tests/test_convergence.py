@@ -7,11 +7,14 @@ than a single batch)."""
 import math
 
 import numpy as np
+import pytest
 
 from daisy import data
 from daisy.config import Config
 from daisy.model import float_matmul
 from daisy.train import Group
+
+pytestmark = pytest.mark.slow
 
 MARGIN = 0.05
 

@@ -16,9 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from websockets.asyncio.client import connect
 
 from tests.test_data import free_port
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TIMEOUT_S = 300

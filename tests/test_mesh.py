@@ -18,6 +18,8 @@ import pytest
 
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
+pytestmark = pytest.mark.slow
+
 RUN_MS = 120_000            # bound on a whole test run in the pages
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4}
 

@@ -19,6 +19,8 @@ from daisy.config import RANGES, Config
 from daisy.server import NO_MODEL, SETTINGS
 from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def servers():

@@ -35,6 +35,8 @@ from daisy.server import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, NO_MODEL, decode
 from daisy.tokenizer import TOKENIZER_ID
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
+pytestmark = pytest.mark.slow
+
 # steps 10000: a resumed run is still going when the test acts on it (a tiny step is ~1 ms)
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "steps": 10000, "layers": 1, "heads": 4, "seed": 7}
 RESUME_STEPS = 3
