@@ -178,14 +178,18 @@ def test_prefetched_next_batch_needs_no_hub_request(world):
     t0 = time.monotonic()
     nxt = server.get("/data/batch", seed=seed, step=1, slot=slot, batch=B, seq_len=T)
     warm_s = time.monotonic() - t0
-    assert hub.requests == [], hub.requests                     # served from the cache
     shard, rg = pick(seed, 1, slot)
+    # served from the cache: no hub read of step 1's row group (the request itself starts the
+    # background warming of steps 2 and 3, whose reads may already show up here)
+    step1_file = shard_path(shard).rsplit("/", 1)[-1]
+    later = {shard_path(pick(seed, k, slot)[0]).rsplit("/", 1)[-1] for k in (2, 3)}
+    assert step1_file in later or not any(step1_file in r[1] for r in hub.requests), hub.requests
     assert (int(nxt.headers["x-daisy-shard"]), int(nxt.headers["x-daisy-row-group"])) == (shard, rg)
     from daisy import data
     starts = data.batch_starts(len(streams[shard][rg]), seed, 1, slot, B, T)
     want = streams[shard][rg][starts[:, None] + np.arange(T + 1)[None, :]].reshape(-1)
     assert_tokens_equal(tokens_of(nxt), want)
-    assert warm_s < cold_s, (warm_s, cold_s)
+    assert warm_s < cold_s and warm_s < DELAY_S, (warm_s, cold_s)     # no hub round trip on the way
     print(f"cold batch {cold_s * 1000:.0f} ms (hub delay {DELAY_S * 1000:.0f} ms/request), "
           f"prefetched batch {warm_s * 1000:.1f} ms, 0 hub requests")
 
