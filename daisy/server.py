@@ -17,10 +17,10 @@ The page. Gradio widgets hold the settings, Start/Stop, Generate and the checkpo
 controls; their events run JavaScript only (fn=None, js=...), calling `window.daisy`
 (frontend_js/peer.js). The peer's own DOM (peer list, join requests, live readouts, loss plot)
 lives in ONE gr.HTML whose value is never set again: setting it would re-render the template
-and strip the DOM the JS built (DESIGN §5).
+and strip the DOM the JS built (docs/ARCHITECTURE.md "The page").
 
-The model routes. The server sees weights only when a user asks (DESIGN §4): the page POSTs its
-replica to turn it into a file (.pt, model.safetensors, the inference kit), or POSTs a .pt to
+The model routes. The server sees weights only when a user asks (docs/ARCHITECTURE.md
+"Checkpoint routes"): the page POSTs its replica to turn it into a file (.pt, model.safetensors, the inference kit), or POSTs a .pt to
 get its state back. Replicas travel in one compact binary form, the *state body*
 (daisy/state_codec.py: format, encode_state, decode_state).
 Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit;
