@@ -101,6 +101,11 @@ export class ExchangeError extends Error {
 
 const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 const HASH_BYTES = 32;
+// the float64 values of a reassembled payload from byte `at`: a view when aligned (the
+// reassembler gives every message its own buffer), else a copy
+const f64View = (u8, at) => ((u8.byteOffset + at) % 8 === 0
+  ? new Float64Array(u8.buffer, u8.byteOffset + at, (u8.length - at) / 8)
+  : new Float64Array(u8.buffer.slice(u8.byteOffset + at, u8.byteOffset + u8.length)));
 const hexToBytes = (hex) => {
   const out = new Uint8Array(HASH_BYTES);
   if (hex) for (let i = 0; i < HASH_BYTES; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
@@ -159,10 +164,9 @@ export class MeshCollective {
     if (m.type === TYPES.GRAD) {
       st.hashes[m.slot] = bytesToHex(m.payload.subarray(0, HASH_BYTES));
       st.losses[m.slot] = dv.getFloat64(HASH_BYTES, true);
-      st.grads.set(m.slot, new Float64Array(m.payload.buffer.slice(m.payload.byteOffset + HASH_BYTES + 8,
-        m.payload.byteOffset + m.payload.byteLength)));
+      st.grads.set(m.slot, f64View(m.payload, HASH_BYTES + 8));
     } else {
-      st.reduced.set(m.slot, new Float64Array(m.payload.buffer.slice(m.payload.byteOffset, m.payload.byteOffset + m.payload.byteLength)));
+      st.reduced.set(m.slot, f64View(m.payload, 0));
     }
     this.wake?.();
   }
