@@ -120,7 +120,9 @@ const bytesToHex = (b) => (b.every((x) => x === 0) ? null : Array.from(b, (x) =>
 // Frames of the run are checked here: run id, sender in the roster at its own slot, step in
 // flight (this one or the next), exact length; anything else is dropped with a logged reason.
 export class MeshCollective {
-  constructor(mesh, { runId, roster, selfId, shapes, startStep = 0, deadlineMs = 10_000, topology = null }) {
+  // subscribe: false when the caller routes the mesh's GRAD/REDUCED frames to onFrame itself
+  // (run.js keeps one collective per roster epoch and routes by the frames' run id)
+  constructor(mesh, { runId, roster, selfId, shapes, startStep = 0, deadlineMs = 10_000, topology = null, subscribe = true }) {
     if (!LITTLE_ENDIAN) throw new Error('mesh frames carry little-endian float64; this host is not');
     this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId;
     this.shapes = shapes; this.names = shapes.map(([n]) => n);
@@ -138,8 +140,8 @@ export class MeshCollective {
     this.failure = null;           // an ExchangeError that ends every exchange
     this.bytesSent = 0;            // payload bytes sent (the benchmark reads it)
     this.waitMs = 0;               // time spent waiting for peers' frames
-    this.unsub = [mesh.on(TYPES.GRAD, (from, m) => this.onFrame(from, m)),
-                  mesh.on(TYPES.REDUCED, (from, m) => this.onFrame(from, m))];
+    this.unsub = subscribe ? [mesh.on(TYPES.GRAD, (from, m) => this.onFrame(from, m)),
+                              mesh.on(TYPES.REDUCED, (from, m) => this.onFrame(from, m))] : [];
   }
 
   close() { for (const u of this.unsub) u(); this.unsub = []; }
@@ -249,10 +251,11 @@ export class MeshCollective {
     }
   }
 
-  // -> {loss, grads (named views of the reduced gradient), hashes: each slot's hash after step-1}
+  // -> {loss, grads (named views of the reduced gradient G), flat: G (N,), hashes: each slot's
+  //    hash after step-1}
   async exchange(step, roster, slot, loss, grads, prevHash = null) {
     if (this.failure) throw this.failure;
-    if (slot !== this.slot || roster.length !== this.P) throw new Error('the roster changed mid-run (not supported yet)');
+    if (slot !== this.slot || roster.length !== this.P) throw new Error('a collective serves one roster: a new roster needs a new collective');
     this.current = step;
     const st = this.stepState(step);
     st.losses[slot] = loss;
@@ -282,7 +285,7 @@ export class MeshCollective {
       G = new Float64Array(this.N);
       for (let s = 0; s < this.P; s++) G.set(s === slot ? mine : st.reduced.get(s), b[s]);
     }
-    const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), hashes: st.hashes.slice() };
+    const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), flat: G, hashes: st.hashes.slice() };
     this.steps.delete(step);
     this.done = step;
     return out;

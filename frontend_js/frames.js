@@ -21,7 +21,7 @@
 import { Sha256 } from './hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;         // 2: membership (ROSTER .. LEAVE)
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
@@ -37,10 +37,20 @@ export const TYPES = Object.freeze({
   STATE: 8,      // binary: the run's start state (state_codec.js), when it resumes a checkpoint
   GRAD: 10,      // binary: prevHash (32) + loss (f64) + gradient values (f64 LE)
   REDUCED: 11,   // binary: the owner's reduced shard (f64 LE)
+  // membership (docs/ARCHITECTURE.md "Membership")
+  ROSTER: 12,    // JSON {runId, epoch, from, roster, left, joined, reason}: the roster from step `from` on
+  STATUS: 13,    // JSON {runId, epoch, completed, hash, gone}: a member's position, to the acting leader
+  HALT: 14,      // JSON {runId, epoch, gone}: the acting leader halts the step in flight; members answer STATUS
+  JOIN: 15,      // JSON {protocol, dataId}: a device asks the running group to sync it in
+  SYNC: 16,      // JSON {runId, desc, roster, epoch, history, step, hash}: the leader's answer; STATE follows
+  FWD: 17,       // binary: hash after the step (32) + the group's reduced gradient of the step (f64 LE)
+  SYNCED: 18,    // JSON {runId, step, hash}: a joiner's hash after catching up to `step`
+  LEAVE: 19,     // JSON {runId, reason}: goodbye: this page is closing
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;
-export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.REFUSE, TYPES.GO, TYPES.STOP, TYPES.FIN]);
+export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.REFUSE, TYPES.GO, TYPES.STOP, TYPES.FIN,
+  TYPES.ROSTER, TYPES.STATUS, TYPES.HALT, TYPES.JOIN, TYPES.SYNC, TYPES.SYNCED, TYPES.LEAVE]);
 export const MAX_JSON_BYTES = 64 * 1024;
 
 // ---- digest ---------------------------------------------------------------------------------
@@ -139,8 +149,9 @@ const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i
 // allowed for its type (limitFor) before its buffer is allocated; at most maxPending partial
 // messages (the oldest is dropped); a completed msgId is remembered so duplicates are dropped.
 export class Reassembler {
-  constructor({ limitFor, maxPending = 8, remember = 512 } = {}) {
+  constructor({ limitFor, maxPending = 8, remember = 512, onProgress = null } = {}) {
     this.limitFor = limitFor;          // (header) -> max payload bytes for it, or a string: why refused
+    this.onProgress = onProgress;      // (header, bytes so far) after each chunk of a multi-chunk message
     this.maxPending = maxPending;
     this.remember = remember;
     this.partial = new Map();          // msgId -> {h, buf, got: Set of chunk indexes, bytes}
@@ -187,12 +198,17 @@ export class Reassembler {
         this.partial.delete(h.msgId); this.forget(h.msgId);
         throw new FrameError(`message ${h.msgId}: chunks overlap (${p.bytes} bytes before the last chunk)`);
       }
+      this.onProgress?.(p.h, p.bytes);
       return null;
     }
     this.partial.delete(h.msgId); this.forget(h.msgId);
     if (p.bytes !== h.length) throw new FrameError(`message ${h.msgId}: chunks carry ${p.bytes} bytes, the header says ${h.length}`);
     const digest = await messageDigest(p.h.identity, p.buf);
-    if (!sameBytes(digest, p.h.digest)) throw new FrameError(`message ${h.msgId} (${typeName(h.type)}): digest mismatch`);
+    if (!sameBytes(digest, p.h.digest)) {
+      const err = new FrameError(`message ${h.msgId} (${typeName(h.type)}): digest mismatch`);
+      err.type = h.type;               // the receiver may ask for the message again
+      throw err;
+    }
     const m = { type: h.type, slot: h.slot, runId: h.runId, step: h.step, msgId: h.msgId, payload: p.buf };
     if (JSON_TYPES.has(h.type)) {
       try { m.json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(p.buf)); } catch (e) {

@@ -29,6 +29,7 @@ export class Mesh {
     this.listeners = new Map();    // 'drop' | 'link' -> Set
     this.msgId = 1;
     this.drops = { count: 0, recent: [] };
+    this.faultNext = null;         // tests: {type, kind: 'cut' | 'tamper'} applied to the next message of that type
   }
 
   // ---- events -------------------------------------------------------------------------------
@@ -60,7 +61,8 @@ export class Mesh {
   // ---- links --------------------------------------------------------------------------------
   addLink(peerId, link) {
     this.removeLink(peerId, 'replaced');
-    const entry = { link, reasm: new Reassembler({ limitFor: (h) => this.limitFor(h) }), chain: Promise.resolve(),
+    const onProgress = (h, bytes) => this.emit('progress', { peer: peerId, type: h.type, bytes, length: h.length });
+    const entry = { link, reasm: new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress }), chain: Promise.resolve(),
                     hello: null, bad: [] };
     this.links.set(peerId, entry);
     this.send(peerId, { type: TYPES.HELLO, payload: jsonPayload({ protocol: this.version, peerId: this.selfId }) })
@@ -86,7 +88,13 @@ export class Mesh {
   async send(peerId, { type, slot, runId, step, payload }) {
     const entry = this.links.get(peerId);
     if (!entry) throw new Error(`no link to ${peerId}`);
-    const chunks = await encodeMessage({ type, slot, runId, step, payload, version: this.version }, this.msgId++, entry.link.maxFrame);
+    let chunks = await encodeMessage({ type, slot, runId, step, payload, version: this.version }, this.msgId++, entry.link.maxFrame);
+    const fault = this.faultNext;
+    if (fault && fault.type === type) {           // test hook: a transfer cut short or tampered in transit
+      this.faultNext = null;
+      if (fault.kind === 'cut') chunks = chunks.slice(0, Math.max(1, chunks.length >> 1)).slice(0, chunks.length - 1);
+      else { const last = chunks[chunks.length - 1]; last[last.length - 1] ^= 0x01; }
+    }
     for (const c of chunks) await entry.link.send(c);
   }
 
@@ -112,7 +120,7 @@ export class Mesh {
         this.refuse(peerId, `peer ${peerId} speaks mesh protocol v${err.version}, this page v${this.version}`);
         return;
       }
-      this.drop(peerId, null, err.message);
+      this.drop(peerId, null, err.message, err.type);
       return;
     }
     if (!done) return;
@@ -144,14 +152,14 @@ export class Mesh {
     this.removeLink(peerId, reason);
   }
 
-  drop(peerId, m, reason) {
+  drop(peerId, m, reason, type = m ? m.type : undefined) {
     const what = m ? `${typeName(m.type)} step ${m.step + 1} ` : '';
     const line = `dropped ${what}from ${peerId}: ${reason}`;
     this.drops.count++;
     this.drops.recent.push(line);
     if (this.drops.recent.length > DROP_LOG) this.drops.recent.shift();
     console.info(`daisy mesh: ${line}`);
-    this.emit('drop', { peer: peerId, reason, line });
+    this.emit('drop', { peer: peerId, reason, line, type });
     const entry = this.links.get(peerId);
     if (!entry) return;
     const now = Date.now();

@@ -79,6 +79,8 @@ export class Peer {
       this.syncLinks();
     });
     on('peers', (m) => { this.set({ peers: m.peers }); this.bus.emit('roster', this.s.peers); this.syncLinks(); });
+    // the server's word on who left: a run that lost half its peers may go on only with it (run.js)
+    this.bus.on('roster', (peers) => { for (const q of peers) this.runs.serverSaysBack(q.id); this.runs.maybeJoin(); });
     on('peer-joined', (m) => {
       const peers = this.s.peers.filter((p) => p.id !== m.peer.id).concat([m.peer]);
       this.set({ peers, requests: this.s.requests.filter((r) => r.id !== m.peer.id) });
@@ -90,6 +92,7 @@ export class Peer {
       this.bus.emit('roster', this.s.peers);
     });
     on('peer-left', (m) => {
+      this.runs.serverSaysGone(m.peer);
       this.set({ peers: this.s.peers.filter((p) => p.id !== m.peer),
                  requests: this.s.requests.filter((r) => r.id !== m.peer) });
       this.bus.emit('roster', this.s.peers);
@@ -378,7 +381,13 @@ export function automationApi(peer, bus) {
       links: () => ({ ...peer.s.links }),
       sendRaw: (peerId, bytes) => peer.rtc.get(peerId)?.send(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)),
       frames: () => import('./frames.js'),
-      stats: () => { const r = peer.runs.run || peer.runs.lastRun; return r ? { bytesSent: r.collective.bytesSent, waitMs: r.collective.waitMs, dataWaitMs: r.batches.waitMs, topology: r.collective.topology, steps: r.completed - r.desc.startStep } : null; },
+      stats: () => { const r = peer.runs.run || peer.runs.lastRun; return r ? { ...peer.runs.stats(r), dataWaitMs: r.batches.waitMs, topology: r.collective.topology, steps: r.completed - r.desc.startStep } : null; },
+    },
+    // test hooks for the membership tests: a joiner whose state goes wrong after its checks; the
+    // next state transfer from this page cut short or tampered with in transit
+    testing: {
+      corruptNextSync: () => { peer.runs.testCorruptSync = true; },
+      faultNextState: (kind) => { peer.mesh.faultNext = { type: 8, kind }; },
     },
     // test hook: flip one bit of this replica's weights mid-run (the sync guard must stop the run)
     corruptWeights: () => peer.runs.corruptWeights(),

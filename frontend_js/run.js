@@ -17,11 +17,12 @@
 // every survivor keeps the state after the last step they all completed (one step of undo).
 // Two Start presses at once: the proposal with the smaller runId wins everywhere.
 import { TYPES, NO_SLOT } from './frames.js';
-import { MeshCollective, ExchangeError } from './collective.js';
+import { MeshCollective, ExchangeError, unflatten } from './collective.js';
 import { Trainer, Replica, cloneParams, checkLoss } from './train.js';
 import { HttpBatches } from './batch_source.js';
 import { StepArena } from './arena.js';
 import { encodeState, decodeState } from './state_codec.js';
+import { MAX_RUN_ID, epochKey, actingLeader, mayGoOn, checkRoster, scheduleWith } from './roster.js';
 
 export const LINK_WAIT_MS = 8_000;       // Start waits this long for links still connecting
 export const ACCEPT_WAIT_MS = 15_000;    // the leader's bound on the members' answers
@@ -29,46 +30,85 @@ export const GO_WAIT_MS = 20_000;        // a member's bound on the leader's GO
 export const FIN_WAIT_MS = 10_000;       // bound on the final hashes
 export const DEADLINE_MS = 7_000;        // no frame from a needed peer for this long: it is gone
 export const DEADLINE_STEPS = 5;         // ... or for this many of the run's recent step times, if longer
+export const CONFIRM_WAIT_MS = 10_000;   // half the group or less left: wait this long for the server's word
+export const JOIN_WAIT_MS = 6_000;       // a joiner asks again when the leader's SYNC or STATE stalls this long
+export const MAX_JOINERS = 8;            // devices being synced in at once
+const HASH_LOG = 64;                     // the leader's recent hashes, to check joiners' reports
+const MAX_RESYNCS = 3;                   // a joiner that reports a wrong hash this often is refused
 const CHUNK_MS = 25;                     // train at most this long before yielding to the page
 const RATE_WINDOW = 20;                  // steps in the tokens/s window
 const MAX_CURVE = 2000;                  // loss points kept for the plot (older ones thinned)
+const HASH_BYTES = 32;
 
 const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
 const short = (h) => (h ? h.slice(0, 12) : '(none)');
+const isHash = (h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h);
 
 function newRunId() {
   const a = new Uint32Array(1);
-  do crypto.getRandomValues(a); while (a[0] === 0);
-  return a[0];
+  do crypto.getRandomValues(a); while ((a[0] & MAX_RUN_ID) === 0 || (a[0] & MAX_RUN_ID) > MAX_RUN_ID - 100_000);
+  return a[0] & MAX_RUN_ID;               // below 2^31 - 1e5: run id + epoch never wraps (roster.js)
+}
+
+// a replicated P schedule [[fromStep, P], ...]: strictly increasing steps, P in 1..64
+function validHistory(h, from, P) {
+  if (!Array.isArray(h) || !h.length || h.length > 4096) return false;
+  let last = -1;
+  for (const e of h) {
+    if (!Array.isArray(e) || e.length !== 2 || !Number.isInteger(e[0]) || !Number.isInteger(e[1]) || e[0] <= last || e[1] < 1 || e[1] > 64) return false;
+    last = e[0];
+  }
+  const tail = h[h.length - 1];
+  return from === undefined || (tail[0] <= from && tail[1] === P);
 }
 
 export class RunController {
-  // peer: the Peer (state, bus, model store); mesh: the Mesh; compute: {config, model, hashing, optim}
+  // peer: the Peer (state, bus, model store); mesh: the Mesh
   constructor(peer, mesh) {
     this.peer = peer;
     this.mesh = mesh;
     this.proposal = null;     // leader: {runId, desc, answers: Map, resolve}
     this.accepted = null;     // member: {desc, from, timer, state}
     this.run = null;          // the active run
-    mesh.on(TYPES.RUN, (from, m) => this.onRun(from, m));
-    mesh.on(TYPES.STATE, (from, m) => this.onState(from, m));
+    this.joining = null;      // this idle device asking a running group to sync it in (below)
+    this.joinBackoffUntil = 0;
+    this.serverGone = new Set();  // peers the signaling server saw leave (peer-left), until they come back
+    this.collectives = new Map(); // frame run id (run id + epoch) -> MeshCollective
+    // test hook (set before the page loads, tests/test_membership.py): this joiner's state goes
+    // wrong after its checks, so the leader must catch its hash and re-sync it
+    this.testCorruptSync = Boolean(globalThis.__daisyTest?.corruptNextSync);
+    const on = (type, fn) => mesh.on(type, (from, m) => fn.call(this, from, m));
+    on(TYPES.RUN, this.onRun); on(TYPES.STATE, this.onState); on(TYPES.GO, this.onGo);
     mesh.on(TYPES.ACCEPT, (from, m) => this.onAnswer(from, m, true));
     mesh.on(TYPES.REFUSE, (from, m) => this.onAnswer(from, m, false));
-    mesh.on(TYPES.GO, (from, m) => this.onGo(from, m));
-    mesh.on(TYPES.STOP, (from, m) => this.onStop(from, m));
-    mesh.on(TYPES.FIN, (from, m) => this.onFin(from, m));
-    mesh.on('link', ({ peer: id, state, reason }) => { if (state === 'closed') this.peerGone(id, reason || 'its link closed'); });
-    // gradient frames are accepted only for the run being prepared or trained, at its sizes
-    this.framesFor = null;
+    on(TYPES.STOP, this.onStop); on(TYPES.FIN, this.onFin);
+    on(TYPES.ROSTER, this.onRoster); on(TYPES.STATUS, this.onStatus); on(TYPES.HALT, this.onHalt);
+    on(TYPES.LEAVE, this.onLeave); on(TYPES.JOIN, this.onJoin); on(TYPES.SYNC, this.onSync);
+    on(TYPES.FWD, this.onFwd); on(TYPES.SYNCED, this.onSynced);
+    mesh.on('link', ({ peer: id, state, reason }) => {
+      if (state === 'closed') this.peerGone(id, reason || 'its link closed');
+      else this.maybeJoin();
+    });
+    mesh.on('progress', (e) => this.onProgress(e));
+    mesh.on('drop', (e) => this.onDropped(e));
+    // gradient frames go to the collective of their run and epoch (run id + epoch in the header),
+    // and are accepted only at its sizes
     for (const type of [TYPES.GRAD, TYPES.REDUCED]) {
+      mesh.on(type, (from, m) => {
+        const c = this.collectives.get(m.runId);
+        if (c) c.onFrame(from, m);
+        else this.mesh.drop(from, m, `a gradient frame of run ${m.runId}, not a run or epoch of this device`);
+      });
       mesh.setLimit(type, (h) => {
-        const c = this.framesFor;
-        return c && h.runId === c.runId ? c.maxPayload(type) : `a gradient frame of run ${h.runId}, not a run of this device`;
+        const c = this.collectives.get(h.runId);
+        return c ? c.maxPayload(type) : `a gradient frame of run ${h.runId}, not a run or epoch of this device`;
       });
     }
   }
 
-  get busy() { return Boolean(this.run || this.proposal || this.accepted); }
+  get selfId() { return this.peer.s.peerId; }
+
+  get busy() { return Boolean(this.run || this.proposal || this.accepted || this.joining); }
 
   // ---- leader -------------------------------------------------------------------------------
   async start(config) {
@@ -77,8 +117,9 @@ export class RunController {
     if (s.rejected) throw new Error('the room host declined this device');
     if (this.run) throw new Error('a run is already going: stop it first');
     if (this.proposal || this.accepted) throw new Error('a run is being set up in this group: wait a moment');
+    if (this.joining) throw new Error('this device is being synced into the group\'s run');
     const other = s.peers.find((q) => q.id !== s.peerId && /^training/.test(q.state || ''));
-    if (other) throw new Error(`a run is already going in this group (${other.name} is training): one run per group`);
+    if (other) throw new Error(`a run is already going in this group (${other.name} is training): one run per group; this device joins it once linked`);
     const c = await p.compute();
     await p.pathReady;
     const dataId = await p.dataId();
@@ -144,6 +185,10 @@ export class RunController {
   }
 
   onAnswer(from, m, yes) {
+    if (!yes && m.json.runId === 0 && this.joining && this.joining.asked.includes(from)) {
+      this.abandonJoin(`${this.peer.nameOf(from)} declined: ${String(m.json.reason || 'no reason').slice(0, 200)}`, 30_000);
+      return;
+    }
     const prop = this.proposal;
     if (!prop || m.json.runId !== prop.runId || !prop.desc.roster.includes(from)) {
       this.mesh.drop(from, m, 'an answer to no proposal of ours');
@@ -169,6 +214,7 @@ export class RunController {
     if (!Number.isInteger(runId) || runId <= 0 || runId > 0xffffffff || m.runId !== runId) { this.mesh.drop(from, m, 'RUN without a valid run id'); return; }
     // one run per group: a running peer refuses; two proposals at once: the smaller runId wins
     if (this.run) { this.refuse(from, runId, `${s.name} is training in another run`); return; }
+    if (this.joining) { this.refuse(from, runId, `${s.name} is being synced into another run`); return; }
     if (this.proposal) {
       if (runId < this.proposal.runId) this.proposal.reject(new Error(`${this.peer.nameOf(from)} started a run at the same moment; joining it instead`));
       else { this.refuse(from, runId, 'a competing run was proposed at the same moment'); return; }
@@ -211,6 +257,7 @@ export class RunController {
   }
 
   onState(from, m) {
+    if (this.joining && this.joining.from === from) { this.onJoinState(from, m); return; }
     const acc = this.accepted;
     if (!acc || acc.from !== from || m.runId !== acc.desc.runId || acc.replica) { this.mesh.drop(from, m, 'STATE for no accepted run'); return; }
     this.mesh.setLimit(TYPES.STATE, null);
@@ -257,78 +304,103 @@ export class RunController {
   }
 
   // ---- the run ------------------------------------------------------------------------------
-  // The run's collective exists before anyone may send a gradient (the leader: before RUN; a
-  // member: when it accepts), so a fast peer's first frames are kept, not dropped.
-  prepare(desc, cfg, c) {
-    const collective = new MeshCollective(this.mesh, { runId: desc.runId, roster: desc.roster, selfId: this.peer.s.peerId,
-      shapes: c.model.paramShapes(cfg), startStep: desc.startStep, deadlineMs: DEADLINE_MS });
-    this.framesFor = collective;
+  // A collective per roster epoch, registered before anyone may send it a gradient (the leader:
+  // before RUN; a member: when it accepts; everyone: when a ROSTER announces the next epoch), so
+  // a fast peer's first frames are kept, not dropped.
+  newCollective(runId, epoch, roster, startStep, cfg, c, deadlineMs = DEADLINE_MS) {
+    const key = epochKey(runId, epoch);
+    const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
+      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false });
+    this.collectives.set(key, collective);
     return collective;
   }
+
+  prepare(desc, cfg, c) { return this.newCollective(desc.runId, 0, desc.roster, desc.startStep, cfg, c); }
 
   dispose(collective) {
     if (!collective) return;
     collective.close();
-    if (this.framesFor === collective) this.framesFor = null;
+    if (this.collectives.get(collective.runId) === collective) this.collectives.delete(collective.runId);
   }
 
-  begin(desc, replica, cfg, c, { leader, resumed, collective }) {
+  // opts: {leader, resumed, collective} for a run that starts; a joiner also passes {roster,
+  // epoch, history, completed, hash, trainer, batches} of the run it enters
+  begin(desc, replica, cfg, c, opts) {
     const p = this.peer, s = p.s;
-    const batches = new HttpBatches(cfg, { dataId: desc.dataId });
-    const engine = p.engine();
+    const roster = opts.roster || desc.roster;
+    const completed = opts.completed ?? desc.startStep;
+    const batches = opts.batches || new HttpBatches(cfg, { dataId: desc.dataId });
     const run = {
-      desc, cfg, c, collective, batches, leader, slot: desc.roster.indexOf(s.peerId), roster: desc.roster,
-      trainer: new Trainer(cfg, replica, batches, engine), replica, arena: new StepArena(),
-      completed: desc.startStep, lastSent: desc.startStep - 1, stopAfter: null, stopReason: '',
-      hash: desc.initHash, peerHashes: new Map(desc.roster.map((id) => [id, desc.initHash])),
-      fins: new Map(), undo: null, ended: false, extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
+      desc, cfg, c, batches, collective: opts.collective, roster, epoch: opts.epoch || 0,
+      history: opts.history || [[desc.startStep, roster.length]], slot: roster.indexOf(s.peerId),
+      trainer: opts.trainer || new Trainer(cfg, replica, batches, p.engine()), replica, arena: new StepArena(),
+      completed, lastSent: completed - 1, stopAfter: null, stopReason: '',
+      hash: opts.hash || desc.initHash, hashLog: new Map([[completed, opts.hash || desc.initHash]]),
+      peerHashes: new Map(roster.map((id) => [id, opts.hash || desc.initHash])),
+      fins: new Map(), undo: null, ended: false, finishing: false,
+      gone: new Set(), confirmed: new Set(), goneWhy: new Map(), recovery: null, nextRoster: null,
+      joiners: new Map(), sent: { bytes: 0, waitMs: 0 },
+      extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
     };
     this.run = run;
-    p.models.adopt(cfg, replica, desc.startStep, run.extra);
-    const others = desc.roster.length - 1;
+    p.models.adopt(cfg, replica, completed, run.extra);
     p.stepTimes = [];
-    p.set({ running: true, runState: 'training', leader: desc.leader, config: cfg, step: desc.startStep,
-            totalSteps: cfg.steps, loss: null, hash: desc.initHash, curve: [], tokensPerS: null,
-            replicas: { count: desc.roster.length, agree: true, step: desc.startStep },
-            run: { id: desc.runId, roster: desc.roster.slice(), topology: collective.topology, leader: desc.leader },
-            peerHashes: Object.fromEntries(run.peerHashes), error: '',
-            message: (resumed ? `Resuming from step ${desc.startStep}` : 'Training')
-              + (others ? ` with ${others} other device(s) (${collective.topology === 'allgather' ? 'all-gather' : 'reduce-scatter + all-gather'}).` : ' on this device alone.') });
+    const others = roster.length - 1;
+    const topology = run.collective.topology;
+    p.set({ running: true, runState: 'training', leader: roster[0], config: cfg, step: completed,
+            totalSteps: cfg.steps, loss: null, hash: run.hash, curve: [], tokensPerS: null, sync: null,
+            replicas: { count: roster.length, agree: true, step: completed },
+            run: this.runView(run), peerHashes: Object.fromEntries(run.peerHashes), error: '',
+            message: (opts.joined ? `Synced in: training from step ${completed + 1}` : opts.resumed ? `Resuming from step ${completed}` : 'Training')
+              + (others ? ` with ${others} other device(s) (${topology === 'allgather' ? 'all-gather' : 'reduce-scatter + all-gather'}).` : ' on this device alone.') });
     p.announce();
-    p.bus.emit('run-started', { config: { ...cfg }, roster: desc.roster.slice(), runId: desc.runId, leader: desc.leader });
+    p.bus.emit('run-started', { config: { ...cfg }, roster: roster.slice(), runId: desc.runId, leader: roster[0], joined: Boolean(opts.joined) });
     this.loop(run).catch((err) => {
       console.warn('daisy: the run failed:', err);
       this.end(run, 'failed', `The run stopped: ${err.message || err}`, err.message || String(err));
     });
   }
 
+  runView(run) {
+    return { id: run.desc.runId, roster: run.roster.slice(), topology: run.collective.topology, leader: run.roster[0],
+             epoch: run.epoch, history: run.history.map((e) => e.slice()) };
+  }
+
   async loop(run) {
     const p = this.peer, { cfg } = run;
-    const tokensPerStep = cfg.batch * cfg.seq_len * run.roster.length;
     let chunkStart = performance.now();
     const gpu = p.gpu;
-    for (let s = run.desc.startStep; s < cfg.steps; s++) {
+    for (;;) {
       if (run.ended) return;
+      if (run.recovery) { await this.awaitRecovery(run); continue; }
+      const s = run.completed;
+      if (s >= cfg.steps) break;
       if (run.stopAfter !== null && s >= run.stopAfter) break;
+      if (run.nextRoster && run.nextRoster.from === s) this.switchRoster(run);
       run.arena.reset();
+      const slot = run.slot;
       // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
-      const local = gpu ? await gpu.withGpuFallback(run.trainer.engine, () => run.trainer.localStep(s, run.slot, run.arena))
-        : await run.trainer.localStep(s, run.slot, run.arena);
+      const local = gpu ? await gpu.withGpuFallback(run.trainer.engine, () => run.trainer.localStep(s, slot, run.arena))
+        : await run.trainer.localStep(s, slot, run.arena);
       if (run.ended) return;
+      if (run.recovery) continue;                     // a departure while we computed: recompute
       if (run.stopAfter !== null && s >= run.stopAfter) break;
+      if (run.roster[0] === this.selfId) await this.admitJoiners(run, s);
       run.lastSent = s;
       let out;
       try {
-        out = await run.collective.exchange(s, run.roster, run.slot, local.loss, local.grads, run.hash);
+        out = await run.collective.exchange(s, run.roster, slot, local.loss, local.grads, run.hash);
       } catch (err) {
         if (!(err instanceof ExchangeError)) throw err;
-        if (run.stopAfter !== null && s >= run.stopAfter) break;      // stopped by a peer mid-exchange
-        await this.lost(run, err);
-        return;
+        if (run.ended) return;
+        if (!run.recovery && run.stopAfter !== null && s >= run.stopAfter) break;   // stopped by a peer mid-exchange
+        if (err.peer) this.suspect(run, err.peer, err.message);
+        if (!run.recovery) throw err;
+        continue;                                       // parks in awaitRecovery, then recomputes
       }
       // the sync guard: every peer's hash after step s (0-based s-1 done) must equal ours
-      const bad = out.hashes.map((h, slot) => [run.roster[slot], h]).filter(([, h]) => h !== run.hash);
-      for (const [slot, h] of out.hashes.entries()) run.peerHashes.set(run.roster[slot], h);
+      const bad = out.hashes.map((h, i) => [run.roster[i], h]).filter(([, h]) => h !== run.hash);
+      for (const [i, h] of out.hashes.entries()) run.peerHashes.set(run.roster[i], h);
       if (bad.length) {
         const who = [[p.s.peerId, run.hash], ...bad].map(([id, h]) => `${p.nameOf(id)} has ${short(h)}`).join(', ');
         const message = `Replicas disagree after step ${s}: ${who}. Stopped (never fork).`;
@@ -341,8 +413,11 @@ export class RunController {
       checkLoss(out.loss, s + 1);
       run.completed = s + 1;
       run.hash = applied.hash;
+      run.hashLog.set(s + 1, applied.hash);
+      run.hashLog.delete(s + 1 - HASH_LOG);
       run.peerHashes.set(p.s.peerId, applied.hash);
-      this.report(run, s + 1, out.loss, tokensPerStep);
+      this.report(run, s + 1, out.loss, cfg.batch * cfg.seq_len * run.roster.length);
+      if (run.roster[0] === this.selfId && run.joiners.size) this.forwardToJoiners(run, s, out.flat);
       // the deadline follows the group's pace: a slow group (big settings, phones) is not "gone"
       const t = p.stepTimes, n = t.length;
       if (n > 2) run.collective.deadlineMs = Math.max(DEADLINE_MS, DEADLINE_STEPS * (t[n - 1] - t[0]) / (n - 1));
@@ -371,12 +446,13 @@ export class RunController {
     const P = run.roster.length;
     p.set({ step, loss, hash: run.hash, tokensPerS: rate, peerHashes: Object.fromEntries(run.peerHashes),
             replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step } });
-    p.bus.emit('step', { step, loss, hash: run.hash });
+    p.bus.emit('step', { step, loss, hash: run.hash, peers: P });
   }
 
   // after the last step: FIN with our hash to everyone; every final hash must agree
   async finishRun(run) {
     const p = this.peer;
+    run.finishing = true;
     const others = run.roster.filter((id) => id !== p.s.peerId);
     run.fins.set(p.s.peerId, run.hash);
     await Promise.all(others.map((id) => this.mesh.sendJson(id, TYPES.FIN, { runId: run.desc.runId, step: run.completed, hash: run.hash }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
@@ -410,9 +486,10 @@ export class RunController {
     const run = this.run;
     if (!run || run.ended) {
       if (this.proposal) { this.proposal.reject(new Error('stopped before it started')); return true; }
+      if (this.joining) { this.abandonJoin('stopped on this device', 60_000); return true; }
       return false;
     }
-    const stopAfter = run.lastSent + 1;
+    const stopAfter = run.recovery ? run.completed : run.lastSent + 1;
     run.stopReason = reason || `stopped on ${this.peer.s.name}`;
     this.setStop(run, stopAfter);
     this.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: run.stopReason });
@@ -424,11 +501,12 @@ export class RunController {
     run.stopAfter = run.stopAfter === null ? stopAfter : Math.min(run.stopAfter, stopAfter);
     // an exchange of a step past the stop can never complete: end it now
     if (run.lastSent >= run.stopAfter) run.collective.fail(new ExchangeError('stopped'));
+    if (run.recovery) this.wakeParked(run);
   }
 
   // a JSON message to every other peer of the run (best effort: a closed link is a departure)
-  tellAll(run, type, obj) {
-    for (const id of run.roster) {
+  tellAll(run, type, obj, ids = run.roster) {
+    for (const id of ids) {
       if (id !== this.peer.s.peerId) this.mesh.sendJson(id, type, obj, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
     }
   }
@@ -448,35 +526,523 @@ export class RunController {
       this.end(run, 'stopped', `${reason || 'replicas disagree'} (reported by ${this.peer.nameOf(from)})`, 'replica mismatch');
       return;
     }
-    if (d.stopAfter < run.completed) this.restoreUndo(run);        // a survivor behind us: meet it
+    if (d.stopAfter < run.completed && !this.restoreUndo(run)) {
+      this.end(run, 'stopped', `${reason} — this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
+      return;
+    }
     run.stopReason = reason || `stopped by ${this.peer.nameOf(from)}`;
     this.setStop(run, d.stopAfter);
   }
 
-  // a roster peer is gone (link closed, goodbye): every survivor stops at the last step all of
-  // them completed (ours, or one less: then the undo copy restores it)
+  // ---- membership: departures and recovery (docs/ARCHITECTURE.md "Membership") --------------
+  // A link closed, a goodbye, a missed deadline: evidence that a peer left. The run halts at
+  // the step in flight; the acting leader (the most senior peer not gone) collects every
+  // survivor's position (STATUS), and sends the new roster (ROSTER) from the first step not
+  // completed by all; peers one step ahead undo it, and that step is recomputed by the new
+  // roster, exactly as the reference computes it with one peer fewer from that step.
+
+  // a peer's link closed / the server or the peer said it left
   peerGone(id, why) {
     if (this.proposal && this.proposal.desc.roster.includes(id)) this.proposal.reject(new Error(`${this.peer.nameOf(id)} left (${why})`));
     if (this.accepted && this.accepted.from === id) { this.dropAccepted(); this.peer.note(`The run's leader ${this.peer.nameOf(id)} left before it started.`); }
+    if (this.joining && this.joining.from === id) this.abandonJoin(`${this.peer.nameOf(id)} left while syncing this device in`, 0);
+    this.suspect(this.run, id, why);
+  }
+
+  serverSaysGone(id) {
+    this.serverGone.add(id);
     const run = this.run;
-    if (!run || run.ended || !run.roster.includes(id) || id === this.peer.s.peerId) return;
-    run.collective.fail(new ExchangeError(`peer ${this.peer.nameOf(id)} left at step ${run.completed + 1} (${why})`, { peer: id, step: run.completed }));
+    if (run && run.gone.has(id)) this.tryFinishRecovery(run);
   }
 
-  async lost(run, err) {
+  serverSaysBack(id) { this.serverGone.delete(id); }
+
+  onLeave(from, m) {
+    const run = this.run;
+    if (!run || m.json.runId !== run.desc.runId) { if (run) run.joiners.delete(from); return; }
+    this.suspect(run, from, String(m.json.reason || 'it closed its page').slice(0, 200), true);
+  }
+
+  suspect(run, id, why, confirmed = false) {
+    if (!run || run.ended || run.finishing || id === this.selfId) return;
+    if (confirmed) run.confirmed.add(id);
+    run.joiners.delete(id);
+    const inRun = run.roster.includes(id) || (run.nextRoster && run.nextRoster.roster.includes(id));
+    if (!inRun) return;
+    if (run.gone.has(id)) { this.tryFinishRecovery(run); return; }
+    run.gone.add(id);
+    run.goneWhy.set(id, why);
+    this.beginRecovery(run);
+  }
+
+  deadline(run) { return run.collective.deadlineMs; }
+
+  beginRecovery(run) {
     const p = this.peer;
-    const survivors = run.roster.filter((id) => id !== p.s.peerId && id !== err.peer && this.mesh.isReady(id));
-    // tell the survivors where we are: whoever is one step ahead rolls back to meet us
-    const stopAfter = run.completed;
-    run.stopReason = err.message;
-    run.stopAfter = run.stopAfter === null ? stopAfter : Math.min(run.stopAfter, stopAfter);
-    await Promise.all(survivors.map((id) => this.mesh.sendJson(id, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: err.message }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
-    // a survivor behind us may still be telling us so: give its STOP a moment to arrive
-    await new Promise((r) => setTimeout(r, 500));
-    if (run.stopAfter < run.completed) this.restoreUndo(run);
-    this.end(run, 'stopped', `${err.message}. The run stopped; this device keeps the state after step ${run.completed} (generate, download and resume still work).`, err.message);
+    const rec = run.recovery || (run.recovery = { statuses: new Map(), waiters: [], parked: false, roster: null, timer: null, epoch: 0, leader: null });
+    // the step in flight and an announced roster change are void: the acting leader decides
+    run.collective.fail(new ExchangeError('the roster is changing'));
+    if (run.nextRoster) { this.dispose(run.nextRoster.collective); run.nextRoster = null; }
+    for (const [, j] of run.joiners) if (j.admitted !== undefined) j.admitted = undefined;
+    const leader = actingLeader(run.roster, run.gone);
+    rec.leader = leader;
+    clearTimeout(rec.timer);
+    const names = [...run.gone].map((id) => `${p.nameOf(id)} (${run.goneWhy.get(id) || 'gone'})`).join(', ');
+    p.set({ message: `${names} left at step ${run.completed + 1}; the group recomputes that step without ${run.gone.size > 1 ? 'them' : 'it'}…` });
+    if (leader === this.selfId) {
+      rec.epoch = Math.max(rec.epoch, run.epoch + 1);
+      const gone = [...run.gone];
+      this.tellAll(run, TYPES.HALT, { runId: run.desc.runId, epoch: rec.epoch, gone }, run.roster.filter((id) => !run.gone.has(id)));
+      rec.timer = setTimeout(() => this.statusTimeout(run, rec), this.deadline(run));
+      this.tryFinishRecovery(run);
+    } else if (rec.parked) {
+      this.sendStatus(run);
+    }
   }
 
+  // the loop waits here (no step in flight) until the new roster applies or the run ends
+  async awaitRecovery(run) {
+    const rec = run.recovery;
+    if (!rec) return;
+    rec.parked = true;
+    if (rec.roster) { this.applyRoster(run, rec.roster); return; }
+    if (rec.leader === this.selfId) this.tryFinishRecovery(run);
+    else this.sendStatus(run);
+    if (run.recovery !== rec || run.ended) return;
+    await new Promise((resolve) => rec.waiters.push(resolve));
+  }
+
+  wakeParked(run) {
+    const rec = run.recovery;
+    if (!rec) return;
+    clearTimeout(rec.timer); clearTimeout(rec.confirmTimer);
+    run.recovery = null;
+    for (const w of rec.waiters) w();
+  }
+
+  sendStatus(run) {
+    const rec = run.recovery;
+    this.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone] },
+      { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+    clearTimeout(rec.timer);
+    const leader = rec.leader;
+    rec.timer = setTimeout(() => { if (run.recovery === rec && rec.leader === leader) this.suspect(run, leader, 'no new roster from it in time'); }, this.deadline(run));
+  }
+
+  statusTimeout(run, rec) {
+    if (run.recovery !== rec || rec.leader !== this.selfId) return;
+    const missing = run.roster.filter((id) => !run.gone.has(id) && id !== this.selfId && !rec.statuses.has(id));
+    for (const id of missing) { run.gone.add(id); run.goneWhy.set(id, 'no answer while the group recovered'); }
+    if (missing.length) this.beginRecovery(run);
+  }
+
+  onHalt(from, m) {
+    const run = this.run, d = m.json;
+    if (!run || d.runId !== run.desc.runId || !run.roster.includes(from) || !Array.isArray(d.gone) || !Number.isInteger(d.epoch)) { this.mesh.drop(from, m, 'HALT for no run of ours'); return; }
+    if (d.epoch <= run.epoch) return;                   // a recovery that already ended
+    const seniors = run.roster.slice(0, run.roster.indexOf(from));
+    if (!seniors.every((id) => d.gone.includes(id) || run.gone.has(id))) { this.mesh.drop(from, m, 'HALT from a peer that is not the acting leader'); return; }
+    if (d.gone.includes(this.selfId)) { this.end(run, 'stopped', `The group went on without this device (${this.peer.nameOf(from)} lost contact with it).`, 'removed from the run'); return; }
+    for (const id of d.gone) if (run.roster.includes(id) && !run.gone.has(id)) { run.gone.add(id); run.goneWhy.set(id, `reported by ${this.peer.nameOf(from)}`); }
+    this.beginRecovery(run);
+  }
+
+  onStatus(from, m) {
+    const run = this.run, d = m.json;
+    if (!run || d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.completed) || !isHash(d.hash) || !Number.isInteger(d.epoch)) { this.mesh.drop(from, m, 'STATUS for no run of ours'); return; }
+    if (d.epoch < run.epoch) return;                    // sent before the roster it asked for arrived
+    // its evidence is ours too: whom it lost, the group loses (a split is avoided by mayGoOn)
+    for (const id of Array.isArray(d.gone) ? d.gone : []) {
+      if (id !== this.selfId && run.roster.includes(id) && !run.gone.has(id)) { run.gone.add(id); run.goneWhy.set(id, `lost by ${this.peer.nameOf(from)}`); }
+    }
+    if (!run.recovery || actingLeader(run.roster, run.gone) !== run.recovery.leader) this.beginRecovery(run);
+    run.recovery.statuses.set(from, { completed: d.completed, hash: d.hash });
+    this.tryFinishRecovery(run);
+  }
+
+  // the acting leader, once every survivor (itself included, parked) told its position
+  tryFinishRecovery(run) {
+    const rec = run?.recovery;
+    if (!rec || rec.leader !== this.selfId || !rec.parked || rec.roster) return;
+    const survivors = run.roster.filter((id) => !run.gone.has(id));
+    rec.statuses.set(this.selfId, { completed: run.completed, hash: run.hash });
+    if (!survivors.every((id) => rec.statuses.has(id))) return;
+    const confirmed = new Set([...run.confirmed, ...this.serverGone]);
+    if (!mayGoOn(run.roster, run.gone, confirmed)) {
+      if (!rec.confirmTimer) {
+        const waitingFor = [...run.gone].filter((id) => !confirmed.has(id)).map((id) => this.peer.nameOf(id)).join(', ');
+        this.peer.set({ message: `Half the group or more is unreachable: waiting for the server to confirm that ${waitingFor} left (up to ${CONFIRM_WAIT_MS / 1000} s)…` });
+        rec.confirmTimer = setTimeout(() => this.giveUp(run, rec, `lost ${[...run.gone].map((id) => this.peer.nameOf(id)).join(', ')}: half of the group or more, and the server did not confirm they left (going on could split the group in two)`), CONFIRM_WAIT_MS);
+      }
+      return;
+    }
+    clearTimeout(rec.confirmTimer);
+    const at = survivors.map((id) => rec.statuses.get(id));
+    const from = Math.min(...at.map((x) => x.completed));
+    if (at.some((x) => x.completed > from + 1)) { this.giveUp(run, rec, 'the survivors are more than one step apart'); return; }
+    const atFrom = new Set(at.filter((x) => x.completed === from).map((x) => x.hash));
+    if (atFrom.size > 1) { this.giveUp(run, rec, `replicas disagree at step ${from}`, true); return; }
+    const left = run.roster.filter((id) => run.gone.has(id));
+    const msg = { runId: run.desc.runId, epoch: rec.epoch, from, roster: survivors, left, joined: [],
+                  history: scheduleWith(run.history, from, survivors.length),
+                  reason: left.map((id) => `${this.peer.nameOf(id)}: ${run.goneWhy.get(id) || 'gone'}`).join('; ').slice(0, 400) };
+    this.tellAll(run, TYPES.ROSTER, msg, [...survivors, ...run.joiners.keys()]);
+    rec.roster = msg;
+    this.applyRoster(run, msg);
+  }
+
+  // no way on without risking a split: every survivor meets at the last step all completed
+  giveUp(run, rec, why, mismatch = false) {
+    if (run.recovery !== rec || run.ended) return;
+    const at = [...rec.statuses.values()].map((x) => x.completed);
+    const stopAfter = Math.min(run.completed, ...at);
+    this.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: `The run stopped: ${why}`, mismatch }, run.roster.filter((id) => !run.gone.has(id)));
+    if (stopAfter < run.completed) this.restoreUndo(run);
+    this.end(run, 'stopped', `The run stopped: ${why}. This device keeps the state after step ${run.completed} (generate, download and resume still work).`, why);
+  }
+
+  onRoster(from, m) {
+    const d = m.json;
+    const jn = this.joining;
+    if (jn && jn.desc && d.runId === jn.desc.runId && !this.run) { this.onJoinRoster(from, m); return; }
+    const run = this.run;
+    if (!run || d.runId !== run.desc.runId) { this.mesh.drop(from, m, 'ROSTER for no run of ours'); return; }
+    const planned = Array.isArray(d.joined) && d.joined.length > 0;
+    const base = run.roster;
+    const epochNow = Math.max(run.epoch, run.nextRoster ? run.nextRoster.epoch : 0);
+    let why = checkRoster(d, { roster: base, epoch: epochNow, completed: run.completed, selfId: this.selfId }, from);
+    if (!why && planned && (d.from < run.completed || d.from > run.completed + 2)) why = `joiners from step ${d.from + 1}, this device is at ${run.completed}`;
+    if (!why && !validHistory(d.history, d.from, d.roster.length)) why = 'a malformed P schedule';
+    if (why) { this.mesh.drop(from, m, `ROSTER refused: ${why}`); return; }
+    if (!d.roster.includes(this.selfId)) {
+      this.end(run, 'stopped', `The group went on without this device from step ${d.from + 1}.`, 'removed from the run');
+      setTimeout(() => this.maybeJoin(), 1000);
+      return;
+    }
+    if (planned) {
+      const collective = this.newCollective(run.desc.runId, d.epoch, d.roster, d.from, run.cfg, run.c, run.collective.deadlineMs);
+      run.nextRoster = { ...d, collective };
+      return;
+    }
+    const rec = run.recovery || (run.recovery = { statuses: new Map(), waiters: [], parked: false, roster: null, timer: null, epoch: 0, leader: from });
+    rec.roster = d;
+    run.collective.fail(new ExchangeError('the roster is changing'));
+    if (rec.parked) this.applyRoster(run, d);
+  }
+
+  // a planned change takes effect when the loop reaches its first step
+  switchRoster(run) {
+    const next = run.nextRoster;
+    run.nextRoster = null;
+    const joined = next.roster.filter((id) => !run.roster.includes(id));
+    run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
+    this.dispose(run.collective);
+    run.collective = next.collective;
+    this.setRoster(run, next, joined, []);
+  }
+
+  // the recovery's roster: undo a step if we are one ahead, then the new epoch
+  applyRoster(run, d) {
+    const rec = run.recovery;
+    if (run.completed === d.from + 1 && !this.restoreUndo(run)) {
+      this.end(run, 'stopped', `The run stopped: this device cannot step back to step ${d.from} to meet the group.`, 'cannot meet the group');
+      return;
+    }
+    if (run.completed !== d.from) {
+      this.end(run, 'stopped', `The run stopped: the group restarts at step ${d.from + 1}, this device is at ${run.completed + 1}.`, 'cannot meet the group');
+      return;
+    }
+    const left = run.roster.filter((id) => !d.roster.includes(id));
+    run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
+    const deadlineMs = run.collective.deadlineMs;
+    this.dispose(run.collective);
+    if (run.nextRoster) { this.dispose(run.nextRoster.collective); run.nextRoster = null; }
+    run.collective = this.newCollective(run.desc.runId, d.epoch, d.roster, d.from, run.cfg, run.c, deadlineMs);
+    run.gone.clear(); run.goneWhy.clear();
+    this.setRoster(run, d, [], left);
+    if (rec) this.wakeParked(run);
+  }
+
+  setRoster(run, d, joined, left) {
+    const p = this.peer;
+    const wasLeader = run.roster[0];
+    run.roster = d.roster.slice();
+    run.epoch = d.epoch;
+    run.slot = run.roster.indexOf(this.selfId);
+    run.history = d.history.map((e) => e.slice());
+    for (const id of left) run.peerHashes.delete(id);
+    for (const id of joined) run.peerHashes.set(id, run.hash);
+    const P = run.roster.length;
+    const what = [joined.length ? `${joined.map((id) => p.nameOf(id)).join(', ')} joined` : '',
+                  left.length ? `${left.map((id) => p.nameOf(id)).join(', ')} left` : ''].filter(Boolean).join('; ');
+    const newLeader = run.roster[0] !== wasLeader ? ` ${p.nameOf(run.roster[0])} leads the run now.` : '';
+    p.set({ run: this.runView(run), leader: run.roster[0], peerHashes: Object.fromEntries(run.peerHashes),
+            replicas: { count: P, agree: true, agreeing: P, step: run.completed },
+            message: `${what}: ${P} device(s) train from step ${d.from + 1}${left.length ? ' (that step recomputed without them)' : ''}.${newLeader}` });
+    if (run.roster[0] !== wasLeader) p.announce();
+    p.bus.emit('roster-changed', { epoch: run.epoch, from: d.from, roster: run.roster.slice(), joined, left, history: run.history.map((e) => e.slice()) });
+  }
+
+  // ---- membership: joining a running group --------------------------------------------------
+  // An idle device linked to a training group asks to join (JOIN). The leader answers at its next
+  // step boundary with SYNC (the run descriptor, roster, schedule, step, hash) and the state at
+  // that boundary (STATE), then forwards the group's reduced gradient of every later step (FWD),
+  // so the joiner catches up by Adam steps alone while the group keeps training. The joiner
+  // reports its hash (SYNCED); the leader checks it against its own at that step (a wrong one is
+  // re-synced) and, once the joiner is current, announces the next roster (ROSTER) with the
+  // frames of the step in flight: the joiner contributes from the step after it.
+
+  maybeJoin() {
+    const p = this.peer, s = p.s;
+    if (this.run || this.proposal || this.accepted || this.joining || !s.peerId || s.role === 'pending' || s.rejected) return;
+    if (performance.now() < this.joinBackoffUntil) return;
+    const training = s.peers.filter((q) => q.id !== s.peerId && /^training/.test(q.state || '') && this.mesh.isReady(q.id)).map((q) => q.id);
+    if (!training.length) return;
+    this.askToJoin(training);
+  }
+
+  async askToJoin(ids) {
+    const p = this.peer;
+    const jn = { asked: ids, from: null, desc: null, timer: null };
+    this.joining = jn;
+    let dataId;
+    try { dataId = await p.dataId(); } catch (err) { this.abandonJoin(err.message, 30_000); return; }
+    if (this.joining !== jn) return;
+    for (const id of ids) this.mesh.sendJson(id, TYPES.JOIN, { protocol: this.mesh.version, dataId }).catch(() => {});
+    this.armJoinTimer(jn, 'no answer from the running group');
+    p.set({ runState: 'syncing', sync: { pct: 0 }, message: 'A run is going in this group: asking to join it…' });
+  }
+
+  armJoinTimer(jn, why) {
+    clearTimeout(jn.timer);
+    jn.timer = setTimeout(() => { if (this.joining === jn) this.abandonJoin(`${why} within ${JOIN_WAIT_MS / 1000} s; asking again`, 500); }, JOIN_WAIT_MS);
+  }
+
+  // give up this attempt; maybeJoin tries again after `backoffMs`
+  abandonJoin(why, backoffMs) {
+    const jn = this.joining;
+    if (!jn) return;
+    clearTimeout(jn.timer);
+    if (jn.planned) this.dispose(jn.planned.collective);
+    jn.batches?.close?.();
+    this.joining = null;
+    this.mesh.setLimit(TYPES.STATE, null); this.mesh.setLimit(TYPES.FWD, null);
+    this.joinBackoffUntil = performance.now() + backoffMs;
+    this.peer.note(`Joining the group's run: ${why}.`);
+    if (!this.run) this.peer.set({ runState: 'idle', sync: null });
+    if (backoffMs < 60_000) setTimeout(() => this.maybeJoin(), backoffMs + 10);
+  }
+
+  // leader: a device asks to join
+  onJoin(from, m) {
+    const run = this.run, d = m.json;
+    if (!run || run.ended || run.roster[0] !== this.selfId) return;      // only the leader answers
+    const no = (reason) => this.mesh.sendJson(from, TYPES.REFUSE, { runId: 0, reason }).catch(() => {});
+    if (run.roster.includes(from)) { this.mesh.drop(from, m, 'JOIN from a member of the run'); return; }
+    if (d.protocol !== this.mesh.version) { no(`protocol v${d.protocol}, the run's v${this.mesh.version}`); return; }
+    if (d.dataId !== run.desc.dataId) { no(`different training data: the run's is ${run.desc.dataId}, the device's ${String(d.dataId).slice(0, 120)}`); return; }
+    if (run.completed + 3 >= run.cfg.steps) { no('the run is about to end'); return; }
+    const j = run.joiners.get(from);
+    if (!j && (run.joiners.size >= MAX_JOINERS || run.roster.length + run.joiners.size >= 64)) { no('the group is full'); return; }
+    run.joiners.set(from, { stage: 'snapshot', verified: null, admitted: undefined, resyncs: j ? j.resyncs : 0, chain: Promise.resolve(), queued: 0 });
+    this.peer.note(`${this.peer.nameOf(from)} asked to join: syncing it in at the next step boundary.`);
+  }
+
+  // leader, after step s completed: the state to new joiners, the step's G to those catching up
+  forwardToJoiners(run, s, flat) {
+    for (const [id, j] of run.joiners) {
+      if (!this.mesh.isReady(id) || j.queued > 64) { run.joiners.delete(id); continue; }
+      if (j.stage === 'snapshot') { this.sendSync(run, id, j); continue; }
+      const payload = new Uint8Array(flat.buffer.slice(flat.byteOffset, flat.byteOffset + flat.byteLength));
+      this.queueTo(j, () => this.mesh.send(id, { type: TYPES.FWD, runId: run.desc.runId, step: s, payload }));
+      if (j.admitted !== undefined && s + 1 >= j.admitted) run.joiners.delete(id);     // it has all it needs
+    }
+  }
+
+  queueTo(j, send) {
+    j.queued++;
+    j.chain = j.chain.then(send).catch(() => {}).finally(() => { j.queued--; });
+  }
+
+  sendSync(run, id, j) {
+    const c = run.c, r = run.replica;
+    j.stage = 'syncing';
+    j.snap = run.completed;
+    // encodeState copies the weights now: the state of this boundary, whatever the loop does next
+    const body = new Uint8Array(encodeState(c.model.paramShapes(run.cfg), {
+      config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
+      weightHash: run.hash, extra: run.extra }));
+    const sync = { runId: run.desc.runId, desc: run.desc, roster: run.roster, epoch: run.epoch, history: run.history,
+                   step: run.completed, hash: run.hash, bytes: body.length };
+    this.queueTo(j, () => this.mesh.sendJson(id, TYPES.SYNC, sync, { runId: run.desc.runId }));
+    this.queueTo(j, () => this.mesh.send(id, { type: TYPES.STATE, runId: run.desc.runId, step: run.completed, payload: body }));
+  }
+
+  onSynced(from, m) {
+    const run = this.run, d = m.json;
+    const j = run && run.joiners.get(from);
+    if (!j || d.runId !== run.desc.runId || !Number.isInteger(d.step) || !isHash(d.hash)) { this.mesh.drop(from, m, 'SYNCED from no joiner of ours'); return; }
+    const ours = run.hashLog.get(d.step);
+    if (ours === undefined) return;                     // too old to check: a later report will be
+    if (ours !== d.hash) {
+      j.resyncs++;
+      if (j.resyncs > MAX_RESYNCS) {
+        run.joiners.delete(from);
+        this.mesh.sendJson(from, TYPES.REFUSE, { runId: 0, reason: `its state hashed wrong ${j.resyncs} times after syncing` }).catch(() => {});
+        return;
+      }
+      this.peer.note(`${this.peer.nameOf(from)} reported ${short(d.hash)} after step ${d.step}, the group has ${short(ours)}: refused, re-syncing it.`);
+      j.stage = 'snapshot'; j.verified = null; j.admitted = undefined;
+      return;
+    }
+    if (j.verified === null || d.step > j.verified) j.verified = d.step;
+  }
+
+  // leader, before its gradient of step s leaves: admit current joiners from step s + 1
+  async admitJoiners(run, s) {
+    if (run.recovery || run.nextRoster || run.stopAfter !== null || s + 2 >= run.cfg.steps) return;
+    const ready = [...run.joiners].filter(([id, j]) => j.stage === 'syncing' && j.verified !== null && j.verified >= s - 1 && this.mesh.isReady(id))
+      .map(([id]) => id).slice(0, 64 - run.roster.length);
+    if (!ready.length) return;
+    const roster = run.roster.concat(ready);
+    const msg = { runId: run.desc.runId, epoch: run.epoch + 1, from: s + 1, roster, joined: ready, left: [],
+                  history: scheduleWith(run.history, s + 1, roster.length), reason: 'joined' };
+    for (const id of ready) run.joiners.get(id).admitted = s + 1;
+    // sent (and awaited) before our GRAD of step s: every member has it before it can finish s
+    await Promise.all(roster.filter((id) => id !== this.selfId).map((id) => this.mesh.sendJson(id, TYPES.ROSTER, msg, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
+    if (run.recovery || run.ended) return;
+    run.nextRoster = { ...msg, collective: this.newCollective(run.desc.runId, msg.epoch, roster, msg.from, run.cfg, run.c, run.collective.deadlineMs) };
+  }
+
+  // joiner: the leader's answer
+  async onSync(from, m) {
+    const jn = this.joining, d = m.json, p = this.peer;
+    if (!jn || !jn.asked.includes(from)) { this.mesh.drop(from, m, 'SYNC without a JOIN'); return; }
+    if (jn.from && jn.from !== from) { this.mesh.drop(from, m, 'SYNC from a second leader'); return; }
+    let c, cfg;
+    try {
+      c = await p.compute();
+      const desc = d.desc;
+      if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !Number.isInteger(d.runId) || d.runId <= 0 || d.runId > MAX_RUN_ID) throw new Error('bad run id');
+      if (desc.protocol !== this.mesh.version) throw new Error(`protocol v${desc.protocol}`);
+      cfg = c.config.makeConfig(desc.config);
+      if (desc.dataId !== await p.dataId()) throw new Error('different training data');
+      if (!Array.isArray(d.roster) || d.roster[0] !== from || d.roster.includes(this.selfId) || d.roster.length > 64) throw new Error('bad roster');
+      if (!Number.isInteger(d.step) || d.step < 0 || d.step >= cfg.steps || !isHash(d.hash) || !Number.isInteger(d.epoch) || d.epoch < 0) throw new Error('bad position');
+      if (!validHistory(d.history) || !isHash(desc.initHash) || typeof desc.dataId !== 'string') throw new Error('bad descriptor');
+    } catch (err) {
+      this.mesh.drop(from, m, `SYNC refused: ${err.message}`);
+      this.abandonJoin(`the leader's SYNC was refused (${err.message})`, 30_000);
+      return;
+    }
+    if (this.joining !== jn) return;
+    const unlinked = d.roster.filter((id) => !this.mesh.isReady(id));
+    if (unlinked.length) { this.abandonJoin(`not linked to ${unlinked.map((id) => p.nameOf(id)).join(', ')} yet`, 2000); return; }
+    if (jn.planned) this.dispose(jn.planned.collective);
+    Object.assign(jn, { from, desc: d.desc, cfg, c, roster: d.roster, epoch: d.epoch, history: d.history, snap: d.step, hash: d.hash,
+                        replica: null, trainer: null, completed: null, fwd: new Map(), planned: null, draining: null });
+    const shapes = c.model.paramShapes(cfg);
+    const N = shapes.reduce((n, [, sh]) => n + sh.reduce((x, y) => x * y, 1), 0);
+    this.mesh.setLimit(TYPES.STATE, (h) => (h.runId === d.runId ? 8 * 3 * N + 64 * 1024 : 'STATE for another run'));
+    this.mesh.setLimit(TYPES.FWD, (h) => (h.runId === d.runId ? 8 * N : 'FWD for another run'));
+    this.armJoinTimer(jn, 'the state transfer stalled');
+    p.set({ runState: 'syncing', sync: { pct: 0, step: d.step }, message: `syncing (0 %): the state at step ${d.step} from ${p.nameOf(from)}…` });
+  }
+
+  onProgress(e) {
+    const jn = this.joining;
+    if (!jn || e.peer !== jn.from || e.type !== TYPES.STATE || jn.replica) return;
+    this.armJoinTimer(jn, 'the state transfer stalled');
+    const pct = Math.floor((100 * e.bytes) / e.length);
+    this.peer.set({ sync: { pct, step: jn.snap }, message: `syncing (${pct} %): the state at step ${jn.snap} from ${this.peer.nameOf(jn.from)}…` });
+  }
+
+  // a state that failed its digest in transit: ask again now rather than wait for the timer
+  onDropped(e) {
+    const jn = this.joining;
+    if (jn && e.peer === jn.from && e.type === TYPES.STATE && !jn.replica) this.abandonJoin(`the state transfer failed (${e.reason})`, 200);
+  }
+
+  onJoinState(from, m) {
+    const jn = this.joining;
+    if (!jn.desc || m.runId !== jn.desc.runId || m.step !== jn.snap || jn.replica) { this.mesh.drop(from, m, 'STATE for no sync of ours'); return; }
+    try {
+      const st = decodeState(m.payload.buffer.slice(m.payload.byteOffset, m.payload.byteOffset + m.payload.byteLength), { makeConfig: jn.c.config.makeConfig, paramShapes: jn.c.model.paramShapes });
+      if (!st.m || !st.v) throw new Error('the state has no Adam moments');
+      if (JSON.stringify(jn.c.config.configToDict(jn.c.config.makeConfig(st.config))) !== JSON.stringify(jn.c.config.configToDict(jn.cfg))) throw new Error('its settings differ from the run\'s');
+      if (st.step !== jn.snap || st.adamT !== st.step) throw new Error(`it is at step ${st.step}, the leader said ${jn.snap}`);
+      const hash = jn.c.hashing.weightHash(st.params);
+      if (hash !== jn.hash) throw new Error(`its weights hash to ${short(hash)}, the leader said ${short(jn.hash)}`);
+      jn.replica = new Replica(cloneParams(st.params), { t: st.adamT, m: cloneParams(st.m), v: cloneParams(st.v) });
+    } catch (err) {
+      this.abandonJoin(`the state was refused: ${err.message}`, 500);
+      return;
+    }
+    if (this.testCorruptSync) {              // test hook: a joiner whose state goes wrong after its checks
+      this.testCorruptSync = false;
+      const w = jn.replica.params['wte.weight'];
+      new BigUint64Array(w.buffer, w.byteOffset, 1)[0] ^= 1n;
+    }
+    jn.batches = new HttpBatches(jn.cfg, { dataId: jn.desc.dataId });
+    jn.trainer = new Trainer(jn.cfg, jn.replica, jn.batches, this.peer.engine());
+    jn.completed = jn.snap;
+    clearTimeout(jn.timer);
+    this.peer.set({ sync: { pct: 100, step: jn.snap }, message: `Synced the state at step ${jn.snap}; catching up with the group…` });
+    this.drainFwd(jn);
+  }
+
+  onFwd(from, m) {
+    const jn = this.joining;
+    if (!jn || from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step < jn.snap || jn.fwd.size > 256) { this.mesh.drop(from, m, 'FWD for no sync of ours'); return; }
+    const u8 = m.payload;
+    jn.fwd.set(m.step, u8.byteOffset % 8 === 0 ? new Float64Array(u8.buffer, u8.byteOffset, u8.length / 8) : new Float64Array(u8.slice().buffer));
+    this.drainFwd(jn);
+  }
+
+  // apply the forwarded gradients in step order (Adam only: no forward or backward pass)
+  drainFwd(jn) {
+    if (jn.draining || !jn.trainer) return;
+    jn.draining = (async () => {
+      const shapes = jn.c.model.paramShapes(jn.cfg);
+      while (this.joining === jn && jn.fwd.has(jn.completed)) {
+        const G = jn.fwd.get(jn.completed);
+        jn.fwd.delete(jn.completed);
+        const applied = await jn.trainer.apply(unflatten(G, shapes));
+        if (this.joining !== jn) return;
+        jn.completed += 1;
+        jn.hashNow = applied.hash;
+        this.mesh.sendJson(jn.from, TYPES.SYNCED, { runId: jn.desc.runId, step: jn.completed, hash: applied.hash }).catch(() => {});
+        this.peer.set({ step: jn.completed, hash: applied.hash, message: `Synced; caught up to step ${jn.completed}…` });
+      }
+      if (this.joining === jn && jn.planned && jn.completed === jn.planned.from) this.enterRun(jn);
+    })().finally(() => { jn.draining = null; if (this.joining === jn && jn.fwd.has(jn.completed)) this.drainFwd(jn); });
+  }
+
+  onJoinRoster(from, m) {
+    const jn = this.joining, d = m.json;
+    if (from !== jn.from && !(jn.roster || []).includes(from)) { this.mesh.drop(from, m, 'ROSTER from outside the run'); return; }
+    if (!Array.isArray(d.roster) || !d.roster.includes(this.selfId)) { this.abandonJoin('the group\'s roster changed while this device synced', 500); return; }
+    const why = checkRoster(d, { roster: jn.roster, epoch: jn.epoch, completed: d.from, selfId: this.selfId }, from);
+    if (why || !validHistory(d.history, d.from, d.roster.length) || !Number.isInteger(d.from) || d.from < jn.snap) {
+      this.mesh.drop(from, m, `ROSTER refused: ${why || 'bad schedule'}`);
+      return;
+    }
+    jn.planned = { ...d, collective: this.newCollective(jn.desc.runId, d.epoch, d.roster, d.from, jn.cfg, jn.c) };
+    clearTimeout(jn.timer);
+    if (jn.completed === d.from) this.enterRun(jn);
+  }
+
+  enterRun(jn) {
+    if (this.joining !== jn) return;
+    this.joining = null;
+    clearTimeout(jn.timer);
+    this.mesh.setLimit(TYPES.STATE, null); this.mesh.setLimit(TYPES.FWD, null);
+    const d = jn.planned;
+    this.begin(jn.desc, jn.replica, jn.cfg, jn.c, { collective: d.collective, roster: d.roster, epoch: d.epoch, history: d.history,
+      completed: d.from, hash: jn.hashNow || jn.hash, trainer: jn.trainer, batches: jn.batches, joined: true });
+  }
+
+  // ---- one step of undo ---------------------------------------------------------------------
   saveUndo(run) {
     const r = run.replica;
     if (!run.undo) run.undo = { params: cloneParams(r.params), m: cloneParams(r.adam.m), v: cloneParams(r.adam.v), t: r.adam.t, hash: run.hash, step: run.completed };
@@ -491,9 +1057,11 @@ export class RunController {
     if (!u || u.step !== run.completed - 1) return false;
     for (const k of Object.keys(r.params)) { r.params[k].set(u.params[k]); r.adam.m[k].set(u.m[k]); r.adam.v[k].set(u.v[k]); }
     r.adam.t = u.t;
+    run.hashLog.delete(run.completed);
     run.completed = u.step; run.hash = u.hash;
+    run.lastSent = Math.min(run.lastSent, u.step);
     this.peer.models.step = u.step;
-    this.peer.set({ step: u.step, hash: u.hash });
+    this.peer.set({ step: u.step, hash: u.hash, curve: this.peer.s.curve.filter(([st]) => st <= u.step) });
     return true;
   }
 
@@ -501,20 +1069,29 @@ export class RunController {
     if (run.ended) return;
     run.ended = true;
     run.collective.fail(new ExchangeError('the run ended'));
+    run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
     this.dispose(run.collective);
+    if (run.nextRoster) this.dispose(run.nextRoster.collective);
+    if (run.recovery) this.wakeParked(run);
     if (this.run === run) this.run = null;
     this.lastRun = run;
     this.peer.models.step = run.completed;
     this.peer.set({ running: false, runState, message, error, step: run.completed, hash: run.hash });
     this.peer.announce();
-    this.peer.bus.emit('run-ended', { state: runState, step: run.completed, error, hash: run.hash });
+    this.peer.bus.emit('run-ended', { state: runState, step: run.completed, error, hash: run.hash, history: run.history.map((e) => e.slice()) });
   }
 
   // the page is going away: tell the run's peers now (they would otherwise wait for a deadline)
   goodbye() {
     const run = this.run;
     if (!run) return;
-    this.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: `${this.peer.nameOf(this.peer.s.peerId)} closed its page` });
+    this.tellAll(run, TYPES.LEAVE, { runId: run.desc.runId, reason: `${this.peer.nameOf(this.peer.s.peerId)} closed its page` });
+  }
+
+  // bytes sent and time waited over the whole run (every epoch's collective)
+  stats(run) {
+    const c = run.collective;
+    return { bytesSent: run.sent.bytes + (run.ended ? 0 : c.bytesSent), waitMs: run.sent.waitMs + (run.ended ? 0 : c.waitMs) };
   }
 
   // test hook: flip the lowest bit of one weight of this replica (the sync guard must catch it)

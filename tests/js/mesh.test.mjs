@@ -533,7 +533,8 @@ test('bad frames: a message before HELLO is dropped; duplicate chunks are droppe
 
 test('bad frames: another protocol version is refused on both sides and the link removed', async () => {
   // each side reads the other's HELLO (links that record, so neither close races the other HELLO)
-  const a = new Mesh({ selfId: 'a' }), b = new Mesh({ selfId: 'b', version: 2 });
+  const V = PROTOCOL_VERSION, W = PROTOCOL_VERSION + 1;      // this page's version and another
+  const a = new Mesh({ selfId: 'a' }), b = new Mesh({ selfId: 'b', version: W });
   const out = { a: [], b: [] }, closed = { a: null, b: null };
   const rec = (who) => ({ maxFrame: 1200, async send(bytes) { out[who].push(Uint8Array.from(bytes)); }, close(r) { closed[who] = r; } });
   const refused = { a: [], b: [] };
@@ -544,34 +545,34 @@ test('bad frames: another protocol version is refused on both sides and the link
   a.receive('b', out.b[0]); b.receive('a', out.a[0]);
   await until(() => refused.a.length && refused.b.length, 'both refusals');
   assert.equal(refused.a.length, 1); assert.equal(refused.b.length, 1);
-  assert.match(refused.a[0].reason, /peer b speaks mesh protocol v2, this page v1/);   // the frame's version
-  assert.match(refused.b[0].reason, /peer a speaks mesh protocol v1, this page v2/);   // the HELLO's protocol
+  assert.match(refused.a[0].reason, new RegExp(`peer b speaks mesh protocol v${W}, this page v${V}`));   // the frame's version
+  assert.match(refused.b[0].reason, new RegExp(`peer a speaks mesh protocol v${V}, this page v${W}`));   // the HELLO's protocol
   assert.ok(!a.links.has('b') && !b.links.has('a'), 'a link stays open');
-  assert.match(closed.a, /protocol v2/); assert.match(closed.b, /protocol v1/);
+  assert.match(closed.a, new RegExp(`protocol v${W}`)); assert.match(closed.b, new RegExp(`protocol v${V}`));
   // over the memory net: whichever side reads first refuses and closes; the link ends on both
   const net = new MemoryNet({ seed: 8, dup: 0, delay: 0 });
-  const c = net.add(new Mesh({ selfId: 'c' })), d = net.add(new Mesh({ selfId: 'd', version: 2 }));
+  const c = net.add(new Mesh({ selfId: 'c' })), d = net.add(new Mesh({ selfId: 'd', version: W }));
   const seen = [];
   c.on('refused', (e) => seen.push(e)); d.on('refused', (e) => seen.push(e));
   net.connect('c', 'd');
   await net.settle(); await sleep(5); await net.settle();
-  assert.ok(seen.length >= 1 && seen.every((e) => /speaks mesh protocol v[12], this page v[12]/.test(e.reason)), JSON.stringify(seen));
+  assert.ok(seen.length >= 1 && seen.every((e) => new RegExp(`speaks mesh protocol v[${V}${W}], this page v[${V}${W}]`).test(e.reason)), JSON.stringify(seen));
   assert.ok(!c.links.has('d') && !d.links.has('c'), 'a link stays open');
-  // a version-2 frame from a linked, ready peer mid-run: refused, that link removed, the others go on
+  // a frame of another version from a linked, ready peer mid-run: refused, that link removed, the others go on
   const run = await makeRun({ P: 3, seed: 8, shapes: ODD_SHAPES, outsiders: ['z'] });
   const p0 = run.net.meshes.get('p0');
   const events = [];
   p0.on('refused', (e) => events.push(e));
   const [v2] = await frames({ type: TYPES.GRAD, slot: 1, step: 0, payload: new Uint8Array(10) });
-  v2[4] = 2;
+  v2[4] = W;
   run.net.inject('z', 'p0', v2);
   await run.net.settle();
   assert.equal(events.length, 1);
   assert.equal(events[0].peer, 'z');
-  assert.match(events[0].reason, /peer z speaks mesh protocol v2, this page v1/);
+  assert.match(events[0].reason, new RegExp(`peer z speaks mesh protocol v${W}, this page v${V}`));
   assert.ok(!p0.links.has('z'));
   // a HELLO that claims another id is refused too
-  const [lie] = await frames({ type: TYPES.HELLO, runId: 0, payload: jsonPayload({ protocol: 1, peerId: 'someone-else' }) });
+  const [lie] = await frames({ type: TYPES.HELLO, runId: 0, payload: jsonPayload({ protocol: PROTOCOL_VERSION, peerId: 'someone-else' }) });
   p0.addLink('w', { maxFrame: 1200, send: async () => {}, close() {} });
   run.net.inject('w', 'p0', lie);
   await run.net.settle();

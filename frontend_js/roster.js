@@ -1,0 +1,73 @@
+// The run's roster rules (docs/ARCHITECTURE.md "Membership"): pure functions, so the run
+// controller (run.js) and the Node tests apply exactly the same ones.
+//
+// A run's roster is its peer ids in slot order: slot 0 is the leader, the others follow in
+// order of entry into the run (seniority). The roster changes only at step boundaries, as a new
+// epoch: departed peers are removed (the others keep their order and close up), admitted
+// joiners are appended. Every step is computed by the roster of its epoch; since replicas are
+// identical, the reference reproduces a run from its P schedule alone (`history`, the
+// `--roster` schedule of python -m daisy.train).
+
+// Frames of epoch e of run r carry runId r + e in their header: a frame of an older epoch (a
+// step computed by a roster that no longer holds) can never be taken for one of the current.
+// Run ids are drawn below 2^31 so r + e never wraps or hits 0.
+export const MAX_RUN_ID = 0x7fffffff;
+export const epochKey = (runId, epoch) => (runId + epoch) >>> 0;
+
+// the acting leader: the most senior peer of the roster not known to be gone
+export function actingLeader(roster, gone) {
+  return roster.find((id) => !gone.has(id)) ?? null;
+}
+
+// Whether survivors may go on without the peers in `gone`, with no risk that the removed ones
+// go on too (a split): a strict majority of the roster survives, or every removed peer is known
+// to have left (its own goodbye, or the server saw its connection end). Two disjoint sides can
+// never both hold a strict majority, and a peer the server saw leave cannot go on either (it
+// lost the server too; it would need the same confirmation for the others, which the server,
+// seeing them connected, never gives).
+export function mayGoOn(roster, gone, confirmed) {
+  const survivors = roster.filter((id) => !gone.has(id));
+  if (2 * survivors.length > roster.length) return true;
+  return roster.every((id) => !gone.has(id) || confirmed.has(id));
+}
+
+// the P schedule after a roster of P peers takes effect at step `from` (a 0-based step index):
+// entries after `from` are undone (a recomputed step), one at `from` is replaced
+export function scheduleWith(history, from, P) {
+  const h = history.filter(([f]) => f < from);
+  if (!h.length || h[h.length - 1][1] !== P) h.push([from, P]);
+  return h;
+}
+
+// the --roster argument of python -m daisy.train for a history
+export const scheduleString = (history) => history.map(([f, P]) => `${f}:${P}`).join(',');
+
+// Checks a ROSTER message {epoch, from, roster} against what this peer knows; -> null or why not.
+//   current: {roster, epoch, completed, selfId}; sender: the peer it came from.
+// A planned change (joiners admitted) keeps every current member and appends; it starts at
+// completed (the step not yet begun) or completed + 1 (announced with the frames of the step in
+// flight). A recovery removes departed peers only and restarts at completed or completed - 1
+// (this peer then undoes its last step).
+export function checkRoster(msg, current, sender) {
+  const { roster, epoch, from } = msg;
+  if (!Array.isArray(roster) || !roster.length || roster.length > 64 || !roster.every((x) => typeof x === 'string' && x.length <= 64)
+      || new Set(roster).size !== roster.length) return 'a malformed roster';
+  if (!Number.isInteger(epoch) || epoch <= current.epoch || epoch > current.epoch + 1000) return `epoch ${epoch} is not after this peer's ${current.epoch}`;
+  if (!Number.isInteger(from)) return 'no start step';
+  if (roster[0] !== sender) return 'the sender is not the new roster\'s leader';
+  if (!roster.includes(current.selfId)) return null;        // we were dropped: the caller leaves the run
+  const kept = current.roster.filter((id) => roster.includes(id));
+  const added = roster.filter((id) => !current.roster.includes(id));
+  if (kept.some((id, i) => roster[i] !== id)) return 'the roster reorders its members';
+  // the sender is the most senior of the current roster still in it
+  if (current.roster.indexOf(sender) < 0 || current.roster.slice(0, current.roster.indexOf(sender)).some((id) => roster.includes(id))) {
+    return 'the sender is not the most senior member';
+  }
+  if (added.length && kept.length !== current.roster.length) return 'a roster both adds and removes peers';
+  if (added.length) {
+    if (from !== current.completed && from !== current.completed + 1) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
+  } else if (from !== current.completed && from !== current.completed - 1) {
+    return `a recovery from step ${from + 1}, this peer is at ${current.completed}`;
+  }
+  return null;
+}
