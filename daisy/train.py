@@ -8,6 +8,13 @@ to its own copy and hashes it. Honest replicas print P equal hashes on every lin
     python -m daisy.train --stop-after 100 --save run.pt      # first 100 steps of a 300-step run
     python -m daisy.train --resume run.pt                      # the remaining 200, bit-exactly
     python -m daisy.train --data-url http://127.0.0.1:7860     # the Space's keyed batches
+    python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
+
+--roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
+step on; steps strictly increasing, the first at or before the run's start step; with --resume
+the steps are the run's absolute step indices). Where P grows, each new replica is a copy of
+replica 0 (weights, Adam m, v, t), what a joining device receives; where P shrinks, the highest
+slots are dropped. --peers N is the schedule "0:N" (docs/VERIFICATION.md, "Roster schedule").
 
 A step, per replica: local step (loss, grads on its own batch) -> collective.exchange(...) ->
 the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash. Where a slot's batch
@@ -17,6 +24,7 @@ comes from is a BatchSource: StreamBatches (a token stream in memory: the built-
 import argparse
 import copy
 import json
+import re
 import sys
 import threading
 import time
@@ -173,6 +181,10 @@ class Replica:
         return self.adam["t"]
 
 
+def copy_replica(r: Replica) -> Replica:
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam))
+
+
 class Group:
     """P replicas training in lockstep; `batches` is a BatchSource or a token stream."""
 
@@ -184,6 +196,12 @@ class Group:
             replicas = [Replica(copy.deepcopy(params), adam_init(params)) for _ in range(peers)]
         self.replicas = replicas
         self.collective = SimulatedCollective(param_shapes(cfg))
+
+    def resize(self, peers: int) -> None:
+        """Slots 0..peers-1 from now on: a new slot gets a copy of replica 0 (weights, Adam m, v,
+        t), what a joining device receives; shrinking drops the highest slots."""
+        grown = [copy_replica(self.replicas[0]) for _ in range(peers - len(self.replicas))]
+        self.replicas = self.replicas[:peers] + grown
 
     def step(self):
         """Run one step; returns (step number after it, group loss, [hash per peer])."""
@@ -202,11 +220,49 @@ class Group:
         return s + 1, loss, [weight_hash(r.params) for r in self.replicas]
 
 
+# -- the roster schedule: how many peers compute each step -----------------------------------
+def parse_roster(text: str) -> list[tuple[int, int]]:
+    """"0:2,10:3" -> [(0, 2), (10, 3)]: from 0-based step index 0 on 2 peers, from 10 on 3.
+    Raises ValueError naming the bad entry (the messages are mirrored by frontend_js/train.js)."""
+    entries, schedule = text.split(","), []
+    for i, entry in enumerate(entries):
+        if re.fullmatch(r"[0-9]{1,9}:[0-9]{1,9}", entry) is None:
+            raise ValueError(f"--roster entry '{entry}' is not STEP:PEERS (a 0-based step index "
+                             f"and a peer count, e.g. 0:2,10:3)")
+        step, peers = (int(x) for x in entry.split(":"))
+        if not 1 <= peers <= MAX_PEERS:
+            raise ValueError(f"--roster entry '{entry}': peers must be in 1..{MAX_PEERS}")
+        if schedule and step <= schedule[-1][0]:
+            raise ValueError(f"--roster entry '{entry}': steps must be strictly increasing "
+                             f"(it follows '{entries[i - 1]}')")
+        schedule.append((step, peers))
+    return schedule
+
+
+def check_roster(schedule, text: str, start: int, steps: int) -> None:
+    """The schedule covers a run of `steps` steps that starts (or resumes) at step index `start`."""
+    entries = text.split(",")
+    if schedule[0][0] > start:
+        raise ValueError(f"--roster entry '{entries[0]}': the first entry must be at or before "
+                         f"step {start}, where this run starts")
+    if schedule[-1][0] >= steps:
+        raise ValueError(f"--roster entry '{entries[-1]}' is past the run's last step index "
+                         f"{steps - 1}")
+
+
+def peers_at(schedule, step: int) -> int:
+    """P of 0-based step index `step`: the last entry at or before it."""
+    return [p for s, p in schedule if s <= step][-1]
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python -m daisy.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     # model settings default to None so --resume can tell which were given explicitly
-    ap.add_argument("--peers", type=int, default=2, help=f"simulated peers, 1..{MAX_PEERS} (2)")
+    ap.add_argument("--peers", type=int, default=None, help=f"simulated peers, 1..{MAX_PEERS} (2)")
+    ap.add_argument("--roster", default=None, metavar="STEP:PEERS,...",
+                    help='peers per step: "0:2,10:3" = steps 0..9 on 2 peers, from 10 on 3 (a new '
+                         "replica copies replica 0; shrinking drops the highest slots)")
     ap.add_argument("--steps", type=int, default=None, help="steps of the run, 100..10000 (300)")
     ap.add_argument("--stop-after", type=int, default=None,
                     help="stop after this many steps of the run (fixtures, quick checks)")
@@ -233,8 +289,15 @@ def parse_args(argv):
         ap.error("--data-id checks the server of --data-url; give --data-url too")
     if args.data_url is not None and not args.data_url.startswith(("http://", "https://")):
         ap.error(f"--data-url must be an http:// or https:// URL, got {args.data_url!r}")
-    if not 1 <= args.peers <= MAX_PEERS:
+    if args.peers is not None and args.roster is not None:
+        ap.error("give --roster or --peers, not both (--peers N is the roster 0:N)")
+    if args.peers is not None and not 1 <= args.peers <= MAX_PEERS:
         ap.error(f"peers (--peers) must be in 1..{MAX_PEERS}, got {args.peers}")
+    try:
+        args.schedule = (parse_roster(args.roster) if args.roster is not None
+                         else [(0, 2 if args.peers is None else args.peers)])
+    except ValueError as e:
+        ap.error(str(e))
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
              "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed}
     given = {k: v for k, v in flags.items() if v is not None}
@@ -248,6 +311,11 @@ def parse_args(argv):
         ap.error(str(e))
     if args.stop_after is not None and not 1 <= args.stop_after <= cfg.steps:
         ap.error(f"--stop-after must be in 1..{cfg.steps} (the run's steps), got {args.stop_after}")
+    if args.roster is not None:
+        try:
+            check_roster(args.schedule, args.roster, 0, cfg.steps)
+        except ValueError as e:
+            ap.error(str(e))
     return args, cfg
 
 
@@ -256,10 +324,7 @@ def load_group(path, peers: int, batches):
     from .checkpoint import load_checkpoint
     ck = load_checkpoint(path)
     cfg = Config.from_dict(ck.config)
-    replicas = []
-    for _ in range(peers):
-        adam = copy.deepcopy(ck.adam)
-        replicas.append(Replica(copy.deepcopy(ck.params), adam))
+    replicas = [copy_replica(Replica(ck.params, ck.adam)) for _ in range(peers)]
     return cfg, Group(cfg, peers, batches, replicas=replicas), ck
 
 
@@ -287,12 +352,18 @@ def main(argv=None) -> int:
     try:
         batches, label = open_batches(args)
         if args.resume is not None:
-            cfg, group, ck = load_group(args.resume, args.peers, batches)
+            cfg, group, ck = load_group(args.resume, 1, batches)    # train() sets the roster's P
+            if args.roster is not None:
+                try:
+                    check_roster(args.schedule, args.roster, group.replicas[0].step, cfg.steps)
+                except ValueError as e:
+                    print(f"error: {e} (resuming {args.resume})", file=sys.stderr)
+                    return 2
             if (ck.extra or {}).get("data") not in (None, label):
                 print(f"warning: the checkpoint was trained on {ck.extra['data']}, "
                       f"this run reads {label}", file=sys.stderr)
         else:
-            group = Group(cfg, args.peers, batches)
+            group = Group(cfg, peers_at(args.schedule, 0), batches)
         batches.check(cfg.seq_len)
         rc = train(args, cfg, group, label)
         if isinstance(batches, HttpBatches):
@@ -310,6 +381,7 @@ def train(args, cfg: Config, group: Group, label: str) -> int:
     left = cfg.steps - group.replicas[0].step
     n = left if args.stop_after is None else min(args.stop_after, left)
     for _ in range(n):
+        group.resize(peers_at(args.schedule, group.replicas[0].step))
         step, loss, hashes = group.step()
         if args.json:
             print(json.dumps({"step": step, "loss": loss, "hashes": hashes}), flush=True)

@@ -10,15 +10,17 @@ import { fileURLToPath } from 'node:url';
 import { makeConfig, ConfigError, DEFAULTS } from './config.js';
 import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
-import { Group, MAX_PEERS, stepJsonLine } from './train.js';
+import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { bestEngine } from './engines.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
 
-// flag -> [dest, help]; every flag but --json takes one int (or, for --data, a path)
+// flag -> [dest, help, metavar?]; every flag but --json takes one int (or, for --data, a path)
 const FLAGS = {
   '--peers': ['peers', `simulated peers, 1..${MAX_PEERS} (2)`],
+  '--roster': ['roster', 'peers per step: "0:2,10:3" = steps 0..9 on 2 peers, from 10 on 3 (a new replica '
+    + 'copies replica 0; shrinking drops the highest slots)', 'STEP:PEERS,...'],
   '--steps': ['steps', 'steps of the run, 100..10000 (300)'],
   '--stop-after': ['stop_after', 'stop after this many steps of the run (fixtures, quick checks)'],
   '--width': ['width', 'model width, 16..128 (32)'],
@@ -35,9 +37,10 @@ const FLAGS = {
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
 };
-const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--steps STEPS] [--stop-after STOP_AFTER] [--width WIDTH]
-       [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR] [--layers LAYERS] [--heads HEADS]
-       [--seed SEED] [--data DATA] [--json] [--save SAVE] [--resume RESUME]`;
+const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
+       [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
+       [--layers LAYERS] [--heads HEADS] [--seed SEED] [--data DATA] [--json] [--save SAVE]
+       [--resume RESUME]`;
 
 class UsageError extends Error {}
 
@@ -45,9 +48,9 @@ function help() {
   const lines = [USAGE, '', 'The JS CPU mirror of the reference trainer (python -m daisy.train): P simulated peers',
     'in one process, each with its own replica; same flags, same --json lines, same bits.', '',
     'options:', '  -h, --help            show this help message and exit'];
-  for (const [flag, [dest, text]] of Object.entries(FLAGS)) {
-    const left = flag === '--json' ? flag : `${flag} ${dest.toUpperCase()}`;
-    lines.push(`  ${left.padEnd(22)}${text}`);
+  for (const [flag, [dest, text, metavar]] of Object.entries(FLAGS)) {
+    const left = flag === '--json' ? flag : `${flag} ${metavar ?? dest.toUpperCase()}`;
+    lines.push(left.length < 22 ? `  ${left.padEnd(22)}${text}` : `  ${left}\n${' '.repeat(24)}${text}`);
   }
   return lines.join('\n');
 }
@@ -62,7 +65,7 @@ function pyInt(flag, s) {
 
 // argparse semantics: --flag VALUE or --flag=VALUE, unique prefixes, unknown args reported together
 export function parseArgs(argv) {
-  const args = { peers: 2, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000 };
+  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000 };
   for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed']) args[k] = DEFAULTS[k];
   const unknown = [];
   for (let i = 0; i < argv.length; i++) {
@@ -97,12 +100,16 @@ export function parseArgs(argv) {
     if (flag === '--save' || flag === '--resume') {
       throw new UsageError(`${flag}: checkpoints are not read or written by the JS CLI; use python -m daisy.train ${flag}`);
     }
-    args[dest] = flag === '--data' ? value : pyInt(flag, value);
+    args[dest] = flag === '--data' || flag === '--roster' ? value : pyInt(flag, value);
   }
   if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
-  if (!(args.peers >= 1 && args.peers <= MAX_PEERS)) {
+  if (args.peers !== null && args.roster !== null) {
+    throw new UsageError('give --roster or --peers, not both (--peers N is the roster 0:N)');
+  }
+  if (args.peers !== null && !(args.peers >= 1 && args.peers <= MAX_PEERS)) {
     throw new UsageError(`peers (--peers) must be in 1..${MAX_PEERS}, got ${args.peers}`);
   }
+  args.schedule = args.roster === null ? [[0, args.peers ?? 2]] : rosterOrUsage(() => parseRoster(args.roster));
   let cfg;
   try {
     cfg = makeConfig({ width: args.width, seq_len: args.seq_len, batch: args.batch, steps: args.steps,
@@ -114,7 +121,17 @@ export function parseArgs(argv) {
   if (args.stop_after !== null && !(args.stop_after >= 1 && args.stop_after <= cfg.steps)) {
     throw new UsageError(`--stop-after must be in 1..${cfg.steps} (the run's steps), got ${args.stop_after}`);
   }
+  if (args.roster !== null) rosterOrUsage(() => checkRoster(args.schedule, args.roster, 0, cfg.steps));
   return { args, cfg };
+}
+
+function rosterOrUsage(f) {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof RosterError) throw new UsageError(e.message);
+    throw e;
+  }
 }
 
 function readBytes(path) {
@@ -165,10 +182,11 @@ export async function main(argv) {
     process.stderr.write(`error: ${e.message}\n`);
     return 2;
   }
-  const group = new Group(cfg, args.peers, stream, await bestEngine());
+  const group = new Group(cfg, peersAt(args.schedule, 0), stream, await bestEngine());
   const n = args.stop_after === null ? cfg.steps : args.stop_after;
   for (let i = 0; i < n; i++) {
     let r;
+    group.resize(peersAt(args.schedule, group.replicas[0].step));
     try {
       r = await group.step();
     } catch (e) {

@@ -22,6 +22,10 @@ export class Replica {
   get step() { return this.adam.t; }
 }
 
+// a replica's full copy (weights, Adam m, v, t): what a joining device receives
+export const cloneReplica = (r) => new Replica(cloneParams(r.params),
+  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
+
 // One replica's training step. batches: a BatchSource (batch_source.js); engine: the INT8 units.
 export class Trainer {
   constructor(cfg, replica, batches, engine = cpuEngine) {
@@ -63,6 +67,16 @@ export class Group {
     this.arena = new StepArena();      // every array of a step; reused by the next step
   }
 
+  // slots 0..peers-1 from now on: a new slot gets a copy of replica 0; shrinking drops the highest
+  resize(peers) {
+    while (this.replicas.length > peers) { this.replicas.pop(); this.trainers.pop(); }
+    while (this.replicas.length < peers) {
+      const r = cloneReplica(this.replicas[0]);
+      this.replicas.push(r);
+      this.trainers.push(new Trainer(this.cfg, r, this.batches, this.engine));
+    }
+  }
+
   // run one step -> {step (number after it), loss (group loss), hashes [one per peer]}
   async step() {
     const s = this.replicas[0].step;
@@ -87,6 +101,41 @@ export class Group {
     return { step: s + 1, loss, hashes: applied.map((a) => a.hash) };
   }
 }
+
+// ---- the roster schedule (daisy/train.py parse_roster, check_roster, peers_at; the same messages)
+export class RosterError extends Error {}
+
+// "0:2,10:3" -> [[0, 2], [10, 3]]: from 0-based step index 0 on 2 peers, from 10 on 3
+export function parseRoster(text) {
+  const entries = text.split(',');
+  const schedule = [];
+  entries.forEach((entry, i) => {
+    if (!/^[0-9]{1,9}:[0-9]{1,9}$/.test(entry)) {
+      throw new RosterError(`--roster entry '${entry}' is not STEP:PEERS (a 0-based step index and a peer count, e.g. 0:2,10:3)`);
+    }
+    const [step, peers] = entry.split(':').map(Number);
+    if (!(peers >= 1 && peers <= MAX_PEERS)) throw new RosterError(`--roster entry '${entry}': peers must be in 1..${MAX_PEERS}`);
+    if (schedule.length && step <= schedule[schedule.length - 1][0]) {
+      throw new RosterError(`--roster entry '${entry}': steps must be strictly increasing (it follows '${entries[i - 1]}')`);
+    }
+    schedule.push([step, peers]);
+  });
+  return schedule;
+}
+
+// the schedule covers a run of `steps` steps that starts (or resumes) at step index `start`
+export function checkRoster(schedule, text, start, steps) {
+  const entries = text.split(',');
+  if (schedule[0][0] > start) {
+    throw new RosterError(`--roster entry '${entries[0]}': the first entry must be at or before step ${start}, where this run starts`);
+  }
+  if (schedule[schedule.length - 1][0] >= steps) {
+    throw new RosterError(`--roster entry '${entries[entries.length - 1]}' is past the run's last step index ${steps - 1}`);
+  }
+}
+
+// P of 0-based step index `step`: the last entry at or before it
+export const peersAt = (schedule, step) => schedule.filter(([s]) => s <= step).at(-1)[1];
 
 // Python's repr(float): shortest round-trip digits; scientific when the decimal exponent is
 // < -4 or >= 16 ('1e-05', '1.5e+16'); integral values keep '.0'; nan, inf, -inf.

@@ -3,7 +3,8 @@
 1. `python -m daisy.fixtures DIR`, then `node --test tests/js/` with DAISY_FIXTURES=DIR: units,
    one forward, one backward, 20 training steps' hashes; the wasm engine's gates (tests/js/).
 2. `python -m daisy.train ... --json` and `node frontend_js/cli.mjs ... --json` for 20 steps print
-   identical lines (P=1, P=3, one non-default config); bad settings give the same error message.
+   identical lines (P=1, P=3, one non-default config, a --roster schedule; the text lines of a
+   --roster run too); bad settings and bad schedules give the same error message.
 The Python and node processes run concurrently to keep the suite inside its time budget.
 """
 import shutil
@@ -23,10 +24,20 @@ CLI_CASES = {
     "P3": ["--peers", "3", "--steps", "100", "--stop-after", "20", "--batch", "2", "--seq-len", "16"],
     "w48h3t24l1": ["--peers", "2", "--steps", "100", "--stop-after", "20", "--width", "48", "--heads", "3",
                    "--seq-len", "24", "--layers", "1", "--batch", "3", "--lr", "20", "--seed", "7"],
+    # churn: grows to 4 peers (the sharded reduce), shrinks to 1, grows again
+    "roster": ["--roster", "0:2,5:4,12:1,15:3", "--steps", "100", "--stop-after", "20", "--batch", "2",
+               "--seq-len", "16"],
 }
+# the text lines too (they say the peer count of each step)
+TEXT_CASE = ["--roster", "0:1,3:3,6:2", "--steps", "100", "--stop-after", "8", "--width", "16", "--heads", "4",
+             "--layers", "1", "--batch", "2", "--seq-len", "16"]
 BAD_ARGS = [
     ["--width", "5"], ["--heads", "8", "--width", "36"], ["--peers", "0"], ["--width", "abc"],
     ["--stop-after", "0"], ["--steps", "99"], ["--bogus"], ["--s", "3"], ["--seed", "-1"], ["--lr", "51"],
+    # bad roster schedules (tests/test_roster.py has one test per message)
+    ["--roster", ""], ["--roster", "0:2,x:3"], ["--roster", "0:1234567890"], ["--roster", "0:65"],
+    ["--roster", "0:2,5:3,5:2"], ["--roster", "1:2"], ["--roster", "0:2,100:3", "--steps", "100"],
+    ["--roster", "0:2", "--peers", "2"], ["--r", "0:2"], ["--roster", "-1:2"],
 ]
 
 
@@ -60,6 +71,8 @@ def results(tmp_path_factory):
     for name, args in CLI_CASES.items():
         jobs[f"py-{name}"] = lambda a=args: run([sys.executable, "-m", "daisy.train", *a, "--json"])
         jobs[f"js-{name}"] = lambda a=args: run([NODE, "frontend_js/cli.mjs", *a, "--json"])
+    jobs["py-text"] = lambda: run([sys.executable, "-m", "daisy.train", *TEXT_CASE])
+    jobs["js-text"] = lambda: run([NODE, "frontend_js/cli.mjs", *TEXT_CASE])
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
         futures = {k: pool.submit(f) for k, f in jobs.items()}
         return {k: f.result() for k, f in futures.items()}
@@ -79,6 +92,15 @@ def test_cli_json_lines_identical(results, name):
     assert len(py.stdout.splitlines()) == 20
     diff = first_diff(py.stdout, js.stdout)
     assert diff is None, f"{name}: python and node --json output differ at {diff}"
+
+
+def test_cli_text_lines_identical_under_a_roster(results):
+    py, js = results["py-text"], results["js-text"]
+    assert py.returncode == 0 and js.returncode == 0, (py.stderr, js.stderr)
+    counts = [line.rsplit("(", 1)[1] for line in py.stdout.splitlines()]
+    assert counts == ["1 peers agree)"] * 3 + ["3 peers agree)"] * 3 + ["2 peers agree)"] * 2, py.stdout
+    diff = first_diff(py.stdout, js.stdout)
+    assert diff is None, f"python and node text output differ at {diff}"
 
 
 def test_cli_bad_settings_same_messages():

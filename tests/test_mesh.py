@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from tests import reference
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
 pytestmark = pytest.mark.slow
@@ -36,18 +37,7 @@ def app_url():
 
 def reference_hashes(peers: int, settings: dict, steps: int) -> list[str]:
     """python -m daisy.train --peers P with these settings: the hash after each of `steps` steps."""
-    args = [sys.executable, "-m", "daisy.train", "--peers", str(peers), "--json", "--stop-after", str(steps)]
-    flags = {"width": "--width", "seq_len": "--seq-len", "batch": "--batch", "steps": "--steps",
-             "lr_x1000": "--lr", "layers": "--layers", "heads": "--heads", "seed": "--seed"}
-    for k, v in settings.items():
-        args += [flags[k], str(v)]
-    out = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = [json.loads(line) for line in out.stdout.splitlines()]
-    assert len(lines) == steps, f"the reference printed {len(lines)} lines, {steps} wanted"
-    for line in lines:
-        assert len(set(line["hashes"])) == 1, line
-    return [line["hashes"][0] for line in lines]
+    return reference.reference_hashes(settings, steps, peers=peers)
 
 
 def record_steps(page) -> None:
