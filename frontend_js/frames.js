@@ -37,6 +37,7 @@ export const TYPES = Object.freeze({
   STATE: 8,      // binary: the run's start state (state_codec.js), when it resumes a checkpoint
   GRAD: 10,      // binary: prevHash (32) + loss (f64) + gradient values (f64 LE)
   REDUCED: 11,   // binary: the owner's reduced shard (f64 LE)
+  GROUP_STATE: 20, // binary: a loaded checkpoint's state body (state_codec.js) to the idle group (group_state.js)
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;
