@@ -43,9 +43,10 @@ export const TYPES = Object.freeze({
   HALT: 14,      // JSON {runId, epoch, gone}: the acting leader halts the step in flight; members answer STATUS
   JOIN: 15,      // JSON {protocol, dataId}: a device asks the running group to sync it in
   SYNC: 16,      // JSON {runId, desc, roster, epoch, history, step, hash}: the leader's answer; STATE follows
-  FWD: 17,       // binary: hash after the step (32) + the group's reduced gradient of the step (f64 LE)
+  FWD: 17,       // binary: the group's reduced gradient of the step (f64 LE), to a joiner catching up
   SYNCED: 18,    // JSON {runId, step, hash}: a joiner's hash after catching up to `step`
   LEAVE: 19,     // JSON {runId, reason}: goodbye: this page is closing
+  GROUP_STATE: 20, // binary: a loaded checkpoint's state body (state_codec.js) to the idle group (group_state.js)
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;

@@ -93,14 +93,17 @@ export class ModelStore {
         const c = await this.peer.compute();
         state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
       }
-      return await this.loadState(state);
+      const loaded = await this.loadState(state);
+      // the whole idle group takes the file too (group_state.js), so Start anywhere resumes it
+      this.peer.restore?.share().catch((err) => this.peer.note(`The checkpoint was not sent to the group: ${err.message || err}`));
+      return loaded;
     } catch (err) {
       this.peer.set({ error: `Checkpoint refused: ${err.message || err}` });
       throw err;
     }
   }
 
-  // THE way a replica is replaced (a loaded file now, the group broadcast later).
+  // THE way a replica is replaced (a loaded file, or a peer's through GROUP_STATE).
   // state: {config (the 8 settings), step, adamT, params, m, v: {name: Float64Array} in any
   // key order, weightHash (optional: checked), extra (optional)}. Everything is checked before
   // anything changes; the arrays are copied. -> {step, hash, config}

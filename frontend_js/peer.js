@@ -15,6 +15,7 @@ import { Mesh } from './mesh.js';
 import { RtcPeer } from './rtc_peer.js';
 import { RunController } from './run.js';
 import { ModelStore } from './model_store.js';
+import { GroupRestore } from './group_state.js';
 
 const MAX_NOTES = 6;
 
@@ -44,6 +45,7 @@ export class Peer {
     this.rtc = new Map();      // peer id -> RtcPeer
     this.iceServers = [];
     this.models = new ModelStore(this);   // the model: generation, files, loading
+    this.restore = new GroupRestore(this, this.mesh);   // a loaded checkpoint to the whole group
     this.stepTimes = [];
   }
 

@@ -11,6 +11,14 @@ export const MAX_STATE_HEADER_BYTES = 64 * 1024;
 const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
 const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 
+// The largest state body any allowed settings make (= daisy/state_codec.py MAX_STATE_BYTES):
+// a bound checked before a peer's body is allocated. c: {config, model} (the compute modules).
+export function maxStateBytes(c) {
+  const top = c.config.makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, c.config.RANGES[k][1]])));
+  const values = c.model.paramShapes(top).reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+  return 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * values;
+}
+
 // shapes [[name, shape]] (model.paramShapes) and a replica -> ArrayBuffer. m and v null: weights only.
 export function encodeState(shapes, { config, step, adamT, params, m = null, v = null, weightHash = null, extra = null }) {
   if (!LITTLE_ENDIAN) throw new Error('the state body is little-endian; this host is not');
