@@ -18,7 +18,7 @@
 // Two Start presses at once: the proposal with the smaller runId wins everywhere.
 import { TYPES, NO_SLOT } from './frames.js';
 import { MeshCollective, ExchangeError, unflatten } from './collective.js';
-import { Trainer, Replica, cloneParams, checkLoss } from './train.js';
+import { Trainer, Replica, cloneParams, cloneReplica, checkLoss } from './train.js';
 import { HttpBatches } from './batch_source.js';
 import { StepArena } from './arena.js';
 import { encodeState, decodeState } from './state_codec.js';
@@ -186,6 +186,7 @@ export class RunController {
 
   onAnswer(from, m, yes) {
     if (!yes && m.json.runId === 0 && this.joining && this.joining.asked.includes(from)) {
+      this.joining.refused = true;
       this.abandonJoin(`${this.peer.nameOf(from)} declined: ${String(m.json.reason || 'no reason').slice(0, 200)}`, 30_000);
       return;
     }
@@ -266,7 +267,7 @@ export class RunController {
       if (!st.m || !st.v) throw new Error('the state has no Adam moments');
       if (JSON.stringify(acc.c.config.configToDict(acc.c.config.makeConfig(st.config))) !== JSON.stringify(acc.desc.config)) throw new Error('the state\'s settings differ from the run\'s');
       if (st.step !== acc.desc.startStep || st.adamT !== st.step) throw new Error(`the state is at step ${st.step}, the run starts at ${acc.desc.startStep}`);
-      acc.replica = new Replica(cloneParams(st.params), { t: st.adamT, m: cloneParams(st.m), v: cloneParams(st.v) });
+      acc.replica = cloneReplica({ params: st.params, adam: { t: st.adamT, m: st.m, v: st.v } });
     } catch (err) {
       this.refuse(from, acc.desc.runId, `its state was refused: ${err.message}`);
       this.dropAccepted();
@@ -809,8 +810,8 @@ export class RunController {
     try { dataId = await p.dataId(); } catch (err) { this.abandonJoin(err.message, 30_000); return; }
     if (this.joining !== jn) return;
     for (const id of ids) this.mesh.sendJson(id, TYPES.JOIN, { protocol: this.mesh.version, dataId }).catch(() => {});
+    // quiet until the leader answers: a run that was just ending everywhere never answers
     this.armJoinTimer(jn, 'no answer from the running group');
-    p.set({ runState: 'syncing', sync: { pct: 0 }, message: 'A run is going in this group: asking to join it…' });
   }
 
   armJoinTimer(jn, why) {
@@ -828,8 +829,10 @@ export class RunController {
     this.joining = null;
     this.mesh.setLimit(TYPES.STATE, null); this.mesh.setLimit(TYPES.FWD, null);
     this.joinBackoffUntil = performance.now() + backoffMs;
-    this.peer.note(`Joining the group's run: ${why}.`);
-    if (!this.run) this.peer.set({ runState: 'idle', sync: null });
+    if (jn.desc || jn.refused) {                  // the leader had answered: say what happened
+      this.peer.note(`Joining the group's run: ${why}.`);
+      if (!this.run) this.peer.set({ runState: 'idle', sync: null });
+    }
     if (backoffMs < 60_000) setTimeout(() => this.maybeJoin(), backoffMs + 10);
   }
 
@@ -973,7 +976,7 @@ export class RunController {
       if (st.step !== jn.snap || st.adamT !== st.step) throw new Error(`it is at step ${st.step}, the leader said ${jn.snap}`);
       const hash = jn.c.hashing.weightHash(st.params);
       if (hash !== jn.hash) throw new Error(`its weights hash to ${short(hash)}, the leader said ${short(jn.hash)}`);
-      jn.replica = new Replica(cloneParams(st.params), { t: st.adamT, m: cloneParams(st.m), v: cloneParams(st.v) });
+      jn.replica = cloneReplica({ params: st.params, adam: { t: st.adamT, m: st.m, v: st.v } });
     } catch (err) {
       this.abandonJoin(`the state was refused: ${err.message}`, 500);
       return;
@@ -1075,6 +1078,7 @@ export class RunController {
     if (run.recovery) this.wakeParked(run);
     if (this.run === run) this.run = null;
     this.lastRun = run;
+    this.joinBackoffUntil = performance.now() + 3000;    // peers still finishing this run look 'training' a moment
     this.peer.models.step = run.completed;
     this.peer.set({ running: false, runState, message, error, step: run.completed, hash: run.hash });
     this.peer.announce();
@@ -1109,10 +1113,6 @@ export class RunController {
 function freshReplica(c, cfg) {
   const params = c.model.initParams(cfg);
   return new Replica(cloneParams(params), c.optim.adamInit(params));
-}
-
-function cloneReplica(r) {
-  return new Replica(cloneParams(r.params), { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
 }
 
 export { NO_SLOT };

@@ -16,7 +16,7 @@ from tests.test_mesh import TINY, ended, linked, open_group
 pytestmark = pytest.mark.slow
 
 RUN_MS = 150_000
-SETTINGS = {"steps": 100, **TINY}
+SETTINGS = {"steps": 300, **TINY}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,11 @@ def test_a_device_that_opens_mid_run_is_synced_in_and_trains_the_reference(app_u
     wait_state(a, "s.running && s.step >= 10", "10 steps", RUN_MS)
     c = open_peer(pages, app_url + "/", "c")
     record(c)
-    wait_state(c, "s.running && s.runState === 'training'", "c synced in", 60_000)
+    try:
+        wait_state(c, "s.running && s.runState === 'training'", "c synced in", 60_000)
+    except AssertionError:
+        print("leader notes", state(a)["notes"], state(a)["step"], a.evaluate("window.daisy.mesh.drops()"), c.evaluate("window.daisy.mesh.drops()"))
+        raise
     sc = state(c)
     entered = sc["run"]["history"][-1]
     assert entered[1] == 3 and entered[0] >= 10, sc["run"]["history"]
