@@ -38,6 +38,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from .bodies import BodyTooLarge as _BodyTooLarge, read_body as _read_body, refuse as _refuse
 from .checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, save_checkpoint,
                          save_safetensors)
 from .config import RANGES, Config
@@ -211,27 +212,6 @@ def build_page(source: DataSource) -> gr.Blocks:
 # The model routes (the state body: daisy/state_codec.py)
 
 MAX_CHECKPOINT_BYTES = DEFAULT_MAX_BYTES           # uploads to /api/load
-
-
-def _refuse(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (before reading it when Content-Length says so) over limit."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyTooLarge(f"the request body is {int(declared):,} bytes, over the limit of {limit:,} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _BodyTooLarge(f"the request body is over the limit of {limit:,} bytes")
-    return bytes(body)
 
 
 def _attachment(data, media_type: str, filename: str, state: dict) -> Response:
