@@ -10,6 +10,8 @@ Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
     /kernels/...   kernels/ (WGSL)              loaded by frontend_js at run time
     /api/checkpoint.pt, /api/model.safetensors, /api/kit.html, /api/load
                    the model routes             make_model_router() (below)
+    /api/group-run, /api/group-run/info
+                   the group's stored run       daisy.group_run
     /              the Gradio Blocks page       build_page()
 Gradio owns /static and /assets, so our files live under their own prefixes.
 
@@ -43,6 +45,7 @@ from .checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, sa
                          save_safetensors)
 from .config import RANGES, Config
 from .datastream import DataSource, make_data_router
+from .group_run import make_group_run_router
 from .kit import KitError, render_kit
 from .sandbox import ParseBusy, ParseSandbox
 from .signaling import SignalingHub, make_room_router, make_signaling_router
@@ -301,7 +304,9 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
         data_source = DataSource()
         data_source.start()          # pin the data's commit at start-up, not on the first request
     app = FastAPI(title="DaisyChain-Web")
-    app.include_router(make_signaling_router(hub))
+    signal_router = make_signaling_router(hub)
+    app.include_router(signal_router)
+    app.include_router(make_group_run_router(signal_router.hub))   # its callers' groups: the hub's seats
     app.include_router(make_room_router())
     app.include_router(make_data_router(data_source))
     app.include_router(make_model_router())

@@ -15,6 +15,7 @@ import { Mesh } from './mesh.js';
 import { RtcPeer } from './rtc_peer.js';
 import { RunController } from './run.js';
 import { ModelStore } from './model_store.js';
+import { StoredRun } from './stored_run.js';
 
 const MAX_NOTES = 6;
 
@@ -44,6 +45,7 @@ export class Peer {
     this.rtc = new Map();      // peer id -> RtcPeer
     this.iceServers = [];
     this.models = new ModelStore(this);   // the model: generation, files, loading
+    this.storedRun = new StoredRun(this); // the group's run kept by the server (stored_run.js)
     this.stepTimes = [];
   }
 
@@ -371,6 +373,7 @@ export function automationApi(peer, bus) {
     downloadSafetensors: () => peer.models.downloadSafetensors(),
     downloadKit: () => peer.models.downloadKit(),
     load: (stateOrFile) => peer.models.load(stateOrFile),
+    resumeStored: () => peer.storedRun.resume(),
     // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
     // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
     mesh: {
