@@ -35,6 +35,10 @@ export class StoredRun {
     this.alone = false;
     peer.bus.on('signal:welcome', () => { this.alone = false; });   // a new identity asks again
     peer.bus.on('roster', () => this.onRoster());
+    // another run or model takes the page's place: the offer would replace it
+    for (const event of ['run-started', 'model-loaded']) {
+      peer.bus.on(event, () => { if (peer.s.storedOffer) peer.set({ storedOffer: null }); });
+    }
   }
 
   token() { return this.peer.conn && this.peer.conn.token; }
