@@ -11,7 +11,7 @@ Who may read or write a group's run is decided ONLY by the caller's signaling id
 carries it), maps to a seat of the SignalingHub and so to that seat's group. A group named by
 the client is never believed: no route takes one.
 
-Routes (docs/PROTOCOL.md "The stored run"):
+Routes (docs/PROTOCOL.md "The stored run (HTTP)"):
     POST /api/group-run        state body with Adam's moments -> {stored info}
     GET  /api/group-run/info   {"stored": false} or {"stored": true, step, steps, ...}
     GET  /api/group-run        the state body (404 when the group has none)
@@ -182,5 +182,5 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
                         headers={"X-Daisy-Weight-Hash": run.weight_hash, "X-Daisy-Step": str(run.step),
                                  "Cache-Control": "no-store"})
 
-    router.store = store           # for tests and status readouts
+    router.store, router.uploading = store, uploading       # for tests and status readouts
     return router

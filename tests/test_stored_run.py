@@ -4,6 +4,7 @@ refused, and the store's bounds. The pages' side (upload while training, resume 
 closed) is tests/test_stored_run_pages.py."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import httpx
@@ -35,15 +36,16 @@ def tiny_body(step: int, seed: int = 1, **overrides) -> bytes:
 
 
 @contextlib.contextmanager
-def stored_run_app(store: GroupRunStore | None = None):
-    """/signal and the stored-run routes over one hub, served by uvicorn -> (ws base, http base, store)."""
+def stored_run_app(store: GroupRunStore | None = None, **options):
+    """/signal and the stored-run routes over one hub, served by uvicorn -> (ws base, http base,
+    router); options go to make_group_run_router."""
     hub = SignalingHub(SignalingConfig())
-    router = make_group_run_router(hub, store or GroupRunStore())
+    router = make_group_run_router(hub, store or GroupRunStore(), **options)
     app = FastAPI()
     app.include_router(make_signaling_router(hub))
     app.include_router(router)
     with serve_in_thread(app, proxy_headers=False) as ws_base:
-        yield ws_base, ws_base.replace("ws://", "http://"), router.store
+        yield ws_base, ws_base.replace("ws://", "http://"), router
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +195,8 @@ def test_the_store_keeps_the_latest_runs_within_its_count_and_bytes():
 @async_test
 async def test_over_the_stores_bounds_the_oldest_group_is_evicted():
     body = tiny_body(10)
-    with stored_run_app(GroupRunStore(max_runs=2, max_bytes=4 * len(body))) as (ws, base, store):
+    with stored_run_app(GroupRunStore(max_runs=2, max_bytes=4 * len(body))) as (ws, base, router):
+        store = router.store
         async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
             first, second, third = [await c.open(xff=f"203.0.113.{i}") for i in (1, 2, 3)]
             for client in (first, second, third):
@@ -205,3 +208,35 @@ async def test_over_the_stores_bounds_the_oldest_group_is_evicted():
             # a body larger than the whole store is refused unread
             refused(await http.post("/api/group-run", content=b"\0" * (4 * len(body) + 1), headers=auth(first)),
                     413, "over the limit")
+
+
+@async_test
+async def test_uploads_take_a_slot_before_their_body_is_read():
+    """One upload per group and max_uploads in all: the next is refused at once (409 / 503),
+    so a crowd of slow uploads cannot hold more than that many bodies in memory."""
+    body = tiny_body(10)
+    with stored_run_app(max_uploads=1) as (ws, base, router):
+        async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
+            first, same_group = await c.open(xff=NET_A), await c.open(xff=NET_A)
+            other_group = await c.open(xff=NET_B)
+            release = asyncio.Event()
+
+            async def slow_body():
+                yield body[:100]
+                await release.wait()
+                yield body[100:]
+            held = asyncio.create_task(http.post("/api/group-run", content=slow_body(), headers=auth(first)))
+            for _ in range(300):                  # until the server is reading the held upload
+                if router.uploading:
+                    break
+                await asyncio.sleep(0.01)
+            assert router.uploading, "the first upload never started"
+            refused(await http.post("/api/group-run", content=body, headers=auth(same_group)),
+                    409, "another upload of this group's run is in progress")
+            busy = await http.post("/api/group-run", content=body, headers=auth(other_group))
+            refused(busy, 503, "busy, retry")
+            assert busy.headers["retry-after"] == "5"
+            release.set()
+            assert (await held).status_code == 200
+            assert (await http.post("/api/group-run", content=body, headers=auth(other_group))).status_code == 200
+            assert not router.uploading
