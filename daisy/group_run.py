@@ -126,14 +126,14 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
         token = request.headers.get(TOKEN_HEADER)
         if not token:
             return refuse(401, f"no signaling token: send the token of this page's /signal "
-                                f"welcome in the {TOKEN_HEADER} header")
+                               f"welcome in the {TOKEN_HEADER} header")
         seat = hub.by_token.get(token)
         if seat is None or seat.released:
             return refuse(401, "unknown or expired signaling token: reconnect to /signal and "
-                                "use the new welcome's token")
+                               "use the new welcome's token")
         if not seat.admitted:
             return refuse(403, "this device waits for the room host's approval: only approved "
-                                "members may read or store the room's run")
+                               "members may read or store the room's run")
         return seat.group.key
 
     @router.post("/api/group-run")
@@ -144,10 +144,10 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
         # refused before the body is read: a crowd of uploads cannot fill memory
         if key in uploading:
             return refuse(409, "another upload of this group's run is in progress: retry",
-                           {"Retry-After": "2"})
+                          {"Retry-After": "2"})
         if len(uploading) >= max_uploads:
             return refuse(503, "busy, retry: other groups' runs are being stored",
-                           {"Retry-After": "5"})
+                          {"Retry-After": "5"})
         uploading.add(key)
         try:
             # the largest settings' state, or less when the whole store is smaller
