@@ -10,6 +10,8 @@ Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
     /kernels/...   kernels/ (WGSL)              loaded by frontend_js at run time
     /api/checkpoint.pt, /api/model.safetensors, /api/kit.html, /api/load
                    the model routes             make_model_router() (below)
+    /api/group-run, /api/group-run/info
+                   the group's stored run       daisy.group_run
     /              the Gradio Blocks page       build_page()
 Gradio owns /static and /assets, so our files live under their own prefixes.
 
@@ -38,10 +40,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from .bodies import BodyTooLarge as _BodyTooLarge, read_body as _read_body, refuse as _refuse
 from .checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, save_checkpoint,
                          save_safetensors)
 from .config import RANGES, Config
 from .datastream import DataSource, make_data_router
+from .group_run import make_group_run_router
 from .kit import KitError, render_kit
 from .sandbox import ParseBusy, ParseSandbox
 from .signaling import SignalingHub, make_room_router, make_signaling_router
@@ -213,27 +217,6 @@ def build_page(source: DataSource) -> gr.Blocks:
 MAX_CHECKPOINT_BYTES = DEFAULT_MAX_BYTES           # uploads to /api/load
 
 
-def _refuse(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (before reading it when Content-Length says so) over limit."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BodyTooLarge(f"the request body is {int(declared):,} bytes, over the limit of {limit:,} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _BodyTooLarge(f"the request body is over the limit of {limit:,} bytes")
-    return bytes(body)
-
-
 def _attachment(data, media_type: str, filename: str, state: dict) -> Response:
     return Response(data, media_type=media_type, headers={
         "Content-Disposition": f'attachment; filename="{filename}"',
@@ -321,7 +304,9 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
         data_source = DataSource()
         data_source.start()          # pin the data's commit at start-up, not on the first request
     app = FastAPI(title="DaisyChain-Web")
-    app.include_router(make_signaling_router(hub))
+    signal_router = make_signaling_router(hub)
+    app.include_router(signal_router)
+    app.include_router(make_group_run_router(signal_router.hub))   # its callers' groups: the hub's seats
     app.include_router(make_room_router())
     app.include_router(make_data_router(data_source))
     app.include_router(make_model_router())

@@ -75,10 +75,10 @@ def _header_int(header: dict, key: str) -> int:
     return v
 
 
-def decode_state(body, *, need_optim: bool) -> dict:
+def decode_state(body, *, need_optim: bool, need_hash: bool = False) -> dict:
     """The state body -> {config (dict), step, adam_t, params, adam_m, adam_v (None when only
     the weights came), weight_hash (computed), extra}. Shapes come from the config; the data
-    length must match exactly."""
+    length must match exactly. need_hash: the header must carry the weight_hash to check."""
     data = memoryview(body).cast("B")
     if len(data) < 8:
         raise StateError(f"the state body is {len(data)} bytes, shorter than its 8-byte header length")
@@ -132,8 +132,10 @@ def decode_state(body, *, need_optim: bool) -> dict:
             at += sizes[name]
         groups.append(group)
     params = groups[0]
-    actual = weight_hash(params)
     claimed = header.get("weight_hash")
+    if need_hash and claimed is None:
+        raise StateError("the state header carries no weight_hash to check the weights against")
+    actual = weight_hash(params)
     if claimed is not None and claimed != actual:
         raise StateError(f"weight hash mismatch: the page says {str(claimed):.64}, the weights "
                          f"received hash to {actual}")

@@ -152,7 +152,7 @@ export class ModelStore {
 }
 
 // a refused request -> the server's message
-async function errorText(res) {
+export async function errorText(res) {
   const body = await res.json().catch(() => null);
   return (body && body.error) || `HTTP ${res.status} ${res.statusText}`.trim();
 }

@@ -16,6 +16,7 @@ import { RtcPeer } from './rtc_peer.js';
 import { RunController } from './run.js';
 import { ModelStore } from './model_store.js';
 import { GroupRestore } from './group_state.js';
+import { StoredRun } from './stored_run.js';
 
 const MAX_NOTES = 6;
 
@@ -46,6 +47,7 @@ export class Peer {
     this.iceServers = [];
     this.models = new ModelStore(this);   // the model: generation, files, loading
     this.restore = new GroupRestore(this, this.mesh);   // a loaded checkpoint to the whole group
+    this.storedRun = new StoredRun(this); // the group's run kept by the server (stored_run.js)
     this.stepTimes = [];
   }
 
@@ -376,6 +378,7 @@ export function automationApi(peer, bus) {
     downloadSafetensors: () => peer.models.downloadSafetensors(),
     downloadKit: () => peer.models.downloadKit(),
     load: (stateOrFile) => peer.models.load(stateOrFile),
+    resumeStored: () => peer.storedRun.resume(),
     // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
     // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
     mesh: {

@@ -419,6 +419,7 @@ export class RunController {
       run.peerHashes.set(p.s.peerId, applied.hash);
       this.report(run, s + 1, out.loss, cfg.batch * cfg.seq_len * run.roster.length);
       if (run.roster[0] === this.selfId && run.joiners.size) this.forwardToJoiners(run, s, out.flat);
+      this.peer.storedRun?.afterStep(run);          // the leader stores the group's run (stored_run.js)
       // the deadline follows the group's pace: a slow group (big settings, phones) is not "gone"
       const t = p.stepTimes, n = t.length;
       if (n > 2) run.collective.deadlineMs = Math.max(DEADLINE_MS, DEADLINE_STEPS * (t[n - 1] - t[0]) / (n - 1));
@@ -1083,6 +1084,7 @@ export class RunController {
     this.peer.set({ running: false, runState, message, error, step: run.completed, hash: run.hash });
     this.peer.announce();
     this.peer.bus.emit('run-ended', { state: runState, step: run.completed, error, hash: run.hash, history: run.history.map((e) => e.slice()) });
+    this.peer.storedRun?.afterRun(run, { state: runState, error });   // stored_run.js
   }
 
   // the page is going away: tell the run's peers now (they would otherwise wait for a deadline)

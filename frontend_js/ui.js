@@ -29,6 +29,9 @@ export function mount(element) {
       <h3>Join requests</h3>
       <table data-role="requests"><tbody></tbody></table>
     </div>
+    <div class="daisy-stored" data-role="stored-box" hidden>
+      <button type="button" data-action="resume-stored" data-role="resume-stored"></button>
+    </div>
     <h3>Run</h3>
     <div class="daisy-readouts">
       <div><b>step</b><span data-role="step">–</span></div>
@@ -47,7 +50,8 @@ export function mount(element) {
     const button = ev.target.closest('button[data-action]');
     if (!button) return;
     try {
-      if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
+      if (button.dataset.action === 'resume-stored') peer.storedRun.resume().catch(() => {});   // the panel shows why
+      else if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
       else peer.reject(button.dataset.peer);
     } catch (err) { $('error').textContent = err.message; }
   });
@@ -62,6 +66,9 @@ export function mount(element) {
     const showRequests = s.role === 'host' && s.requests.length > 0;
     $('requests-box').hidden = !showRequests;
     $('requests').tBodies[0].innerHTML = showRequests ? s.requests.map(requestRow).join('') : '';
+    const offer = !s.running && s.storedOffer;
+    $('stored-box').hidden = !offer;
+    if (offer) $('resume-stored').textContent = `Resume step ${offer.step} of the group's run`;
     $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
     $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
     $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');

@@ -55,6 +55,8 @@ def test_weights_only_and_lying_hash():
         decode_state(weights_only, need_optim=True)
     with pytest.raises(StateError, match="weight hash mismatch"):
         decode_state(encode_state(config=TINY, step=5, params=params, weight_hash="0" * 64), need_optim=False)
+    with pytest.raises(StateError, match="carries no weight_hash"):      # the stored run's uploads
+        decode_state(weights_only, need_optim=False, need_hash=True)
 
 
 def test_a_deeply_nested_header_is_refused_not_a_crash():
