@@ -75,8 +75,8 @@ def running_app(tmp: str, name: str, env_extra: dict):
         stop_app(proc, log)
 
 
-def open_peer(pages, url: str, label: str):
-    page = pages.new_page(url, label)
+def open_peer(pages, url: str, label: str, init_script: str | None = None):
+    page = pages.new_page(url, label, init_script)
     page.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=WAIT_MS)
     return page
 

@@ -25,9 +25,12 @@ class BrowserPages:
         self.problems: list[str] = []     # "<page label>: <console error or page error>"
         self.contexts = []
 
-    def new_page(self, url: str, label: str):
+    def new_page(self, url: str, label: str, init_script: str | None = None):
+        """init_script: JavaScript run in the page before its own scripts (test hooks)."""
         context = self.browser.new_context(permissions=["camera", "microphone"])
         self.contexts.append(context)
+        if init_script:
+            context.add_init_script(init_script)
         page = context.new_page()
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
         page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))

@@ -16,7 +16,7 @@ from tests.test_mesh import TINY, ended, linked, open_group
 pytestmark = pytest.mark.slow
 
 RUN_MS = 150_000
-SETTINGS = {"steps": 300, **TINY}
+SETTINGS = {"steps": 10000, **TINY}       # long enough never to end by itself: tests stop it
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +66,22 @@ def assert_reference(label: str, got: dict[int, str], want: list[str]) -> None:
             f"{label}: first mismatch at step {step}: page {got[step]}, reference {want[step - 1]}"
 
 
-def check_group(pages_labels, settings=SETTINGS) -> list[dict]:
-    """Every page ended 'done' at the last step on one history and one hash, and every step it
-    completed equals the reference run of that history."""
-    finals = [ended(p, f"{label} finished", RUN_MS) for p, label in pages_labels]
+def stop_group(pages_labels, settings=SETTINGS, after: int = 5) -> list[dict]:
+    """Train `after` more steps, stop the group from its first page; every page must end
+    'stopped' at one step, on one history and one hash, and every step it completed must equal
+    the reference run of that history."""
+    first = pages_labels[0][0]
+    at = state(first)["step"]
+    wait_state(first, f"s.running && s.step >= {at + after}", f"{after} more steps", RUN_MS)
+    first.evaluate("window.daisy.stop()")
+    finals = [ended(p, f"{label} stopped", RUN_MS) for p, label in pages_labels]
     for s, (_, label) in zip(finals, pages_labels):
-        assert s["runState"] == "done" and s["step"] == settings["steps"], f"{label}: {s['runState']} at {s['step']}: {s['message']}"
+        assert s["runState"] == "stopped", f"{label}: {s['runState']} at {s['step']}: {s['message']}"
+    assert len({s["step"] for s in finals}) == 1, [s["step"] for s in finals]
     histories = {schedule(s["run"]["history"]) for s in finals}
     assert len(histories) == 1, f"pages disagree on the schedule: {histories}"
     assert len({s["hash"] for s in finals}) == 1, [s["hash"] for s in finals]
-    want = reference_hashes(settings, settings["steps"], roster=histories.pop())
+    want = reference_hashes(settings, finals[0]["step"], roster=histories.pop())
     for page, label in pages_labels:
         assert_reference(label, final_hashes(page, label), want)
     return finals
@@ -91,21 +97,17 @@ def test_a_device_that_opens_mid_run_is_synced_in_and_trains_the_reference(app_u
     wait_state(a, "s.running && s.step >= 10", "10 steps", RUN_MS)
     c = open_peer(pages, app_url + "/", "c")
     record(c)
-    try:
-        wait_state(c, "s.running && s.runState === 'training'", "c synced in", 60_000)
-    except AssertionError:
-        print("leader notes", state(a)["notes"], state(a)["step"], a.evaluate("window.daisy.mesh.drops()"), c.evaluate("window.daisy.mesh.drops()"))
-        raise
+    wait_state(c, "s.running && s.runState === 'training'", "c synced in", 60_000)
     sc = state(c)
     entered = sc["run"]["history"][-1]
     assert entered[1] == 3 and entered[0] >= 10, sc["run"]["history"]
-    finals = check_group([(a, "a"), (b, "b"), (c, "c")])
+    finals = stop_group([(a, "a"), (b, "b"), (c, "c")])
     assert finals[0]["run"]["history"] == [[0, 2], entered], finals[0]["run"]["history"]
     seen = c.evaluate("window.runStates")
     assert any(x.startswith("syncing") for x in seen) and seen.index("training") > 0, seen
     # the joiner's first contributed step is the one the roster named; it computed every later one
     steps = sorted(final_hashes(c, "c"))
-    assert steps[0] == entered[0] + 1 and steps[-1] == SETTINGS["steps"], steps[:3]
+    assert steps[0] == entered[0] + 1 and steps[-1] == finals[0]["step"], steps[:3]
 
 
 def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
@@ -118,16 +120,7 @@ def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
     wait_state(a, "s.running && s.step >= 5", "5 steps", RUN_MS)
     a.evaluate("window.daisy.testing.faultNextState('tamper')")
-    c = pages.new_page_with_init(app_url + "/", "c", "window.__daisyTest = {corruptNextSync: true};") \
-        if hasattr(pages, "new_page_with_init") else None
-    if c is None:
-        context = pages.browser.new_context()
-        pages.contexts.append(context)
-        context.add_init_script("window.__daisyTest = {corruptNextSync: true};")
-        c = context.new_page()
-        c.on("console", lambda m: m.type == "error" and pages.problems.append(f"c: console: {m.text}"))
-        c.goto(app_url + "/", wait_until="load", timeout=30_000)
-        c.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=10_000)
+    c = open_peer(pages, app_url + "/", "c", init_script="window.__daisyTest = {corruptNextSync: true};")
     record(c)
     wait_state(c, "s.running && s.runState === 'training'", "c synced in after the retries", 90_000)
     notes = " ".join(state(a)["notes"])
@@ -139,7 +132,7 @@ def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     record(d)
     wait_state(d, "s.running && s.runState === 'training'", "d synced in after the cut", 90_000)
     assert any("stalled" in n or "asking again" in n for n in state(d)["notes"]), state(d)["notes"]
-    check_group([(a, "a"), (b, "b"), (c, "c"), (d, "d")])
+    stop_group([(a, "a"), (b, "b"), (c, "c"), (d, "d")])
 
 
 # ---- leaving and crashing ---------------------------------------------------------------------
@@ -166,7 +159,7 @@ def test_a_closed_page_and_a_crashed_page_are_recomputed_without(app_url, pages)
     wait_state(a, "s.running && s.step >= 25", "25 steps", RUN_MS)
     crash(c)                                              # no goodbye
     wait_state(a, "s.run && s.run.roster.length === 2", "c removed", 30_000)
-    finals = check_group([(a, "a"), (b, "b")])
+    finals = stop_group([(a, "a"), (b, "b")])
     hist = finals[0]["run"]["history"]
     assert [p for _, p in hist] == [4, 3, 2] and hist[1][0] >= 15 and hist[2][0] >= 25, hist
 
@@ -185,7 +178,7 @@ def test_the_leader_leaves_and_the_next_senior_peer_leads_on(app_url, pages):
     new_leader = roster[1]
     for p, _ in rest:
         wait_state(p, f"s.run && s.run.leader === '{new_leader}'", "the next senior peer leads", 30_000)
-    finals = check_group(rest)
+    finals = stop_group(rest)
     assert all(s["run"]["roster"] == roster[1:] for s in finals), [s["run"]["roster"] for s in finals]
 
 

@@ -1,0 +1,64 @@
+// The roster rules of frontend_js/roster.js (docs/ARCHITECTURE.md "Membership"): who leads, when
+// survivors may go on without a split, the P schedule, and which ROSTER messages a peer takes.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleString, checkRoster, MAX_RUN_ID } from '../../frontend_js/roster.js';
+
+test('epoch keys: distinct per epoch, never 0, no wrap below the largest run id', () => {
+  assert.equal(epochKey(7, 0), 7);
+  assert.notEqual(epochKey(7, 1), epochKey(7, 0));
+  assert.equal(epochKey(MAX_RUN_ID - 100_000, 99_999), MAX_RUN_ID - 1);
+});
+
+test('the acting leader is the most senior peer not gone', () => {
+  assert.equal(actingLeader(['a', 'b', 'c'], new Set()), 'a');
+  assert.equal(actingLeader(['a', 'b', 'c'], new Set(['a'])), 'b');
+  assert.equal(actingLeader(['a', 'b', 'c'], new Set(['a', 'b'])), 'c');
+  assert.equal(actingLeader(['a'], new Set(['a'])), null);
+});
+
+test('no split: a strict majority goes on; half or less only with every removed peer confirmed gone', () => {
+  const R = ['a', 'b', 'c', 'd'];
+  assert.equal(mayGoOn(R, new Set(['d']), new Set()), true, '3 of 4');
+  assert.equal(mayGoOn(R, new Set(['c', 'd']), new Set()), false, '2 of 4, unconfirmed');
+  assert.equal(mayGoOn(R, new Set(['a', 'b']), new Set()), false, 'the other half, unconfirmed');
+  assert.equal(mayGoOn(R, new Set(['c', 'd']), new Set(['c'])), false, 'one of two confirmed');
+  assert.equal(mayGoOn(R, new Set(['c', 'd']), new Set(['c', 'd'])), true, 'both confirmed');
+  assert.equal(mayGoOn(['a', 'b'], new Set(['b']), new Set()), false, 'a frozen partner of two');
+  assert.equal(mayGoOn(['a', 'b'], new Set(['a']), new Set(['a'])), true, 'a closed leader of two');
+  // the two sides of any split: never both
+  for (let P = 1; P <= 7; P++) {
+    const ids = Array.from({ length: P }, (_, i) => `p${i}`);
+    for (let mask = 0; mask < (1 << P); mask++) {
+      const sideA = new Set(ids.filter((_, i) => mask & (1 << i)));
+      const sideB = new Set(ids.filter((id) => !sideA.has(id)));
+      assert.ok(!(mayGoOn(ids, sideB, new Set()) && mayGoOn(ids, sideA, new Set())), `P=${P} mask=${mask}: both sides go on`);
+    }
+  }
+});
+
+test('the P schedule: a change at `from` undoes later entries and replaces one at `from`', () => {
+  assert.deepEqual(scheduleWith([[0, 2]], 10, 3), [[0, 2], [10, 3]]);
+  assert.deepEqual(scheduleWith([[0, 2], [10, 3]], 10, 2), [[0, 2]], 'recomputed with the old P: no entry');
+  assert.deepEqual(scheduleWith([[0, 2], [10, 3]], 9, 1), [[0, 2], [9, 1]]);
+  assert.deepEqual(scheduleWith([[0, 3]], 5, 3), [[0, 3]], 'same P: unchanged');
+  assert.equal(scheduleString([[0, 2], [10, 3], [15, 2]]), '0:2,10:3,15:2');
+});
+
+test('ROSTER checks: planned joins, recoveries, and what is refused', () => {
+  const cur = { roster: ['a', 'b', 'c'], epoch: 2, completed: 20, selfId: 'b' };
+  const ok = (msg, sender = msg.roster[0]) => assert.equal(checkRoster(msg, cur, sender), null, JSON.stringify(msg));
+  const no = (msg, re, sender = msg.roster[0]) => assert.match(String(checkRoster(msg, cur, sender)), re, JSON.stringify(msg));
+  ok({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 21 });              // a joiner from the next step
+  ok({ roster: ['b', 'c'], epoch: 3, from: 20 });                        // the leader gone: b leads
+  ok({ roster: ['a', 'b'], epoch: 4, from: 19 });                        // we undo one step
+  no({ roster: ['a', 'b'], epoch: 2, from: 20 }, /epoch/);
+  no({ roster: ['a', 'b'], epoch: 3, from: 18 }, /recovery from step/);
+  no({ roster: ['b', 'a', 'c'], epoch: 3, from: 20 }, /reorders|senior/);
+  no({ roster: ['c', 'b'], epoch: 3, from: 20 }, /reorders|senior/);     // c while b survives
+  no({ roster: ['a', 'b', 'd'], epoch: 3, from: 21 }, /adds and removes/);
+  no({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 23 }, /joiners from step/);
+  no({ roster: ['a', 'a'], epoch: 3, from: 20 }, /malformed/);
+  no({ roster: ['a', 'b'], epoch: 3, from: 20 }, /leader/, 'c');        // not sent by its slot 0
+  assert.equal(checkRoster({ roster: ['a', 'c'], epoch: 3, from: 20 }, cur, 'a'), null, 'we were dropped: the caller leaves');
+});
