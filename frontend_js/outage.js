@@ -87,14 +87,15 @@ export class OutageWatch {
     }
   }
 
-  // A restarted server forgot the room's approvals: a peer of our run asks again. Its id is
-  // bound to its token, so it is the device we train with: approve it without asking the user.
+  // A restarted server forgot the room's approvals: a peer of our run (or of the last one: a
+  // run may end before its peers are back) asks again. Its id is bound to its token, so it is
+  // a device this room admitted before: approve it without asking the user.
   readmit(who) {
-    const p = this.peer, run = p.runs.run;
+    const p = this.peer, run = p.runs.run || p.runs.lastRun;
     if (p.s.role !== 'host' || !run || !run.roster.includes(who.id)) return;
     try {
       p.approve(who.id);
-      p.note(`${who.name} (${who.id}) asked to join again after a server restart: approved, it trains in this run.`);
+      p.note(`${who.name} (${who.id}) asked to join again after a server restart: approved, it trained in this device's run.`);
     } catch (err) {
       console.warn('daisy: could not re-admit a run peer:', err);
     }
