@@ -387,7 +387,7 @@ async def test_no_such_peer_answer_is_the_same_whether_or_not_the_peer_exists(ba
         host = await c.open(room="enum-room")
         pending = await c.open(room="enum-room")
         answers = []
-        for target in (elsewhere.id, host.id, pending.id, "ffffffff"):
+        for target in (elsewhere.id, host.id, pending.id, "f" * 16):
             await me.send({"type": "signal", "to": target, "data": 1})
             err = await me.expect("error")
             answers.append({**err, "message": err["message"].replace(target, "ID")})
