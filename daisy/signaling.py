@@ -29,6 +29,8 @@ from fastapi import APIRouter, FastAPI, WebSocket
 log = logging.getLogger("daisy.signaling")
 DEFAULT_ICE_SERVERS = [{"urls": "stun:stun.l.google.com:19302"}]
 ROOM_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOKEN = re.compile(r"[A-Za-z0-9_-]{32}")  # what secrets.token_urlsafe(24) makes: 192 bits
+PEER_ID_HEX = 16  # a peer id: the first 16 hex digits (64 bits) of SHA-256(token)
 MAX_NAME = 40
 MAX_STATE = 64
 
@@ -189,6 +191,11 @@ def network_key(ip, salt: bytes) -> str:
         return "net:local"
     where = str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
     return "net:" + hmac.new(salt, where.encode(), hashlib.sha256).hexdigest()[:24]
+
+
+def peer_id_of(token: str) -> str:
+    """A seat's peer id: a function of its token, so a restarted server gives the same id back."""
+    return hashlib.sha256(token.encode()).hexdigest()[:PEER_ID_HEX]
 
 
 def _clean_text(value, limit: int) -> str:
@@ -485,8 +492,8 @@ class SignalingHub:
                 role = "member"
             else:
                 role = "pending" if any(s.role == "host" for s in group.seats.values()) else "host"
-            seat = Seat(self._new_peer_id(), secrets.token_urlsafe(24), group,
-                        _clean_text(name, MAX_NAME), role)
+            token, peer_id = self._identity(token)
+            seat = Seat(peer_id, token, group, _clean_text(name, MAX_NAME), role)
             group.seats[seat.id] = seat
             self.by_token[seat.token] = seat
         seat.conn = conn
@@ -498,11 +505,19 @@ class SignalingHub:
         self._announce_arrival(seat)
         return seat
 
-    def _new_peer_id(self) -> str:
-        while (peer_id := secrets.token_hex(4)) in self.peer_ids:
+    def _identity(self, token: str | None) -> tuple[str, str]:
+        """(token, peer id) of a new seat. A well-formed token this hub does not know (minted
+        by an earlier run of the server, or expired here) keeps its id, so a run's roster
+        survives a restart; a malformed one, or one whose id a live seat holds (the same token
+        in another group, or a preimage attempt), is ignored: a fresh identity. Why accepting
+        client tokens gives nobody new power: docs/PROTOCOL.md "Identity"."""
+        if token and TOKEN.fullmatch(token) and (peer_id := peer_id_of(token)) not in self.peer_ids:
+            self.peer_ids.add(peer_id)
+            return token, peer_id
+        while (peer_id := peer_id_of(token := secrets.token_urlsafe(24))) in self.peer_ids:
             pass
         self.peer_ids.add(peer_id)
-        return peer_id
+        return token, peer_id
 
     def _detach(self, seat: Seat, conn: Connection) -> None:
         if seat.conn is not conn:  # already replaced by a resumed connection

@@ -5,8 +5,19 @@
 // get(step, slot) -> Promise of {x, y}: Int32Array (B*T) each, row-major (B, T).
 // HttpBatches prefetches the next `ahead` steps of its slot, so a step never waits on the
 // network or the Hub once the pipeline is full; a failed fetch is retried `retries` times.
+// The server unreachable (a restart: no connection, or a proxy's 502/503/504) is retried with
+// backoff for up to `outageMs`, then fails naming the outage; `onOutage(down, why)` is told when
+// that starts and ends (docs/ARCHITECTURE.md "Server outage").
 import { getBatch } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
+
+export const DATA_WAIT_MS = 60_000;              // bound on waiting for an unreachable data server
+const BACKOFF_MS = [250, 500, 1000, 2000];       // then every 2 s: peers resume within 2 s of each other
+const UNREACHABLE_STATUS = new Set([502, 503, 504]);
+
+class Unreachable extends Error {}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export class StreamBatches {
   constructor(stream, cfg) { this.stream = stream; this.cfg = cfg; }
@@ -18,9 +29,12 @@ export class StreamBatches {
 }
 
 export class HttpBatches {
-  constructor(cfg, { base = '', dataId = null, ahead = 4, retries = 2, fetchFn = globalThis.fetch.bind(globalThis) } = {}) {
+  constructor(cfg, { base = '', dataId = null, ahead = 4, retries = 2, outageMs = DATA_WAIT_MS, onOutage = null,
+                     fetchFn = globalThis.fetch.bind(globalThis) } = {}) {
     this.cfg = cfg; this.base = base; this.dataId = dataId; this.ahead = ahead; this.retries = retries;
+    this.outageMs = outageMs; this.onOutage = onOutage;
     this.fetch = fetchFn;
+    this.down = null;              // why the server is unreachable now, or null
     this.inflight = new Map();     // "step:slot" -> Promise of {x, y}
     this.waitMs = 0;               // time get() spent waiting (a full pipeline keeps it ~0)
   }
@@ -31,12 +45,27 @@ export class HttpBatches {
     return `${this.base}/data/batch?${q}`;
   }
 
+  // the server is (un)reachable: tell onOutage on each change
+  setDown(why) {
+    if ((why === null) === (this.down === null)) return;
+    this.down = why;
+    try { this.onOutage?.(why !== null, why); } catch (err) { console.warn('daisy: onOutage failed:', err); }
+  }
+
   async fetchBatch(step, slot) {
     const { batch: B, seq_len: T } = this.cfg;
-    let lastErr;
-    for (let attempt = 0; attempt <= this.retries; attempt++) {
+    let lastErr, downSince = null, waits = 0;
+    for (let attempt = 0; attempt <= this.retries;) {
       try {
-        const res = await this.fetch(this.url(step, slot));
+        let res, buf;
+        try {
+          res = await this.fetch(this.url(step, slot));
+          if (UNREACHABLE_STATUS.has(res.status)) throw new Error(`HTTP ${res.status}`);
+          buf = res.ok ? await res.arrayBuffer() : null;
+        } catch (err) {             // no connection, a cut body, a proxy with no server behind it
+          throw new Unreachable(err.message || String(err));
+        }
+        this.setDown(null);
         if (!res.ok) {
           const body = await res.json().catch(() => ({}));
           throw new Error(`data route: ${body.error || 'HTTP ' + res.status}`);
@@ -45,7 +74,6 @@ export class HttpBatches {
         if (this.dataId && id && id !== this.dataId) {
           throw new Error(`the data changed under the run: the server now serves ${id}, the run trains on ${this.dataId}`);
         }
-        const buf = await res.arrayBuffer();
         if (buf.byteLength !== 2 * B * (T + 1)) throw new Error(`data route sent ${buf.byteLength} bytes for a batch, expected ${2 * B * (T + 1)}`);
         const dv = new DataView(buf);
         const x = new Int32Array(B * T), y = new Int32Array(B * T);
@@ -59,8 +87,18 @@ export class HttpBatches {
         }
         return { x, y };
       } catch (err) {
+        if (err instanceof Unreachable) {
+          downSince ??= performance.now();
+          this.setDown(err.message);
+          if (performance.now() - downSince >= this.outageMs) {
+            throw new Error(`the data server did not answer for ${Math.round(this.outageMs / 1000)} s (${err.message}): no batch for step ${step + 1}`);
+          }
+          await sleep(BACKOFF_MS[Math.min(waits++, BACKOFF_MS.length - 1)]);
+          continue;
+        }
         lastErr = err;
         if (/data changed/.test(err.message)) break;
+        attempt++;
       }
     }
     throw lastErr;

@@ -133,6 +133,8 @@ export class MeshCollective {
     this.topology = topology || topologyFor(this.P);
     this.bounds = shardBounds(this.N, this.P);
     this.deadlineMs = deadlineMs;
+    this.holdUntil = 0;            // performance.now() before which a passed deadline waits on: the server
+                                   // is down and peers may be waiting for batches (docs/ARCHITECTURE.md "Server outage")
     this.steps = new Map();        // step -> {grads: Map slot -> Float64Array, losses, hashes, reduced: Map}
     this.current = startStep;      // the step being exchanged (frames of it and the next are accepted)
     this.done = startStep - 1;     // the last step exchanged (its late frames are dropped, not stored)
@@ -240,7 +242,7 @@ export class MeshCollective {
         });
         this.wake = null;
         if (this.failure) throw this.failure;
-        if (!arrived && !ready()) {
+        if (!arrived && !ready() && performance.now() >= this.holdUntil) {
           const missing = what();
           throw new ExchangeError(`no ${missing.kind} from ${missing.peers.join(', ')} for step ${step + 1} within ${this.deadlineMs / 1000} s`,
             { peer: missing.peers[0], step });

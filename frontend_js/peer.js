@@ -17,6 +17,7 @@ import { RunController } from './run.js';
 import { ModelStore } from './model_store.js';
 import { GroupRestore } from './group_state.js';
 import { StoredRun } from './stored_run.js';
+import { OutageWatch } from './outage.js';
 
 const MAX_NOTES = 6;
 
@@ -43,6 +44,7 @@ export class Peer {
     const protocol = Number(params.get('meshProtocol'));
     this.mesh = new Mesh({ selfId: null, ...(Number.isInteger(protocol) && protocol > 0 && protocol < 256 ? { version: protocol } : {}) });
     this.runs = new RunController(this, this.mesh);
+    this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
     this.rtc = new Map();      // peer id -> RtcPeer
     this.iceServers = [];
     this.models = new ModelStore(this);   // the model: generation, files, loading
@@ -71,7 +73,7 @@ export class Peer {
     on('close', ({ code, reason, final }) => this.set({
       signal: final ? 'closed' : 'reconnecting',
       message: this.s.rejected ? this.s.message            // keep saying why
-        : final ? `Disconnected from the server: ${reason || 'code ' + code}.` : 'Reconnecting to the server…',
+        : final ? `Disconnected from the server: ${reason || 'code ' + code}.` : this.outage.reconnectText(),
     }));
     on('welcome', (m) => {
       if (m.peerId !== this.s.peerId && !this.runs.busy) this.resetLinks(m.peerId);
@@ -154,6 +156,8 @@ export class Peer {
   }
 
   welcomeText(m) {
+    const back = this.outage.welcomeText(m);   // after an outage, mid-run
+    if (back) return back;
     if (m.group.kind === 'network') return 'Connected: devices on your network land in this group.';
     if (m.role === 'host') return `You host room "${this.room}": approve each device that asks to join.`;
     if (m.role === 'pending') return `Waiting for the host of room "${this.room}" to accept you…`;

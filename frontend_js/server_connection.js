@@ -15,7 +15,7 @@ const FINAL_CLOSES = new Map([
   [4409, 'replaced by a newer connection'],
   [4410, 'the room closed: no approved member is left'],
 ]);
-const BACKOFF_MS = [500, 1000, 2000, 4000, 8000, 15000];
+const BACKOFF_MS = [500, 1000, 2000, 4000, 5000];   // capped low: after a restart, pages are back within 5 s
 
 export class ServerConnection {
   constructor(bus, { room = null, name = null, url = null } = {}) {

@@ -92,7 +92,7 @@ def test_widgets_ranges_defaults_and_peer(servers, pages):
 
     wait_state(page, "s.path !== null", "compute path decided")
     s = state(page)
-    assert len(s["peerId"]) == 8 and s["group"]["kind"] == "network" and s["role"] == "member", s
+    assert len(s["peerId"]) == 16 and s["group"]["kind"] == "network" and s["role"] == "member", s
     assert s["peers"] and s["peers"][0]["id"] == s["peerId"], s
     assert s["path"] in ("cpu", "gpu") and s["step"] == 0 and s["hash"] is None, s
     for key in ("peerId", "group", "role", "step", "loss", "hash", "path", "peers"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import json
 import socket
@@ -16,7 +17,9 @@ import pytest
 from daisy.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLICY, CLOSE_REJECTED,
                              CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG,
                              CLOSE_TOO_MANY_JOINS, DEFAULT_ICE_SERVERS, SignalingConfig,
-                             SignalingHub, make_app, make_signaling_router, network_key)
+                             SignalingHub, TOKEN, make_app, make_signaling_router, network_key,
+                             peer_id_of)
+from daisy import signaling
 from signal_client import Clients, SignalClient, async_test, serve_in_thread
 from websockets.asyncio.client import connect
 
@@ -174,13 +177,11 @@ async def test_rejection_is_final_for_that_connection(base):
         early = await SignalClient.open(base, room="reject-me", expect_welcome=False)
         assert (await early.wait_closed())[0] == CLOSE_TOO_MANY_JOINS
         await asyncio.sleep(CONFIG.reject_cooldown_s)
-        # Its token is dead: coming back is a new request from a new peer id.
+        # Its seat is gone: coming back is a new request (the id is its token's, so the same).
         again = await c.open(room="reject-me", token=pending.welcome["token"])
-        assert again.id != pending.id and again.welcome["role"] == "pending"
+        assert again.id == pending.id and again.welcome["role"] == "pending"
         assert not again.welcome["resumed"]
         assert (await host.expect("join-request"))["peer"]["id"] == again.id
-        await host.send({"type": "approve", "peer": pending.id})  # gone: cannot approve
-        assert (await host.expect("error"))["code"] == "no-such-peer"
         await relay_ok(host, member)
 
 
@@ -243,7 +244,7 @@ async def test_with_no_approved_member_left_the_room_closes_and_pending_peers_ar
             assert (await waiting.wait_closed())[0] == CLOSE_ROOM_CLOSED
         # the code is free again: the next one in starts a new room as its host
         fresh = await c.open(room="empty-room", token=first.welcome["token"])
-        assert fresh.welcome["role"] == "host" and fresh.id != first.id
+        assert fresh.welcome["role"] == "host" and not fresh.welcome["resumed"]
 
 
 @async_test
@@ -256,7 +257,7 @@ async def test_host_dropping_keeps_role_for_grace_then_hands_over(base):
         await first.silent(CONFIG.grace_s / 2)  # seat held: the host may come back
         assert await first.expect("role") == {"type": "role", "peer": first.id, "role": "host"}
         late = await c.open(room="drop-host", token=host.welcome["token"])
-        assert late.id != host.id and late.welcome["role"] == "pending"
+        assert late.welcome["role"] == "pending" and not late.welcome["resumed"]  # a new seat
 
 
 @async_test
@@ -302,7 +303,78 @@ async def test_token_expires_after_grace(base):
         await a.expect("peer-left")
         await asyncio.sleep(CONFIG.grace_s + 0.3)
         again = await c.open(xff="203.0.113.40", token=b.welcome["token"])
-        assert again.id != b.id and not again.welcome["resumed"]
+        assert not again.welcome["resumed"]  # a new seat (with its token's id)
+
+
+# ---- identity across a server restart (docs/PROTOCOL.md "Identity") ------------------------
+
+@async_test
+async def test_peer_id_is_a_function_of_the_token(base):
+    async with Clients(base) as c:
+        a = await c.open(xff="203.0.113.60")
+        token = a.welcome["token"]
+        assert TOKEN.fullmatch(token), token
+        assert a.id == peer_id_of(token) == hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+@async_test
+async def test_a_restarted_server_gives_well_formed_tokens_their_ids_back():
+    """A fresh hub (the server restarted: nothing in memory) seats a well-formed token it never
+    issued under that token's id. Approvals were in memory: the first one back hosts the room,
+    the others ask again."""
+    with serve_in_thread(make_app(SignalingHub(CONFIG))) as url:
+        async with Clients(url) as c:
+            net = [await c.open(xff="203.0.113.61") for _ in range(2)]
+            host, (member,) = await room_with_members(c, "restart-room", 1)
+            before = {"net": [(p.id, p.welcome["token"]) for p in net],
+                      "host": (host.id, host.welcome["token"]),
+                      "member": (member.id, member.welcome["token"])}
+    with serve_in_thread(make_app(SignalingHub(CONFIG))) as url:  # a new process's hub
+        async with Clients(url) as c:
+            back = [await c.open(xff="203.0.113.61", token=t) for _, t in before["net"]]
+            assert [(p.id, p.welcome["token"]) for p in back] == before["net"]
+            assert [p.welcome["resumed"] for p in back] == [False, False]  # new seats, old ids
+            assert [p["id"] for p in back[1].welcome["peers"]] == [i for i, _ in before["net"]]
+            assert (await back[0].expect("peer-joined"))["peer"]["id"] == back[1].id
+            await relay_ok(back[0], back[1])
+            member2 = await c.open(room="restart-room", token=before["member"][1])
+            assert (member2.id, member2.welcome["role"]) == (before["member"][0], "host")
+            host2 = await c.open(room="restart-room", token=before["host"][1])
+            assert (host2.id, host2.welcome["role"]) == (before["host"][0], "pending")
+            assert (await member2.expect("join-request"))["peer"]["id"] == host2.id
+            await member2.send({"type": "approve", "peer": host2.id})
+            assert [p["id"] for p in (await host2.expect("approved"))["peers"]] == \
+                [member2.id, host2.id]
+            await relay_ok(host2, member2)
+
+
+@pytest.mark.parametrize("token", ["short", "a" * 31, "a" * 33, "é" * 32, "a" * 31 + "=",
+                                   "a" * 31 + " ", "a" * 31 + "."])
+@async_test
+async def test_a_malformed_token_is_ignored_for_a_new_identity(base, token):
+    async with Clients(base) as c:
+        a = await c.open(xff="203.0.113.62", token=token)
+        fresh = a.welcome["token"]
+        assert fresh != token and TOKEN.fullmatch(fresh) and a.id == peer_id_of(fresh)
+        assert not a.welcome["resumed"]
+
+
+@async_test
+async def test_a_token_whose_id_a_live_seat_holds_gets_a_new_identity(base, monkeypatch):
+    async with Clients(base) as c:
+        a = await c.open(xff="203.0.113.63")
+        # the same token in another group while its seat is live: not a second seat with that id
+        elsewhere = await c.open(xff="203.0.113.64", token=a.welcome["token"])
+        assert elsewhere.id != a.id and elsewhere.welcome["token"] != a.welcome["token"]
+        # another token with the same id (a preimage; feasible here with 3-hex-digit ids only)
+        monkeypatch.setattr(signaling, "PEER_ID_HEX", 3)
+        b = await c.open(xff="203.0.113.65")
+        twin = next(t for i in range(1 << 20) if (t := f"{i:032d}") != b.welcome["token"]
+                    and peer_id_of(t) == b.id)
+        thief = await c.open(xff="203.0.113.65", token=twin)
+        assert thief.id != b.id and thief.welcome["token"] != twin
+        assert [p["id"] for p in thief.welcome["peers"]] == [b.id, thief.id]
+        await relay_ok(thief, b)
 
 
 # ---- no enumeration ------------------------------------------------------------------------
@@ -315,7 +387,7 @@ async def test_no_such_peer_answer_is_the_same_whether_or_not_the_peer_exists(ba
         host = await c.open(room="enum-room")
         pending = await c.open(room="enum-room")
         answers = []
-        for target in (elsewhere.id, host.id, pending.id, "ffffffff"):
+        for target in (elsewhere.id, host.id, pending.id, "f" * 16):
             await me.send({"type": "signal", "to": target, "data": 1})
             err = await me.expect("error")
             answers.append({**err, "message": err["message"].replace(target, "ID")})

@@ -650,6 +650,28 @@ test('a peer that never sends: exchange rejects with an ExchangeError naming it 
   }
 });
 
+// A server outage (docs/ARCHITECTURE.md "Server outage"): a peer stalled on its batch sends
+// nothing past the deadline; while holdUntil is ahead the exchange waits on (a hold set after
+// the wait began counts too), and once it has passed the deadline applies again.
+test('holdUntil: a peer late past the deadline is waited for during a hold, and not after it', async () => {
+  const deadlineMs = 200;
+  const run = await makeRun({ P: 2, seed: 18, shapes: ODD_SHAPES, deadlineMs });
+  const inp = stepInputs(run, 0, 18);
+  const early = run.cs[0].exchange(0, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]);
+  await sleep(50);
+  run.cs[0].holdUntil = performance.now() + 3 * deadlineMs;           // the server just went down
+  await sleep(2 * deadlineMs);                                        // the batch comes late
+  const late = run.cs[1].exchange(0, run.roster, 1, inp.losses[1], inp.grads[1], inp.hashes[1]);
+  checkStep(run, 0, inp, await Promise.all([early, late]), 'held');
+  await sleep(3 * deadlineMs);                                        // the hold is over
+  const next = stepInputs(run, 1, 18);
+  const t0 = performance.now();
+  const err = await run.cs[0].exchange(1, run.roster, 0, next.losses[0], next.grads[0], next.hashes[0]).catch((e) => e);
+  assert.ok(err instanceof ExchangeError, `not an ExchangeError: ${err}`);
+  assert.equal(err.peer, 'p1');
+  assert.ok(performance.now() - t0 < deadlineMs + 800, `rejected after ${(performance.now() - t0).toFixed(0)} ms`);
+});
+
 test('a link that closes while the exchange waits: ExchangeError naming the peer within deadlineMs', async () => {
   const run = await makeRun({ P: 3, seed: 13, shapes: ODD_SHAPES, deadlineMs: 200 });
   const inp = stepInputs(run, 0, 13);

@@ -1,0 +1,85 @@
+// HttpBatches (frontend_js/batch_source.js) against a real HTTP server on loopback that goes
+// away and comes back on the same port (docs/ARCHITECTURE.md "Server outage"): an unreachable
+// server is retried with backoff and the batch arrives once it is back; a proxy's 503 is
+// retried the same way; past the bound the error names the outage; a changed data id is
+// never retried.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+
+import { HttpBatches } from '../../frontend_js/batch_source.js';
+
+const CFG = { seed: 0, batch: 2, seq_len: 16, steps: 1 };      // steps 1: no prefetch of later steps
+const BODY = Buffer.from(Uint16Array.from({ length: CFG.batch * (CFG.seq_len + 1) }, (_, i) => i % 250).buffer);
+const DATA_ID = 'builtin-test';
+
+// a data server; answer(req) -> {status, id}; close() drops every connection (a killed server)
+function serve(port, answer = () => ({ status: 200, id: DATA_ID })) {
+  const server = http.createServer((req, res) => {
+    const { status, id } = answer(req);
+    res.writeHead(status, { 'X-Daisy-Data-Id': id, 'Content-Type': status === 200 ? 'application/octet-stream' : 'application/json' });
+    res.end(status === 200 ? BODY : JSON.stringify({ error: `status ${status}` }));
+  });
+  return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve({
+    port: server.address().port,
+    close: () => new Promise((done) => { server.closeAllConnections(); server.close(done); }),
+  })));
+}
+
+function batches(port, opts = {}) {
+  const events = [];
+  const source = new HttpBatches(CFG, { base: `http://127.0.0.1:${port}`, dataId: DATA_ID,
+    onOutage: (down, why) => events.push([down, why]), ...opts });
+  return { source, events };
+}
+
+test('the server stopped and started again on the same port: the batch arrives, the outage is reported both ways', async () => {
+  const first = await serve(0);
+  const { port } = first;
+  const { source, events } = batches(port);
+  const { x } = await source.get(0, 0);
+  assert.equal(x[1], 1);
+  await first.close();
+  const pending = source.get(0, 0);
+  await new Promise((r) => setTimeout(r, 1200));                   // down across several retries
+  assert.equal(events.length, 1, JSON.stringify(events));
+  assert.equal(events[0][0], true);
+  const second = await serve(port);
+  try {
+    const again = await pending;
+    assert.deepEqual(Array.from(again.x), Array.from(x));
+    assert.deepEqual(events.map(([down]) => down), [true, false]);
+    assert.equal(source.down, null);
+  } finally { await second.close(); }
+});
+
+test('a proxy answering 503 while the app restarts is waited out like a refused connection', async () => {
+  let calls = 0;
+  const server = await serve(0, () => (++calls <= 3 ? { status: 503, id: '' } : { status: 200, id: DATA_ID }));
+  try {
+    const { source, events } = batches(server.port);
+    await source.get(0, 0);
+    assert.equal(calls, 4);
+    assert.deepEqual(events, [[true, 'HTTP 503'], [false, null]]);
+  } finally { await server.close(); }
+});
+
+test('past the bound the error names the outage', async () => {
+  const server = await serve(0);
+  const { port } = server;
+  await server.close();
+  const { source } = batches(port, { outageMs: 800 });
+  const t0 = performance.now();
+  await assert.rejects(source.get(0, 0), /the data server did not answer for 1 s \(.+\): no batch for step 1/);
+  assert.ok(performance.now() - t0 >= 800, 'gave up before the bound');
+});
+
+test('a restarted server with other data stops the run at once, naming both ids', async () => {
+  let calls = 0;
+  const server = await serve(0, () => { calls++; return { status: 200, id: 'builtin-other' }; });
+  try {
+    const { source } = batches(server.port);
+    await assert.rejects(source.get(0, 0), /the server now serves builtin-other, the run trains on builtin-test/);
+    assert.equal(calls, 1, 'a changed data id was retried');
+  } finally { await server.close(); }
+});

@@ -1,0 +1,150 @@
+"""Server outage mid-run (issue 11, deliverable 5): `python app.py` is stopped while two pages
+train and started again on the same port. Training is peer to peer, so the run goes on: the
+pages wait for the data server (their batches come from it), reconnect to /signal with their
+tokens (same peer ids: docs/PROTOCOL.md "Identity") and finish with every step's hash equal to
+`python -m daisy.train --peers 2`. A page opened after the restart links to both. In a room,
+the restarted server has forgotten the approvals: the first page back hosts, the other asks
+again while it keeps training, and the host's page approves it at once (it is in the run)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+import time
+
+import pytest
+
+from tests.app_server import (WAIT_MS, free_port, open_peer, start_app, state, stop_app,
+                              wait_state, wait_up)
+from tests.test_mesh import (RUN_MS, TINY, assert_hashes_equal, ended, linked, open_group,
+                             record_steps, reference_hashes, step_hashes)
+
+pytestmark = pytest.mark.slow
+
+DOWN_S = 3                  # how long the server stays down (a restart adds the app's start-up)
+BACK_MS = 40_000            # bound on a page being back on /signal after the server is up
+# what a browser logs while the server is away (failed batch fetches, refused WebSockets)
+EXPECTED_CONSOLE = ("ERR_CONNECTION_REFUSED", "ERR_CONNECTION_RESET", "ERR_EMPTY_RESPONSE",
+                    "WebSocket connection to")
+ENV = {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}
+
+
+class RestartableApp:
+    """`python app.py` on one fixed port, stopped and started again at will (tests/app_server.py)."""
+
+    def __init__(self, tmp: str):
+        self.tmp, self.port, self.starts, self.proc = tmp, free_port(), 0, None
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        name = f"app{self.starts}"
+        self.starts += 1
+        self.proc, self.log = start_app(self.tmp, name, ENV, ["--host", "127.0.0.1", "--port", str(self.port)])
+        wait_up(self.proc, self.base, os.path.join(self.tmp, f"{name}.log"))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_app(self.proc, self.log)
+            self.proc = None
+
+
+@contextlib.contextmanager
+def restartable_app():
+    with tempfile.TemporaryDirectory(prefix="daisy-outage-") as tmp:
+        app = RestartableApp(tmp)
+        try:
+            app.start()
+            yield app
+        finally:
+            app.stop()
+
+
+def record_progress(page) -> None:
+    """Every step event in order (a doubled or missing step shows) and every panel message."""
+    page.evaluate("""() => { window.stepLog = []; window.messages = [];
+        window.daisy.on('step', (e) => window.stepLog.push(e.step));
+        window.daisy.on('state', (s) => { if (window.messages[window.messages.length - 1] !== s.message) window.messages.push(s.message); }); }""")
+
+
+def outage(app, group) -> None:
+    """Stop the server mid-run; while it is down every page trains on its links, stalls on its
+    next batch and says why; then start it again on the same port."""
+    app.stop()
+    for page in group:
+        wait_state(page, "s.signal === 'reconnecting'", "the page notices the outage")
+    time.sleep(DOWN_S)
+    for page in group:
+        s = state(page)
+        assert s["running"] and s["runState"] == "training", f"the run did not survive the outage: {s['message']}"
+        assert "Reconnecting to the server… training goes on peer to peer" in s["message"], s["message"]
+        assert "waiting for the data server" in s["message"], s["message"]
+    stalled = [state(page)["step"] for page in group]
+    time.sleep(1)
+    assert [state(page)["step"] for page in group] == stalled, "steps went on without batches"
+    app.start()
+
+
+def assert_every_step_once(page, label: str, last: int, want: list[str]) -> None:
+    assert page.evaluate("window.stepLog") == list(range(1, last + 1)), f"{label}: steps lost or doubled"
+    assert_hashes_equal(label, step_hashes(page), want)
+
+
+def test_signal_stops_and_restarts_mid_run_no_step_lost_later_joins_work(pages):
+    with restartable_app() as app:
+        a, b = open_group(pages, app.base + "/", 2)
+        ids = [state(p)["peerId"] for p in (a, b)]
+        for page in (a, b):
+            record_progress(page)
+        settings = {"steps": 100, **TINY}
+        a.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+        wait_state(b, "s.running && s.step >= 3", "b trains", RUN_MS)
+        outage(app, (a, b))
+        finals = [ended(page, f"{label} finished") for page, label in ((a, "a"), (b, "b"))]
+        for s in finals:
+            assert s["runState"] == "done" and s["step"] == 100, s["message"]
+        want = reference_hashes(2, settings, 100)
+        for page, label in ((a, "a"), (b, "b")):
+            assert_every_step_once(page, label, 100, want)
+        # back on /signal with the same ids, one group again
+        for page, pid, other in ((a, ids[0], ids[1]), (b, ids[1], ids[0])):
+            wait_state(page, f"s.signal === 'connected' && s.peerId === '{pid}' && s.peers.some((p) => p.id === '{other}')",
+                       "back on /signal with the same id", BACK_MS)
+        c = open_peer(pages, app.base + "/", "c")                      # a later join
+        linked(c, [a, b])
+        linked(a, [c])
+        linked(b, [c])
+
+
+def test_after_a_restart_a_room_asks_again_and_its_run_goes_on(pages):
+    with restartable_app() as app:
+        url = f"{app.base}/?room=outage-{secrets.token_hex(6)}"
+        host, guest = open_peer(pages, url, "host"), open_peer(pages, url, "guest")
+        gid = state(guest)["peerId"]
+        host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
+        host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
+        linked(guest, [host])
+        for page in (host, guest):
+            record_steps(page)
+            record_progress(page)
+        settings = {"steps": 3000, **TINY}
+        guest.evaluate("(cfg) => window.daisy.start(cfg)", settings)
+        wait_state(host, "s.running && s.step >= 3", "host trains", RUN_MS)
+        outage(app, (host, guest))
+        # whoever is back first hosts; the other is pending, trains on, and is approved at once
+        for page in (host, guest):
+            wait_state(page, "s.signal === 'connected' && s.role !== 'pending' && s.running && s.peers.length === 2",
+                       "back in the room, still training", BACK_MS)
+        by_role = {state(p)["role"]: p for p in (host, guest)}
+        assert sorted(by_role) == ["host", "member"], sorted(by_role)
+        asked = by_role["member"]
+        assert any("forgot this room's approvals" in m and "training goes on" in m
+                   for m in asked.evaluate("window.messages")), asked.evaluate("window.messages")
+        assert any("asked to join again after a server restart: approved" in n
+                   for n in state(by_role["host"])["notes"]), state(by_role["host"])["notes"]
+        host.evaluate("window.daisy.stop()")
+        sh, sg = ended(host, "host stopped"), ended(guest, "guest stopped")
+        assert sh["runState"] == sg["runState"] == "stopped" and sh["step"] == sg["step"], (sh["message"], sg["message"])
+        want = reference_hashes(2, settings, sh["step"])
+        for page, label in ((host, "host"), (guest, "guest")):
+            assert_every_step_once(page, label, sh["step"], want)
