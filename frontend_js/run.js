@@ -22,6 +22,7 @@ import { Trainer, Replica, cloneParams, checkLoss } from './train.js';
 import { HttpBatches } from './batch_source.js';
 import { StepArena } from './arena.js';
 import { encodeState, decodeState } from './state_codec.js';
+import { yieldToPage, waitUntil } from './page_clock.js';       // no throttled timer on a run's path (background tabs)
 
 export const LINK_WAIT_MS = 8_000;       // Start waits this long for links still connecting
 export const ACCEPT_WAIT_MS = 15_000;    // the leader's bound on the members' answers
@@ -33,7 +34,6 @@ const CHUNK_MS = 25;                     // train at most this long before yield
 const RATE_WINDOW = 20;                  // steps in the tokens/s window
 const MAX_CURVE = 2000;                  // loss points kept for the plot (older ones thinned)
 
-const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
 const short = (h) => (h ? h.slice(0, 12) : '(none)');
 
 function newRunId() {
@@ -108,10 +108,7 @@ export class RunController {
   }
 
   async waitForLinks(ids) {
-    const t0 = performance.now();
-    while (!ids.every((id) => this.mesh.isReady(id)) && performance.now() - t0 < LINK_WAIT_MS) {
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitUntil(() => ids.every((id) => this.mesh.isReady(id)), LINK_WAIT_MS, (wake) => this.mesh.on('link', wake));
   }
 
   // RUN (+ STATE) to every member; resolves when all accepted, rejects with the reason otherwise
@@ -380,10 +377,8 @@ export class RunController {
     const others = run.roster.filter((id) => id !== p.s.peerId);
     run.fins.set(p.s.peerId, run.hash);
     await Promise.all(others.map((id) => this.mesh.sendJson(id, TYPES.FIN, { runId: run.desc.runId, step: run.completed, hash: run.hash }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
-    const t0 = performance.now();
-    while (others.some((id) => !run.fins.has(id)) && performance.now() - t0 < FIN_WAIT_MS && !run.ended) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitUntil(() => run.ended || others.every((id) => run.fins.has(id)), FIN_WAIT_MS,
+      (wake) => this.mesh.on(TYPES.FIN, wake), (wake) => this.peer.bus.on('run-ended', wake));
     if (run.ended) return;
     const missing = others.filter((id) => !run.fins.has(id));
     const bad = others.filter((id) => run.fins.has(id) && run.fins.get(id) !== run.hash);
@@ -472,7 +467,7 @@ export class RunController {
     run.stopAfter = run.stopAfter === null ? stopAfter : Math.min(run.stopAfter, stopAfter);
     await Promise.all(survivors.map((id) => this.mesh.sendJson(id, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: err.message }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
     // a survivor behind us may still be telling us so: give its STOP a moment to arrive
-    await new Promise((r) => setTimeout(r, 500));
+    await new Promise((r) => setTimeout(r, 500));      // a grace period: ~1 s in a hidden page, harmless
     if (run.stopAfter < run.completed) this.restoreUndo(run);
     this.end(run, 'stopped', `${err.message}. The run stopped; this device keeps the state after step ${run.completed} (generate, download and resume still work).`, err.message);
   }
