@@ -467,7 +467,7 @@ export class RunController {
     run.stopAfter = run.stopAfter === null ? stopAfter : Math.min(run.stopAfter, stopAfter);
     await Promise.all(survivors.map((id) => this.mesh.sendJson(id, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: err.message }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
     // a survivor behind us may still be telling us so: give its STOP a moment to arrive
-    await new Promise((r) => setTimeout(r, 500));      // a grace period: ~1 s in a hidden page, harmless
+    await new Promise((r) => setTimeout(r, 500));
     if (run.stopAfter < run.completed) this.restoreUndo(run);
     this.end(run, 'stopped', `${err.message}. The run stopped; this device keeps the state after step ${run.completed} (generate, download and resume still work).`, err.message);
   }
