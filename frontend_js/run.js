@@ -23,6 +23,7 @@ import { HttpBatches } from './batch_source.js';
 import { StepArena } from './arena.js';
 import { encodeState, decodeState } from './state_codec.js';
 import { MAX_RUN_ID, epochKey, actingLeader, mayGoOn, checkRoster, scheduleWith } from './roster.js';
+import { yieldToPage, waitUntil } from './page_clock.js';       // no throttled timer on a run's path (background tabs)
 
 export const LINK_WAIT_MS = 8_000;       // Start waits this long for links still connecting
 export const ACCEPT_WAIT_MS = 15_000;    // the leader's bound on the members' answers
@@ -40,7 +41,6 @@ const RATE_WINDOW = 20;                  // steps in the tokens/s window
 const MAX_CURVE = 2000;                  // loss points kept for the plot (older ones thinned)
 const HASH_BYTES = 32;
 
-const yieldToPage = () => new Promise((resolve) => setTimeout(resolve, 0));
 const short = (h) => (h ? h.slice(0, 12) : '(none)');
 const isHash = (h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h);
 
@@ -149,10 +149,7 @@ export class RunController {
   }
 
   async waitForLinks(ids) {
-    const t0 = performance.now();
-    while (!ids.every((id) => this.mesh.isReady(id)) && performance.now() - t0 < LINK_WAIT_MS) {
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    await waitUntil(() => ids.every((id) => this.mesh.isReady(id)), LINK_WAIT_MS, (wake) => this.mesh.on('link', wake));
   }
 
   // RUN (+ STATE) to every member; resolves when all accepted, rejects with the reason otherwise
@@ -458,10 +455,8 @@ export class RunController {
     const others = run.roster.filter((id) => id !== p.s.peerId);
     run.fins.set(p.s.peerId, run.hash);
     await Promise.all(others.map((id) => this.mesh.sendJson(id, TYPES.FIN, { runId: run.desc.runId, step: run.completed, hash: run.hash }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
-    const t0 = performance.now();
-    while (others.some((id) => !run.fins.has(id)) && performance.now() - t0 < FIN_WAIT_MS && !run.ended) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitUntil(() => run.ended || others.every((id) => run.fins.has(id)), FIN_WAIT_MS,
+      (wake) => this.mesh.on(TYPES.FIN, wake), (wake) => this.peer.bus.on('run-ended', wake));
     if (run.ended) return;
     const missing = others.filter((id) => !run.fins.has(id));
     const bad = others.filter((id) => run.fins.has(id) && run.fins.get(id) !== run.hash);

@@ -2,12 +2,21 @@
 API), with the flags of docs/ARCHITECTURE.md "Browser tests" (WebGPU on SwiftShader, no
 sandbox as root, no background traffic, loopback WebRTC). Every page opened through
 `BrowserPages` records its console errors and uncaught exceptions, so a test can assert there
-were none."""
+were none. `chromium_hideable_pages` starts a browser whose tabs can really be hidden (a
+background tab's throttling included), which a Playwright launch cannot (docs/ARCHITECTURE.md
+"Browser tests", hidden pages)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 from playwright.sync_api import sync_playwright
+
+from tests.app_server import stop_app
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -31,7 +40,9 @@ class BrowserPages:
         self.contexts.append(context)
         if init_script:
             context.add_init_script(init_script)
-        page = context.new_page()
+        return self.open(context.new_page(), url, label)
+
+    def open(self, page, url: str, label: str):
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
         page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))
         page.goto(url, wait_until="load", timeout=30_000)
@@ -53,3 +64,87 @@ def chromium_pages():
             yield BrowserPages(browser)
         finally:
             browser.close()
+
+
+class HideablePages(BrowserPages):
+    """BrowserPages plus tabs that can really be hidden (docs/ARCHITECTURE.md "Browser tests",
+    hidden pages): new_tab() opens a page in a window of its own in the browser's default
+    context, where Playwright (connected with no_defaults) applies no focus emulation, the
+    capture that otherwise keeps every page visible; hide() minimizes that window:
+    document.visibilityState is 'hidden' and timers are throttled as in a background tab.
+    new_page() pages (contexts of their own, focus emulated) always stay visible."""
+
+    def __init__(self, browser):
+        super().__init__(browser)
+        self.tabs = []
+
+    def new_tab(self, url: str, label: str):
+        context = self.browser.contexts[0]
+        context.grant_permissions(["camera", "microphone"])
+        cdp = self.browser.new_browser_cdp_session()
+        try:
+            with context.expect_page() as opened:
+                cdp.send("Target.createTarget", {"url": "about:blank", "newWindow": True})
+        finally:
+            cdp.detach()
+        page = opened.value
+        self.tabs.append(page)
+        return self.open(page, url, label)
+
+    def set_window(self, page, state: str) -> None:
+        cdp = page.context.new_cdp_session(page)
+        try:
+            window = cdp.send("Browser.getWindowForTarget")["windowId"]
+            cdp.send("Browser.setWindowBounds", {"windowId": window, "bounds": {"windowState": state}})
+        finally:
+            cdp.detach()
+
+    def hide(self, page) -> None:
+        """Minimize the tab's window; returns once the page itself says it is hidden."""
+        assert page in self.tabs, "only a page of new_tab() can be hidden (a new_page() one is kept visible)"
+        self.set_window(page, "minimized")
+        self.wait_visibility(page, "hidden")
+
+    def show(self, page) -> None:
+        self.set_window(page, "normal")
+        self.wait_visibility(page, "visible")
+
+    @staticmethod
+    def wait_visibility(page, want: str, timeout_s: float = 10) -> None:
+        # polled from here: a hidden page runs no animation frames and its timers are throttled
+        deadline = time.monotonic() + timeout_s
+        while (got := page.evaluate("document.visibilityState")) != want:
+            assert time.monotonic() < deadline, f"the page stayed {got!r}, not {want!r}, for {timeout_s} s"
+            time.sleep(0.05)
+
+    def close_pages(self) -> None:
+        for page in self.tabs:
+            page.close()
+        self.tabs.clear()
+        super().close_pages()
+
+
+@contextlib.contextmanager
+def chromium_hideable_pages():
+    """/usr/bin/chromium started here (headless, FLAGS, a fresh profile, none of Playwright's
+    launch switches such as --disable-background-timer-throttling) and driven over CDP, so a
+    hidden tab is throttled as a user's would be -> HideablePages."""
+    with tempfile.TemporaryDirectory(prefix="daisy-chromium-") as profile, sync_playwright() as p:
+        log = open(os.path.join(profile, "chromium.log"), "wb")
+        proc = subprocess.Popen([CHROMIUM, "--headless", "--remote-debugging-port=0", f"--user-data-dir={profile}",
+                                 *FLAGS, "about:blank"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            # the browser writes its port and path once DevTools listens
+            port_file, deadline = Path(profile, "DevToolsActivePort"), time.monotonic() + 30
+            while not (port_file.exists() and len(port_file.read_text().split()) == 2):
+                assert proc.poll() is None, f"chromium exited with {proc.returncode}: {Path(log.name).read_text()[-2000:]}"
+                assert time.monotonic() < deadline, "chromium opened no DevTools port within 30 s"
+                time.sleep(0.05)
+            port, path = port_file.read_text().split()
+            browser = p.chromium.connect_over_cdp(f"ws://127.0.0.1:{port}{path}", no_defaults=True, timeout=30_000)
+            try:
+                yield HideablePages(browser)
+            finally:
+                browser.close()
+        finally:
+            stop_app(proc, log)                 # terminate, kill after 10 s, close the log
