@@ -275,10 +275,10 @@ export class RunController {
   begin(desc, replica, cfg, c, { leader, resumed, collective }) {
     const p = this.peer, s = p.s;
     const batches = new HttpBatches(cfg, { dataId: desc.dataId });
-    const engine = p.engine();
+    const backend = p.backend();
     const run = {
       desc, cfg, c, collective, batches, leader, slot: desc.roster.indexOf(s.peerId), roster: desc.roster,
-      trainer: new Trainer(cfg, replica, batches, engine), replica, arena: new StepArena(),
+      trainer: new Trainer(cfg, replica, batches, backend), replica, arena: new StepArena(),
       completed: desc.startStep, lastSent: desc.startStep - 1, stopAfter: null, stopReason: '',
       hash: desc.initHash, peerHashes: new Map(desc.roster.map((id) => [id, desc.initHash])),
       fins: new Map(), undo: null, ended: false, extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
@@ -312,7 +312,7 @@ export class RunController {
       if (run.stopAfter !== null && s >= run.stopAfter) break;
       run.arena.reset();
       // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
-      const local = gpu ? await gpu.withGpuFallback(run.trainer.engine, () => run.trainer.localStep(s, run.slot, run.arena))
+      const local = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, run.slot, run.arena))
         : await run.trainer.localStep(s, run.slot, run.arena);
       if (run.ended) return;
       if (run.stopAfter !== null && s >= run.stopAfter) break;
