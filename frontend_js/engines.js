@@ -68,23 +68,26 @@ export function bestGemmEngine() {
 
 // -> the backends, best first: [wasm-simd (when its GEMM passed its gate), cpu]
 export async function createBackends() {
-  const gemm = bestGemmEngine(), notes = gemm.note ? [gemm.note] : [];
-  let rows = JS_ROWS, adam = optim.adamStep, parts = {};
+  const gemm = bestGemmEngine(), gemmNotes = gemm.note ? [gemm.note] : [], floatNotes = [], shaNotes = [];
+  let rows = JS_ROWS, adam = optim.adamStep;
+  const parts = {};
   try {
     const k = createFloatKernels();
     const rowsBad = gateRowKernels(k), adamBad = gateAdam(k);
-    if (rowsBad) notes.push(`wasm row kernels not used: ${rowsBad}`);
+    if (rowsBad) floatNotes.push(`wasm row kernels not used: ${rowsBad}`);
     else { rows = rowPieces(k); parts.rows = 'wasm-simd'; }
-    if (adamBad) notes.push(`wasm Adam not used: ${adamBad}`);
+    if (adamBad) floatNotes.push(`wasm Adam not used: ${adamBad}`);
     else { adam = adamUpdate(k); parts.adam = 'wasm-simd'; }
   } catch (e) {
-    notes.push(`wasm row kernels and Adam not used: ${e.message}`);
+    floatNotes.push(`wasm row kernels and Adam not used: ${e.message}`);
   }
-  const sha = await gatedSha('wasm', createWasmSha, notes) || jsSha;
-  const shaAsync = await gatedSha('WebCrypto', createSubtleSha, notes);
+  const sha = await gatedSha('wasm', createWasmSha, shaNotes) || jsSha;
+  const shaAsync = await gatedSha('WebCrypto', createSubtleSha, shaNotes);
   const out = [];
-  if (gemm.engine !== cpuEngine) out.push(makeBackend({ engine: gemm.engine, rows, adam, sha, shaAsync, parts, notes }));
-  out.push(makeBackend({ engine: cpuEngine, sha, shaAsync, notes: gemm.note ? [gemm.note] : [] }));
+  if (gemm.engine !== cpuEngine) {
+    out.push(makeBackend({ engine: gemm.engine, rows, adam, sha, shaAsync, parts, notes: [...floatNotes, ...shaNotes] }));
+  }
+  out.push(makeBackend({ engine: cpuEngine, sha, shaAsync, notes: [...gemmNotes, ...shaNotes] }));
   return out;
 }
 
