@@ -203,7 +203,7 @@ export function checkBackend(be, who) {
 // idx (B, T) Int32Array -> logits (B*T, V); with targets (B, T): {loss, cache} for backward.
 // be: the backend (engines.js). mem: where the arrays come from (arena.js); a StepArena's
 // arrays live until its next reset.
-export async function forward(params, cfg, idx, B, T, targets, be, mem = freshF64) {
+export async function forward(params, cfg, idx, B, T, targets = null, be, mem = freshF64) {
   checkBackend(be, 'forward');
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
