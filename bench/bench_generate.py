@@ -29,21 +29,21 @@ PROMPT, TEMPERATURE, TOP_K, SEED = "Once upon a time", 0.8, 40, 1
 NODE_SCRIPT = """
 import { readFileSync } from 'node:fs';
 import { makeConfig } from '%(fe)s/config.js';
-import { bestEngine } from '%(fe)s/engines.js';
+import { bestBackend } from '%(fe)s/engines.js';
 import { generate } from '%(fe)s/generate.js';
 import { paramsFromBytes } from '%(fe)s/kit/kit.js';
 const [spec] = process.argv.slice(-1).map((p) => JSON.parse(readFileSync(p, 'utf8')));
 const cfg = makeConfig(spec.config);
 const params = paramsFromBytes(new Uint8Array(readFileSync(spec.weights)), cfg);
-const engine = await bestEngine();
+const backend = await bestBackend();
 const ms = []; let ids = null;
 for (let r = 0; r < spec.runs + 1; r++) {
   const t0 = performance.now();
   ids = (await generate(params, cfg, spec.prompt, spec.tokens,
-    { temperature: spec.temperature, topK: spec.topK, seed: spec.seed, engine })).ids;
+    { temperature: spec.temperature, topK: spec.topK, seed: spec.seed, backend })).ids;
   ms.push(performance.now() - t0);
 }
-console.log(JSON.stringify({ engine: engine.name, ms, ids }));
+console.log(JSON.stringify({ engine: backend.name, ms, ids }));
 """
 
 KIT_RUN = """async ([prompt, tokens, temperature, topK, seed]) => {

@@ -4,7 +4,7 @@
 // GEMM GOPS (2 ops per MAC) at the model's shapes and 512^3, scalar vs wasm-simd. Medians of reps.
 import { makeConfig } from '../frontend_js/config.js';
 import { Group } from '../frontend_js/train.js';
-import { engines } from '../frontend_js/engines.js';
+import { createBackends, withEngine } from '../frontend_js/engines.js';
 import { cpuEngine } from '../frontend_js/units.js';
 
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
@@ -14,10 +14,10 @@ const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.lengt
 // warms up first; the scalar path (10x slower) gets 10
 const WARMUP_STEPS = 50, WARMUP_STEPS_SCALAR = 10;
 
-async function stepMs(cfg, stream, engine, peers, steps, reps, warmup = WARMUP_STEPS) {
+async function stepMs(cfg, stream, backend, peers, steps, reps, warmup = WARMUP_STEPS) {
   const times = [];
   for (let r = 0; r < reps; r++) {
-    const g = new Group(cfg, peers, stream, engine);
+    const g = new Group(cfg, peers, stream, backend);
     for (let i = 0; i < warmup; i++) await g.step();     // JIT tier-up, the arena's first growth
     const t = performance.now();
     for (let i = 0; i < steps; i++) await g.step();
@@ -54,8 +54,9 @@ export const SHAPES = [
 
 // stream: Uint16Array tokens -> {steps, reps, step_ms: {path: ms}, gemm_gops: [{what, scalar, wasm}]}
 export async function runBench(stream, { steps = 10, reps = 5 } = {}) {
-  const wasm = engines().find((e) => e.name === 'wasm-simd');
+  const wasm = (await createBackends()).find((b) => b.name === 'wasm-simd');
   if (!wasm) throw new Error('the wasm-simd engine is not available here');
+  const scalar = withEngine(wasm, cpuEngine);     // the scalar GEMM; the other parts as wasm's
   const cfg = makeConfig({});
   const out = { steps, reps, step_ms: {}, gemm_gops: [] };
   {                       // first: a fresh process/page, so this includes the JIT's warm-up
@@ -65,9 +66,9 @@ export async function runBench(stream, { steps = 10, reps = 5 } = {}) {
   }
   out.step_ms['wasm-simd P=1'] = await stepMs(cfg, stream, wasm, 1, steps, reps);
   out.step_ms['wasm-simd P=2 (CLI default)'] = await stepMs(cfg, stream, wasm, 2, Math.max(2, steps >> 1), reps);
-  out.step_ms['scalar P=1'] = await stepMs(cfg, stream, cpuEngine, 1, Math.max(2, steps >> 2), reps, WARMUP_STEPS_SCALAR);
+  out.step_ms['scalar P=1'] = await stepMs(cfg, stream, scalar, 1, Math.max(2, steps >> 2), reps, WARMUP_STEPS_SCALAR);
   for (const [what, nb, M, K, N] of SHAPES) {
-    out.gemm_gops.push({ what, scalar: gemmGops(cpuEngine, nb, M, K, N, reps), wasm: gemmGops(wasm, nb, M, K, N, reps) });
+    out.gemm_gops.push({ what, scalar: gemmGops(cpuEngine, nb, M, K, N, reps), wasm: gemmGops(wasm.engine, nb, M, K, N, reps) });
   }
   return out;
 }

@@ -41,8 +41,10 @@ class Config:
         return cls(**d)
 
 
-# name -> (min, max, what it is); the page's sliders (server.py) and validate() read it.
-# frontend_js/config.js RANGES is its JS twin, for the browser's validator: change both.
+# name -> (min, max, what it is). validate() checks every setting against it; the page's
+# sliders (server.py SETTINGS: width, seq_len, batch, steps, lr_x1000) take their bounds from it,
+# state_codec.py its largest model. frontend_js/config.js RANGES is its JS twin, for the
+# browser's validator: change both.
 RANGES = {
     "width": (16, 128, "model width"),
     "seq_len": (16, 128, "sequence length"),

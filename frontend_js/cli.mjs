@@ -11,7 +11,7 @@ import { makeConfig, ConfigError, DEFAULTS } from './config.js';
 import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
-import { bestEngine } from './engines.js';
+import { bestBackend } from './engines.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
@@ -182,7 +182,7 @@ export async function main(argv) {
     process.stderr.write(`error: ${e.message}\n`);
     return 2;
   }
-  const group = new Group(cfg, peersAt(args.schedule, 0), stream, await bestEngine());
+  const group = new Group(cfg, peersAt(args.schedule, 0), stream, await bestBackend());
   const n = args.stop_after === null ? cfg.steps : args.stop_after;
   for (let i = 0; i < n; i++) {
     let r;

@@ -8,8 +8,8 @@ export const DEFAULTS = Object.freeze({
   width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234,
 });
 
-// name -> [min, max, what it is]; validate() reads it. The twin of daisy/config.py RANGES, which
-// the page's sliders are built from: change both.
+// name -> [min, max, what it is]; validate() reads it. The twin of daisy/config.py RANGES (the
+// bounds of the page's sliders, of the Python validator and of state_codec.py): change both.
 export const RANGES = Object.freeze({
   width: [16, 128, 'model width'],
   seq_len: [16, 128, 'sequence length'],

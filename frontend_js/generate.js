@@ -8,9 +8,10 @@
 // in the last block only what the last position needs (exact: see its comment).
 import { key, uniform, PURPOSE_SAMPLE } from './prng.js';
 import { exp, treeSum } from './detmath.js';
-import { causalSoftmax, rmsnorm } from './model.js';
+import { checkBackend } from './model.js';
 import { EOT, VOCAB_SIZE, encode, decode } from './tokenizer.js';
-import { cpuEngine, qmatmulT } from './units.js';
+import { qmatmulT } from './units.js';
+import { referenceBackend } from './engines.js';
 
 export const MAX_TOKENS = 2000;
 export const MAX_SEED = 2 ** 32 - 1;
@@ -91,10 +92,12 @@ function merged(yh, n, H, D) {
 // block every quantization is per row of the left operand (each row on its own) or per column
 // of a weight, except P.V's v (per column over all T: computed in full); so the queries,
 // softmax, projections, MLP, final norm and head are computed for the last row only.
-export async function lastLogits(params, cfg, idx, T, engine = cpuEngine) {
+// be: the backend (engines.js) of the matmuls, RMSNorm and the softmax rows
+export async function lastLogits(params, cfg, idx, T, be = referenceBackend) {
+  checkBackend(be, 'lastLogits');
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, D = Math.floor(C / H);
   const attScale = 1.0 / Math.sqrt(D);
-  const mm = (a, ta, b, tb, batch, M, K, N) => qmatmulT(engine, a, ta, b, tb, batch, M, K, N);
+  const mm = (a, ta, b, tb, batch, M, K, N) => qmatmulT(be.engine, a, ta, b, tb, batch, M, K, N);
   const wte = params['wte.weight'], wpe = params['wpe.weight'];
   let x = new Float64Array(T * C);                                            // (T, C)
   for (let t = 0; t < T; t++) {
@@ -104,7 +107,7 @@ export async function lastLogits(params, cfg, idx, T, engine = cpuEngine) {
   let n = T;                                                                   // rows of x kept
   for (let l = 0; l < L; l++) {
     const p = `blocks.${l}.`, last = l === L - 1;
-    const [xn1] = rmsnorm(x, params[p + 'norm1.weight'], T, C);              // (T, C)
+    const [xn1] = be.rmsnorm(x, params[p + 'norm1.weight'], T, C);           // (T, C)
     const qkv = await mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, T, C, 3 * C);   // (T, 3C)
     const k = heads(qkv, 1, T, H, D), v = heads(qkv, 2, T, H, D);            // (H, T, D)
     let yh;
@@ -112,7 +115,7 @@ export async function lastLogits(params, cfg, idx, T, engine = cpuEngine) {
       const q = heads(qkv, 0, T, H, D);                                      // (H, T, D)
       const s = await mm(q, false, k, true, H, T, D, T);                     // (H, T, T)
       for (let i = 0; i < s.length; i++) s[i] = s[i] * attScale;
-      yh = await mm(causalSoftmax(s, H, T), false, v, false, H, T, T, D);   // (H, T, D)
+      yh = await mm(be.causalSoftmax(s, H, T), false, v, false, H, T, T, D);   // (H, T, D)
     } else {
       const q = heads(qkv, 0, T, H, D, T - 1);                               // (H, 1, D)
       const s = await mm(q, false, k, true, H, 1, D, T);                     // (H, 1, T)
@@ -132,13 +135,13 @@ export async function lastLogits(params, cfg, idx, T, engine = cpuEngine) {
     }
     const att = await mm(merged(yh, n, H, D), false, params[p + 'attn.proj.weight'], true, 1, n, C, C);
     for (let i = 0; i < x.length; i++) x[i] = x[i] + att[i];
-    const [xn2] = rmsnorm(x, params[p + 'norm2.weight'], n, C);              // (n, C)
+    const [xn2] = be.rmsnorm(x, params[p + 'norm2.weight'], n, C);           // (n, C)
     const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, n, C, 4 * C);        // (n, 4C)
     for (let i = 0; i < h.length; i++) h[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;   // ReLU
     const mlp = await mm(h, false, params[p + 'mlp.proj.weight'], true, 1, n, 4 * C, C);
     for (let i = 0; i < x.length; i++) x[i] = x[i] + mlp[i];
   }
-  const [xf] = rmsnorm(x, params['norm_f.weight'], n, C);                    // (1, C)
+  const [xf] = be.rmsnorm(x, params['norm_f.weight'], n, C);                 // (1, C)
   return mm(xf, false, params['head.weight'], true, 1, 1, C, V);             // (1, V)
 }
 
@@ -159,9 +162,10 @@ export function checkSettings(nTokens, temperature, topK, seed) {
 }
 
 // params {name: Float64Array}, cfg (config.makeConfig) -> {text: continuation, ids: [token ids]}.
-// onToken(i, id), if given, is called after each token (progress display).
+// backend: engines.js (the JS mirror by default). onToken(i, id), if given, is called after each
+// token (progress display).
 export async function generate(params, cfg, prompt, nTokens,
-  { temperature = 0.8, topK = 40, seed = 0, engine = cpuEngine, onToken = null } = {}) {
+  { temperature = 0.8, topK = 40, seed = 0, backend = referenceBackend, onToken = null } = {}) {
   checkSettings(nTokens, temperature, topK, seed);
   const ids = Array.from(encode(prompt));
   if (ids.length === 0) ids.push(EOT);
@@ -169,7 +173,7 @@ export async function generate(params, cfg, prompt, nTokens,
   for (let i = 0; i < nTokens; i++) {
     const ctx = Int32Array.from(ids.slice(-cfg.seq_len));                   // (1, T')
     const T = ctx.length;
-    const logits = await lastLogits(params, cfg, ctx, T, engine);          // (V,)
+    const logits = await lastLogits(params, cfg, ctx, T, backend);         // (V,)
     const t = nextToken(logits, i, temperature, topK, seed);
     ids.push(t);
     out.push(t);

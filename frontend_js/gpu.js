@@ -10,9 +10,10 @@
 //   each call: the result is bound-checked and Freivalds-checked; every `auditEvery` calls a
 //             random tile is recomputed exactly on the CPU. Calls are numbered in issue order
 //             (the audits' randomness is keyed by that number), so audits are deterministic.
-//   batching: calls issued in the same tick (e.g. the dW and dX of model.js backward's both())
-//             run as ONE submit (one dispatch each, one copy into one mappable buffer) and ONE
-//             mapAsync; each is audited and finished on its own, in issue order.
+//   batching: calls issued in the same tick (e.g. the dW and dX pair of model.js backward's
+//             both(), which waits for both with Promise.allSettled) run as ONE submit (one
+//             dispatch each, one copy into one mappable buffer) and ONE mapAsync; each is
+//             audited and finished on its own, in issue order.
 //   faults:   a failed gate, shader compile error, validation/OOM error, uncaptured error, lost
 //             device or failed audit switches the engine to the CPU for good, with the reason in
 //             engine.status.reasons, console.error, onFault callbacks and a 'fault' event.
@@ -20,7 +21,8 @@
 //             CPU and the step goes on. A failed audit means the GPU returned wrong numbers: that
 //             call rejects with GpuFault (recompute: true) and the caller redoes the whole step
 //             (withGpuFallback does that); calls of the batch after it are computed on the CPU.
-//   CPU:      engines.js's first engine (wasm-simd when it passed its gate, else scalar).
+//   CPU:      opts.cpu, the caller's CPU engine (the page: its backend's); by default
+//             engines.js bestGemmEngine() (wasm-simd when it passed its gate, else scalar).
 //   routing:  with route 'auto' (the page's choice) a fused-unit call goes to the GPU only when
 //             gpuPays (deep K, many multiply-adds); the rest run on the CPU engine, same bits.
 // Data layout: the kernels read A (batch, M, K4) and B^T (batch, N, K4) as u32 words of four int8
@@ -32,7 +34,7 @@
 // Runs in a browser (navigator.gpu, kernels fetched relative to this file) and under Node's
 // `webgpu` package (pass { gpu }, kernels read from disk through file: URLs).
 import { packI8x4, MAX_K, cpuEngine, qmatmulT as unitQmatmulT } from './units.js';
-import { engines } from './engines.js';
+import { bestGemmEngine } from './engines.js';
 import { GEMM_WASM } from './wasm_gemm.js';
 import { gateKernel, gateOperands, checksumAuditView, tileAuditView, freivaldsVector, auditKey, view, denseView } from './gpu_gates.js';
 
@@ -441,7 +443,7 @@ export class GpuEngine extends EventTarget {
     this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, routed: 0, checksums: 0, tileAudits: 0, submits: 0 };
     this.route = opts.route === 'auto' ? { ...ROUTE, ...(opts.routeRule || {}) } : null;   // null: all
     this.kernel = null; this.device = null;
-    this.cpu = engines()[0];              // wasm-simd when it passed its gate, else the scalar engine
+    this.cpu = opts.cpu || bestGemmEngine().engine;
     // the fused unit's CPU ends, only where the wasm engine (same module) passed its gates
     const host = this.cpu.qmatmulT ? new WasmUnitHost() : null, hostBad = host && gateWasmHost(host);
     if (hostBad) this.fault(`fused unit off (int8 API, JS quantizers and audits): ${hostBad}`, 'host', false);

@@ -1,10 +1,10 @@
 // The canonical weight hash, mirroring daisy/hashing.py: SHA-256 over every parameter in
 // paramShapes order, as the little-endian bytes of its float64 values, row-major; hex digest.
-// Two entry points. weightHash is synchronous, for the offline kit (a file:// page, where
-// crypto.subtle is missing) and the page's checkpoint and state checks: a WebAssembly compress
-// function where WebAssembly is (checked against the JS one at creation), else plain JS.
-// weightHashAsync, for the trainer's per-step hashes, uses WebCrypto's native SHA-256 where it
-// exists and passes its check, else weightHash.
+// weightHash is the reference, in plain JS (no state, works everywhere, a file:// page too).
+// The faster SHA-256s a backend may use (engines.js gates each against the JS one first): the
+// compress function in WebAssembly (createWasmSha) and WebCrypto's native digest (createSubtleSha,
+// asynchronous, only in secure contexts). A sha is {name, hexOf(parts)}: parts, Uint8Arrays of
+// one message, -> the hex digest (or a Promise of it).
 import { Module, local, block, loop, br, br_if, i32, LITTLE_ENDIAN_HOST } from './wasm_asm.js';
 
 const K256 = new Int32Array([
@@ -176,69 +176,61 @@ function wasmHashParts(ws, parts) {
   return hex;
 }
 
-let shaWasm;          // undefined: not tried; null: unavailable or failed its check
-function wasmSha() {
-  if (shaWasm !== undefined) return shaWasm;
-  shaWasm = null;
-  try {
-    if (typeof WebAssembly === 'undefined' || !LITTLE_ENDIAN_HOST) return null;
-    const inst = new WebAssembly.Instance(new WebAssembly.Module(shaWasmBytes()), {});
-    const ws = { mem: inst.exports.mem, sha: inst.exports.sha };
-    // check against the JS SHA-256 at every padding case (0..130 bytes) and across blocks
-    const msg = new Uint8Array(1000);
-    for (let i = 0; i < msg.length; i++) msg[i] = (i * 131 + 7) & 0xff;
-    for (const n of [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 128, 130, 1000]) {
-      const part = msg.subarray(0, n);
-      if (wasmHashParts(ws, [part.subarray(0, n >> 1), part.subarray(n >> 1)]) !== new Sha256().update(part).hexdigest()) return null;
-    }
-    shaWasm = ws;
-  } catch (e) {
-    shaWasm = null;
-  }
-  return shaWasm;
-}
+// the reference SHA-256 as a sha
+export const jsSha = {
+  name: 'js',
+  hexOf(parts) {
+    const h = new Sha256();
+    for (const p of parts) h.update(p);
+    return h.hexdigest();
+  },
+};
 
-// params: {name: Float64Array} in canonical order -> hex SHA-256
+// params: {name: Float64Array} in canonical order -> the message, as its parts
+export const paramBytes = (params) => Object.values(params).map(f64LeBytes);
+
+// params: {name: Float64Array} in canonical order -> hex SHA-256 (the reference)
 export function weightHash(params) {
-  const parts = Object.values(params).map(f64LeBytes);
-  const ws = wasmSha();
-  if (ws) return wasmHashParts(ws, parts);
-  const h = new Sha256();
-  for (const p of parts) h.update(p);
-  return h.hexdigest();
+  return jsSha.hexOf(paramBytes(params));
 }
 
-// The same hash through the platform's SHA-256 (WebCrypto: native code, ~3x the wasm rate here),
-// for the trainer's per-step hashes. crypto.subtle exists only in secure contexts (https,
-// localhost, 127.0.0.1); it is checked against the JS SHA-256 once, and weightHash is the fallback.
-let subtleState;      // undefined: not tried; null: unavailable or failed its check; else {buf}
-async function subtleSha() {
-  if (subtleState !== undefined) return subtleState;
-  subtleState = null;
+// -> the wasm compress as a sha; throws when WebAssembly is missing (engines.js gates it)
+export function createWasmSha() {
+  if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
+  if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm SHA-256 assumes a little-endian host');
+  const inst = new WebAssembly.Instance(new WebAssembly.Module(shaWasmBytes()), {});
+  const ws = { mem: inst.exports.mem, sha: inst.exports.sha };
+  return { name: 'wasm', hexOf: (parts) => wasmHashParts(ws, parts) };
+}
+
+// -> WebCrypto's SHA-256 (native code, ~3x the wasm rate here) as an asynchronous sha; throws
+// where crypto.subtle is missing (it exists only in secure contexts: https, localhost, 127.0.0.1)
+export function createSubtleSha() {
   const subtle = globalThis.crypto?.subtle;
-  if (!subtle) return null;
-  try {
-    const msg = new Uint8Array(1000).map((_, i) => (i * 131 + 7) & 0xff);
-    for (const n of [0, 55, 64, 1000]) {
-      const got = hex(new Uint8Array(await subtle.digest('SHA-256', msg.subarray(0, n))));
-      if (got !== new Sha256().update(msg.subarray(0, n)).hexdigest()) return null;
-    }
-    subtleState = { subtle, buf: new Uint8Array(0) };
-  } catch (e) {
-    subtleState = null;
-  }
-  return subtleState;
+  if (!subtle) throw new Error('crypto.subtle is missing (not a secure context)');
+  let buf = new Uint8Array(0);                 // reused: digest copies its input
+  return {
+    name: 'webcrypto',
+    async hexOf(parts) {
+      const total = parts.reduce((n, p) => n + p.length, 0);
+      if (buf.length < total) buf = new Uint8Array(total);
+      let o = 0;
+      for (const p of parts) { buf.set(p, o); o += p.length; }
+      return hex(new Uint8Array(await subtle.digest('SHA-256', buf.subarray(0, total))));
+    },
+  };
 }
 const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 
-// params: {name: Float64Array} in canonical order -> Promise of the hex SHA-256 of weightHash
-export async function weightHashAsync(params) {
-  const st = await subtleSha();
-  if (!st) return weightHash(params);
-  const parts = Object.values(params).map(f64LeBytes);
-  const total = parts.reduce((n, p) => n + p.length, 0);
-  if (st.buf.length < total) st.buf = new Uint8Array(total);   // reused: digest copies its input
-  let o = 0;
-  for (const p of parts) { st.buf.set(p, o); o += p.length; }
-  return hex(new Uint8Array(await st.subtle.digest('SHA-256', st.buf.subarray(0, total))));
+// sha -> null, or its first disagreement with the JS SHA-256 in words: every padding case
+// (0..130 bytes), across blocks, a message split into two parts
+export async function gateSha(sha) {
+  const msg = new Uint8Array(1000);
+  for (let i = 0; i < msg.length; i++) msg[i] = (i * 131 + 7) & 0xff;
+  for (const n of [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 128, 130, 1000]) {
+    const part = msg.subarray(0, n);
+    const got = await sha.hexOf([part.subarray(0, n >> 1), part.subarray(n >> 1)]), want = jsSha.hexOf([part]);
+    if (got !== want) return `${sha.name} SHA-256 of ${n} bytes: ${got} vs JS ${want}`;
+  }
+  return null;
 }

@@ -2,16 +2,17 @@
 // function and operation by operation (float64, row-major Float64Array; shapes in comments).
 //   tokens (B, T) -> wte + wpe -> L x [x += attn(norm1(x)); x += mlp(norm2(x))] -> norm_f -> head
 //   -> cross-entropy
-// Every matmul goes through the INT8 units (units.qmatmulT, straight-through in backward) on an
-// injected engine (CPU here, or the WGSL engine), so forward/backward are async. Arrays come from
-// `mem` (arena.js): fresh ones by default, or a trainer's StepArena, reused step after step. Linear weights
-// use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
+// The pieces below (rmsnorm, causalSoftmax, ...) are the mirror, in plain JS. forward and
+// backward run on a backend (engines.js), which holds the INT8 unit's engine (every matmul is
+// units.qmatmulT, straight-through in backward; CPU or WGSL, so forward/backward are async) and
+// the row pieces: these JS ones, or wasm twins gated against them. Arrays come from `mem`
+// (arena.js): fresh ones by default, or a trainer's StepArena, reused step after step. Linear
+// weights use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
 import { key, uniform, PURPOSE_INIT } from './prng.js';
-import { exp, expShiftedInto, log, treeSum } from './detmath.js';
+import { expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
-import { qmatmulT, cpuEngine } from './units.js';
+import { qmatmulT } from './units.js';
 import { freshF64 } from './arena.js';
-import { floatKernels, floatKernelsUnavailable } from './wasm_float.js';
 
 export const NORM_EPS = 1e-5;
 export const EMBED_BOUND = 0.1;
@@ -62,17 +63,7 @@ export function initParams(cfg) {
 
 // x (N, C), g (C,) -> y (N, C), cache {xhat (N, C), r (N,)}.
 // r = 1 / sqrt(tree_sum(x*x)/C + eps); y = (x * r) * g
-// Each piece with a *JS twin: the twin is the reference; the wasm row kernel (wasm_float.js),
-// gated against it at first use, runs the same operations when available.
 export function rmsnorm(x, g, N, C, mem = freshF64) {
-  const fast = rowKernels();
-  if (!fast) return rmsnormJS(x, g, N, C, mem);
-  const y = mem.take(N * C), xhat = mem.take(N * C), r = mem.take(N);
-  fast.rmsnormRows(x, g, N, C, NORM_EPS, y, xhat, r);
-  return [y, { xhat, r }];
-}
-
-export function rmsnormJS(x, g, N, C, mem = freshF64) {
   const y = mem.take(N * C), xhat = mem.take(N * C), r = mem.take(N);
   const sq = mem.take(C);
   for (let n = 0; n < N; n++) {
@@ -88,14 +79,6 @@ export function rmsnormJS(x, g, N, C, mem = freshF64) {
 
 // dy (N, C) -> dx (N, C), dg (C,)
 export function rmsnormBackward(dy, g, cache, N, C, mem = freshF64) {
-  const fast = rowKernels();
-  if (!fast) return rmsnormBackwardJS(dy, g, cache, N, C, mem);
-  const dx = mem.take(N * C), dg = mem.take(C);
-  fast.rmsnormBackRows(dy, g, cache.xhat, cache.r, N, C, dx, dg);
-  return [dx, dg];
-}
-
-export function rmsnormBackwardJS(dy, g, cache, N, C, mem = freshF64) {
   const { xhat, r } = cache;
   const prod = mem.take(N * C);
   for (let i = 0; i < N * C; i++) prod[i] = dy[i] * xhat[i];
@@ -113,18 +96,8 @@ export function rmsnormBackwardJS(dy, g, cache, N, C, mem = freshF64) {
 }
 
 // s (G, T, T) -> p: row i over columns j <= i; masked entries exactly +0; z sums all T columns.
-// This JS version is the reference; the wasm kernel (wasm_float.js), gated against it, is used
-// when it is available (the same operations on every element, so the same bits).
 // scale: each score is first multiplied by it (attention's 1/sqrt(D); x * 1 = x exactly)
 export function causalSoftmax(s, G, T, mem = freshF64, scale = 1.0) {
-  const fast = rowKernels();
-  if (!fast) return causalSoftmaxJS(s, G, T, mem, scale);
-  const p = mem.take(G * T * T);
-  fast.softmaxRows(s, G * T, T, T, 0, p, scale);
-  return p;
-}
-
-export function causalSoftmaxJS(s, G, T, mem = freshF64, scale = 1.0) {
   const p = mem.take(G * T * T), e = mem.take(T), x = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const i = row % T, o = row * T;
@@ -141,14 +114,6 @@ export function causalSoftmaxJS(s, G, T, mem = freshF64, scale = 1.0) {
 
 // dp, p (G, T, T) -> ds = (p * (dp - tree_sum(dp * p))) * scale  (scale applied after, as model.py)
 export function softmaxBackward(dp, p, G, T, scale, mem = freshF64) {
-  const fast = rowKernels();
-  if (!fast) return softmaxBackwardJS(dp, p, G, T, scale, mem);
-  const ds = mem.take(G * T * T);
-  fast.softmaxBackRows(dp, p, G * T, T, scale, ds);
-  return ds;
-}
-
-export function softmaxBackwardJS(dp, p, G, T, scale, mem = freshF64) {
   const ds = mem.take(G * T * T), t = mem.take(T);
   for (let row = 0; row < G * T; row++) {
     const o = row * T;
@@ -161,28 +126,12 @@ export function softmaxBackwardJS(dp, p, G, T, scale, mem = freshF64) {
 
 // h -> np.maximum(h, 0): h where h > 0 or NaN, else +0;  backward: dh = h > 0 ? dhr : +0
 export function relu(h, mem = freshF64) {
-  const fast = rowKernels();
-  if (!fast) return reluJS(h, mem);
-  const hr = mem.take(h.length);
-  fast.relu(h, hr);
-  return hr;
-}
-
-export function reluJS(h, mem = freshF64) {
   const hr = mem.take(h.length);
   for (let i = 0; i < h.length; i++) hr[i] = (h[i] > 0.0 || h[i] !== h[i]) ? h[i] : 0.0;
   return hr;
 }
 
 export function reluBackward(dhr, h, mem = freshF64) {
-  const fast = rowKernels();
-  if (!fast) return reluBackwardJS(dhr, h, mem);
-  const dh = mem.take(h.length);
-  fast.reluBack(h, dhr, dh);
-  return dh;
-}
-
-export function reluBackwardJS(dhr, h, mem = freshF64) {
   const dh = mem.take(h.length);
   for (let i = 0; i < dh.length; i++) dh[i] = h[i] > 0.0 ? dhr[i] : 0.0;
   return dh;
@@ -190,21 +139,7 @@ export function reluBackwardJS(dhr, h, mem = freshF64) {
 
 // logits (N, V), targets (N,) -> [mean loss, dlogits (N, V)]
 // loss_n = (m + log z) - logit[target]; loss = tree_sum(loss_n) / N; dlogits = (softmax - onehot) / N
-// (the JS version is the reference, as for causalSoftmax)
 export function crossEntropy(logits, targets, N, V, mem = freshF64) {
-  const fast = rowKernels();
-  if (!fast) return crossEntropyJS(logits, targets, N, V, mem);
-  const lossN = mem.take(N), dlogits = mem.take(N * V);
-  const stats = fast.softmaxRows(logits, N, V, 0, N, dlogits);       // dlogits = (e / z) / N; m, z
-  for (let n = 0; n < N; n++) {
-    const o = n * V, m = stats[2 * n], z = stats[2 * n + 1], tgt = targets[n];
-    lossN[n] = (m + log(z)) - logits[o + tgt];
-    dlogits[o + tgt] = ((exp(logits[o + tgt] - m) / z) - 1.0) / N;
-  }
-  return [treeSum(lossN, 0, N) / N, dlogits];
-}
-
-export function crossEntropyJS(logits, targets, N, V, mem = freshF64) {
   const lossN = mem.take(N), dlogits = mem.take(N * V), e = mem.take(V);
   for (let n = 0; n < N; n++) {
     const o = n * V;
@@ -218,107 +153,6 @@ export function crossEntropyJS(logits, targets, N, V, mem = freshF64) {
     dlogits[o + tgt] = ((e[tgt] / z) - 1.0) / N;
   }
   return [treeSum(lossN, 0, N) / N, dlogits];
-}
-
-// --- the row kernels in wasm (softmax rows, RMSNorm and its backward, softmax backward), gated
-// against the JS versions above at first use ---------------------------------------------------
-
-let fastRows;                             // undefined: not tried yet; null: not available
-export let rowKernelsUnavailable = null;   // why (null when they are used)
-function rowKernels() {
-  if (fastRows === undefined) {
-    const k = floatKernels();
-    const bad = k ? gateRowKernels(k) : floatKernelsUnavailable;
-    fastRows = bad ? null : k;
-    rowKernelsUnavailable = bad ? `wasm row kernels not used: ${bad}` : null;
-  }
-  return fastRows;
-}
-
-// the bench's and tests' switch: false forces the JS versions, true the gated wasm kernels (if any)
-export function useRowKernels(on) {
-  if (!on) { fastRows = null; return null; }
-  fastRows = undefined;
-  return rowKernels();
-}
-
-// values for the gate: many magnitudes, ties, zeros of both signs, spreads past exp's range
-// (x - m < -708), infinities; a counter-based LCG (no Math.random)
-function gateValues(n, seed, withSpecials) {
-  const x = new Float64Array(n);
-  let st = seed >>> 0;
-  const next = () => { st = (Math.imul(st, 1664525) + 1013904223) >>> 0; return st; };
-  const special = [0, -0, 3.5, -3.5, 1e-310, -708, 709, -1000, 1e300, -1e300, -Infinity];
-  for (let i = 0; i < n; i++) {
-    const r = next();
-    if (withSpecials && r % 9 === 0) x[i] = special[next() % special.length];
-    else x[i] = ((next() >>> 8) * 2 ** -24 - 0.5) * 2 ** ((r >>> 4) % 12 - 2);
-  }
-  return x;
-}
-const sameBits = (a, b) => (a === b && (a !== 0 || Object.is(a, b))) || (a !== a && b !== b);
-const firstDiff = (got, want) => { for (let i = 0; i < want.length; i++) if (!sameBits(got[i], want[i])) return i; return -1; };
-
-// kernels -> null, or the first disagreement with the JS versions in words
-export function gateRowKernels(kernels) {
-  const saved = fastRows;
-  fastRows = kernels;                     // run the public functions on the candidate
-  try {
-    let seed = 1;
-    for (const [G, T] of [[1, 1], [2, 2], [3, 3], [2, 5], [4, 8], [2, 17], [3, 32], [1, 33]]) {
-      for (const specials of [false, true]) {
-        const s = gateValues(G * T * T, seed++, specials);
-        const scale = specials ? 0.35355339059327373 : 1.0;
-        const got = causalSoftmax(s, G, T, freshF64, scale), want = causalSoftmaxJS(s, G, T, freshF64, scale);
-        const i = firstDiff(got, want);
-        if (i >= 0) return `causal softmax (${G}, ${T}, ${T}) index ${i}: ${got[i]} vs JS ${want[i]}`;
-      }
-    }
-    for (const [N, V] of [[1, 1], [2, 2], [3, 3], [5, 7], [4, 64], [9, 257]]) {
-      for (const specials of [false, true]) {
-        const logits = gateValues(N * V, seed++, specials).map((v) => (v === -Infinity || Math.abs(v) > 1e299 ? -1000 : v));
-        const targets = Int32Array.from({ length: N }, (_, n) => (n * 7919) % V);
-        const [lossGot, dGot] = crossEntropy(logits, targets, N, V), [lossWant, dWant] = crossEntropyJS(logits, targets, N, V);
-        if (!sameBits(lossGot, lossWant)) return `cross-entropy (${N}, ${V}) loss: ${lossGot} vs JS ${lossWant}`;
-        const i = firstDiff(dGot, dWant);
-        if (i >= 0) return `cross-entropy (${N}, ${V}) dlogits index ${i}: ${dGot[i]} vs JS ${dWant[i]}`;
-      }
-    }
-    for (const [N, C] of [[1, 1], [2, 3], [3, 8], [5, 17], [64, 32], [7, 128]]) {
-      for (const specials of [false, true]) {
-        const x = gateValues(N * C, seed++, specials).map((v) => (Math.abs(v) === Infinity ? 1e300 : v));
-        const g = gateValues(C, seed++, false), dy = gateValues(N * C, seed++, specials).map((v) => (Math.abs(v) === Infinity ? -3 : v));
-        const [yGot, cGot] = rmsnorm(x, g, N, C), [yWant, cWant] = rmsnormJS(x, g, N, C);
-        for (const [what, a, b] of [['y', yGot, yWant], ['xhat', cGot.xhat, cWant.xhat], ['r', cGot.r, cWant.r]]) {
-          const i = firstDiff(a, b);
-          if (i >= 0) return `rmsnorm (${N}, ${C}) ${what} index ${i}: ${a[i]} vs JS ${b[i]}`;
-        }
-        const [dxGot, dgGot] = rmsnormBackward(dy, g, cWant, N, C), [dxWant, dgWant] = rmsnormBackwardJS(dy, g, cWant, N, C);
-        for (const [what, a, b] of [['dx', dxGot, dxWant], ['dg', dgGot, dgWant]]) {
-          const i = firstDiff(a, b);
-          if (i >= 0) return `rmsnorm backward (${N}, ${C}) ${what} index ${i}: ${a[i]} vs JS ${b[i]}`;
-        }
-      }
-    }
-    for (const [G, T] of [[1, 1], [2, 3], [3, 8], [2, 17], [4, 32]]) {
-      const p = causalSoftmaxJS(gateValues(G * T * T, seed++, true), G, T), dp = gateValues(G * T * T, seed++, true);
-      const scale = 1.0 / Math.sqrt(T);
-      const got = softmaxBackward(dp, p, G, T, scale), want = softmaxBackwardJS(dp, p, G, T, scale);
-      const i = firstDiff(got, want);
-      if (i >= 0) return `softmax backward (${G}, ${T}, ${T}) index ${i}: ${got[i]} vs JS ${want[i]}`;
-    }
-    for (const n of [1, 2, 3, 33, 1024]) {
-      const h = gateValues(n, seed++, true), dhr = gateValues(n, seed++, true);
-      h[0] = NaN;
-      for (const [what, got, want] of [['relu', relu(h), reluJS(h)], ['relu backward', reluBackward(dhr, h), reluBackwardJS(dhr, h)]]) {
-        const i = firstDiff(got, want);
-        if (i >= 0) return `${what} (${n}) index ${i}: ${got[i]} vs JS ${want[i]}`;
-      }
-    }
-    return null;
-  } finally {
-    fastRows = saved;
-  }
 }
 
 // dx (N, C), idx (N,) -> dwte (V, C): row idx[n] += dx[n], n ascending
@@ -356,13 +190,25 @@ const addInPlace = (x, y) => { for (let i = 0; i < x.length; i++) x[i] = x[i] + 
 
 // --- the model --------------------------------------------------------------------------------
 
+// A backend (engines.js) is required: it is where the pieces run. Anything else (a bare INT8
+// engine, as these functions once took) is refused by name.
+export function checkBackend(be, who) {
+  if (!be || typeof be.rmsnorm !== 'function' || !be.engine) {
+    const what = be && typeof be === 'object' ? `an object with keys ${Object.keys(be).join(', ') || 'none'}` : String(be);
+    throw new TypeError(`${who}: needs a backend from engines.js (engine, rmsnorm, ...), got ${what}`);
+  }
+  return be;
+}
+
 // idx (B, T) Int32Array -> logits (B*T, V); with targets (B, T): {loss, cache} for backward.
-// mem: where the arrays come from (arena.js); a StepArena's arrays live until its next reset.
-export async function forward(params, cfg, idx, B, T, targets = null, engine = cpuEngine, mem = freshF64) {
+// be: the backend (engines.js). mem: where the arrays come from (arena.js); a StepArena's
+// arrays live until its next reset.
+export async function forward(params, cfg, idx, B, T, targets = null, be, mem = freshF64) {
+  checkBackend(be, 'forward');
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
   const attScale = 1.0 / Math.sqrt(D);
-  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
+  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(be.engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
   const wte = params['wte.weight'], wpe = params['wpe.weight'];
   const x = mem.take(N * C);                                                  // (N, C)
   for (let n = 0; n < N; n++) {
@@ -372,27 +218,27 @@ export async function forward(params, cfg, idx, B, T, targets = null, engine = c
   const caches = [];
   for (let l = 0; l < L; l++) {
     const p = `blocks.${l}.`;
-    const [xn1, n1] = rmsnorm(x, params[p + 'norm1.weight'], N, C, mem);   // (N, C)
+    const [xn1, n1] = be.rmsnorm(x, params[p + 'norm1.weight'], N, C, mem);   // (N, C)
     const qkv = await mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);   // (N, 3C)
     const q = splitHeads(qkv, 0, B, T, H, D, mem);                           // (B, H, T, D)
     const k = splitHeads(qkv, 1, B, T, H, D, mem);
     const v = splitHeads(qkv, 2, B, T, H, D, mem);
     const s = await mm(q, false, k, true, G, T, D, T);                      // (B, H, T, T) q k^T
-    const pr = causalSoftmax(s, G, T, mem, attScale);                        // (B, H, T, T) of s * scale
+    const pr = be.causalSoftmax(s, G, T, mem, attScale);                     // (B, H, T, T) of s * scale
     const yh = await mm(pr, false, v, false, G, T, T, D);                   // (B, H, T, D)
     const y = mergeHeads(yh, mem.take(N * C), C, 0, B, T, H, D);            // (N, C)
     addInPlace(x, await mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C));
-    const [xn2, n2] = rmsnorm(x, params[p + 'norm2.weight'], N, C, mem);   // (N, C)
+    const [xn2, n2] = be.rmsnorm(x, params[p + 'norm2.weight'], N, C, mem);   // (N, C)
     const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);       // (N, 4C)
-    const hr = relu(h, mem);                                                 // (N, 4C)
+    const hr = be.relu(h, mem);                                              // (N, 4C)
     addInPlace(x, await mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C));
     caches.push({ xn1, n1, q, k, v, pr, y, xn2, n2, h, hr });
   }
-  const [xf, nf] = rmsnorm(x, params['norm_f.weight'], N, C, mem);          // (N, C)
+  const [xf, nf] = be.rmsnorm(x, params['norm_f.weight'], N, C, mem);       // (N, C)
   const logits = await mm(xf, false, params['head.weight'], true, 1, N, C, V);   // (N, V)
   if (targets === null) return logits;
-  const [loss, dlogits] = crossEntropy(logits, targets, N, V, mem);
-  return { loss, cache: { idx, B, T, caches, xf, nf, dlogits, attScale, engine, mem } };
+  const [loss, dlogits] = be.crossEntropy(logits, targets, N, V, mem);
+  return { loss, cache: { idx, B, T, caches, xf, nf, dlogits, attScale, be, mem } };
 }
 
 // Two matmuls issued together, so an engine that batches its calls (the GPU's) can run them in
@@ -408,17 +254,17 @@ async function both(first, second) {
 // The gradient of the mean loss w.r.t. every parameter, in canonical order; matmuls that do not
 // depend on each other go through both().
 export async function backward(params, cfg, cache) {
-  const { idx, B, T, caches, xf, nf, dlogits, attScale, engine, mem } = cache;
+  const { idx, B, T, caches, xf, nf, dlogits, attScale, be, mem } = cache;
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
-  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
+  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(be.engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
   const g = {};
   let dxf;
   [g['head.weight'], dxf] = await both(
     mm(dlogits, true, xf, false, 1, V, N, C),                                // (V, C) dlogits^T xf
     mm(dlogits, false, params['head.weight'], false, 1, N, V, C));          // (N, C)
   let dx;
-  [dx, g['norm_f.weight']] = rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C, mem);
+  [dx, g['norm_f.weight']] = be.rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C, mem);
   for (let l = L - 1; l >= 0; l--) {
     const p = `blocks.${l}.`;
     const { xn1, n1, q, k, v, pr, y, xn2, n2, h, hr } = caches[l];
@@ -427,11 +273,11 @@ export async function backward(params, cfg, cache) {
     [g[p + 'mlp.proj.weight'], dhr] = await both(
       mm(dx, true, hr, false, 1, C, N, 4 * C),                               // (C, 4C)
       mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)); // (N, 4C)
-    const dh = reluBackward(dhr, h, mem);                                    // (N, 4C)
+    const dh = be.reluBackward(dhr, h, mem);                                 // (N, 4C)
     [g[p + 'mlp.fc.weight'], dxn2] = await both(
       mm(dh, true, xn2, false, 1, 4 * C, N, C),                              // (4C, C)
       mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C));   // (N, C)
-    [dxb, g[p + 'norm2.weight']] = rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
+    [dxb, g[p + 'norm2.weight']] = be.rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
     dx = addInPlace(dx, dxb);                                                // dx is ours alone: add in place
     // attention branch: x += proj(attn(qkv(norm1(x))))
     [g[p + 'attn.proj.weight'], dy] = await both(
@@ -441,7 +287,7 @@ export async function backward(params, cfg, cache) {
     [dpr, dv] = await both(
       mm(dyh, false, v, true, G, T, D, T),                                   // (B, H, T, T) dyh v^T
       mm(pr, true, dyh, false, G, T, T, D));                                // (B, H, T, D) pr^T dyh
-    const ds = softmaxBackward(dpr, pr, G, T, attScale, mem);                // (B, H, T, T)
+    const ds = be.softmaxBackward(dpr, pr, G, T, attScale, mem);             // (B, H, T, T)
     [dq, dk] = await both(
       mm(ds, false, k, false, G, T, T, D),                                   // (B, H, T, D)
       mm(ds, true, q, false, G, T, T, D));                                  // (B, H, T, D) ds^T q
@@ -452,7 +298,7 @@ export async function backward(params, cfg, cache) {
     [g[p + 'attn.qkv.weight'], dxn1] = await both(
       mm(dqkv, true, xn1, false, 1, 3 * C, N, C),                            // (3C, C)
       mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C)); // (N, C)
-    [dxb, g[p + 'norm1.weight']] = rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
+    [dxb, g[p + 'norm1.weight']] = be.rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
     dx = addInPlace(dx, dxb);
   }
   const dwpe = mem.take(T * C);                                              // (T, C) tree over b
@@ -475,7 +321,7 @@ function splitHeads3(dy, B, T, H, D, mem) {
 }
 
 // one peer's contribution to a step: {loss (mean over its B*T tokens), grads}
-export async function lossAndGrads(params, cfg, idx, targets, B, T, engine = cpuEngine, mem = freshF64) {
-  const { loss, cache } = await forward(params, cfg, idx, B, T, targets, engine, mem);
+export async function lossAndGrads(params, cfg, idx, targets, B, T, be, mem = freshF64) {
+  const { loss, cache } = await forward(params, cfg, idx, B, T, targets, be, mem);
   return { loss, grads: await backward(params, cfg, cache) };
 }

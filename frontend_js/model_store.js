@@ -34,11 +34,11 @@ export class ModelStore {
     if (!this.model) throw new Error(NO_MODEL);
     if (!this.peer.modules.has('generate.js')) throw new Error('generation not available: frontend_js/generate.js is missing');
     const gen = await import('./generate.js');
-    // the fastest CPU engine whose gate passed (same bits as every engine); else the scalar one
-    const engine = this.peer.modules.has('engines.js') ? await (await import('./engines.js')).bestEngine() : undefined;
+    // the fastest CPU backend whose gates passed (same bits as every backend)
+    const backend = await this.peer.loadCpuBackend();
     const { cfg, replicas } = this.model;
     const params = Object.fromEntries(Object.entries(replicas[0].params).map(([k, v]) => [k, Float64Array.from(v)]));
-    const { text } = await gen.generate(params, cfg, String(prompt ?? ''), tokens, { temperature, topK, seed, engine });
+    const { text } = await gen.generate(params, cfg, String(prompt ?? ''), tokens, { temperature, topK, seed, backend });
     return text;
   }
 

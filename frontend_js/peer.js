@@ -250,15 +250,25 @@ export class Peer {
     this.note(`Not linked to ${this.nameOf(from)}: ${reason}.`);
   }
 
-  // GPU when the WebGPU engine exists and its kernels pass their gates, else the CPU mirror.
-  // The engine drops to the CPU by itself on any later fault; we show its reason.
+  // the fastest CPU backend whose gates passed (engines.js), made once; undefined without
+  // engines.js (the trainer's and the generator's default then: the JS mirror)
+  loadCpuBackend() {
+    this.cpuBackendMade ??= (async () => {
+      try {
+        return this.modules.has('engines.js') ? await (await import('./engines.js')).bestBackend() : undefined;
+      } catch (err) {
+        console.warn('daisy: no CPU backend:', err);
+        return undefined;
+      }
+    })();
+    return this.cpuBackendMade;
+  }
+
+  // GPU when the WebGPU engine exists and its kernels pass their gates, else the CPU backend.
+  // The engine drops to the CPU (the CPU backend's engine) by itself on any later fault; we
+  // show its reason.
   async detectPath() {
-    try {
-      this.cpuEngine = this.modules.has('engines.js') ? await (await import('./engines.js')).bestEngine() : undefined;
-    } catch (err) {
-      this.cpuEngine = undefined;
-      console.warn('daisy: no CPU engine module:', err);
-    }
+    this.cpuBackend = await this.loadCpuBackend();
     let path = 'cpu';
     let reason = 'WebGPU not available in this browser';
     // ?gpu=off: the CPU path even where WebGPU works; ?gpu=all: every GEMM on the GPU, even
@@ -270,10 +280,11 @@ export class Peer {
         const gpu = await import('./gpu.js');
         this.gpu = gpu;
         const engine = await gpu.createGpuEngine({
-          route: gpuChoice === 'all' ? 'all' : 'auto',
+          route: gpuChoice === 'all' ? 'all' : 'auto', cpu: this.cpuBackend?.engine,
           onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}` }),
         });
         this.gpuEngine = engine;
+        if (this.cpuBackend) this.gpuBackend = (await import('./engines.js')).withEngine(this.cpuBackend, engine);
         if (engine.status.path === 'gpu') {
           path = 'gpu';
           reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
@@ -286,7 +297,7 @@ export class Peer {
     } else if (navigator.gpu) {
       reason = 'GPU engine not available in this build';
     }
-    const cpuName = this.cpuEngine ? this.cpuEngine.name : 'cpu';
+    const cpuName = this.cpuBackend ? this.cpuBackend.name : 'cpu';
     this.set({ path, pathReason: reason, engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });
     this.announce();
   }
@@ -307,7 +318,7 @@ export class Peer {
   }
 
   async importCompute() {
-    for (const file of ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js']) {
+    for (const file of ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js', 'engines.js']) {
       if (!this.modules.has(file)) return { error: `compute not available yet: frontend_js/${file} is missing` };
     }
     try {
@@ -325,10 +336,11 @@ export class Peer {
     return c;
   }
 
-  // the engine of this device's steps: the GPU's when its gates passed, else the fastest CPU
-  // engine whose gate passed (wasm-simd; the scalar one only when WebAssembly is missing)
-  engine() {
-    return this.gpuEngine && this.gpuEngine.status.path === 'gpu' ? this.gpuEngine : this.cpuEngine;
+  // the backend of this device's steps: the GPU's engine with the CPU backend's other parts
+  // when its gates passed, else the fastest CPU backend whose gates passed (wasm-simd; the
+  // scalar one only when WebAssembly SIMD is missing)
+  backend() {
+    return this.gpuBackend && this.gpuEngine.status.path === 'gpu' ? this.gpuBackend : this.cpuBackend;
   }
 
   // the training data the Space serves (runs compare it: one data id per run)

@@ -331,7 +331,7 @@ export class RunController {
     const run = {
       desc, cfg, c, batches, collective: opts.collective, roster, epoch: opts.epoch || 0,
       history: opts.history || [[desc.startStep, roster.length]], slot: roster.indexOf(s.peerId),
-      trainer: opts.trainer || new Trainer(cfg, replica, batches, p.engine()), replica, arena: new StepArena(),
+      trainer: opts.trainer || new Trainer(cfg, replica, batches, p.backend()), replica, arena: new StepArena(),
       completed, lastSent: completed - 1, stopAfter: null, stopReason: '',
       hash: opts.hash || desc.initHash, hashLog: new Map([[completed, opts.hash || desc.initHash]]),
       peerHashes: new Map(roster.map((id) => [id, opts.hash || desc.initHash])),
@@ -378,7 +378,7 @@ export class RunController {
       run.arena.reset();
       const slot = run.slot;
       // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
-      const local = gpu ? await gpu.withGpuFallback(run.trainer.engine, () => run.trainer.localStep(s, slot, run.arena))
+      const local = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena))
         : await run.trainer.localStep(s, slot, run.arena);
       if (run.ended) return;
       if (run.recovery) continue;                     // a departure while we computed: recompute
@@ -983,7 +983,7 @@ export class RunController {
       new BigUint64Array(w.buffer, w.byteOffset, 1)[0] ^= 1n;
     }
     jn.batches = new HttpBatches(jn.cfg, { dataId: jn.desc.dataId });
-    jn.trainer = new Trainer(jn.cfg, jn.replica, jn.batches, this.peer.engine());
+    jn.trainer = new Trainer(jn.cfg, jn.replica, jn.batches, this.peer.backend());
     jn.completed = jn.snap;
     clearTimeout(jn.timer);
     this.peer.set({ sync: { pct: 100, step: jn.snap }, message: `Synced the state at step ${jn.snap}; catching up with the group…` });

@@ -4,10 +4,11 @@
 //   -> Adam with G on its own copy -> weight hash
 // Group: P simulated peers in one process (the CLI, tests) over a SimulatedCollective. The page
 // runs one Trainer over a MeshCollective (collective.js). Honest replicas give equal hashes.
-import { weightHashAsync } from './hashing.js';
-import { initParams, lossAndGrads, paramShapes } from './model.js';
-import { adamInit, adamStep } from './optim.js';
-import { cpuEngine } from './units.js';
+// Every part of the step (GEMM, row pieces, Adam, hash) runs on the one backend given
+// (engines.js); the default is the JS mirror itself.
+import { initParams, lossAndGrads, paramShapes, checkBackend } from './model.js';
+import { adamInit } from './optim.js';
+import { referenceBackend } from './engines.js';
 import { StepArena } from './arena.js';
 import { SimulatedCollective } from './collective.js';
 import { StreamBatches } from './batch_source.js';
@@ -26,23 +27,24 @@ export class Replica {
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
   { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
 
-// One replica's training step. batches: a BatchSource (batch_source.js); engine: the INT8 units.
+// One replica's training step. batches: a BatchSource (batch_source.js); backend: engines.js.
 export class Trainer {
-  constructor(cfg, replica, batches, engine = cpuEngine) {
-    this.cfg = cfg; this.replica = replica; this.batches = batches; this.engine = engine;
+  constructor(cfg, replica, batches, backend = referenceBackend) {
+    this.cfg = cfg; this.replica = replica; this.batches = batches;
+    this.backend = checkBackend(backend, 'Trainer');
   }
 
   // (loss, grads) of this replica on the batch of (seed, step, slot); arrays from `arena`
   async localStep(step, slot, arena) {
     const cfg = this.cfg;
     const { x, y } = await this.batches.get(step, slot);
-    return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, arena);
+    return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena);
   }
 
   // Adam with the group's G, then the hash -> {step (number after it), hash}
   async apply(G) {
-    adamStep(this.replica.params, G, this.replica.adam, this.cfg.lr);
-    return { step: this.replica.step, hash: await weightHashAsync(this.replica.params) };
+    this.backend.adamStep(this.replica.params, G, this.replica.adam, this.cfg.lr);
+    return { step: this.replica.step, hash: await this.backend.weightHashAsync(this.replica.params) };
   }
 }
 
@@ -54,15 +56,15 @@ export function checkLoss(loss, step) {
 
 // P replicas training in lockstep on one token stream (Uint16Array) or a BatchSource
 export class Group {
-  constructor(cfg, peers, stream, engine = cpuEngine, replicas = null) {
-    this.cfg = cfg; this.engine = engine;
+  constructor(cfg, peers, stream, backend = referenceBackend, replicas = null) {
+    this.cfg = cfg; this.backend = checkBackend(backend, 'Group');
     this.batches = stream && typeof stream.get === 'function' ? stream : new StreamBatches(stream, cfg);
     if (replicas === null) {
       const params = initParams(cfg);
       replicas = Array.from({ length: peers }, () => new Replica(cloneParams(params), adamInit(params)));
     }
     this.replicas = replicas;
-    this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, engine));
+    this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
     this.collective = new SimulatedCollective(paramShapes(cfg));
     this.arena = new StepArena();      // every array of a step; reused by the next step
   }

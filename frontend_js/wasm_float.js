@@ -2,10 +2,14 @@
 // softmax, cross-entropy's) and their backward, RMSNorm and its backward, ReLU and its backward,
 // and Adam's update. Each does the same float64 operations as its JS twin (model.js, optim.js)
 // on every element, in the same order, so the same bits; f64x2 lanes are two independent IEEE
-// float64 operations. Written with the assembler of wasm_asm.js. Each kernel is gated against
-// its JS twin before it is trusted (model.js, optim.js).
+// float64 operations. Written with the assembler of wasm_asm.js. rowPieces and adamUpdate wrap
+// the kernels in their twins' signatures; engines.js gates them against the twins before a
+// backend uses them.
 import { EXP_COEFFS, EXP_MIN, EXP_MAX, INV_LN2, LN2_HI, LN2_LO } from './detmath.js';
-import * as ADAM from './optim.js';     // B1, OMB1, B2, OMB2, EPS (read when the module is built: optim.js imports us)
+import { exp, log, treeSum } from './detmath.js';
+import * as ADAM from './optim.js';     // B1, OMB1, B2, OMB2, EPS, powInt
+import { NORM_EPS } from './model.js';
+import { freshF64 } from './arena.js';
 import {
   Module, local, block, loop, br, br_if, if_, return_, call, select, i32, i64, f64, v128, V128_ZERO,
   i32x4, i64x2, f64x2, whileStep, forRange, addr8, LITTLE_ENDIAN_HOST,
@@ -211,7 +215,7 @@ floatModule.func('reluBack', { params: 'h dy out n', locals: 'i n1' }, (L) => [
     addr8(L.h, L.i), v128.load(), V128_ZERO, f64x2.gt, v128.bitselect, v128.store()]),
 ]);
 
-// the module's bytes (built at first use, after optim.js has its constants)
+// the module's bytes
 export const floatWasm = () => floatModule.bytes();
 
 // byte offsets of consecutive f64 regions of the given lengths, each with 2 doubles of padding
@@ -230,84 +234,133 @@ const ensure = (mem, bytes) => {
   return mem.buffer;
 };
 
-let instance;                                 // undefined: not tried; null: unavailable
-export let floatKernelsUnavailable = null;    // why (null when available)
-
 // -> the kernels {softmaxRows, rmsnormRows, rmsnormBackRows, softmaxBackRows, relu, reluBack,
-// adamStep}, or null (no WebAssembly SIMD here). Each user gates the kernel it uses against its
-// JS version before trusting it (model.js, optim.js).
-export function floatKernels() {
-  if (instance !== undefined) return instance;
-  instance = null;
-  try {
-    if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
-    const bytes = floatWasm();
-    if (!WebAssembly.validate(bytes)) throw new Error('WebAssembly SIMD is not supported here');
-    if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm float kernels assume a little-endian host');
-    const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports;
-    instance = {
-      // src (R*W) -> dst (R*W, written); returns a view of the row stats valid until the next call
-      softmaxRows(src, R, W, causalT, divN, dst, pre = 1.0) {
-        const n = R * W, oSrc = 0, oDst = 8 * (n + 4), oStats = 2 * oDst, oScratch = oStats + 16 * R;
-        const buf = ensure(ex.mem, oScratch + 8 * W);
-        new Float64Array(buf, oSrc, n).set(src);
-        ex.softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN, pre);
-        dst.set(new Float64Array(buf, oDst, n));
-        return new Float64Array(buf, oStats, 2 * R);
-      },
-      // model.rmsnorm: x (N*C), g (C) -> y, xhat (N*C), r (N) written
-      rmsnormRows(x, g, N, C, eps, y, xhat, r) {
-        const [oX, oG, oY, oH, oR, oS, oQ, end] = regions([N * C, C, N * C, N * C, N, C, C]);
-        const buf = ensure(ex.mem, end);
-        new Float64Array(buf, oX, N * C).set(x); new Float64Array(buf, oG, C).set(g);
-        ex.rmsnormRows(oX, oG, oY, oH, oR, N, C, oS, oQ, eps);
-        y.set(new Float64Array(buf, oY, N * C)); xhat.set(new Float64Array(buf, oH, N * C)); r.set(new Float64Array(buf, oR, N));
-      },
-      // model.rmsnormBackward: dy, xhat (N*C), g (C), r (N) -> dx (N*C), dg (C) written
-      rmsnormBackRows(dy, g, xhat, r, N, C, dx, dg) {
-        const [oDy, oG, oH, oR, oDx, oDg, oP, oS, oD, oT, end] = regions([N * C, C, N * C, N, N * C, C, N * C, Math.max(N, C), C, C]);
-        const buf = ensure(ex.mem, end);
-        new Float64Array(buf, oDy, N * C).set(dy); new Float64Array(buf, oG, C).set(g);
-        new Float64Array(buf, oH, N * C).set(xhat); new Float64Array(buf, oR, N).set(r);
-        ex.rmsnormBackRows(oDy, oG, oH, oR, oDx, oDg, oP, N, C, oS, oD, oT);
-        dx.set(new Float64Array(buf, oDx, N * C)); dg.set(new Float64Array(buf, oDg, C));
-      },
-      // model.softmaxBackward: dp, p (R*T) -> ds (R*T) written
-      softmaxBackRows(dp, p, R, T, scale, ds) {
-        const [oDp, oP, oDs, oS, oT, end] = regions([R * T, R * T, R * T, T, T]);
-        const buf = ensure(ex.mem, end);
-        new Float64Array(buf, oDp, R * T).set(dp); new Float64Array(buf, oP, R * T).set(p);
-        ex.softmaxBackRows(oDp, oP, oDs, R, T, scale, oS, oT);
-        ds.set(new Float64Array(buf, oDs, R * T));
-      },
-      // model's ReLU: h (n) -> out (n) written
-      relu(h, out) {
-        const n = h.length, [oH, oOut, end] = regions([n, n]);
-        const buf = ensure(ex.mem, end);
-        new Float64Array(buf, oH, n).set(h);
-        ex.relu(oH, oOut, n);
-        out.set(new Float64Array(buf, oOut, n));
-      },
-      // ReLU's backward: h, dy (n) -> out (n) written
-      reluBack(h, dy, out) {
-        const n = h.length, [oH, oDy, oOut, end] = regions([n, n, n]);
-        const buf = ensure(ex.mem, end);
-        new Float64Array(buf, oH, n).set(h); new Float64Array(buf, oDy, n).set(dy);
-        ex.reluBack(oH, oDy, oOut, n);
-        out.set(new Float64Array(buf, oOut, n));
-      },
-      // one tensor's Adam update in place: w, m, v (Float64Array n) updated, g read
-      adamStep(w, g, m, v, lr, bc1, bc2) {
-        const n = w.length, stride = 8 * (n + 2);
-        const buf = ensure(ex.mem, 4 * stride);
-        const W = new Float64Array(buf, 0, n), M = new Float64Array(buf, 2 * stride, n), Vv = new Float64Array(buf, 3 * stride, n);
-        W.set(w); new Float64Array(buf, stride, n).set(g); M.set(m); Vv.set(v);
-        ex.adamStep(0, stride, 2 * stride, 3 * stride, n + (n & 1), lr, bc1, bc2);
-        w.set(W); m.set(M); v.set(Vv);
-      },
-    };
-  } catch (e) {
-    instance = null; floatKernelsUnavailable = e.message;
-  }
-  return instance;
+// adamStep}, a new instance; throws why where WebAssembly SIMD is missing. Not yet trusted:
+// engines.js gates them (through rowPieces and adamUpdate) against their JS twins.
+export function createFloatKernels() {
+  if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
+  const bytes = floatWasm();
+  if (!WebAssembly.validate(bytes)) throw new Error('WebAssembly SIMD is not supported here');
+  if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm float kernels assume a little-endian host');
+  const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports;
+  return {
+    // src (R*W) -> dst (R*W, written); returns a view of the row stats valid until the next call
+    softmaxRows(src, R, W, causalT, divN, dst, pre = 1.0) {
+      const n = R * W, oSrc = 0, oDst = 8 * (n + 4), oStats = 2 * oDst, oScratch = oStats + 16 * R;
+      const buf = ensure(ex.mem, oScratch + 8 * W);
+      new Float64Array(buf, oSrc, n).set(src);
+      ex.softmaxRows(oSrc, oDst, oStats, oScratch, R, W, causalT, divN, pre);
+      dst.set(new Float64Array(buf, oDst, n));
+      return new Float64Array(buf, oStats, 2 * R);
+    },
+    // model.rmsnorm: x (N*C), g (C) -> y, xhat (N*C), r (N) written
+    rmsnormRows(x, g, N, C, eps, y, xhat, r) {
+      const [oX, oG, oY, oH, oR, oS, oQ, end] = regions([N * C, C, N * C, N * C, N, C, C]);
+      const buf = ensure(ex.mem, end);
+      new Float64Array(buf, oX, N * C).set(x); new Float64Array(buf, oG, C).set(g);
+      ex.rmsnormRows(oX, oG, oY, oH, oR, N, C, oS, oQ, eps);
+      y.set(new Float64Array(buf, oY, N * C)); xhat.set(new Float64Array(buf, oH, N * C)); r.set(new Float64Array(buf, oR, N));
+    },
+    // model.rmsnormBackward: dy, xhat (N*C), g (C), r (N) -> dx (N*C), dg (C) written
+    rmsnormBackRows(dy, g, xhat, r, N, C, dx, dg) {
+      const [oDy, oG, oH, oR, oDx, oDg, oP, oS, oD, oT, end] = regions([N * C, C, N * C, N, N * C, C, N * C, Math.max(N, C), C, C]);
+      const buf = ensure(ex.mem, end);
+      new Float64Array(buf, oDy, N * C).set(dy); new Float64Array(buf, oG, C).set(g);
+      new Float64Array(buf, oH, N * C).set(xhat); new Float64Array(buf, oR, N).set(r);
+      ex.rmsnormBackRows(oDy, oG, oH, oR, oDx, oDg, oP, N, C, oS, oD, oT);
+      dx.set(new Float64Array(buf, oDx, N * C)); dg.set(new Float64Array(buf, oDg, C));
+    },
+    // model.softmaxBackward: dp, p (R*T) -> ds (R*T) written
+    softmaxBackRows(dp, p, R, T, scale, ds) {
+      const [oDp, oP, oDs, oS, oT, end] = regions([R * T, R * T, R * T, T, T]);
+      const buf = ensure(ex.mem, end);
+      new Float64Array(buf, oDp, R * T).set(dp); new Float64Array(buf, oP, R * T).set(p);
+      ex.softmaxBackRows(oDp, oP, oDs, R, T, scale, oS, oT);
+      ds.set(new Float64Array(buf, oDs, R * T));
+    },
+    // model's ReLU: h (n) -> out (n) written
+    relu(h, out) {
+      const n = h.length, [oH, oOut, end] = regions([n, n]);
+      const buf = ensure(ex.mem, end);
+      new Float64Array(buf, oH, n).set(h);
+      ex.relu(oH, oOut, n);
+      out.set(new Float64Array(buf, oOut, n));
+    },
+    // ReLU's backward: h, dy (n) -> out (n) written
+    reluBack(h, dy, out) {
+      const n = h.length, [oH, oDy, oOut, end] = regions([n, n, n]);
+      const buf = ensure(ex.mem, end);
+      new Float64Array(buf, oH, n).set(h); new Float64Array(buf, oDy, n).set(dy);
+      ex.reluBack(oH, oDy, oOut, n);
+      out.set(new Float64Array(buf, oOut, n));
+    },
+    // one tensor's Adam update in place: w, m, v (Float64Array n) updated, g read
+    adamStep(w, g, m, v, lr, bc1, bc2) {
+      const n = w.length, stride = 8 * (n + 2);
+      const buf = ensure(ex.mem, 4 * stride);
+      const W = new Float64Array(buf, 0, n), M = new Float64Array(buf, 2 * stride, n), Vv = new Float64Array(buf, 3 * stride, n);
+      W.set(w); new Float64Array(buf, stride, n).set(g); M.set(m); Vv.set(v);
+      ex.adamStep(0, stride, 2 * stride, 3 * stride, n + (n & 1), lr, bc1, bc2);
+      w.set(W); m.set(M); v.set(Vv);
+    },
+  };
+}
+
+// kernels -> the row pieces in model.js's signatures (rmsnorm, rmsnormBackward, causalSoftmax,
+// softmaxBackward, relu, reluBackward, crossEntropy), arrays from `mem` as there
+export function rowPieces(k) {
+  return {
+    rmsnorm(x, g, N, C, mem = freshF64) {
+      const y = mem.take(N * C), xhat = mem.take(N * C), r = mem.take(N);
+      k.rmsnormRows(x, g, N, C, NORM_EPS, y, xhat, r);
+      return [y, { xhat, r }];
+    },
+    rmsnormBackward(dy, g, cache, N, C, mem = freshF64) {
+      const dx = mem.take(N * C), dg = mem.take(C);
+      k.rmsnormBackRows(dy, g, cache.xhat, cache.r, N, C, dx, dg);
+      return [dx, dg];
+    },
+    causalSoftmax(s, G, T, mem = freshF64, scale = 1.0) {
+      const p = mem.take(G * T * T);
+      k.softmaxRows(s, G * T, T, T, 0, p, scale);
+      return p;
+    },
+    softmaxBackward(dp, p, G, T, scale, mem = freshF64) {
+      const ds = mem.take(G * T * T);
+      k.softmaxBackRows(dp, p, G * T, T, scale, ds);
+      return ds;
+    },
+    relu(h, mem = freshF64) {
+      const hr = mem.take(h.length);
+      k.relu(h, hr);
+      return hr;
+    },
+    reluBackward(dhr, h, mem = freshF64) {
+      const dh = mem.take(h.length);
+      k.reluBack(h, dhr, dh);
+      return dh;
+    },
+    // the softmax rows give (e / z) / N and each row's m, z; the target's entry and the loss as JS
+    crossEntropy(logits, targets, N, V, mem = freshF64) {
+      const lossN = mem.take(N), dlogits = mem.take(N * V);
+      const stats = k.softmaxRows(logits, N, V, 0, N, dlogits);
+      for (let n = 0; n < N; n++) {
+        const o = n * V, m = stats[2 * n], z = stats[2 * n + 1], tgt = targets[n];
+        lossN[n] = (m + log(z)) - logits[o + tgt];
+        dlogits[o + tgt] = ((exp(logits[o + tgt] - m) / z) - 1.0) / N;
+      }
+      return [treeSum(lossN, 0, N) / N, dlogits];
+    },
+  };
+}
+
+// kernels -> optim.adamStep's signature on the wasm update, one tensor at a time
+export function adamUpdate(k) {
+  return function adamStep(params, grads, state, lr) {
+    const t = state.t + 1;
+    const bc1 = 1.0 - ADAM.powInt(ADAM.B1, t);
+    const bc2 = 1.0 - ADAM.powInt(ADAM.B2, t);
+    for (const name of Object.keys(params)) k.adamStep(params[name], grads[name], state.m[name], state.v[name], lr, bc1, bc2);
+    state.t = t;
+  };
 }

@@ -7,8 +7,8 @@
 // Kp (a multiple of 8), M even, N a multiple of 4; C (batch, M, N) int32. Inner step: 8 products
 // by i32x4.dot_i16x8_s, accumulated in i32x4 lanes; a lane sum is exact because wasm i32 adds
 // wrap mod 2^32 and the true total fits int32 (K <= MAX_K), so no float and no rounding anywhere.
-// The engine is gated at creation against the scalar engine (random, ragged and extreme inputs)
-// and is not offered when it disagrees or WebAssembly SIMD is missing.
+// engines.js gates it (gateEngine, gateUnit below: random, ragged and extreme inputs against
+// the scalar engine) and does not offer it when it disagrees or WebAssembly SIMD is missing.
 import { cpuEngine, MAX_K, quantizeRows, quantizeCols, epilogue } from './units.js';
 import {
   Module, local, loop, br_if, if_, return_, select, i32, f64, v128, V128_ZERO, i8x16, i16x8, i32x4, f64x2,
@@ -278,7 +278,8 @@ export const GEMM_WASM = gemmModule.bytes();
 
 // --- the engine -------------------------------------------------------------------------------
 
-// -> an engine {name, gemm, gemmBT}, or throws (no WebAssembly / no SIMD / failed compile)
+// -> an engine {name, gemm, gemmBT, qmatmulT}, not yet gated; throws (no WebAssembly / no SIMD /
+// failed compile)
 export function createWasmEngine() {
   if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
   if (!WebAssembly.validate(GEMM_WASM)) throw new Error('WebAssembly SIMD is not supported here');
@@ -355,8 +356,6 @@ export function createWasmEngine() {
       return this.gemmBT(qa, qbT, nb, m, kk, n);
     },
   };
-  const bad = gateEngine(engine) || gateUnit(engine);
-  if (bad) throw new Error(`wasm-simd gemm failed its gate: ${bad}`);
   return engine;
 }
 

@@ -122,13 +122,13 @@ await section('units_fixture', async () => {
 // fixture, every step's hashes checked; rounds alternate the paths; a path's figure is the median
 // over rounds of the median of its warm steps (after node's JIT tier-up, ~10 steps).
 await section('train20', async () => {
-  const { engines } = await import('../../frontend_js/engines.js');
+  const { createBackends } = await import('../../frontend_js/engines.js');
   const { timeSteps, oneByOne, ConcurrentPeersGroup } = await import('./steps.mjs');
   const fx = loadFixture('train20.dsyf'), peers = fx.header.meta.peers;
   const gpuE = await createGpuEngine({ device, info, log: quiet });
   const t64 = await createGpuEngine({ device, info, log: quiet, tuning: H200_TUNINGS['t64 wg16x16 r4x4 k8'] });
   const gemmOnly = { name: 'gemm only', gemm: (...a) => gpuE.gemm(...a) };   // units.js quantizers, int8 API
-  const wasm = engines()[0];
+  const wasm = (await createBackends())[0].engine;
   const auto = await createGpuEngine({ device, info, log: quiet, route: 'auto' });
   const paths = [
     ["gpu: route 'auto' (the page's choice: small GEMMs on the CPU)", auto, {}],
@@ -166,7 +166,7 @@ await section('train20', async () => {
 // above). Where the GEMMs grow as width^2 * tokens and the CPU float work as width * tokens, the
 // GPU path overtakes the CPU.
 await section('train_sizes', async () => {
-  const { engines } = await import('../../frontend_js/engines.js');
+  const { createBackends } = await import('../../frontend_js/engines.js');
   const { makeConfig } = await import('../../frontend_js/config.js');
   const { runSteps } = await import('./steps.mjs');
   const fx = loadFixture('train20.dsyf'), peers = fx.header.meta.peers, stream = fx.tensors.stream.data;
@@ -178,7 +178,7 @@ await section('train_sizes', async () => {
   ].slice(0, SMALL ? 2 : 4);
   const gpuE = await createGpuEngine({ device, info, log: quiet });
   const auto = await createGpuEngine({ device, info, log: quiet, route: 'auto' });
-  const wasm = engines()[0];
+  const wasm = (await createBackends())[0].engine;
   const out = {};
   for (const [name, over] of sizes) {
     const cfg = makeConfig({ ...fx.header.config, ...over });
@@ -279,7 +279,8 @@ async function modelShapes() {
   const seen = new Map();
   const recorder = { name: 'recorder', gemm(qa, qb, b, M, K, N) { const k = `${b}x${M}x${K}x${N}`; seen.set(k, (seen.get(k) || 0) + 1); return cpuEngine.gemm(qa, qb, b, M, K, N); } };
   const x = Int32Array.from({ length: cfg.batch * cfg.seq_len }, (_, i) => i % 200), y = x.map((v) => (v + 1) % 200);
-  await lossAndGrads(initParams(cfg), cfg, x, y, cfg.batch, cfg.seq_len, recorder);
+  const { referenceBackend, withEngine } = await import('../../frontend_js/engines.js');
+  await lossAndGrads(initParams(cfg), cfg, x, y, cfg.batch, cfg.seq_len, withEngine(referenceBackend, recorder));
   return [...seen].map(([k, count]) => ({ shape: k.split('x').map(Number), count }));
 }
 

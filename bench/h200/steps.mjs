@@ -5,12 +5,14 @@ import { join } from 'node:path';
 import { readFixture } from '../../frontend_js/fixtures.js';
 import { Group } from '../../frontend_js/train.js';
 import { makeConfig } from '../../frontend_js/config.js';
-import { getBatch } from '../../frontend_js/data.js';
 import { lossAndGrads } from '../../frontend_js/model.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
-import { adamStep } from '../../frontend_js/optim.js';
-import { weightHashAsync } from '../../frontend_js/hashing.js';
+import { bestBackend, withEngine } from '../../frontend_js/engines.js';
 import { StepArena } from '../../frontend_js/arena.js';
+
+// an INT8 engine (GPU, CPU, or a view of one) -> a backend: its GEMMs, the rest as the page's
+const cpuBackend = await bestBackend();
+export const onEngine = (engine) => withEngine(cpuBackend, engine);
 
 export const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 
@@ -26,13 +28,13 @@ export class ConcurrentPeersGroup extends Group {
     const cfg = this.cfg, s = this.replicas[0].step;
     this.arenas ||= this.replicas.map(() => new StepArena());
     for (const a of this.arenas) a.reset();
-    const rs = await Promise.all(this.replicas.map((rep, slot) => {
-      const { x, y } = getBatch(this.stream, cfg.seed, s, slot, cfg.batch, cfg.seq_len);
-      return lossAndGrads(rep.params, cfg, x, y, cfg.batch, cfg.seq_len, this.engine, this.arenas[slot]);
+    const rs = await Promise.all(this.replicas.map(async (rep, slot) => {
+      const { x, y } = await this.batches.get(s, slot);
+      return lossAndGrads(rep.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, this.arenas[slot]);
     }));
     const G = reduceGradients(rs.map((r) => r.grads), this.arenas[0]);
-    for (const r of this.replicas) adamStep(r.params, G, r.adam, cfg.lr);
-    return { step: s + 1, loss: reduceLosses(rs.map((r) => r.loss)), hashes: await Promise.all(this.replicas.map((r) => weightHashAsync(r.params))) };
+    for (const r of this.replicas) this.backend.adamStep(r.params, G, r.adam, cfg.lr);
+    return { step: s + 1, loss: reduceLosses(rs.map((r) => r.loss)), hashes: await Promise.all(this.replicas.map((r) => this.backend.weightHashAsync(r.params))) };
   }
 }
 
@@ -44,7 +46,7 @@ export function oneByOne(engine, method) {
 
 // `steps` group steps of (cfg, peers, stream) on one engine -> { ms: [per group step], hashes }
 export async function runSteps(cfg, peers, stream, engine, steps) {
-  const g = new Group(cfg, peers, stream, engine);
+  const g = new Group(cfg, peers, stream, onEngine(engine));
   const ms = [], hashes = [];
   for (let s = 0; s < steps; s++) {
     const t = performance.now();
@@ -58,7 +60,7 @@ export async function runSteps(cfg, peers, stream, engine, steps) {
 // fx: train20.dsyf; -> { ms: [per 2-peer step], firstBad, submits (per step, when counted) }
 export async function timeSteps(fx, engine, { GroupClass = Group, steps = fx.header.meta.steps, counter = null } = {}) {
   const cfg = makeConfig(fx.header.config);
-  const g = new GroupClass(cfg, fx.header.meta.peers, fx.tensors.stream.data, engine);
+  const g = new GroupClass(cfg, fx.header.meta.peers, fx.tensors.stream.data, onEngine(engine));
   const ms = [], submits = [];
   let firstBad = null;
   for (let s = 0; s < steps; s++) {

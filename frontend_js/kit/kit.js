@@ -4,7 +4,7 @@
 // weights that match are ever used. Generation is frontend_js/generate.js, the same code as the
 // page, so the kit's text equals the Python reference's for the same settings and seed.
 import { makeConfig } from '../config.js';
-import { bestEngine } from '../engines.js';
+import { bestBackend } from '../engines.js';
 import { generate } from '../generate.js';
 import { weightHash } from '../hashing.js';
 import { paramShapes } from '../model.js';
@@ -90,15 +90,15 @@ export async function boot() {
     document.body.dataset.state = 'error';
     return;
   }
-  const engine = await bestEngine();
+  const backend = await bestBackend();
   const { cfg, params, hash, meta } = kit;
   $('hash').textContent = hash.slice(0, 16);
   $('hash').title = hash;
   $('model').textContent = `width ${cfg.width}, ${cfg.layers} layers, ${cfg.heads} heads, context ${cfg.seq_len}`
     + `; trained ${meta.step} steps`;
   const run = (prompt, opts) => generate(params, cfg, prompt, opts.tokens,
-    { temperature: opts.temperature, topK: opts.topK, seed: opts.seed, engine });
-  window.daisyKit = { generate: run, hash, cfg, engine: engine.name };
+    { temperature: opts.temperature, topK: opts.topK, seed: opts.seed, backend });
+  window.daisyKit = { generate: run, hash, cfg, engine: backend.name };
   const num = (id) => Number($(id).value);
   button.addEventListener('click', async () => {
     error.hidden = true;
@@ -112,7 +112,7 @@ export async function boot() {
       const ms = performance.now() - t0;
       $('prompt-echo').textContent = prompt;
       $('continuation').textContent = text;
-      status.textContent = `${ids.length} tokens in ${ms.toFixed(0)} ms (${engine.name})`;
+      status.textContent = `${ids.length} tokens in ${ms.toFixed(0)} ms (${backend.name})`;
       document.body.dataset.runs = String(Number(document.body.dataset.runs || 0) + 1);
     } catch (e) {
       error.textContent = e.message;
@@ -124,6 +124,6 @@ export async function boot() {
     }
   });
   button.disabled = false;
-  status.textContent = `weights verified; ready (${engine.name})`;
+  status.textContent = `weights verified; ready (${backend.name})`;
   document.body.dataset.state = 'ready';
 }

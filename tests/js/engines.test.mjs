@@ -1,24 +1,32 @@
-// The CPU engines' gates: the WebAssembly SIMD engine loads here and passes; broken engines
-// (each modelling a real failure) are rejected, so the gate can fail.
+// The CPU backends' gates: the WebAssembly SIMD parts load here and pass; broken ones (each
+// modelling a real failure) are rejected, so the gate can fail.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { engines, wasmUnavailable } from '../../frontend_js/engines.js';
+import {
+  createBackends, gateRowKernels, gateAdam, makeBackend, withEngine, referenceBackend, JS_ROWS,
+} from '../../frontend_js/engines.js';
 import { gateEngine, gateUnit } from '../../frontend_js/wasm_gemm.js';
 import { cpuEngine } from '../../frontend_js/units.js';
-import { useRowKernels, gateRowKernels, rowKernelsUnavailable } from '../../frontend_js/model.js';
-import { useAdamKernel, gateAdam, adamKernelUnavailable } from '../../frontend_js/optim.js';
+import { createFloatKernels } from '../../frontend_js/wasm_float.js';
 import { WasmUnitHost, gateWasmHost } from '../../frontend_js/gpu.js';
+import { createWasmSha, createSubtleSha, gateSha, jsSha, weightHash } from '../../frontend_js/hashing.js';
+import { forward, initParams, rmsnorm } from '../../frontend_js/model.js';
+import { makeConfig } from '../../frontend_js/config.js';
+import { Group } from '../../frontend_js/train.js';
+
+const backends = await createBackends();
+const best = backends[0];
 
 test('the wasm-simd engine is built and passes its gates', () => {
-  const names = engines().map((e) => e.name);
-  assert.deepEqual(names, ['wasm-simd', 'cpu'], `wasm engine missing: ${wasmUnavailable}`);
-  assert.equal(gateEngine(engines()[0]), null);
-  assert.equal(gateUnit(engines()[0]), null);
+  const names = backends.map((e) => e.name);
+  assert.deepEqual(names, ['wasm-simd', 'cpu'], `wasm engine missing: ${best.notes.join('; ')}`);
+  assert.equal(gateEngine(best.engine), null);
+  assert.equal(gateUnit(best.engine), null);
 });
 
 test('the gates reject broken engines', () => {
-  const wasm = engines()[0];
+  const wasm = best.engine;
   const broken = {
     // sign extension lost: int8 lanes read as unsigned bytes
     unsigned: { ...cpuEngine, gemmBT: (qa, qb, ...r) => cpuEngine.gemmBT(Uint8Array.from(qa, (v) => v & 0xff), qb, ...r) },
@@ -42,8 +50,8 @@ test('the gates reject broken engines', () => {
 });
 
 test('the wasm row kernels are built, pass their gate, and the gate rejects broken ones', () => {
-  const fast = useRowKernels(true);
-  assert.ok(fast, `wasm float kernels missing: ${rowKernelsUnavailable}`);
+  assert.equal(best.parts.rows, 'wasm-simd', `wasm row kernels not used: ${best.notes.join('; ')}`);
+  const fast = createFloatKernels();
   assert.equal(gateRowKernels(fast), null);
   const wrap = (edit) => ({ ...fast, softmaxRows: (src, R, W, causalT, divN, dst) => edit(src, R, W, causalT, divN, dst) });
   const broken = {
@@ -86,8 +94,8 @@ test('the wasm row kernels are built, pass their gate, and the gate rejects brok
 });
 
 test('the wasm Adam update is built, passes its gate, and the gate rejects broken ones', () => {
-  const fast = useAdamKernel(true);
-  assert.ok(fast, `wasm Adam missing: ${adamKernelUnavailable}`);
+  assert.equal(best.parts.adam, 'wasm-simd', `wasm Adam not used: ${best.notes.join('; ')}`);
+  const fast = createFloatKernels();
   assert.equal(gateAdam(fast), null);
   const broken = {
     // the learning rate lost on the way in (a parameter passed in the wrong slot)
@@ -122,4 +130,44 @@ test("the GPU engine's wasm host (audit, pack8) passes its gate, and the gate re
     for (let i = 0; i < n; i += 4) b.subarray(i, i + 4).reverse();
   } });
   for (const [what, h] of Object.entries(broken)) assert.notEqual(gateWasmHost(h), null, `${what} audit passed the gate`);
+});
+
+test('the SHA-256s are gated, the gate rejects broken ones, and every backend hashes as the reference', async () => {
+  assert.equal(best.parts.sha, 'wasm', `wasm SHA-256 not used: ${best.notes.join('; ')}`);
+  assert.equal(best.parts.shaAsync, 'webcrypto', `WebCrypto SHA-256 not used: ${best.notes.join('; ')}`);
+  for (const sha of [createWasmSha(), createSubtleSha(), jsSha]) assert.equal(await gateSha(sha), null, sha.name);
+  const wasm = createWasmSha();
+  const broken = {
+    // only the first part of a message hashed (a loop over parts that stops early)
+    firstPartOnly: { name: 'firstPartOnly', hexOf: (parts) => wasm.hexOf(parts.slice(0, 1)) },
+    // a message ending on a block boundary hashed with a stray zero byte (an off-by-one in the padding)
+    blockEdge: { name: 'blockEdge', hexOf: (parts) => {
+      const n = parts.reduce((a, p) => a + p.length, 0);
+      return wasm.hexOf(n % 64 ? parts : [...parts, new Uint8Array(1)]);
+    } },
+  };
+  for (const [what, sha] of Object.entries(broken)) assert.notEqual(await gateSha(sha), null, `${what} SHA-256 passed the gate`);
+  const params = { a: Float64Array.from({ length: 1001 }, (_, i) => Math.sin(i) * 2 ** (i % 60 - 30)), b: new Float64Array([-0, 0, NaN]) };
+  const want = weightHash(params);
+  for (const b of [...backends, referenceBackend]) {
+    assert.equal(b.weightHash(params), want, `${b.name} (${b.parts.sha}) weightHash`);
+    assert.equal(await b.weightHashAsync(params), want, `${b.name} (${b.parts.shaAsync}) weightHashAsync`);
+  }
+});
+
+test('a backend is one value: every part present, and a bare engine is refused by name', async () => {
+  assert.deepEqual(Object.keys(referenceBackend.parts), ['rows', 'adam', 'sha', 'shaAsync']);
+  assert.equal(referenceBackend.rmsnorm, rmsnorm, 'the reference backend runs model.js itself');
+  assert.throws(() => makeBackend({ engine: cpuEngine, rows: { ...JS_ROWS, relu: undefined } }), /row piece relu is missing/);
+  assert.throws(() => makeBackend({ engine: {} }), /engine needs gemm or qmatmulT/);
+  const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4 });
+  const idx = new Int32Array(2 * 16);
+  await assert.rejects(forward(initParams(cfg), cfg, idx, 2, 16, null, cpuEngine), /forward: needs a backend from engines\.js.*keys name, gemm, gemmBT/);
+  assert.throws(() => new Group(cfg, 1, new Uint16Array(4096), best.engine), /Group: needs a backend/);
+  // withEngine swaps the GEMM only: the other parts are the backend's own
+  const swapped = withEngine(best, cpuEngine);
+  assert.equal(swapped.name, 'cpu');
+  assert.deepEqual(swapped.parts, best.parts);
+  assert.equal(swapped.causalSoftmax, best.causalSoftmax);
+  assert.equal(swapped.adamStep, best.adamStep);
 });

@@ -10,30 +10,29 @@
 import { readFileSync } from 'node:fs';
 
 import { makeConfig } from '../../frontend_js/config.js';
-import { bestEngine } from '../../frontend_js/engines.js';
+import { bestBackend, referenceBackend } from '../../frontend_js/engines.js';
 import { firstMismatch } from '../../frontend_js/fixtures.js';
 import { generate, lastLogits } from '../../frontend_js/generate.js';
 import { paramsFromBytes } from '../../frontend_js/kit/kit.js';
 import { forward } from '../../frontend_js/model.js';
 import { VOCAB_SIZE } from '../../frontend_js/tokenizer.js';
-import { cpuEngine } from '../../frontend_js/units.js';
 
 const spec = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const cfg = makeConfig(spec.config);
 const params = paramsFromBytes(new Uint8Array(readFileSync(spec.weights)), cfg);
-const engine = spec.engine === 'cpu' ? cpuEngine : await bestEngine();
+const backend = spec.engine === 'cpu' ? referenceBackend : await bestBackend();
 
 const ids = [], texts = [];
 for (const c of spec.cases) {
   const r = await generate(params, cfg, c.prompt, c.tokens,
-    { temperature: c.temperature, topK: c.topK, seed: c.seed, engine });
+    { temperature: c.temperature, topK: c.topK, seed: c.seed, backend });
   ids.push(r.ids);
   texts.push(r.text);
 }
 const errors = [];
 for (const c of spec.bad || []) {
   try {
-    await generate(params, cfg, c.prompt, c.tokens, { temperature: c.temperature, topK: c.topK, seed: c.seed, engine });
+    await generate(params, cfg, c.prompt, c.tokens, { temperature: c.temperature, topK: c.topK, seed: c.seed, backend });
     errors.push(null);
   } catch (e) {
     errors.push(e.message);
@@ -42,7 +41,7 @@ for (const c of spec.bad || []) {
 const last = [];
 for (const ctx of spec.contexts || []) {
   const idx = Int32Array.from(ctx), T = idx.length;
-  const full = await forward(params, cfg, idx, 1, T, null, engine);          // (T, V)
-  last.push(firstMismatch(await lastLogits(params, cfg, idx, T, engine), full.subarray((T - 1) * VOCAB_SIZE)));
+  const full = await forward(params, cfg, idx, 1, T, null, backend);          // (T, V)
+  last.push(firstMismatch(await lastLogits(params, cfg, idx, T, backend), full.subarray((T - 1) * VOCAB_SIZE)));
 }
-process.stdout.write(JSON.stringify({ engine: engine.name, ids, texts, errors, lastLogits: last }) + '\n');
+process.stdout.write(JSON.stringify({ engine: backend.name, ids, texts, errors, lastLogits: last }) + '\n');

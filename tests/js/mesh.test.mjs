@@ -22,7 +22,7 @@ import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
-import { weightHashAsync } from '../../frontend_js/hashing.js';
+import { weightHash } from '../../frontend_js/hashing.js';
 import { StepArena } from '../../frontend_js/arena.js';
 import { StreamBatches } from '../../frontend_js/batch_source.js';
 import { Group, Replica, Trainer, cloneParams } from '../../frontend_js/train.js';
@@ -386,7 +386,7 @@ for (const [P, maxFrame] of [[2, 1200], [4, 64 * 1024]]) {
     net.connectAll();
     await net.ready();
     const params = initParams(cfg);
-    const initHash = await weightHashAsync(params);
+    const initHash = weightHash(params);
     const batches = new StreamBatches(stream, cfg);
     const got = roster.map(() => []);
     await Promise.all(roster.map(async (id, slot) => {

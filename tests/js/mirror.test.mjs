@@ -10,11 +10,12 @@ import { join } from 'node:path';
 import { readFixture, f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
 import { quantizeRows, quantizeCols, cpuEngine, epilogue, qmatmul } from '../../frontend_js/units.js';
 import { makeConfig } from '../../frontend_js/config.js';
-import { forward, lossAndGrads, paramShapes, initParams, useRowKernels } from '../../frontend_js/model.js';
+import { forward, lossAndGrads, paramShapes, initParams } from '../../frontend_js/model.js';
 import { Group } from '../../frontend_js/train.js';
-import { engines } from '../../frontend_js/engines.js';
+import { createBackends, makeBackend, withEngine, referenceBackend } from '../../frontend_js/engines.js';
 
-const best = engines()[0];      // forward, backward and training on the engine the trainer uses
+const backends = await createBackends();
+const best = backends[0];       // forward, backward and training on the backend the trainer uses
 
 const DIR = process.env.DAISY_FIXTURES;
 const REGEN = 'regenerate with `python -m daisy.fixtures DIR` if the reference changed on purpose';
@@ -36,7 +37,7 @@ function assertSame(what, got, want) {
 const cfgOf = (header) => makeConfig(header.config);
 const paramsOf = (fx, cfg) => Object.fromEntries(paramShapes(cfg).map(([n]) => [n, fx.tensors[`param.${n}`].data]));
 
-for (const engine of engines()) {
+for (const { engine } of backends) {
   test(`units: quantizer, int8 GEMM and epilogue cases (${engine.name})`, async () => {
     const fx = load('units.dsyf');
     for (let i = 0; i < fx.header.meta.cases; i++) {
@@ -87,7 +88,7 @@ for (const engine of [cpuEngine, gemmOnly]) {
   test(`backward through the JS quantizers: every gradient (${engine.name})`, async () => {
     const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
     const [B, T] = fx.tensors.x.shape;
-    const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, engine);
+    const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, withEngine(referenceBackend, engine));
     assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
     for (const name of Object.keys(grads)) assertSame(`grad.${name}`, grads[name], fx.tensors[`grad.${name}`].data);
   });
@@ -97,14 +98,11 @@ for (const engine of [cpuEngine, gemmOnly]) {
 test('backward with the JS row pieces (wasm row kernels off): every gradient', async () => {
   const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
   const [B, T] = fx.tensors.x.shape;
-  useRowKernels(false);
-  try {
-    const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, best);
-    assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
-    for (const name of Object.keys(grads)) assertSame(`grad.${name}`, grads[name], fx.tensors[`grad.${name}`].data);
-  } finally {
-    assert.ok(useRowKernels(true), 'the wasm row kernels are back on');
-  }
+  const jsRows = makeBackend({ engine: best.engine });
+  assert.equal(jsRows.parts.rows, 'js');
+  const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, jsRows);
+  assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
+  for (const name of Object.keys(grads)) assertSame(`grad.${name}`, grads[name], fx.tensors[`grad.${name}`].data);
 });
 
 test(`train: 20 steps of P peers give the reference losses and hashes (${best.name})`, async () => {

@@ -6,12 +6,12 @@ import assert from 'node:assert/strict';
 
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group } from '../../frontend_js/train.js';
-import { engines } from '../../frontend_js/engines.js';
+import { createBackends, withEngine } from '../../frontend_js/engines.js';
 
 const FORWARD_CALLS = 13;     // default config: 2 layers x 6 matmuls + the head
 
 test('a failed matmul pair settles both calls, and the recomputed step is exact', async () => {
-  const wasm = engines()[0];
+  const [best] = await createBackends(), wasm = best.engine;
   const stream = Uint16Array.from({ length: 4096 }, (_, i) => (i * 7919 + (i >> 3)) % 256);
   let calls = 0, failAt = FORWARD_CALLS + 1, slowInFlight = 0;
   const flaky = {
@@ -28,14 +28,14 @@ test('a failed matmul pair settles both calls, and the recomputed step is exact'
     },
   };
   const cfg = makeConfig({});
-  const group = new Group(cfg, 1, stream, flaky);
+  const group = new Group(cfg, 1, stream, withEngine(best, flaky));
   const arena = group.arena;
   await assert.rejects(group.step(), /audit failed/);
   assert.equal(slowInFlight, 0, 'the step threw while its other matmul was still running');
   assert.notEqual(group.arena, arena, 'the failed step\'s arena is handed out again');
   failAt = -1;
   const again = await group.step();
-  const clean = await new Group(cfg, 1, stream, wasm).step();
+  const clean = await new Group(cfg, 1, stream, best).step();
   assert.equal(again.step, 1);
   assert.ok(Object.is(again.loss, clean.loss), `loss ${again.loss} vs ${clean.loss}`);
   assert.deepEqual(again.hashes, clean.hashes);

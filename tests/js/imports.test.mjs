@@ -1,0 +1,92 @@
+// The module graph of frontend_js/: no import cycle (a cycle makes a module's bindings depend
+// on which file loads first), and no module-level state in the modules a backend is built from
+// (engines.js chooses every part once, in one place: docs/ARCHITECTURE.md "Compute").
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
+
+const FRONTEND = resolve(dirname(fileURLToPath(import.meta.url)), '../../frontend_js');
+
+// `import ... from './a.js'` (over lines), `export ... from`, `import './a.js'`, `import('./a.js')`
+const STATIC = /(?:^|\n)\s*(?:import|export)\b[^'"`;]*?\bfrom\s*(['"])([^'"\n]+)\1|(?:^|\n)\s*import\s*(['"])([^'"\n]+)\3/g;
+const DYNAMIC = /\bimport\(\s*(['"])([^'"\n]+)\1\s*\)/g;
+
+// dir -> Map(file relative to dir -> [relative files it imports]); specifiers other than ./ and ../
+// (node:fs, bare names) are outside the graph
+export function importGraph(dir) {
+  const graph = new Map();
+  const walk = (d) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (/\.m?js$/.test(e.name)) {
+        const src = readFileSync(p, 'utf8'), deps = [];
+        for (const m of src.matchAll(STATIC)) deps.push(m[2] ?? m[4]);
+        for (const m of src.matchAll(DYNAMIC)) deps.push(m[2]);
+        graph.set(relative(dir, p), deps.filter((s) => s.startsWith('./') || s.startsWith('../'))
+          .map((s) => relative(dir, resolve(dirname(p), s))));
+      }
+    }
+  };
+  walk(dir);
+  return graph;
+}
+
+// graph -> the cycles found by a depth-first walk, each as [a, b, ..., a]
+export function findCycles(graph) {
+  const state = new Map(), stack = [], cycles = [];
+  const visit = (f) => {
+    state.set(f, 'open');
+    stack.push(f);
+    for (const g of graph.get(f) || []) {
+      if (state.get(g) === 'open') cycles.push([...stack.slice(stack.indexOf(g)), g]);
+      else if (!state.has(g)) visit(g);
+    }
+    stack.pop();
+    state.set(f, 'done');
+  };
+  for (const f of [...graph.keys()].sort()) if (!state.has(f)) visit(f);
+  return cycles;
+}
+
+const named = (cycles) => cycles.map((c) => c.join(' -> ')).join('; ');
+
+test('frontend_js/ has no import cycle', () => {
+  const graph = importGraph(FRONTEND);
+  assert.ok(graph.get('train.js').includes('engines.js'), 'the walker missed train.js -> engines.js');
+  assert.ok(graph.get('peer.js').includes('gpu.js'), 'the walker missed peer.js\'s import(\'./gpu.js\')');
+  assert.ok(graph.get('kit/kit.js').includes('model.js'), 'the walker missed kit/kit.js -> ../model.js');
+  const cycles = findCycles(graph);
+  assert.equal(cycles.length, 0, `import cycle(s): ${named(cycles)}`);
+});
+
+test('the cycle check finds and names a cycle (real files, multi-line and dynamic imports)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'daisy-imports-'));
+  try {
+    mkdirSync(join(dir, 'sub'));
+    writeFileSync(join(dir, 'a.js'), "import {\n  x,\n  y,\n} from './sub/b.js';\nexport const a = 1;\n");
+    writeFileSync(join(dir, 'sub', 'b.js'), "export { c } from '../c.js';\nimport 'node:fs';\n");
+    writeFileSync(join(dir, 'c.js'), "export const c = async () => import('./a.js');\n");
+    writeFileSync(join(dir, 'd.js'), "import { a } from './a.js';\n");
+    assert.equal(named(findCycles(importGraph(dir))), `a.js -> ${join('sub', 'b.js')} -> c.js -> a.js`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// the modules a backend's parts come from: any state lives in the backend object, not here
+const BACKEND_MODULES = ['engines.js', 'model.js', 'optim.js', 'hashing.js', 'wasm_float.js', 'wasm_gemm.js',
+  'units.js', 'train.js', 'generate.js'];
+
+test('no module-level mutable state in the backend modules', () => {
+  const found = [];
+  for (const f of BACKEND_MODULES) {
+    readFileSync(join(FRONTEND, f), 'utf8').split('\n').forEach((line, i) => {
+      if (/^(export\s+)?(let|var)\s/.test(line)) found.push(`${f}:${i + 1}: ${line.trim()}`);
+    });
+  }
+  assert.deepEqual(found, [], `module-level let/var (backend state belongs in engines.js's backend objects):\n${found.join('\n')}`);
+});
