@@ -23,7 +23,7 @@ const consoleInfo = console.info;
 console.info = (...args) => { if (!(typeof args[0] === 'string' && args[0].startsWith('daisy mesh: '))) consoleInfo(...args); };
 
 const CFG = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 100, seed: 5 });
-const COMPUTE_FILES = ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js'];
+const COMPUTE_FILES = ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js', 'engines.js'];
 
 // the fields of a page's Peer that ModelStore and GroupRestore read; compute is the page's own loader
 function device(id, mesh) {
