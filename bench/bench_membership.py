@@ -6,7 +6,7 @@ bench/). Per settings (default, largest), --reps times, median reported:
                  'syncing' state minus the SYNC round trip is not separated: measured from the
                  page's load to its first contributed step, and from SYNC to that step)
   state bytes    the STATE a joiner receives (weights + Adam m, v: 24 bytes per parameter + header)
-  crash ms       one of three pages' renderer is killed (SIGKILL): from the crash to the
+  crash ms       one of three pages crashes (daisy.testing.crash(): links and socket end at once, no goodbye): from the crash to the
                  survivors' next completed step (detection by the link closing + the recovery)
 
     python bench/bench_membership.py [--reps 3] [--only default|large]
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -28,7 +27,6 @@ from daisy.config import Config                                          # noqa:
 from daisy.model import param_shapes                                      # noqa: E402
 from tests.app_server import open_peer, running_app, state, wait_state    # noqa: E402
 from tests.page_browser import chromium_pages                             # noqa: E402
-from tests.test_membership import open_with_pid                           # noqa: E402
 
 SETTINGS = {"default": {"steps": 10000}, "large": {"steps": 10000, "width": 128, "seq_len": 128, "batch": 32}}
 RECORD = """() => { window.mb = { loaded: performance.timeOrigin, sync: null, first: null, steps: [] };
@@ -51,7 +49,7 @@ def one(browser, base, settings):
     a.evaluate("(cfg) => window.daisy.start(cfg)", settings)
     wait_state(a, "s.running && s.step >= 5", "5 steps", 120_000)
     t_open = time.time() * 1000
-    c, c_pid = open_with_pid(browser, url, "c")
+    c = open_peer(browser, url, "c")
     c.evaluate(RECORD)
     wait_state(c, "s.running && s.runState === 'training'", "c joined", 300_000)
     wait_state(c, "s.step >= s.run.history[s.run.history.length - 1][0] + 1", "c's first step", 120_000)
@@ -61,7 +59,7 @@ def one(browser, base, settings):
     # the crash: c's renderer dies; a's next completed step after it
     wait_state(a, f"s.step >= {state(a)['step'] + 3}", "3 steps of three", 120_000)
     t_crash = time.time() * 1000
-    os.kill(c_pid, signal.SIGKILL)
+    c.evaluate("window.daisy.testing.crash()")
     wait_state(a, "s.run && s.run.roster.length === 2", "c removed", 120_000)
     steps = a.evaluate("window.mb.steps")
     after = [t for _, t in steps if t > t_crash]

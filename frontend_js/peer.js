@@ -409,6 +409,15 @@ export function automationApi(peer, bus) {
     testing: {
       corruptNextSync: () => { peer.runs.testCorruptSync = true; },
       faultNextState: (kind) => { peer.mesh.faultNext = { type: 8, kind }; },
+      // what the others see of a crashed device: every link and the server socket end at once,
+      // no goodbye, and this page's JS stops (CDP's Page.crash never answers under Playwright)
+      crash: () => {
+        peer.conn.final = true;
+        peer.conn.stopPinging();
+        try { peer.conn.ws.close(); } catch { /* gone anyway */ }
+        for (const link of peer.rtc.values()) { try { link.pc.close(); } catch { /* gone anyway */ } }
+        setTimeout(() => { for (;;) { /* frozen */ } }, 0);
+      },
     },
     // test hook: flip one bit of this replica's weights mid-run (the sync guard must stop the run)
     corruptWeights: () => peer.runs.corruptWeights(),
