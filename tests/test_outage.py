@@ -17,6 +17,7 @@ import pytest
 
 from tests.app_server import (WAIT_MS, free_port, open_peer, start_app, state, stop_app,
                               wait_state, wait_up)
+from tests.reference import reference_hashes as reference_run
 from tests.test_mesh import (RUN_MS, TINY, assert_hashes_equal, ended, linked, open_group,
                              record_steps, reference_hashes, step_hashes)
 
@@ -96,24 +97,29 @@ def test_signal_stops_and_restarts_mid_run_no_step_lost_later_joins_work(pages):
         ids = [state(p)["peerId"] for p in (a, b)]
         for page in (a, b):
             record_progress(page)
-        settings = {"steps": 100, **TINY}
+        settings = {"steps": 10000, **TINY}          # never ends by itself: stopped below
         a.evaluate("(cfg) => window.daisy.start(cfg)", settings)
         wait_state(b, "s.running && s.step >= 3", "b trains", RUN_MS)
         outage(app, (a, b))
-        finals = [ended(page, f"{label} finished") for page, label in ((a, "a"), (b, "b"))]
-        for s in finals:
-            assert s["runState"] == "done" and s["step"] == 100, s["message"]
-        want = reference_hashes(2, settings, 100)
-        for page, label in ((a, "a"), (b, "b")):
-            assert_every_step_once(page, label, 100, want)
-        # back on /signal with the same ids, one group again
+        # back on /signal with the same ids, one group again, still training
         for page, pid, other in ((a, ids[0], ids[1]), (b, ids[1], ids[0])):
             wait_state(page, f"s.signal === 'connected' && s.peerId === '{pid}' && s.peers.some((p) => p.id === '{other}')",
                        "back on /signal with the same id", BACK_MS)
-        c = open_peer(pages, app.base + "/", "c")                      # a later join
+        c = open_peer(pages, app.base + "/", "c")                      # a later join: synced into the run
         linked(c, [a, b])
-        linked(a, [c])
-        linked(b, [c])
+        wait_state(c, "s.running && s.runState === 'training'", "c joined the run", 60_000)
+        at = state(a)["step"]
+        wait_state(a, f"s.step >= {at + 3}", "three more steps", RUN_MS)
+        a.evaluate("window.daisy.stop()")
+        finals = [ended(page, f"{label} stopped") for page, label in ((a, "a"), (b, "b"), (c, "c"))]
+        k = finals[0]["step"]
+        assert all(s["runState"] == "stopped" and s["step"] == k for s in finals), [(s["step"], s["message"]) for s in finals]
+        history = finals[0]["run"]["history"]
+        assert len(history) == 2 and history[1][1] == 3 and all(s["run"]["history"] == history for s in finals), history
+        want = reference_run(settings, k, roster=",".join(f"{f}:{n}" for f, n in history))
+        for page, label in ((a, "a"), (b, "b")):
+            assert_every_step_once(page, label, k, want)
+        assert finals[2]["hash"] == want[-1], f"c ends on {finals[2]['hash']}, the reference on {want[-1]}"
 
 
 def test_after_a_restart_a_room_asks_again_and_its_run_goes_on(pages):
