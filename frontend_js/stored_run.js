@@ -46,7 +46,8 @@ export class StoredRun {
   leads(run) { return run.roster[0] === this.peer.s.peerId; }
 
   afterStep(run) {
-    if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight) return;
+    // while the server is away (an outage, a restart) its answer would be a refusal: skip this one
+    if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight || this.peer.s.signal !== 'connected') return;
     this.upload(this.snapshot(run));
   }
 

@@ -245,7 +245,7 @@ def test_bad_frames_are_dropped_and_the_run_goes_on(app_url, pages):
     wait_state(a, f"s.running && s.step >= {step_then + 10}", "the run goes on after the bad frames", RUN_MS)
     drops = a.evaluate("window.daisy.mesh.drops()")
     reasons = "\n".join(drops["recent"])
-    for needle in ("truncated frame", "bad magic", "not a run of this device", "not in flight", "expected", "digest mismatch",
+    for needle in ("truncated frame", "bad magic", "not a run or epoch of this device", "not in flight", "expected", "digest mismatch",
                    "over its limit", "not in the run's roster"):
         assert needle in reasons, f"no drop for {needle!r} in:\n{reasons}"
     assert drops["count"] >= 60 + 7

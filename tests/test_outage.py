@@ -27,7 +27,10 @@ DOWN_S = 3                  # how long the server stays down (a restart adds the
 BACK_MS = 40_000            # bound on a page being back on /signal after the server is up
 # what a browser logs while the server is away (failed batch fetches, refused WebSockets)
 EXPECTED_CONSOLE = ("ERR_CONNECTION_REFUSED", "ERR_CONNECTION_RESET", "ERR_EMPTY_RESPONSE",
-                    "WebSocket connection to")
+                    "WebSocket connection to",
+                    # the leader's stored-run upload (stored_run.js) in flight when the server
+                    # stops (500), or sent just before a restarted server re-seated its token (401)
+                    "the server responded with a status of 500", "the server responded with a status of 401")
 ENV = {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}
 
 
