@@ -40,7 +40,7 @@ def test_two_processes_same_sequence():
     args = ("--peers", "2", "--stop-after", "5", "--width", "16", "--heads", "2", "--seq-len", "16",
             "--batch", "2", "--layers", "1", "--json")
     a, b = run_cli(*args), run_cli(*args)
-    assert len(a) == 5
+    assert len(a) == 5 and len(b) == 5, (len(a), len(b))
     for x, y in zip(a, b):
         assert x == y, f"step {x['step']}: {x} != {y}"
 
@@ -51,6 +51,7 @@ def test_golden_hash_sequence():
     then convert; the JS mirror must agree before a new golden is committed (docs/VERIFICATION.md)."""
     golden = json.loads(GOLDEN.read_text())
     lines = run_cli("--peers", "2", "--stop-after", str(len(golden["steps"])), "--json")
+    assert len(lines) == len(golden["steps"]), f"the CLI printed {len(lines)} lines, the golden has {len(golden['steps'])}"
     for want, got in zip(golden["steps"], lines):
         assert got["hashes"] == [want["hash"]] * 2, f"step {want['step']}: got {got['hashes']}, golden {want['hash']}"
         assert got["loss"] == want["loss"], f"step {want['step']}: loss {got['loss']!r} != golden {want['loss']!r}"
