@@ -21,7 +21,7 @@ export class GroupRestore {
     this.peer = peer;
     this.mesh = mesh;
     this.maxBytes = null;      // the largest allowed settings' full state, once compute loaded
-    peer.loadCompute().then((c) => { if (!c.error) this.maxBytes = maxStateBytes(c); });
+    peer.loadCompute().then((c) => { if (!c.error) peer.maxStateBytes = this.maxBytes = maxStateBytes(c); });
     mesh.setLimit(TYPES.GROUP_STATE, (h) => this.limit(h));
     mesh.on(TYPES.GROUP_STATE, (from, m) => { this.receive(from, m); });
   }

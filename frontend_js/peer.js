@@ -48,6 +48,7 @@ export class Peer {
     this.rtc = new Map();      // peer id -> RtcPeer
     this.iceServers = [];
     this.models = new ModelStore(this);   // the model: generation, files, loading
+    this.maxStateBytes = 0;    // the largest allowed state body (set by GroupRestore once compute loaded)
     this.restore = new GroupRestore(this, this.mesh);   // a loaded checkpoint to the whole group
     this.storedRun = new StoredRun(this); // the group's run kept by the server (stored_run.js)
     this.stepTimes = [];

@@ -918,6 +918,13 @@ export class RunController {
     const jn = this.joining, d = m.json, p = this.peer;
     if (!jn || !jn.asked.includes(from)) { this.mesh.drop(from, m, 'SYNC without a JOIN'); return; }
     if (jn.from && jn.from !== from) { this.mesh.drop(from, m, 'SYNC from a second leader'); return; }
+    // the STATE's first chunks may arrive while this handler awaits below: admit the run's STATE
+    // and FWD now at the largest allowed sizes, then at the run's exact sizes once SYNC checks out
+    const runId = d.runId, most = this.peer.maxStateBytes || 0;
+    if (most) {
+      this.mesh.setLimit(TYPES.STATE, (h) => (h.runId === runId ? most : 'STATE for another run'));
+      this.mesh.setLimit(TYPES.FWD, (h) => (h.runId === runId ? Math.floor(most / 3) : 'FWD for another run'));
+    }
     let c, cfg;
     try {
       c = await p.compute();
