@@ -21,7 +21,7 @@ import { MeshCollective, ExchangeError, unflatten } from './collective.js';
 import { Trainer, Replica, cloneParams, cloneReplica, checkLoss } from './train.js';
 import { HttpBatches } from './batch_source.js';
 import { StepArena } from './arena.js';
-import { encodeState, decodeState } from './state_codec.js';
+import { encodeState, decodeState, maxStateBytes } from './state_codec.js';
 import { MAX_RUN_ID, epochKey, actingLeader, mayGoOn, checkRoster, scheduleWith } from './roster.js';
 import { yieldToPage, waitUntil } from './page_clock.js';       // no throttled timer on a run's path (background tabs)
 
@@ -803,7 +803,11 @@ export class RunController {
     const jn = { asked: ids, from: null, desc: null, timer: null };
     this.joining = jn;
     let dataId;
-    try { dataId = await p.dataId(); } catch (err) { this.abandonJoin(err.message, 30_000); return; }
+    try {
+      // the compute first: its size bounds must be known before the leader's STATE can arrive
+      p.maxStateBytes ||= maxStateBytes(await p.compute());
+      dataId = await p.dataId();
+    } catch (err) { this.abandonJoin(err.message, 30_000); return; }
     if (this.joining !== jn) return;
     for (const id of ids) this.mesh.sendJson(id, TYPES.JOIN, { protocol: this.mesh.version, dataId }).catch(() => {});
     // quiet until the leader answers: a run that was just ending everywhere never answers
