@@ -20,6 +20,10 @@ import { StoredRun } from './stored_run.js';
 import { OutageWatch } from './outage.js';
 
 const MAX_NOTES = 6;
+// A link not ready (open and HELLO matched) within this long is started over by its offering side:
+// an ICE check or a negotiation message can be lost on a busy device; waits grow with each try.
+export const LINK_READY_MS = 8000;
+const LINK_READY_MAX_MS = 30_000;
 
 export class Peer {
   constructor(bus, { modules = [] } = {}) {
@@ -46,7 +50,10 @@ export class Peer {
     this.runs = new RunController(this, this.mesh);
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
     this.rtc = new Map();      // peer id -> RtcPeer
+    this.linkTries = new Map(); // peer id -> links offered since it was last ready (the watchdog's backoff)
     this.iceServers = [];
+    // tests: the first offer this page sends is lost on the way (the link watchdog must recover)
+    this.testLoseOffer = Boolean(globalThis.__daisyTest?.loseFirstOffer);
     this.models = new ModelStore(this);   // the model: generation, files, loading
     this.maxStateBytes = 0;    // the largest allowed state body (set by GroupRestore once compute loaded)
     this.restore = new GroupRestore(this, this.mesh);   // a loaded checkpoint to the whole group
@@ -200,7 +207,10 @@ export class Peer {
     this.rtc.get(id)?.close('replaced');
     const link = new RtcPeer({
       remoteId: id, initiator, iceServers: this.iceServers,
-      sendSignal: (data) => this.conn.send({ type: 'signal', to: id, data }),
+      sendSignal: (data) => {
+        if (this.testLoseOffer && data.sdp?.type === 'offer') { this.testLoseOffer = false; return; }
+        this.conn.send({ type: 'signal', to: id, data });
+      },
       onMessage: (bytes) => this.mesh.receive(id, bytes),
       onState: (state, reason) => {
         if (this.rtc.get(id) !== link) return;
@@ -210,7 +220,23 @@ export class Peer {
     });
     this.rtc.set(id, link);
     this.setLink(id, 'connecting');
+    if (initiator) this.watchLink(id, link);
     return link;
+  }
+
+  // the offering side's watchdog: a link still not ready after its wait is offered again (the
+  // answering side replaces its half on the new offer, onSignal)
+  watchLink(id, link) {
+    const tries = (this.linkTries.get(id) || 0) + 1;
+    this.linkTries.set(id, tries);
+    const wait = Math.min(LINK_READY_MS * tries, LINK_READY_MAX_MS);
+    setTimeout(() => {
+      if (this.rtc.get(id) !== link || link.state === 'closed') return;
+      if (this.mesh.isReady(id)) { this.linkTries.delete(id); return; }
+      if (!this.s.peers.some((p) => p.id === id && p.role !== 'pending')) return;
+      console.info(`daisy: link to ${id} not ready within ${wait / 1000} s: offering again`);
+      this.openLink(id, true);
+    }, wait);
   }
 
   closeLink(id, reason) {

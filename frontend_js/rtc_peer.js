@@ -77,13 +77,23 @@ export class RtcPeer {
     this.channel = channel;
     channel.binaryType = 'arraybuffer';
     channel.bufferedAmountLowThreshold = LOW_WATER;
-    channel.onopen = () => { this.state = 'open'; this.onState?.('open'); };
+    channel.onopen = () => this.markOpen();
     channel.onclose = () => this.close('the data channel closed');
     channel.onerror = (ev) => console.warn(`daisy: data channel to ${this.remoteId}: ${ev.error?.message || 'error'}`);
     channel.onmessage = (ev) => {
+      // a message can be dispatched before the channel's open event (they come from different
+      // threads in Chromium): the first message opens the link, so the peer's HELLO is not lost
+      if (this.state === 'closed') return;     // a replaced link's late bytes are not the new link's
+      this.markOpen();
       if (ev.data instanceof ArrayBuffer) this.onMessage(new Uint8Array(ev.data));
       else this.onMessage(ev.data);          // a text message: the mesh drops it with a reason
     };
+  }
+
+  markOpen() {
+    if (this.state !== 'connecting') return;
+    this.state = 'open';
+    this.onState?.('open');
   }
 
   get maxFrame() {

@@ -86,6 +86,21 @@ def ended(page, what: str, timeout_ms: int = RUN_MS) -> dict:
     return state(page)
 
 
+def test_a_lost_offer_is_offered_again(app_url, pages):
+    # each page loses the first offer it sends: without the offering side's watchdog
+    # (peer.js LINK_READY_MS) the link would stay 'connecting' for good
+    lose = "window.__daisyTest = {loseFirstOffer: true};"
+    url = f"{app_url}/?room=lost-offer-{secrets.token_hex(6)}"
+    a = open_peer(pages, url, "lost-a", init_script=lose)
+    b = open_peer(pages, url, "lost-b", init_script=lose)
+    b_id = state(b)["peerId"]
+    a.wait_for_selector(f'#daisy-peer button.accept[data-peer="{b_id}"]', timeout=WAIT_MS)
+    a.click(f'#daisy-peer button.accept[data-peer="{b_id}"]')
+    linked(a, [b])
+    linked(b, [a])
+    assert state(a)["links"][b_id] == "linked"
+
+
 # ---- the group trains ---------------------------------------------------------------------
 
 def test_two_pages_train_the_run_of_the_reference(app_url, pages):
