@@ -12,9 +12,9 @@ import uvicorn
 
 # Gradio's usage analytics would phone home on a machine that may have no network at all.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-from daisy.server import create_app  # noqa: E402  (after the environment default above)
-from daisy.connguard import ConnectionGuard, guarded_protocol  # noqa: E402
-from daisy.signaling import SignalingConfig, trusted_proxies_from_env  # noqa: E402
+from daisy.space.server import create_app  # noqa: E402  (after the environment default above)
+from daisy.space.connguard import ConnectionGuard, guarded_protocol  # noqa: E402
+from daisy.space.signaling import SignalingConfig, trusted_proxies_from_env  # noqa: E402
 from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: E402
 
 DEFAULT_HOST = "0.0.0.0"
@@ -47,7 +47,7 @@ def parse_args(argv, env=os.environ):
 
 def raise_file_limit() -> None:
     """Soft open-file limit up to the hard one: every connection is a descriptor, and the
-    connection cap (daisy.connguard) is clamped below this limit."""
+    connection cap (daisy.space.connguard) is clamped below this limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -66,7 +66,7 @@ def uvicorn_settings(env=os.environ) -> dict:
     """uvicorn options of the Space (limits: docs/TROUBLESHOOTING.md, "Connection limits").
     X-Forwarded-For is believed only from the proxies of DAISY_TRUSTED_PROXIES (README "Serving
     over HTTPS"), the same list signaling uses: never "*", which let any client choose its
-    network group. Raw connections get a header timeout and caps (daisy.connguard); WebSocket
+    network group. Raw connections get a header timeout and caps (daisy.space.connguard); WebSocket
     messages are refused past the signaling frame limit before they are buffered or inflated."""
     trusted = trusted_proxies_from_env(env)
     guard = ConnectionGuard.from_env(env, trusted=trusted)

@@ -1,6 +1,6 @@
 """The attacks of issue 13, bounded, against `python app.py` on 127.0.0.1: what each costs the
 server (CPU seconds of the server and its child processes, peak RSS) and what honest users see
-meanwhile (p99 of a room pair's relay round trip, of GET /js/ui.js and of GET /data/info).
+meanwhile (p99 of a room pair's relay round trip, of GET /js/peer/ui.js and of GET /data/info).
 
     python bench/bench_attacks.py                  # this tree
     python bench/bench_attacks.py --tree DIR       # another checkout (e.g. the code before)
@@ -81,7 +81,7 @@ def p99(values) -> str:
 
 
 class Honest:
-    """A room pair relaying every 50 ms, plus GET /js/ui.js and /data/info every 50 ms."""
+    """A room pair relaying every 50 ms, plus GET /js/peer/ui.js and /data/info every 50 ms."""
 
     def __init__(self, port: int):
         self.port = port
@@ -125,7 +125,7 @@ class Honest:
     async def _http(self):
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=5) as c:
             while not self.stop.is_set():
-                for path, out in (("/js/ui.js", self.js), ("/data/info", self.data)):
+                for path, out in (("/js/peer/ui.js", self.js), ("/data/info", self.data)):
                     t0 = time.perf_counter()
                     try:
                         if (await c.get(path)).status_code == 200:
@@ -245,7 +245,7 @@ async def big_frames(port):
 def dag_checkpoint() -> bytes:
     sys.path.insert(0, str(ROOT))
     import numpy as np
-    from daisy.checkpoint import param_shapes, save_checkpoint
+    from daisy.files.checkpoint import param_shapes, save_checkpoint
     cfg = dict(width=16, seq_len=16, batch=2, steps=100, lr_x1000=10, layers=1, heads=4, seed=3)
     z = {n: np.zeros(s) for n, s in param_shapes(cfg).items()}
     blob = save_checkpoint(None, config=cfg, params=z, step=1, adam_m=z, adam_v=z)
@@ -304,7 +304,7 @@ async def main_async(args):
         deadline = time.monotonic() + 120
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/js/ui.js", timeout=2).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/js/peer/ui.js", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from daisy.checkpoint import load_checkpoint, param_shapes, save_checkpoint  # noqa: E402
+from daisy.files.checkpoint import load_checkpoint, param_shapes, save_checkpoint  # noqa: E402
 
 LARGEST = dict(width=128, seq_len=128, batch=32, steps=10000, lr_x1000=50, layers=8, heads=8,
                seed=2**32 - 1)

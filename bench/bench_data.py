@@ -1,6 +1,6 @@
 """Benchmark of the /data route against the local test hub (tests/testhub.py).
 
-Measures, through real uvicorn on 127.0.0.1 (`python -m daisy.datastream` in a subprocess):
+Measures, through real uvicorn on 127.0.0.1 (`python -m daisy.space.datastream` in a subprocess):
   1. cold requests: bytes the hub served per first window of each row group, next to that row
      group's `text` column chunk and its whole size (all columns), plus the footer read;
   2. cached window latency (2048 tokens) and cached batch latency (8 x 129 tokens): median of
@@ -56,7 +56,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DAISY_"))}
     env.update(HF_ENDPOINT=hub.endpoint, HF_HOME=os.path.join(tmp, "hf"), HF_HUB_DISABLE_TELEMETRY="1",
                DAISY_DATA_REVISION="main", DAISY_DATA_CACHE_DIR=os.path.join(tmp, "cache"), PYTHONPATH=REPO_ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "daisy.datastream", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "daisy.space.datastream", "--port", str(port)],
                             cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30

@@ -3,7 +3,7 @@ hub answers every request after DELAY_MS (tests/testhub.py `delay_s`), with and 
 prefetches: the server's (`DAISY_DATA_PREFETCH_STEPS`, row groups of the next steps into its
 cache) and the client's (`HttpBatches`, the next steps' batches over HTTP).
 
-Each configuration gets a fresh `python -m daisy.datastream` (empty caches) on the same slow
+Each configuration gets a fresh `python -m daisy.space.datastream` (empty caches) on the same slow
 hub, then trains the default model with P replicas for STEPS steps through `HttpBatches`
 (`python -m daisy.train --data-url` does the same). Reported per configuration: data wait per
 step (the time get() blocked, summed over slots; first step separately, it is always cold),

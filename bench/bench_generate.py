@@ -17,10 +17,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from daisy.checkpoint import load_checkpoint  # noqa: E402
+from daisy.files.checkpoint import load_checkpoint  # noqa: E402
 from daisy.config import Config  # noqa: E402
 from daisy.generate import generate  # noqa: E402
-from daisy.kit import build_kit  # noqa: E402
+from daisy.files.kit import build_kit  # noqa: E402
 from tests.page_browser import chromium_pages  # noqa: E402
 
 PROMPT, TEMPERATURE, TOP_K, SEED = "Once upon a time", 0.8, 40, 1

@@ -12,7 +12,7 @@ SimulatedCollective: P replicas in one process (python -m daisy.train, the tests
 posts its contribution and gets a handle; `.result()` gives (loss, G) once every slot of the
 roster has posted (the Group posts all P slots, then reads the results).
 
-Topologies of a real group (the mesh, frontend_js/mesh.js):
+Topologies of a real group (the mesh, frontend_js/peer/mesh.js):
     all-gather (P <= 3): every peer sends its whole gradient to every other peer and reduces
         all P itself: (P-1)|g| bytes sent per peer per step.
     reduce-scatter + all-gather (P >= 4): the sharded reduce below; slot k owns shard k,

@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 <= args.seed <= 2**32 - 1:
         ap.error(f"seed must be in 0..{2**32 - 1}, got {args.seed}")
-    from .checkpoint import CheckpointError, load_checkpoint
+    from .files.checkpoint import CheckpointError, load_checkpoint
     try:
         ck = load_checkpoint(args.checkpoint)
     except (CheckpointError, OSError) as e:

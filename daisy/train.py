@@ -75,7 +75,7 @@ class StreamBatches:
 
 class HttpBatches:
     """The Space's keyed batches: GET {base_url}/data/batch?seed=&step=&slot=&batch=&seq_len=
-    answers B*(T+1) little-endian uint16 tokens, rows row-major (daisy/datastream.py).
+    answers B*(T+1) little-endian uint16 tokens, rows row-major (daisy/space/datastream.py).
 
     Serving (seed, step, slot) also asks for steps step+1..step+PREFETCH_STEPS of that slot in
     the background (a pool of PREFETCH_WORKERS threads, so at most that many requests in
@@ -321,7 +321,7 @@ def parse_args(argv):
 
 def load_group(path, peers: int, batches):
     """A group of `peers` replicas, each restored from the checkpoint at path."""
-    from .checkpoint import load_checkpoint
+    from .files.checkpoint import load_checkpoint
     ck = load_checkpoint(path)
     cfg = Config.from_dict(ck.config)
     replicas = [copy_replica(Replica(ck.params, ck.adam)) for _ in range(peers)]
@@ -347,7 +347,7 @@ def open_batches(args):
 
 def main(argv=None) -> int:
     args, cfg = parse_args(sys.argv[1:] if argv is None else argv)
-    from .checkpoint import CheckpointError
+    from .files.checkpoint import CheckpointError
     batches = None
     try:
         batches, label = open_batches(args)
@@ -393,7 +393,7 @@ def train(args, cfg: Config, group: Group, label: str) -> int:
             print("error: replicas diverged; stopping (never fork)", file=sys.stderr)
             return 3
     if args.save is not None:
-        from .checkpoint import save_checkpoint
+        from .files.checkpoint import save_checkpoint
         r = group.replicas[0]
         save_checkpoint(args.save, config=cfg, params=r.params, step=r.step, adam_m=r.adam["m"],
                         adam_v=r.adam["v"], adam_t=r.adam["t"], extra={"data": label})

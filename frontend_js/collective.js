@@ -12,7 +12,7 @@
 // The reduce is elementwise (reduce.js), so both give the bits of reduceGradients on the whole
 // gradient, whatever the order in which frames arrive.
 import { reduceLosses } from './reduce.js';
-import { TYPES, typeName } from './frames.js';
+import { TYPES, typeName } from './peer/frames.js';
 
 // ---- the flat gradient and its shards (docs/VERIFICATION.md "Sharded reduce") ---------------
 

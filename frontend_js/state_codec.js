@@ -1,5 +1,5 @@
 // The state body: one replica (config, step, weights, Adam state) as compact bytes, mirroring
-// daisy/state_codec.py, which documents the format. The page POSTs it to the model routes
+// daisy/files/state_codec.py, which documents the format. The page POSTs it to the model routes
 // (checkpoint, kit) and gets it back from /api/load; the mesh sends it to peers (STATE).
 //   encodeState(shapes, replica fields) -> ArrayBuffer
 //   decodeState(buf, {makeConfig, paramShapes}) -> loadState's form
@@ -11,7 +11,7 @@ export const MAX_STATE_HEADER_BYTES = 64 * 1024;
 const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
 const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 
-// The largest state body any allowed settings make (= daisy/state_codec.py MAX_STATE_BYTES):
+// The largest state body any allowed settings make (= daisy/files/state_codec.py MAX_STATE_BYTES):
 // a bound checked before a peer's body is allocated. c: {config, model} (the compute modules).
 export function maxStateBytes(c) {
   const top = c.config.makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, c.config.RANGES[k][1]])));

@@ -11,7 +11,7 @@ import { adamInit } from './optim.js';
 import { referenceBackend } from './engines.js';
 import { StepArena } from './arena.js';
 import { SimulatedCollective } from './collective.js';
-import { StreamBatches } from './batch_source.js';
+import { StreamBatches } from './peer/batch_source.js';
 
 export const MAX_PEERS = 64;
 

@@ -1,4 +1,4 @@
-// Integer requantization between two GEMMs of a B2B chain (frontend_js/b2b.js has the spec and
+// Integer requantization between two GEMMs of a B2B chain (tests/gpu/b2b.js has the spec and
 // the CPU mirror): for every int32 accumulator x of X (rows, N),
 //   y = clamp((x + (1 << (s - 1))) >> s, -127, 127)      (>> arithmetic: round half up, 1 <= s <= 30)
 //   y = max(y, 0) when RELU

@@ -14,7 +14,7 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from daisy.checkpoint import (CheckpointError, load_checkpoint, load_safetensors, param_shapes,
+from daisy.files.checkpoint import (CheckpointError, load_checkpoint, load_safetensors, param_shapes,
                               save_checkpoint, save_safetensors)
 from daisy.config import Config
 from daisy.hashing import weight_hash
@@ -393,7 +393,7 @@ def test_save_refuses_state_that_does_not_match_the_config(state):
 
 def test_the_module_does_not_import_torch(tmp_path):
     code = ("import sys, numpy as np\n"
-            "from daisy.checkpoint import save_checkpoint, load_checkpoint, param_shapes\n"
+            "from daisy.files.checkpoint import save_checkpoint, load_checkpoint, param_shapes\n"
             "cfg = dict(width=16, seq_len=16, layers=1)\n"
             "z = {n: np.zeros(s) for n, s in param_shapes(cfg).items()}\n"
             "ck = load_checkpoint(save_checkpoint(None, config=cfg, params=z, step=0, adam_m=z, adam_v=z))\n"

@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from daisy.corpus import generate
+from tools.corpus import generate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = REPO_ROOT / "daisy" / "corpus" / "builtin.txt"
@@ -74,7 +74,7 @@ def test_command_line_regeneration_is_byte_identical(tmp_path):
     # under a different string-hash seed to show the output does not depend on it.
     output = tmp_path / "builtin.txt"
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    result = subprocess.run([sys.executable, "-m", "daisy.corpus.generate", "--output", str(output)],
+    result = subprocess.run([sys.executable, "-m", "tools.corpus.generate", "--output", str(output)],
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     generated, committed = output.read_bytes(), corpus_bytes()

@@ -1,6 +1,6 @@
 """The /data routes against a local test hub (tests/testhub.py) over real sockets.
 
-Each data server is `python -m daisy.datastream` (the real router on real uvicorn) in its own
+Each data server is `python -m daisy.space.datastream` (the real router on real uvicorn) in its own
 process, so HF_ENDPOINT / HF_HUB_OFFLINE are read by huggingface_hub as in production.
 """
 import os
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from daisy import data, prng
-from daisy.datastream import MAX_TOKENS, PICK_ROW_GROUP
+from daisy.space.datastream import MAX_TOKENS, PICK_ROW_GROUP
 from daisy.tokenizer import encode_documents
 from tests.testhub import TestHub, rowgroup_tokens, shard_path, write_fineweb_shard
 
@@ -50,7 +50,7 @@ def tokens_of(resp: httpx.Response) -> np.ndarray:
 
 
 class DataServer:
-    """`python -m daisy.datastream` on a free port with the given environment."""
+    """`python -m daisy.space.datastream` on a free port with the given environment."""
 
     def __init__(self, tmp, name: str, env: dict):
         self.port = free_port()
@@ -61,7 +61,7 @@ class DataServer:
                     PYTHONPATH=REPO_ROOT)
         full.update(env)
         self.log = open(os.path.join(tmp, f"server-{name}.log"), "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "daisy.datastream", "--port", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "daisy.space.datastream", "--port", str(self.port)],
                                      cwd=REPO_ROOT, env=full, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=30)

@@ -2,7 +2,7 @@
 (a 100 ms hub: the next step's batch is served without a hub request), and two hardening
 findings (no server paths in /data/info; unparsable integers are a 400 naming the parameter).
 
-Real parts only: `python -m daisy.datastream` processes (the real router on uvicorn) reading
+Real parts only: `python -m daisy.space.datastream` processes (the real router on uvicorn) reading
 tests/testhub.py through the real huggingface_hub client (HF_ENDPOINT)."""
 import json
 import os
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from daisy import prng
-from daisy.datastream import DATASET, PICK_ROW_GROUP
+from daisy.space.datastream import DATASET, PICK_ROW_GROUP
 from tests.test_data import DataServer, assert_tokens_equal, tokens_of
 from tests.testhub import TestHub, rowgroup_tokens, shard_path, write_fineweb_shard
 
@@ -198,7 +198,7 @@ def test_prefetch_queue_is_bounded_and_deduplicated(world, tmp_path):
     """The prefetcher of a DataSource in this process, on the 100 ms hub: a key offered while
     it is pending is queued once; past the bound, keys are dropped and counted; offering
     never waits (200 offers in well under one hub answer)."""
-    from daisy.datastream import PREFETCH_QUEUE, DataSource
+    from daisy.space.datastream import PREFETCH_QUEUE, DataSource
     source = DataSource(endpoint=world["hubs"]["slow"].endpoint, cache_dir=str(tmp_path / "cache"))
     assert source.info()["source"] == "fineweb-edu"
     pre = source.prefetcher

@@ -1,5 +1,5 @@
 """`python -m daisy.train --data-url`: the reference trainer on the Space's keyed batches
-(GET /data/batch), against real `python -m daisy.datastream` servers.
+(GET /data/batch), against real `python -m daisy.space.datastream` servers.
 
 On the built-in corpus the data route's batch IS daisy.data.get_batch, so a --data-url run prints
 exactly the lines of the plain run. On FineWeb-style shards (tests/testhub.py through the real
@@ -14,7 +14,7 @@ import pytest
 
 from daisy import data
 from daisy.config import Config
-from daisy.datastream import DataSource
+from daisy.space.datastream import DataSource
 from daisy.train import Group, HttpBatches
 from tests.bits import assert_same_bits
 from tests.test_data import DataServer, free_port

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daisy.checkpoint import load_checkpoint
+from daisy.files.checkpoint import load_checkpoint
 from daisy.config import Config
 from daisy.generate import generate
 

@@ -14,8 +14,8 @@ import tempfile
 
 import pytest
 
-from daisy.checkpoint import load_checkpoint
-from daisy.state_codec import encode_state
+from daisy.files.checkpoint import load_checkpoint
+from daisy.files.state_codec import encode_state
 from tests.app_server import REPO_ROOT, running_app, state, wait_state
 from tests.test_mesh import RUN_MS, TINY, assert_hashes_equal, ended, open_group, step_hashes
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 
-from daisy.checkpoint import (MAX_DEPTH, MAX_MEMO, CheckpointError, load_checkpoint, param_shapes,
+from daisy.files.checkpoint import (MAX_DEPTH, MAX_MEMO, CheckpointError, load_checkpoint, param_shapes,
                               save_checkpoint)
 
 CFG = dict(width=16, seq_len=16, batch=2, steps=100, lr_x1000=10, layers=1, heads=4, seed=3)

@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 import app
-from daisy.signaling import SignalingConfig, SignalingHub, make_app
+from daisy.space.signaling import SignalingConfig, SignalingHub, make_app
 from signal_client import SignalClient
 from test_hardening_signaling import serve
 
@@ -46,7 +46,7 @@ def test_idle_and_half_header_connections_are_closed_and_counted_once(caplog):
     of them exhausted file descriptors). Here 25 of each kind, header timeout 0.5 s."""
     with serve(signaling_app(), **app.uvicorn_settings(ENV)) as url:
         port = int(url.rsplit(":", 1)[1])
-        with caplog.at_level(logging.WARNING, logger="daisy.connguard"):
+        with caplog.at_level(logging.WARNING, logger="daisy.space.connguard"):
             socks = []
             for n in range(25):
                 socks.append(socket.create_connection(("127.0.0.1", port)))
@@ -66,7 +66,7 @@ def test_idle_and_half_header_connections_are_closed_and_counted_once(caplog):
 def test_connections_per_address_are_capped(caplog):
     with serve(signaling_app(), **app.uvicorn_settings({**ENV, "DAISY_HEADER_TIMEOUT_S": "5"})) as url:
         port = int(url.rsplit(":", 1)[1])
-        with caplog.at_level(logging.WARNING, logger="daisy.connguard"):
+        with caplog.at_level(logging.WARNING, logger="daisy.space.connguard"):
             socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
             time.sleep(0.3)
             refused = [s for s in socks[30:] if closed_by_server(s, 1.0)]
@@ -163,7 +163,7 @@ def test_tokens_and_room_codes_stay_out_of_the_log():
 
 def test_the_global_cap_stays_below_the_open_file_limit():
     import resource
-    from daisy.connguard import ConnectionGuard
+    from daisy.space.connguard import ConnectionGuard
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     guard = ConnectionGuard.from_env({"DAISY_MAX_CONN": "100000000"})
     assert guard.total <= soft - 128 or soft == resource.RLIM_INFINITY

@@ -14,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from daisy.checkpoint import param_shapes, save_checkpoint
-from daisy.sandbox import ParseSandbox, SandboxLimits
-from daisy.server import JS_DIR, decode_state, make_model_router
+from daisy.files.checkpoint import param_shapes, save_checkpoint
+from daisy.space.sandbox import ParseSandbox, SandboxLimits
+from daisy.space.server import JS_DIR, decode_state, make_model_router
 from signal_client import serve_in_thread
 from test_hardening_checkpoint import CFG, extend_top, list_dag, s
 
@@ -70,13 +70,13 @@ def test_hostile_uploads_are_refused_and_other_routes_keep_answering(honest):
                 lat = []
                 while not stop.is_set():
                     t0 = time.perf_counter()
-                    r = await client.get("/js/ui.js")
+                    r = await client.get("/js/peer/ui.js")
                     assert r.status_code == 200
                     lat.append(time.perf_counter() - t0)
                     await asyncio.sleep(0.01)
                 return lat
 
-            assert (await client.get("/js/ui.js")).status_code == 200  # a warm connection
+            assert (await client.get("/js/peer/ui.js")).status_code == 200  # a warm connection
             stop = asyncio.Event()
             prober = asyncio.create_task(probe(stop))
             answers = await asyncio.gather(*(upload() for _ in range(12)))
@@ -113,7 +113,7 @@ def test_full_sandbox_answers_503_busy_retry_before_reading_the_body(honest):
             assert r.status_code == 503 and "busy, retry" in r.json()["error"]
             assert r.headers["retry-after"] == "5"
             assert time.perf_counter() - t0 < 1.0
-            assert httpx.get(http(url) + "/js/ui.js", timeout=5).status_code == 200
+            assert httpx.get(http(url) + "/js/peer/ui.js", timeout=5).status_code == 200
             slow.sendall(honest[100:])
             assert b" 200 " in slow.recv(64)
         finally:
@@ -128,7 +128,7 @@ def test_memory_budget_of_the_parse_is_enforced():
     with serve(SandboxLimits(mem_mb=16)) as url:
         r = httpx.post(http(url) + "/api/load", content=big, timeout=30)
         assert r.status_code == 400 and "memory budget" in r.json()["error"], r.text
-        assert httpx.get(http(url) + "/js/ui.js", timeout=5).status_code == 200
+        assert httpx.get(http(url) + "/js/peer/ui.js", timeout=5).status_code == 200
 
 
 def test_wall_clock_limit_answers_busy_retry(honest):
@@ -148,7 +148,7 @@ def test_sandbox_limits_from_env():
 
 def test_deeply_nested_state_header_is_a_400_not_a_500():
     """The finding: a state header nested deeper than ~1,000 levels answered 500 (fixed in
-    daisy/state_codec.py on main; checked here through every route)."""
+    daisy/files/state_codec.py on main; checked here through every route)."""
     import json
     import struct
     header = ('{"format": "daisychain-state", "version": 1, "x": ' + "[" * 5000 + "]" * 5000
@@ -176,7 +176,7 @@ def test_parse_processes_never_import_the_servers_main_module(tmp_path, honest):
         f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
         "if __name__ == '__main__':\n"
         f"    sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
-        "    from daisy.sandbox import ParseSandbox\n"
+        "    from daisy.space.sandbox import ParseSandbox\n"
         f"    ck = ParseSandbox().load_checkpoint(open({str(upload)!r}, 'rb').read())\n"
         "    print(ck.step)\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from daisy.signaling import (SignalingConfig, SignalingHub, client_ip, make_app,
+from daisy.space.signaling import (SignalingConfig, SignalingHub, client_ip, make_app,
                              trusted_proxies_from_env, _networks)
 from signal_client import Clients, SignalClient, async_test, serve_in_thread as serve
 
@@ -147,7 +147,7 @@ async def test_non_finite_numbers_are_refused_not_relayed():
 
 @async_test
 async def test_group_size_is_capped_with_a_clear_close_code():
-    from daisy.signaling import CLOSE_GROUP_FULL
+    from daisy.space.signaling import CLOSE_GROUP_FULL
     with serve(make_app(hub(max_group=4))) as url:
         async with Clients(url) as c:
             four = [await c.open(xff="203.0.113.22") for _ in range(4)]
@@ -230,7 +230,7 @@ async def test_room_join_attempts_are_rate_limited_the_same_whether_or_not_the_r
     """The finding: 300 codes/s could be probed. Here: 10 joins a minute per address (burst
     10); the 11th attempt is refused 4429 with the same reason for an existing room and for a
     code nobody uses."""
-    from daisy.signaling import CLOSE_TOO_MANY_JOINS
+    from daisy.space.signaling import CLOSE_TOO_MANY_JOINS
     with serve(make_app(hub(join_per_min=10))) as url:
         async with Clients(url) as c:
             await c.open(room="real-room")  # 1 of the burst of 10
@@ -250,7 +250,7 @@ async def test_room_join_attempts_are_rate_limited_the_same_whether_or_not_the_r
 @async_test
 async def test_create_a_room_gives_an_unguessable_code():
     import httpx
-    from daisy.signaling import ROOM_CODE, make_room_router
+    from daisy.space.signaling import ROOM_CODE, make_room_router
     app = make_app(hub())
     app.include_router(make_room_router())
     with serve(app) as url:

@@ -1,4 +1,4 @@
-"""The offline inference kit (daisy/kit.py): built from a checkpoint trained by
+"""The offline inference kit (daisy/files/kit.py): built from a checkpoint trained by
 `python -m daisy.train --save`, opened in headless Chromium from file:// with every request
 that is not the file itself aborted, driven through its UI; its text must equal
 daisy.generate's. Also: a tampered kit refuses its weights, the default-config kit is under
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from daisy.checkpoint import load_checkpoint
+from daisy.files.checkpoint import load_checkpoint
 from daisy.config import Config
 from daisy.generate import generate
-from daisy.kit import BARE_PREFIX, FRONTEND, build_kit, render_kit
+from daisy.files.kit import BARE_PREFIX, FRONTEND, build_kit, render_kit
 from daisy.model import init_params
 from tests.page_browser import chromium_pages
 
@@ -36,7 +36,7 @@ def kit(tmp_path_factory):
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     out = tmp / "kit.html"
-    r = subprocess.run([sys.executable, "-m", "daisy.kit", str(ck_path), "-o", str(out)],
+    r = subprocess.run([sys.executable, "-m", "daisy.files.kit", str(ck_path), "-o", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     ck = load_checkpoint(ck_path)
@@ -174,7 +174,7 @@ def test_cli_names_bad_checkpoints(tmp_path, content, message):
     if content is not None:
         path.write_bytes(content)
     out = tmp_path / "kit.html"
-    r = subprocess.run([sys.executable, "-m", "daisy.kit", str(path), "-o", str(out)],
+    r = subprocess.run([sys.executable, "-m", "daisy.files.kit", str(path), "-o", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.startswith("error: ") and message in r.stderr and str(path) in r.stderr, r.stderr

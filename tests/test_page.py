@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from daisy.config import RANGES, Config
-from daisy.server import NO_MODEL, SETTINGS
+from daisy.space.server import NO_MODEL, SETTINGS
 from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
 
 pytestmark = pytest.mark.slow
@@ -68,10 +68,12 @@ def test_offline_app_starts_and_says_why(servers):
     info = httpx.get(base + "/data/info", timeout=10).json()
     assert info["source"] == "builtin", info
     assert "offline" in info["reason"], info
-    js = httpx.get(base + "/js/ui.js", timeout=5)
+    js = httpx.get(base + "/js/peer/ui.js", timeout=5)
     assert js.status_code == 200 and "javascript" in js.headers["content-type"], js.headers
     assert "export function mount" in js.text
     assert httpx.get(base + "/js/nope.js", timeout=5).status_code == 404
+    for test_only in ("/js/gpu_bugs.js", "/js/b2b.js", "/kernels/bugs/sign_extension.wgsl"):
+        assert httpx.get(base + test_only, timeout=5).status_code == 404, f"{test_only} is test-only code"
 
 
 def test_widgets_ranges_defaults_and_peer(servers, pages):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from daisy.checkpoint import load_checkpoint
+from daisy.files.checkpoint import load_checkpoint
 from bits import assert_same_bits
 
 ROOT = Path(__file__).resolve().parents[1]

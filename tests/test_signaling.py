@@ -14,12 +14,12 @@ import socket
 import httpx
 import pytest
 
-from daisy.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLICY, CLOSE_REJECTED,
+from daisy.space.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLICY, CLOSE_REJECTED,
                              CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG,
                              CLOSE_TOO_MANY_JOINS, DEFAULT_ICE_SERVERS, SignalingConfig,
                              SignalingHub, TOKEN, make_app, make_signaling_router, network_key,
                              peer_id_of)
-from daisy import signaling
+from daisy.space import signaling
 from signal_client import Clients, SignalClient, async_test, serve_in_thread
 from websockets.asyncio.client import connect
 

@@ -1,4 +1,4 @@
-"""The state body codec (daisy/state_codec.py) on its own: a replica goes through encode/decode
+"""The state body codec (daisy/files/state_codec.py) on its own: a replica goes through encode/decode
 bit for bit, and bad bodies are refused with a message naming the problem."""
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from daisy.config import Config
 from daisy.hashing import weight_hash
 from daisy.model import param_shapes
-from daisy.state_codec import StateError, decode_state, encode_state
+from daisy.files.state_codec import StateError, decode_state, encode_state
 from tests.bits import assert_same_bits
 
 TINY = Config(width=16, heads=2, seq_len=16, batch=2, layers=1, seed=5)

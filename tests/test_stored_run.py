@@ -1,4 +1,4 @@
-"""The stored run's routes (daisy/group_run.py) over real uvicorn and real signaling clients:
+"""The stored run's routes (daisy/space/group_run.py) over real uvicorn and real signaling clients:
 who may store and read a group's run (decided by the signaling token alone), what bodies are
 refused, and the store's bounds. The pages' side (upload while training, resume after every page
 closed) is tests/test_stored_run_pages.py."""
@@ -13,11 +13,11 @@ import pytest
 from fastapi import FastAPI
 
 from daisy.config import Config
-from daisy.group_run import TOKEN_HEADER, GroupRunStore, StoredRun, make_group_run_router
+from daisy.space.group_run import TOKEN_HEADER, GroupRunStore, StoredRun, make_group_run_router
 from daisy.hashing import weight_hash
 from daisy.model import param_shapes
-from daisy.signaling import SignalingConfig, SignalingHub, make_signaling_router
-from daisy.state_codec import MAX_STATE_BYTES, encode_state
+from daisy.space.signaling import SignalingConfig, SignalingHub, make_signaling_router
+from daisy.files.state_codec import MAX_STATE_BYTES, encode_state
 from tests.bits import assert_same_bits
 from tests.signal_client import Clients, async_test, serve_in_thread
 

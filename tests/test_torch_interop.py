@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from daisy.checkpoint import load_checkpoint
+from daisy.files.checkpoint import load_checkpoint
 from daisy.config import Config
 from daisy.model import float_matmul, forward
 from daisy.torch_model import DaisyGPT

@@ -18,10 +18,10 @@ Object.assign(globalThis, globals);
 const gpu = create([]);
 
 const { openDevice, createGpuEngine, GemmKernel, GEMM_KERNELS, packRowsI8, packColsI8, storageBuffer,
-  submitChecked, readBack } = await import('../../frontend_js/gpu.js');
-const { runBugCorpus, runFalseAlarmCheck } = await import('../../frontend_js/gpu_bugs.js');
-const { checksumAudit, tileAudit, auditKey, firstMismatch, gateOperands } = await import('../../frontend_js/gpu_gates.js');
-const { b2bChainCpu, createB2bChain } = await import('../../frontend_js/b2b.js');
+  submitChecked, readBack } = await import('../../frontend_js/gpu/gpu.js');
+const { runBugCorpus, runFalseAlarmCheck } = await import('../../tests/gpu/gpu_bugs.js');
+const { checksumAudit, tileAudit, auditKey, firstMismatch, gateOperands } = await import('../../frontend_js/gpu/gpu_gates.js');
+const { b2bChainCpu, createB2bChain } = await import('../../tests/gpu/b2b.js');
 const { cpuEngine } = await import('../../frontend_js/units.js');
 
 const SMALL = process.env.DAISY_BENCH_SMALL === '1';

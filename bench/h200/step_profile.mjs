@@ -9,7 +9,7 @@ import { loadFixture, timeSteps, runSteps, median } from './steps.mjs';
 const require = createRequire(import.meta.url);
 const { create, globals } = require('webgpu');
 Object.assign(globalThis, globals);
-const { createGpuEngine } = await import('../../frontend_js/gpu.js');
+const { createGpuEngine } = await import('../../frontend_js/gpu/gpu.js');
 const engine = await createGpuEngine({ gpu: create([]), log: { log() {} } });
 if (engine.status.path !== 'gpu') throw new Error(`no GPU path: ${engine.status.reasons.join('; ')}`);
 const fx = loadFixture(process.env.DAISY_FIXTURES || 'fixtures_out', 'train20.dsyf');

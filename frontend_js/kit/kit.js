@@ -1,4 +1,4 @@
-// The offline inference kit's page logic (the kit is built by daisy/kit.py: kit.html with this
+// The offline inference kit's page logic (the kit is built by daisy/files/kit.py: kit.html with this
 // module and its imports inlined as data: URLs, the weights as base64). Opening the kit decodes
 // the weights, recomputes the canonical weight hash and compares it with the embedded one; only
 // weights that match are ever used. Generation is frontend_js/generate.js, the same code as the

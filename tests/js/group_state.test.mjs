@@ -1,4 +1,4 @@
-// Group restore without a browser (frontend_js/group_state.js): real Meshes joined by MemoryNet
+// Group restore without a browser (frontend_js/peer/group_state.js): real Meshes joined by MemoryNet
 // (memory_links.mjs: frames shuffled, duplicated, delayed), each with a real ModelStore and
 // GroupRestore. The page's Peer is replaced by the few fields they read (state, a run flag,
 // notes); the browser suite (tests/test_group_restore.py) runs the real Peer.
@@ -8,11 +8,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh } from '../../frontend_js/mesh.js';
-import { TYPES, encodeMessage } from '../../frontend_js/frames.js';
-import { ModelStore } from '../../frontend_js/model_store.js';
-import { GroupRestore } from '../../frontend_js/group_state.js';
-import { Peer } from '../../frontend_js/peer.js';
+import { Mesh } from '../../frontend_js/peer/mesh.js';
+import { TYPES, encodeMessage } from '../../frontend_js/peer/frames.js';
+import { ModelStore } from '../../frontend_js/peer/model_store.js';
+import { GroupRestore } from '../../frontend_js/peer/group_state.js';
+import { Peer } from '../../frontend_js/peer/peer.js';
 import { encodeState, maxStateBytes } from '../../frontend_js/state_codec.js';
 import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
@@ -78,7 +78,7 @@ const snapshot = (d) => ({ step: d.models.step, hash: d.s.hash ?? null, resumabl
 
 test('the largest allowed state bound equals the server\'s MAX_STATE_BYTES', async () => {
   const c = await Peer.prototype.importCompute.call({ modules: new Set(COMPUTE_FILES) });
-  assert.equal(maxStateBytes(c), 39_838_728);         // daisy/state_codec.py MAX_STATE_BYTES
+  assert.equal(maxStateBytes(c), 39_838_728);         // daisy/files/state_codec.py MAX_STATE_BYTES
 });
 
 test('a state loaded on one device lands on every other, bit for bit and resumable', async () => {

@@ -1,5 +1,5 @@
 // The mesh without a browser (issue 10, section 5: "The in-memory transport suite" and "Bad
-// frames"): Mesh instances (frontend_js/mesh.js) joined by MemoryNet (memory_links.mjs), which
+// frames"): Mesh instances (frontend_js/peer/mesh.js) joined by MemoryNet (memory_links.mjs), which
 // delivers frames shuffled, duplicated and delayed, all from a seeded PRNG.
 //   1. the frame codec (frames.js): header layout, chunking, reassembly, duplicates
 //   2. MeshCollective's reduce equals reduceGradients bit for bit, P = 1..7, both topologies
@@ -12,9 +12,9 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/mesh.js';
+import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/peer/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, NO_SLOT, PROTOCOL_VERSION, Reassembler,
-  TYPES, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/frames.js';
+  TYPES, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/peer/frames.js';
 import { ExchangeError, MeshCollective, flattenGrads, topologyFor } from '../../frontend_js/collective.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
 import { draw, key } from '../../frontend_js/prng.js';
@@ -24,7 +24,7 @@ import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
 import { weightHash } from '../../frontend_js/hashing.js';
 import { StepArena } from '../../frontend_js/arena.js';
-import { StreamBatches } from '../../frontend_js/batch_source.js';
+import { StreamBatches } from '../../frontend_js/peer/batch_source.js';
 import { Group, Replica, Trainer, cloneParams } from '../../frontend_js/train.js';
 import { loadStream } from '../../frontend_js/cli.mjs';
 

@@ -2,8 +2,8 @@
 // deadline still ends a wait for something that never comes (docs/ARCHITECTURE.md "Background tabs").
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Bus } from '../../frontend_js/bus.js';
-import { waitUntil, yieldToPage } from '../../frontend_js/page_clock.js';
+import { Bus } from '../../frontend_js/peer/bus.js';
+import { waitUntil, yieldToPage } from '../../frontend_js/peer/page_clock.js';
 
 test('waitUntil resolves on the event that makes it ready and unsubscribes', async () => {
   const bus = new Bus();

@@ -44,10 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from .config import Config, ConfigError
-from .hashing import weight_hash
-from .model import param_shapes as _model_param_shapes
-from .tokenizer import TOKENIZER_ID, VOCAB_SIZE
+from daisy.config import Config, ConfigError
+from daisy.hashing import weight_hash
+from daisy.model import param_shapes as _model_param_shapes
+from daisy.tokenizer import TOKENIZER_ID, VOCAB_SIZE
 
 FORMAT = "daisychain"
 FORMAT_VERSION = 1

@@ -1,6 +1,6 @@
 """The *state body*: one replica (weights, optionally Adam's moments) as compact bytes.
 
-The page sends its replica to the model routes (daisy/server.py) in this form and gets a loaded
+The page sends its replica to the model routes (daisy/space/server.py) in this form and gets a loaded
 checkpoint back in it; frontend_js/state_codec.js is its JS twin (one module per language).
 
     bytes 0..7     u64 LE  N = length of the header (a multiple of 8: JSON padded with spaces)
@@ -22,9 +22,9 @@ import struct
 
 import numpy as np
 
-from .config import RANGES, Config, ConfigError
-from .hashing import weight_hash
-from .checkpoint import param_shapes   # a Config or a config dict -> canonical shapes
+from daisy.config import RANGES, Config, ConfigError
+from daisy.hashing import weight_hash
+from daisy.files.checkpoint import param_shapes   # a Config or a config dict -> canonical shapes
 
 STATE_FORMAT = "daisychain-state"
 STATE_VERSION = 1

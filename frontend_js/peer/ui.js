@@ -1,6 +1,6 @@
 // Page glue: builds the peer panel inside the one gr.HTML Gradio never re-renders, starts the
 // peer, and draws its state (peer list, join requests, live readouts, loss plot).
-//   mount(element)   called once by the panel's js_on_load (daisy/server.py)
+//   mount(element)   called once by the panel's js_on_load (daisy/space/server.py)
 // The panel element carries data-modules: the frontend_js files the server has, so the peer
 // imports optional parts (train.js, gpu.js) without probing for them with 404s.
 import { bus } from './bus.js';
@@ -143,7 +143,7 @@ function drawPlot(svg, curve) {
 // The checkpoint loader (its own gr.HTML beside the download buttons, never re-rendered): the
 // button opens a native file picker; the picked .pt goes to window.daisy.load, and the result
 // (or the server's reason for refusing it) is shown next to the button.
-//   mountLoader(element)   called once by that gr.HTML's js_on_load (daisy/server.py)
+//   mountLoader(element)   called once by that gr.HTML's js_on_load (daisy/space/server.py)
 export function mountLoader(element) {
   const $ = (role) => element.querySelector(`[data-role="${role}"]`);
   const button = $('load-button'), input = $('load-file'), status = $('load-status');

@@ -1,15 +1,15 @@
 // Where a slot's batch for a step comes from (mirrors daisy/train.py's BatchSource):
 //   StreamBatches(stream, cfg)   data.getBatch on a token stream (the CLI, tests)
 //   HttpBatches(cfg, opts)       the Space's GET /data/batch?seed&step&slot&batch&seq_len
-//                                (daisy/datastream.py): little-endian uint16, (B, T+1) row-major
+//                                (daisy/space/datastream.py): little-endian uint16, (B, T+1) row-major
 // get(step, slot) -> Promise of {x, y}: Int32Array (B*T) each, row-major (B, T).
 // HttpBatches prefetches the next `ahead` steps of its slot, so a step never waits on the
 // network or the Hub once the pipeline is full; a failed fetch is retried `retries` times.
 // The server unreachable (a restart: no connection, or a proxy's 502/503/504) is retried with
 // backoff for up to `outageMs`, then fails naming the outage; `onOutage(down, why)` is told when
 // that starts and ends (docs/ARCHITECTURE.md "Server outage").
-import { getBatch } from './data.js';
-import { VOCAB_SIZE } from './tokenizer.js';
+import { getBatch } from '../data.js';
+import { VOCAB_SIZE } from '../tokenizer.js';
 
 export const DATA_WAIT_MS = 60_000;              // bound on waiting for an unreachable data server
 const BACKOFF_MS = [250, 500, 1000, 2000];       // then every 2 s: peers resume within 2 s of each other

@@ -25,7 +25,7 @@ import os
 import resource
 import time
 
-log = logging.getLogger("daisy.connguard")
+log = logging.getLogger("daisy.space.connguard")
 
 
 class ConnectionGuard:

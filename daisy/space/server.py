@@ -4,29 +4,29 @@ browser peer's static files and the Gradio page.
     create_app() -> FastAPI        used by app.py (uvicorn) and by the tests
 
 Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
-    /signal        WebSocket signaling          daisy.signaling
-    /data/...      training data                daisy.datastream
+    /signal        WebSocket signaling          daisy.space.signaling
+    /data/...      training data                daisy.space.datastream
     /js/...        frontend_js/ (ES modules)    the browser peer
     /kernels/...   kernels/ (WGSL)              loaded by frontend_js at run time
     /api/checkpoint.pt, /api/model.safetensors, /api/kit.html, /api/load
                    the model routes             make_model_router() (below)
     /api/group-run, /api/group-run/info
-                   the group's stored run       daisy.group_run
+                   the group's stored run       daisy.space.group_run
     /              the Gradio Blocks page       build_page()
 Gradio owns /static and /assets, so our files live under their own prefixes.
 
 The page. Gradio widgets hold the settings, Start/Stop, Generate and the checkpoint/kit
 controls; their events run JavaScript only (fn=None, js=...), calling `window.daisy`
-(frontend_js/peer.js). The peer's own DOM (peer list, join requests, live readouts, loss plot)
+(frontend_js/peer/peer.js). The peer's own DOM (peer list, join requests, live readouts, loss plot)
 lives in ONE gr.HTML whose value is never set again: setting it would re-render the template
 and strip the DOM the JS built (docs/ARCHITECTURE.md "The page").
 
 The model routes. The server sees weights only when a user asks (docs/ARCHITECTURE.md
 "Checkpoint routes"): the page POSTs its replica to turn it into a file (.pt, model.safetensors, the inference kit), or POSTs a .pt to
 get its state back. Replicas travel in one compact binary form, the *state body*
-(daisy/state_codec.py: format, encode_state, decode_state).
+(daisy/files/state_codec.py: format, encode_state, decode_state).
 Refusals are 4xx JSON {"error": message naming the problem}; 413 when a body is over its limit;
-503 "busy, retry" (with Retry-After) when /api/load has no free parse slot (daisy.sandbox).
+503 "busy, retry" (with Retry-After) when /api/load has no free parse slot (daisy.space.sandbox).
 """
 from __future__ import annotations
 
@@ -40,20 +40,20 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from .bodies import BodyTooLarge as _BodyTooLarge, read_body as _read_body, refuse as _refuse
-from .checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, save_checkpoint,
+from daisy.space.bodies import BodyTooLarge as _BodyTooLarge, read_body as _read_body, refuse as _refuse
+from daisy.files.checkpoint import (DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, save_checkpoint,
                          save_safetensors)
-from .config import RANGES, Config
-from .datastream import DataSource, make_data_router
-from .group_run import make_group_run_router
-from .kit import KitError, render_kit
-from .sandbox import ParseBusy, ParseSandbox
-from .signaling import SignalingHub, make_room_router, make_signaling_router
-from .state_codec import (MAX_STATE_BYTES, StateError, decode_state,  # noqa: F401  (re-exported)
+from daisy.config import RANGES, Config
+from daisy.space.datastream import DataSource, make_data_router
+from daisy.space.group_run import make_group_run_router
+from daisy.files.kit import KitError, render_kit
+from daisy.space.sandbox import ParseBusy, ParseSandbox
+from daisy.space.signaling import SignalingHub, make_room_router, make_signaling_router
+from daisy.files.state_codec import (MAX_STATE_BYTES, StateError, decode_state,  # noqa: F401  (re-exported)
                           encode_state)
-from .tokenizer import TOKENIZER_ID
+from daisy.tokenizer import TOKENIZER_ID
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # the repository (this file: daisy/space/)
 JS_DIR = ROOT / "frontend_js"
 KERNELS_DIR = ROOT / "kernels"
 JS_PREFIX = "/js"
@@ -72,15 +72,15 @@ assert 16 % Config().heads == 0, "width slider step must keep width a multiple o
 
 NO_MODEL = "Train or load a model first."
 # Runs once when the panel mounts: load the peer's UI module and hand it the panel element.
-MOUNT_JS = (f"import('{JS_PREFIX}/ui.js').then((m) => m.mount(element))"
+MOUNT_JS = (f"import('{JS_PREFIX}/peer/ui.js').then((m) => m.mount(element))"
             ".catch((e) => { element.textContent = 'The peer failed to load: ' + e; });")
 
 
 def peer_panel_html() -> str:
-    """The peer panel's static HTML. The list of frontend_js modules rides along as a data
+    """The peer panel's static HTML. The list of frontend_js modules (paths under frontend_js/) rides along as a data
     attribute, so the JS imports optional parts without probing for them (a 404 is a console
     error)."""
-    modules = json.dumps(sorted(p.name for p in JS_DIR.glob("*.js")))
+    modules = json.dumps(sorted(p.relative_to(JS_DIR).as_posix() for p in JS_DIR.rglob("*.js")))
     return (f'<div id="daisy-peer" class="daisy-peer" data-modules="{html.escape(modules, quote=True)}">'
             'Starting the peer…</div>')
 
@@ -139,11 +139,11 @@ LOADER_HTML = ('<div id="daisy-loader" class="daisy-loader">'
                '<button type="button" class="daisy-load-button" data-role="load-button">Load checkpoint (.pt)</button>'
                '<input type="file" accept=".pt" data-role="load-file" hidden>'
                '<span class="daisy-load-status" data-role="load-status"></span></div>')
-LOADER_JS = (f"import('{JS_PREFIX}/ui.js').then((m) => m.mountLoader(element))"
+LOADER_JS = (f"import('{JS_PREFIX}/peer/ui.js').then((m) => m.mountLoader(element))"
              ".catch((e) => { element.textContent = 'The checkpoint loader failed to load: ' + e; });")
 
 
-# Create a room: a server-made code (daisy.signaling.make_room_router), then this page reopens
+# Create a room: a server-made code (daisy.space.signaling.make_room_router), then this page reopens
 # in it; the link in the address bar is what to share.
 CREATE_ROOM_JS = """async () => {
   const r = await fetch('/api/room', {method: 'POST'});
@@ -212,7 +212,7 @@ def build_page(source: DataSource) -> gr.Blocks:
 
 
 # ---------------------------------------------------------------------------------------------
-# The model routes (the state body: daisy/state_codec.py)
+# The model routes (the state body: daisy/files/state_codec.py)
 
 MAX_CHECKPOINT_BYTES = DEFAULT_MAX_BYTES           # uploads to /api/load
 
@@ -254,7 +254,7 @@ def _loaded_state(body: bytes, load=load_checkpoint) -> Response:
 def make_model_router(sandbox: ParseSandbox | None = None) -> APIRouter:
     """POST /api/checkpoint.pt, /api/model.safetensors, /api/kit.html: a state body -> the file
     (as an attachment). POST /api/load: a .pt file's bytes -> its state body (all three parts),
-    parsed in `sandbox` (daisy.sandbox; from the environment when None)."""
+    parsed in `sandbox` (daisy.space.sandbox; from the environment when None)."""
     router = APIRouter()
     sandbox = sandbox or ParseSandbox.from_env()
 
@@ -312,6 +312,6 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
     app.include_router(make_model_router())
     app.mount(JS_PREFIX, StaticFiles(directory=JS_DIR), name="frontend_js")
     app.mount(KERNELS_PREFIX, StaticFiles(directory=KERNELS_DIR, check_dir=False), name="kernels")
-    css = (JS_DIR / "page.css").read_text(encoding="utf-8")
+    css = (JS_DIR / "peer" / "page.css").read_text(encoding="utf-8")
     return gr.mount_gradio_app(app, build_page(data_source), path="/", css=css, ssr_mode=False,
                                footer_links=[])

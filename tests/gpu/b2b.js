@@ -14,9 +14,9 @@
 // On the GPU: kernels/gemm_*.wgsl (the kernel the engine's gates chose) and
 // kernels/requant_relu_pack.wgsl, which writes q_i packed four to a u32, already zero-padded,
 // i.e. directly the A operand of the next GEMM. One command buffer; one readback at the end.
-import { cpuEngine, unpackI8x4 } from './units.js';
+import { cpuEngine, unpackI8x4 } from '../../frontend_js/units.js';
 import { KERNEL_BASE, loadText, compileKernel, packColsI8, packRowsI8, storageBuffer, uniformBuffer,
-  submitChecked, readBack } from './gpu.js';
+  submitChecked, readBack } from '../../frontend_js/gpu/gpu.js';
 
 export const MAX_SHIFT = 30;
 

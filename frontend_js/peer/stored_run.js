@@ -9,7 +9,7 @@
 // The server knows the caller's group from the signaling token of its welcome (X-Daisy-Token):
 // nothing here names a group.
 //   run.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
-import { encodeState, decodeState } from './state_codec.js';
+import { encodeState, decodeState } from '../state_codec.js';
 import { errorText } from './model_store.js';
 
 export const STORE_EVERY = 25;

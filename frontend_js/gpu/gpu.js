@@ -6,7 +6,7 @@
 // GEMM_WASM: qrows, qcols, epi — the operations of units.js, gated there), so every result has
 // the bits of the CPU engines — and the engine proves it:
 //   boot:     device, then each kernel in preference order (packed dot4I8Packed, then portable
-//             i32) is compiled and gated (frontend_js/gpu_gates.js); the first that passes is used.
+//             i32) is compiled and gated (frontend_js/gpu/gpu_gates.js); the first that passes is used.
 //   each call: the result is bound-checked and Freivalds-checked; every `auditEvery` calls a
 //             random tile is recomputed exactly on the CPU. Calls are numbered in issue order
 //             (the audits' randomness is keyed by that number), so audits are deterministic.
@@ -33,12 +33,12 @@
 // hands the padded C to the wasm epilogue, which reads its (Mp, Np) layout directly.
 // Runs in a browser (navigator.gpu, kernels fetched relative to this file) and under Node's
 // `webgpu` package (pass { gpu }, kernels read from disk through file: URLs).
-import { packI8x4, MAX_K, cpuEngine, qmatmulT as unitQmatmulT } from './units.js';
-import { bestGemmEngine } from './engines.js';
-import { GEMM_WASM } from './wasm_gemm.js';
+import { packI8x4, MAX_K, cpuEngine, qmatmulT as unitQmatmulT } from '../units.js';
+import { bestGemmEngine } from '../engines.js';
+import { GEMM_WASM } from '../wasm_gemm.js';
 import { gateKernel, gateOperands, checksumAuditView, tileAuditView, freivaldsVector, auditKey, view, denseView } from './gpu_gates.js';
 
-export const KERNEL_BASE = new URL('../kernels/', import.meta.url);
+export const KERNEL_BASE = new URL('../../kernels/', import.meta.url);
 export const PACKED_FEATURE = 'packed_4x8_integer_dot_product';
 
 // In preference order. `needs`: a WGSL language feature the kernel requires.

@@ -1,13 +1,13 @@
 """Parse untrusted checkpoint files where they cannot stall the server.
 
-The budgets in daisy.checkpoint bound the work a file can ask for; this module is the backstop
+The budgets in daisy.files.checkpoint bound the work a file can ask for; this module is the backstop
 for whatever they miss: each parse runs in its own short-lived process with a CPU-time limit,
 an address-space limit and a wall-clock timeout, and at most `workers` run at once with `queue`
 more waiting. A caller beyond that is told "busy, retry" (HTTP 503) before its upload is even
 read. Limits and their environment variables: docs/TROUBLESHOOTING.md.
 
-How: `workers` helper processes (`python -m daisy.sandbox`, started on first use, numpy and
-daisy.checkpoint already imported) each take one job at a time and fork a child per job, which
+How: `workers` helper processes (`python -m daisy.space.sandbox`, started on first use, numpy and
+daisy.files.checkpoint already imported) each take one job at a time and fork a child per job, which
 limits itself and parses. Helpers are plain subprocesses, not multiprocessing children: those
 re-import the server's main module (app.py, and with it Gradio: ~5 s per parse). The upload and
 the parsed values travel through files on a RAM disk, the answers as one JSON line: nothing
@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import DEFAULT_MAX_BYTES, Checkpoint, CheckpointError, load_checkpoint, param_shapes
+from daisy.files.checkpoint import DEFAULT_MAX_BYTES, Checkpoint, CheckpointError, load_checkpoint, param_shapes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # the repository (this file: daisy/space/)
 # A pipe moves ~450 MB/s here (a 40 MB checkpoint cost ~180 ms more each way): files on a RAM
 # disk instead, deleted as soon as the parse is done.
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -71,7 +71,7 @@ class SandboxLimits:
     wall_s: float = 30.0      # wall-clock limit per parse, waiting excluded
 
 
-# ---- the helper process (python -m daisy.sandbox) ----------------------------------------------
+# ---- the helper process (python -m daisy.space.sandbox) ----------------------------------------------
 
 def _parse(job: dict) -> dict:
     """In the forked child: limit itself, parse the file at job["in"], write the float64 values
@@ -132,7 +132,7 @@ def _serve() -> None:
 class _Helper:
     def __init__(self):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daisy.sandbox"], cwd=ROOT, stdin=subprocess.PIPE,
+            [sys.executable, "-m", "daisy.space.sandbox"], cwd=ROOT, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=None, bufsize=0, start_new_session=True,
             env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
         self.buffer = b""
@@ -210,7 +210,7 @@ class ParseSandbox:
                 self._admitted -= 1
 
     def load_checkpoint(self, body, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Checkpoint:
-        """daisy.checkpoint.load_checkpoint(body) run in a limited child process. Raises
+        """daisy.files.checkpoint.load_checkpoint(body) run in a limited child process. Raises
         CheckpointError (the file's fault, with the child's message) or ParseBusy."""
         if len(body) > max_bytes:                  # the same message as in-process, unforked
             return load_checkpoint(body, max_bytes=max_bytes)

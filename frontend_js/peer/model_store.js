@@ -4,9 +4,9 @@
 // /api/kit.html), and load a checkpoint (/api/load checks the .pt; loadState is THE way a
 // replica is replaced). After a load, Start resumes that run from its step with its config.
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
-import { encodeState, decodeState } from './state_codec.js';
+import { encodeState, decodeState } from '../state_codec.js';
 
-const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.server.MAX_CHECKPOINT_BYTES
+const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.server.MAX_CHECKPOINT_BYTES
 export const NO_MODEL = 'no model yet: train or load one first';
 
 export class ModelStore {
@@ -33,7 +33,7 @@ export class ModelStore {
   async generate(prompt, { temperature = 0.8, topK = 40, seed = 0, tokens = 200 } = {}) {
     if (!this.model) throw new Error(NO_MODEL);
     if (!this.peer.modules.has('generate.js')) throw new Error('generation not available: frontend_js/generate.js is missing');
-    const gen = await import('./generate.js');
+    const gen = await import('../generate.js');
     // the fastest CPU backend whose gates passed (same bits as every backend)
     const backend = await this.peer.loadCpuBackend();
     const { cfg, replicas } = this.model;

@@ -68,7 +68,7 @@ Routes (make_data_router):
     GET /data/batch?seed=&step=&slot=&batch=&seq_len= -> application/octet-stream
 Bad parameters -> 400 {"error": "...", "parameter": name}; data unavailable -> 503 {"error"}.
 
-Standalone server (tests, bench): python -m daisy.datastream --host 127.0.0.1 --port 7861
+Standalone server (tests, bench): python -m daisy.space.datastream --host 127.0.0.1 --port 7861
 """
 import hashlib
 import os

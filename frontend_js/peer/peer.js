@@ -282,7 +282,7 @@ export class Peer {
   loadCpuBackend() {
     this.cpuBackendMade ??= (async () => {
       try {
-        return this.modules.has('engines.js') ? await (await import('./engines.js')).bestBackend() : undefined;
+        return this.modules.has('engines.js') ? await (await import('../engines.js')).bestBackend() : undefined;
       } catch (err) {
         console.warn('daisy: no CPU backend:', err);
         return undefined;
@@ -302,16 +302,16 @@ export class Peer {
     // where the CPU would be faster (checking a GPU); default 'auto' (gpu.js gpuPays)
     const gpuChoice = this.params.get('gpu') || 'auto';
     if (gpuChoice === 'off') reason = 'WebGPU turned off by ?gpu=off';
-    else if (navigator.gpu && this.modules.has('gpu.js')) {
+    else if (navigator.gpu && this.modules.has('gpu/gpu.js')) {
       try {
-        const gpu = await import('./gpu.js');
+        const gpu = await import('../gpu/gpu.js');
         this.gpu = gpu;
         const engine = await gpu.createGpuEngine({
           route: gpuChoice === 'all' ? 'all' : 'auto', cpu: this.cpuBackend?.engine,
           onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}` }),
         });
         this.gpuEngine = engine;
-        if (this.cpuBackend) this.gpuBackend = (await import('./engines.js')).withEngine(this.cpuBackend, engine);
+        if (this.cpuBackend) this.gpuBackend = (await import('../engines.js')).withEngine(this.cpuBackend, engine);
         if (engine.status.path === 'gpu') {
           path = 'gpu';
           reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
@@ -350,7 +350,7 @@ export class Peer {
     }
     try {
       const [train, config, model, hashing, optim] = await Promise.all([
-        import('./train.js'), import('./config.js'), import('./model.js'), import('./hashing.js'), import('./optim.js')]);
+        import('../train.js'), import('../config.js'), import('../model.js'), import('../hashing.js'), import('../optim.js')]);
       return { train, config, model, hashing, optim };
     } catch (err) {
       return { error: `compute not available yet: the JS mirror failed to load (${err.message || err})` };

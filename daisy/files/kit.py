@@ -1,7 +1,7 @@
 """The offline inference kit: one self-contained HTML file that generates text from a checkpoint's
 weights with no network, opened from file://.
 
-    python -m daisy.kit CHECKPOINT.pt -o kit.html
+    python -m daisy.files.kit CHECKPOINT.pt -o kit.html
 
 How it is built (from the same files the page serves, read at build time, so the kit cannot drift
 from the page's code):
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, param_shapes
-from .hashing import weight_hash
-from .tokenizer import TOKENIZER_ID
+from daisy.files.checkpoint import Checkpoint, CheckpointError, load_checkpoint, param_shapes
+from daisy.hashing import weight_hash
+from daisy.tokenizer import TOKENIZER_ID
 
-FRONTEND = Path(__file__).resolve().parent.parent / "frontend_js"
+FRONTEND = Path(__file__).resolve().parents[2] / "frontend_js"
 TEMPLATE = FRONTEND / "kit" / "kit.html"
 ENTRY = "kit/kit.js"                      # relative to FRONTEND
 BARE_PREFIX = "daisy/"
@@ -117,14 +117,14 @@ def render_kit(config: dict, params: dict, step: int) -> str:
 
 
 def build_kit(checkpoint_or_path) -> str:
-    """A Checkpoint (daisy.checkpoint), a .pt path or its bytes -> the kit HTML.
-    A bad file raises daisy.checkpoint.CheckpointError naming the problem."""
+    """A Checkpoint (daisy.files.checkpoint), a .pt path or its bytes -> the kit HTML.
+    A bad file raises daisy.files.checkpoint.CheckpointError naming the problem."""
     ck = checkpoint_or_path if isinstance(checkpoint_or_path, Checkpoint) else load_checkpoint(checkpoint_or_path)
     return render_kit(ck.config, ck.params, ck.step)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m daisy.kit", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m daisy.files.kit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint", help="a .pt checkpoint written by DaisyChain-Web")
     ap.add_argument("-o", "--output", required=True, help="the kit file to write (e.g. kit.html)")

@@ -18,7 +18,7 @@
 //   64     ...   this chunk's payload bytes
 // All integers little-endian. A message is accepted only when every chunk arrived, the chunks
 // tile the payload exactly, and the digest matches.
-import { Sha256 } from './hashing.js';
+import { Sha256 } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
 export const PROTOCOL_VERSION = 2;         // 2: membership (ROSTER .. LEAVE)

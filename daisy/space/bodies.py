@@ -1,5 +1,5 @@
-"""Request bodies and refusals shared by the app's HTTP routes (daisy/server.py,
-daisy/group_run.py): a body is read under a byte limit, and a refusal is JSON
+"""Request bodies and refusals shared by the app's HTTP routes (daisy/space/server.py,
+daisy/space/group_run.py): a body is read under a byte limit, and a refusal is JSON
 {"error": message naming the problem}."""
 from __future__ import annotations
 

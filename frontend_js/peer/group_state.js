@@ -12,7 +12,7 @@
 // Nothing comes back: a receiver that refuses keeps its state, and a resumed run sends the
 // leader's STATE to every member anyway (run.js), so a refusal can never fork a run.
 import { TYPES } from './frames.js';
-import { decodeState, maxStateBytes } from './state_codec.js';
+import { decodeState, maxStateBytes } from '../state_codec.js';
 
 const short = (h) => (h ? h.slice(0, 16) : '(none)');
 

@@ -6,7 +6,7 @@ weather reports, diary entries, notices, how-to guides, fables) from hand-writte
 A template is a string with {slot} markers; a slot is filled from the fixed values a document
 chose (its cast, its dish, its town) or else from BANK, recursively.
 
-Determinism: the only randomness is random.Random(SEED), so `python -m daisy.corpus.generate`
+Determinism: the only randomness is random.Random(SEED), so `python -m tools.corpus.generate`
 rewrites builtin.txt byte for byte (tests/test_corpus.py checks this).
 
 Diversity: Composer.say() retries a template until the sentence it makes has been used fewer
@@ -22,13 +22,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .topics import TOPICS
+from tools.corpus.topics import TOPICS
 
 SEED = 20250601
 TARGET_BYTES = 262_000            # stop adding documents once the corpus reaches this size
 MAX_USES = 3                      # a sentence may be emitted at most this many times (soft)
 DOCUMENT_SEPARATOR = "\n\n\n"     # documents are separated by two blank lines
-OUTPUT_PATH = Path(__file__).with_name("builtin.txt")
+OUTPUT_PATH = Path(__file__).resolve().parents[2] / "daisy" / "corpus" / "builtin.txt"
 
 SLOT = re.compile(r"\{(\w+)\}")
 

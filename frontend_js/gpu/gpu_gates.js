@@ -1,4 +1,4 @@
-// Boot gates and training-time audits for the GPU integer engine (frontend_js/gpu.js).
+// Boot gates and training-time audits for the GPU integer engine (frontend_js/gpu/gpu.js).
 //
 // Gate: every GPU GEMM kernel, at every boot, computes GATE_CASES and is compared element by
 // element with cpuEngine.gemm (frontend_js/units.js). One mismatch disables that kernel.
@@ -16,8 +16,8 @@
 //   tileAudit      a random tile of C recomputed exactly on the CPU
 // (each also as *View over strided operands: the fused unit's padded int16 codes, see below)
 // Randomness comes from frontend_js/prng.js keyed by (AUDIT_PURPOSE, seed, call): deterministic.
-import { cpuEngine } from './units.js';
-import { key, draw } from './prng.js';
+import { cpuEngine } from '../units.js';
+import { key, draw } from '../prng.js';
 
 export const GATE_PURPOSE = 0x6a7e;     // PRNG key words, distinct from the model's purposes
 export const AUDIT_PURPOSE = 0xa0d1;

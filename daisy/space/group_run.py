@@ -4,7 +4,7 @@ outlives its browsers (docs/ARCHITECTURE.md "The stored run").
     store = GroupRunStore.from_env()            # bounded: groups and total bytes
     app.include_router(make_group_run_router(hub, store))
 
-The run's leader POSTs its replica (the state body, daisy/state_codec.py) every N steps and at
+The run's leader POSTs its replica (the state body, daisy/files/state_codec.py) every N steps and at
 the end; a page that is alone in its group asks whether a state is stored and may load it.
 Who may read or write a group's run is decided ONLY by the caller's signaling identity: the
 `token` of its `/signal` welcome, sent in the X-Daisy-Token header (a header, so no log line
@@ -31,9 +31,9 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from .bodies import BodyTooLarge, read_body, refuse
-from .signaling import SignalingHub
-from .state_codec import MAX_STATE_BYTES, StateError, decode_state
+from daisy.space.bodies import BodyTooLarge, read_body, refuse
+from daisy.space.signaling import SignalingHub
+from daisy.files.state_codec import MAX_STATE_BYTES, StateError, decode_state
 
 TOKEN_HEADER = "X-Daisy-Token"
 DEFAULT_MAX_RUNS = 64              # groups with a stored run

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, WebSocket
 
-log = logging.getLogger("daisy.signaling")
+log = logging.getLogger("daisy.space.signaling")
 DEFAULT_ICE_SERVERS = [{"urls": "stun:stun.l.google.com:19302"}]
 ROOM_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 TOKEN = re.compile(r"[A-Za-z0-9_-]{32}")  # what secrets.token_urlsafe(24) makes: 192 bits
