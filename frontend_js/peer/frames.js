@@ -18,7 +18,7 @@
 //   64     ...   this chunk's payload bytes
 // All integers little-endian. A message is accepted only when every chunk arrived, the chunks
 // tile the payload exactly, and the digest matches.
-import { Sha256 } from '../hashing.js';
+import { jsSha, createSubtleSha, gateSha } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
 export const PROTOCOL_VERSION = 2;         // 2: membership (ROSTER .. LEAVE)
@@ -55,37 +55,40 @@ export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.R
 export const MAX_JSON_BYTES = 64 * 1024;
 
 // ---- digest ---------------------------------------------------------------------------------
-// WebCrypto when present (native: ~1 GB/s), checked once against the JS SHA-256; else the JS one.
-let subtle;     // undefined: not tried yet; null: unavailable
-async function platformSha() {
-  if (subtle !== undefined) return subtle;
-  subtle = null;
-  const s = globalThis.crypto?.subtle;
-  if (!s) return null;
+// The digest's SHA-256 is a value (hashing.js's sha: {name, hexOf(parts)}), chosen by whoever owns
+// the frames: the Mesh makes one per mesh (upgradingSha(createFrameSha)); encodeMessage and
+// Reassembler take it as an argument, the JS SHA-256 by default. Every sha gives the same bytes
+// (each is gated against the JS one); only the speed differs.
+
+// -> WebCrypto's SHA-256 (native: ~1 GB/s) when present and it passes gateSha, else the JS one.
+// makeFast: the fast sha's maker (hashing.js createSubtleSha; a test passes a broken one)
+export async function createFrameSha(makeFast = createSubtleSha) {
   try {
-    const probe = new Uint8Array(200).map((_, i) => (i * 37 + 11) & 0xff);
-    const got = new Uint8Array(await s.digest('SHA-256', probe));
-    const want = new Sha256().update(probe).digest();
-    if (got.every((b, i) => b === want[i])) subtle = s;
-  } catch { subtle = null; }
-  return subtle;
+    const fast = makeFast();
+    if (!(await gateSha(fast))) return fast;
+  } catch { /* missing (not a secure context): the JS one */ }
+  return jsSha;
+}
+
+// A sha that is the JS one until make() (async -> a gated sha, started now, once) resolves, then
+// that one: all give the same bytes, so no message waits for the gate. ready: resolves after.
+export function upgradingSha(make) {
+  let current = jsSha;
+  const ready = make().then((sha) => { current = sha; }, () => { /* keep the JS one */ });
+  return { get name() { return current.name; }, hexOf: (parts) => current.hexOf(parts), ready };
 }
 
 // SHA-256 of identity (12 bytes: version, type, slot, runId, step) || payload -> Uint8Array(32)
-export async function messageDigest(identity, payload) {
-  const s = await platformSha();
-  if (s) {
-    const all = new Uint8Array(identity.length + payload.length);
-    all.set(identity, 0); all.set(payload, identity.length);
-    return new Uint8Array(await s.digest('SHA-256', all));
-  }
-  return new Sha256().update(identity).update(payload).digest();
+export async function messageDigest(identity, payload, sha = jsSha) {
+  const hex = await sha.hexOf([identity, payload]);
+  return Uint8Array.from({ length: 32 }, (_, i) => parseInt(hex.substr(2 * i, 2), 16));
 }
 
 // ---- encode ---------------------------------------------------------------------------------
-// {type, slot, runId, step, payload: Uint8Array} -> Uint8Array[] chunks, each <= maxFrame bytes
+// {type, slot, runId, step, payload: Uint8Array} -> Uint8Array[] chunks, each <= maxFrame bytes;
+// sha: the digest's SHA-256 (see "digest")
 export async function encodeMessage({ type, slot = NO_SLOT, runId = 0, step = 0, payload, version = PROTOCOL_VERSION },
-  msgId, maxFrame) {
+  msgId, maxFrame, sha = jsSha) {
   const per = Math.min(maxFrame, MAX_FRAME_BYTES) - HEADER_BYTES;
   if (per < 1024) throw new RangeError(`the link's frame limit ${maxFrame} is too small`);
   const count = Math.max(1, Math.ceil(payload.length / per));
@@ -97,7 +100,7 @@ export async function encodeMessage({ type, slot = NO_SLOT, runId = 0, step = 0,
   dv.setUint32(8, runId >>> 0, true); dv.setUint32(12, step >>> 0, true);
   dv.setUint32(16, msgId >>> 0, true); dv.setUint16(22, count, true);
   dv.setUint32(24, payload.length, true);
-  head.set(await messageDigest(head.subarray(4, 16), payload), 32);
+  head.set(await messageDigest(head.subarray(4, 16), payload, sha), 32);
   const chunks = [];
   for (let i = 0; i < count; i++) {
     const from = i * per, to = Math.min(payload.length, from + per);
@@ -150,9 +153,10 @@ const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i
 // allowed for its type (limitFor) before its buffer is allocated; at most maxPending partial
 // messages (the oldest is dropped); a completed msgId is remembered so duplicates are dropped.
 export class Reassembler {
-  constructor({ limitFor, maxPending = 8, remember = 512, onProgress = null } = {}) {
+  constructor({ limitFor, maxPending = 8, remember = 512, onProgress = null, sha = jsSha } = {}) {
     this.limitFor = limitFor;          // (header) -> max payload bytes for it, or a string: why refused
     this.onProgress = onProgress;      // (header, bytes so far) after each chunk of a multi-chunk message
+    this.sha = sha;                    // the digest's SHA-256 (see "digest")
     this.maxPending = maxPending;
     this.remember = remember;
     this.partial = new Map();          // msgId -> {h, buf, got: Set of chunk indexes, bytes}
@@ -204,7 +208,7 @@ export class Reassembler {
     }
     this.partial.delete(h.msgId); this.forget(h.msgId);
     if (p.bytes !== h.length) throw new FrameError(`message ${h.msgId}: chunks carry ${p.bytes} bytes, the header says ${h.length}`);
-    const digest = await messageDigest(p.h.identity, p.buf);
+    const digest = await messageDigest(p.h.identity, p.buf, this.sha);
     if (!sameBytes(digest, p.h.digest)) {
       const err = new FrameError(`message ${h.msgId} (${typeName(h.type)}): digest mismatch`);
       err.type = h.type;               // the receiver may ask for the message again

@@ -13,16 +13,19 @@
 // check is dropped with a reason (drop log, `drop` listeners); a peer that keeps sending bad
 // frames (MAX_BAD_FRAMES within BAD_WINDOW_MS) is disconnected.
 import { FrameError, HEADER_BYTES, JSON_TYPES, MAX_JSON_BYTES, PROTOCOL_VERSION, Reassembler, TYPES,
-  encodeMessage, jsonPayload, typeName } from './frames.js';
+  createFrameSha, encodeMessage, jsonPayload, typeName, upgradingSha } from './frames.js';
 
 export const MAX_BAD_FRAMES = 200;
 export const BAD_WINDOW_MS = 10_000;
 const DROP_LOG = 50;              // recent drop lines kept for the panel and tests
 
 export class Mesh {
-  constructor({ selfId, version = PROTOCOL_VERSION } = {}) {
+  // sha: the frames' SHA-256 (hashing.js's sha); by default made once for this mesh (frames.js
+  // createFrameSha: WebCrypto when it passes its gate, else the JS one; the JS one until then)
+  constructor({ selfId, version = PROTOCOL_VERSION, sha = null } = {}) {
     this.selfId = selfId;
     this.version = version;
+    this.sha = sha || upgradingSha(createFrameSha);
     this.links = new Map();        // peerId -> {link, reasm, chain, hello, bad: []}
     this.handlers = new Map();     // type -> Set of (from, message) => void
     this.limits = new Map();       // type -> (header) => max payload bytes, or a string (why refused)
@@ -62,7 +65,7 @@ export class Mesh {
   addLink(peerId, link) {
     this.removeLink(peerId, 'replaced');
     const onProgress = (h, bytes) => this.emit('progress', { peer: peerId, type: h.type, bytes, length: h.length });
-    const entry = { link, reasm: new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress }), chain: Promise.resolve(),
+    const entry = { link, reasm: new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress, sha: this.sha }), chain: Promise.resolve(),
                     hello: null, bad: [] };
     this.links.set(peerId, entry);
     this.send(peerId, { type: TYPES.HELLO, payload: jsonPayload({ protocol: this.version, peerId: this.selfId }) })
@@ -88,7 +91,7 @@ export class Mesh {
   async send(peerId, { type, slot, runId, step, payload }) {
     const entry = this.links.get(peerId);
     if (!entry) throw new Error(`no link to ${peerId}`);
-    let chunks = await encodeMessage({ type, slot, runId, step, payload, version: this.version }, this.msgId++, entry.link.maxFrame);
+    let chunks = await encodeMessage({ type, slot, runId, step, payload, version: this.version }, this.msgId++, entry.link.maxFrame, this.sha);
     const fault = this.faultNext;
     if (fault && fault.type === type) {           // test hook: a transfer cut short or tampered in transit
       this.faultNext = null;

@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { MemoryNet } from './memory_links.mjs';
 import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/peer/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, NO_SLOT, PROTOCOL_VERSION, Reassembler,
-  TYPES, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/peer/frames.js';
+  TYPES, createFrameSha, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/peer/frames.js';
 import { ExchangeError, MeshCollective, flattenGrads, topologyFor } from '../../frontend_js/collective.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
 import { draw, key } from '../../frontend_js/prng.js';
@@ -22,7 +22,7 @@ import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
-import { weightHash } from '../../frontend_js/hashing.js';
+import { jsSha, weightHash } from '../../frontend_js/hashing.js';
 import { StepArena } from '../../frontend_js/arena.js';
 import { StreamBatches } from '../../frontend_js/peer/batch_source.js';
 import { Group, Replica, Trainer, cloneParams } from '../../frontend_js/train.js';
@@ -211,6 +211,40 @@ test('frames: the 64-byte header layout is the table in frames.js', async () => 
   const big = await encodeMessage({ type: TYPES.GRAD, payload: new Uint8Array(MAX_FRAME_BYTES * 2) }, 2, 1 << 30);
   assert.ok(big.every((c) => c.length <= MAX_FRAME_BYTES), 'a chunk over MAX_FRAME_BYTES');
   await assert.rejects(encodeMessage({ type: TYPES.GRAD, payload }, 3, 1000), RangeError);
+});
+
+// The digest's SHA-256 is the frames owner's value (no module-level choice): WebCrypto where it
+// passes its gate (Node has it), else the JS one; either gives the same frames, byte for byte.
+test('frames: the SHA-256 is a value: WebCrypto and JS give the same frames; a sha that fails its gate is not used', async () => {
+  const fast = await createFrameSha();
+  assert.equal(fast.name, 'webcrypto', 'Node has crypto.subtle: the gated WebCrypto sha is chosen');
+  const payload = Uint8Array.from({ length: 5000 }, (_, i) => (i * 61 + 3) & 0xff);
+  const fields = { type: TYPES.GRAD, slot: 2, runId: 7, step: 5, payload };
+  const viaFast = await encodeMessage(fields, 9, 1200, fast), viaJs = await encodeMessage(fields, 9, 1200, jsSha);
+  assert.equal(viaFast.length, viaJs.length);
+  for (const [i, c] of viaFast.entries()) {
+    const j = c.findIndex((b, k) => b !== viaJs[i][k]);
+    assert.equal(j, -1, `chunk ${i} byte ${j}: WebCrypto ${c[j]} vs JS ${viaJs[i][j]}`);
+  }
+  // each reassembler checks with its own sha: frames made with one are accepted with the other
+  const re = new Reassembler({ limitFor: () => 1 << 20, sha: jsSha });
+  let done = null;
+  for (const c of viaFast) done = await re.accept(c);
+  assert.ok(done && Buffer.from(done.message.payload).equals(Buffer.from(payload)));
+  // a fast sha that disagrees with the JS one (real code, a wrong digest) fails gateSha: the JS one is used
+  const wrong = () => ({ name: 'wrong', hexOf: (parts) => jsSha.hexOf([new Uint8Array([1]), ...parts]) });
+  assert.equal((await createFrameSha(wrong)).name, 'js');
+  assert.equal((await createFrameSha(() => { throw new Error('crypto.subtle is missing'); })).name, 'js');
+  // and a reassembler whose sha disagrees with the sender's drops the message as tampered
+  const bad = new Reassembler({ limitFor: () => 1 << 20, sha: wrong() });
+  for (const c of viaJs.slice(0, -1)) assert.equal(await bad.accept(c), null);
+  await assert.rejects(bad.accept(viaJs[viaJs.length - 1]), /digest mismatch/);
+  // a Mesh makes its own once: the JS one until WebCrypto has passed its gate, then WebCrypto
+  const mesh = new Mesh({ selfId: 'x' });
+  assert.equal(mesh.sha.name, 'js');
+  await mesh.sha.ready;
+  assert.equal(mesh.sha.name, 'webcrypto');
+  assert.equal(new Mesh({ selfId: 'y', sha: jsSha }).sha, jsSha, 'a sha passed in is used as given');
 });
 
 test('frames: encode -> chunks -> reassemble, any size, any chunk order; duplicates dropped', async () => {
