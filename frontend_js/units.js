@@ -2,7 +2,7 @@
 //   qmatmul(A, B) = epilogue(gemm_i8(quantizeRows(A), quantizeCols(B)))
 // Quantization and the float epilogue always run here on the CPU (float64, the bits of the
 // reference); only the exact integer GEMM is delegated to an engine (CPU below, or the WGSL
-// kernels in frontend_js/gpu/gpu.js), so a GPU can only ever be asked for integer work.
+// kernels of frontend_js/gpu/), so a GPU can only ever be asked for integer work.
 import { rint } from './detmath.js';
 
 export const QMAX = 127;

@@ -1,7 +1,7 @@
 // The WebAssembly SIMD integer engine: the same exact int8 GEMM as units.cpuEngine, faster.
 // The module is written with the assembler of wasm_asm.js (no build step, no toolchain). Its
 // exports: mem; the float ends of the unit qrows, qcols, epi (below); audit and pack8 for the GPU
-// engine's host (gpu.js, gated there); and the GEMM
+// engine's wasm host (gpu/wasm_host.js, gated there); and the GEMM
 //   gemm(aPtr, bPtr, cPtr, batch, M, N, Kp)
 // over int16 operands in its memory, A (batch, M, Kp) and B^T (batch, N, Kp), K zero-padded to
 // Kp (a multiple of 8), M even, N a multiple of 4; C (batch, M, N) int32. Inner step: 8 products
@@ -205,7 +205,7 @@ gemmModule.func('epi', {
   ]),
 ]);
 
-// --- the audit of a GEMM result computed elsewhere (the GPU engine's results, gpu.js) -----------
+// --- the audit of a GEMM result computed elsewhere (the GPU engine's, gpu/engine.js) ------------
 // The checks of gpu_gates.js checksumAuditView on the unit's padded operands, the same float64
 // arithmetic: every product and partial sum there is an integer below 2^53 (freivaldsVector's R
 // sees to it), so every one is exact and f64x2 lanes or any order give the same sums.

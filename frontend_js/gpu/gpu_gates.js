@@ -1,4 +1,4 @@
-// Boot gates and training-time audits for the GPU integer engine (frontend_js/gpu/gpu.js).
+// Boot gates and training-time audits for the GPU integer engine (frontend_js/gpu/engine.js).
 //
 // Gate: every GPU GEMM kernel, at every boot, computes GATE_CASES and is compared element by
 // element with cpuEngine.gemm (frontend_js/units.js). One mismatch disables that kernel.

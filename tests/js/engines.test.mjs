@@ -9,7 +9,7 @@ import {
 import { gateEngine, gateUnit } from '../../frontend_js/wasm_gemm.js';
 import { cpuEngine } from '../../frontend_js/units.js';
 import { createFloatKernels } from '../../frontend_js/wasm_float.js';
-import { WasmUnitHost, gateWasmHost } from '../../frontend_js/gpu/gpu.js';
+import { WasmUnitHost, gateWasmHost } from '../../frontend_js/gpu/wasm_host.js';
 import { createWasmSha, createSubtleSha, gateSha, jsSha, weightHash } from '../../frontend_js/hashing.js';
 import { forward, initParams, rmsnorm } from '../../frontend_js/model.js';
 import { makeConfig } from '../../frontend_js/config.js';
