@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -73,6 +74,16 @@ def running_app(tmp: str, name: str, env_extra: dict):
         yield base
     finally:
         stop_app(proc, log)
+
+
+@contextlib.contextmanager
+def offline_app(name: str):
+    """A module's own app.py (running_app) in a temp folder, offline (the built-in corpus) and
+    with no STUN server (loopback host candidates are all the pages need) -> its base URL. Its
+    own server: the pages' network group (all of 127.0.0.1) holds only this module's pages."""
+    with tempfile.TemporaryDirectory(prefix=f"daisy-{name}-") as tmp:
+        with running_app(tmp, name, {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
+            yield base
 
 
 def open_peer(pages, url: str, label: str, init_script: str | None = None):

@@ -11,14 +11,13 @@ import json
 import secrets
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 from tests import reference
 from tests.reference import reference_hashes as reference_run
-from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
+from tests.app_server import REPO_ROOT, WAIT_MS, offline_app, open_peer, running_app, state, wait_state
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +27,8 @@ TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4}
 
 @pytest.fixture(scope="module")
 def app_url():
-    with tempfile.TemporaryDirectory(prefix="daisy-mesh-") as tmp:
-        # no STUN server: loopback host candidates are all these pages need
-        with running_app(tmp, "mesh", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
-            yield base
+    with offline_app("mesh") as base:
+        yield base
 
 
 # ---- helpers --------------------------------------------------------------------------------
