@@ -26,9 +26,15 @@ def signaling_app():
 
 
 def closed_by_server(sock: socket.socket, within_s: float) -> bool:
-    sock.settimeout(within_s)
+    """The server closes `sock` (EOF or reset) within within_s; an answer before the close (a
+    400) is read through, and an answer without a close is not a close."""
+    deadline = time.monotonic() + within_s
     try:
-        return sock.recv(1024) == b"" or True  # EOF, or a 400 and then EOF
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if sock.recv(1024) == b"":
+                return True
+        return False
     except (ConnectionResetError, BrokenPipeError):
         return True
     except socket.timeout:

@@ -17,13 +17,16 @@ SMALL = Config(width=16, heads=2, seq_len=16, batch=2, layers=1, seed=77)
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_all_peers_equal_every_step(P):
-    group = Group(SMALL, P, data.builtin_stream())
+    # every replica is compared with replica 0 of a second, independently built group: with
+    # P = 1 a comparison within one group would only compare a hash with itself
+    group, twin = Group(SMALL, P, data.builtin_stream()), Group(SMALL, P, data.builtin_stream())
     seen = []
     for _ in range(6):
         step, loss, hashes = group.step()
+        _, _, twin_hashes = twin.step()
         assert len(hashes) == P
         for i, h in enumerate(hashes):
-            assert h == hashes[0], f"step {step}: peer {i} hash {h} != peer 0 hash {hashes[0]}"
+            assert h == twin_hashes[0], f"step {step}: peer {i} hash {h} != the twin group's {twin_hashes[0]}"
         seen.append(hashes[0])
     assert len(set(seen)) == 6, "weights did not change between steps"
 
