@@ -16,7 +16,8 @@ from daisy.space.datastream import DataSource
 from daisy.train import Group, HttpBatches
 from tests.bits import assert_same_bits
 from tests.reference import train_cli
-from tests.test_data import DataServer, free_port
+from tests.app_server import free_port
+from tests.test_data import DataServer
 from tests.testhub import TestHub, shard_path, write_fineweb_shard
 
 SMALL = ["--width", "16", "--heads", "2", "--seq-len", "16", "--batch", "2", "--layers", "1"]

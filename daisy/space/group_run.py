@@ -130,6 +130,11 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
                                "members may read or store the room's run")
         return seat.group.key
 
+    def stored_run(request: Request) -> StoredRun | None | JSONResponse:
+        """The caller's group's stored run (None when it has none), or the caller's refusal."""
+        key = group_of(request)
+        return key if isinstance(key, JSONResponse) else store.get(key)
+
     @router.post("/api/group-run")
     async def upload(request: Request):
         key = group_of(request)
@@ -158,18 +163,16 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
 
     @router.get("/api/group-run/info")
     async def info(request: Request):
-        key = group_of(request)
-        if isinstance(key, JSONResponse):
-            return key
-        run = store.get(key)
+        run = stored_run(request)
+        if isinstance(run, JSONResponse):
+            return run
         return run.info() if run else {"stored": False}
 
     @router.get("/api/group-run")
     async def download(request: Request):
-        key = group_of(request)
-        if isinstance(key, JSONResponse):
-            return key
-        run = store.get(key)
+        run = stored_run(request)
+        if isinstance(run, JSONResponse):
+            return run
         if run is None:
             return refuse(404, "no stored run for this group")
         return Response(run.body, media_type="application/octet-stream",
