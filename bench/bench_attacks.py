@@ -32,6 +32,7 @@ from websockets.asyncio.client import connect
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.app_server import app_process  # noqa: E402
+from tests.signal_client import compressed_frames_attack  # noqa: E402
 
 
 def tree_pids(root: int) -> list[int]:
@@ -220,21 +221,7 @@ async def idle_sockets(port):
 
 async def big_frames(port):
     """6 sockets x 2 frames of 15 MB (deflate: ~15 KB on the wire)."""
-    frame = '{"type": "relay", "to": "x", "data": "' + "x" * (15 << 20) + '"}'
-    codes = []
-
-    async def one():
-        try:
-            async with connect(f"ws://127.0.0.1:{port}/signal", max_size=2**22) as ws:
-                await ws.recv()
-                for _ in range(2):
-                    await ws.send(frame)
-                await asyncio.wait_for(ws.wait_closed(), 15)
-                codes.append(ws.close_code)
-        except Exception as e:  # noqa: BLE001
-            codes.append(getattr(getattr(e, "rcvd", None), "code", type(e).__name__))
-
-    await asyncio.gather(*(one() for _ in range(6)))
+    codes = await compressed_frames_attack(f"ws://127.0.0.1:{port}")
     return f"close codes {sorted(set(map(str, codes)))}"
 
 

@@ -22,6 +22,13 @@ def train_cli(*args, timeout=300) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def assert_refused(r, needle: str) -> None:
+    """A train_cli result: exit 2 before any step, with the message and no stack trace."""
+    assert r.returncode == 2, (r.returncode, r.stdout[:300])
+    assert f"error: {needle}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
 def train_json(*args) -> list[dict]:
     """`python -m daisy.train ARGS --json`, which must succeed -> one dict per step."""
     out = train_cli(*args, "--json")

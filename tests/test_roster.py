@@ -8,7 +8,7 @@ chain builds every new replica from the file, not from `Group.resize`'s copy of 
 """
 import pytest
 
-from tests.reference import reference_hashes, setting_args, train_cli, train_json
+from tests.reference import assert_refused, reference_hashes, setting_args, train_cli, train_json
 
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4, "steps": 100}
 TINY_ARGS = setting_args(TINY)
@@ -68,13 +68,6 @@ def test_text_line_says_the_peer_count():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 2 and "(1 peers agree)" in lines[0] and "(3 peers agree)" in lines[1], lines
-
-
-def assert_refused(r, needle: str) -> None:
-    """Exit 2 before any step, with the message and no stack trace."""
-    assert r.returncode == 2, (r.returncode, r.stdout[:300])
-    assert f"error: {needle}" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 @pytest.mark.parametrize("args,needle", [
