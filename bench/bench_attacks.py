@@ -20,8 +20,8 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -30,12 +30,9 @@ import httpx
 from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(ROOT))
+from tests.app_server import app_process  # noqa: E402
+from tests.signal_client import compressed_frames_attack  # noqa: E402
 
 
 def tree_pids(root: int) -> list[int]:
@@ -224,26 +221,11 @@ async def idle_sockets(port):
 
 async def big_frames(port):
     """6 sockets x 2 frames of 15 MB (deflate: ~15 KB on the wire)."""
-    frame = '{"type": "relay", "to": "x", "data": "' + "x" * (15 << 20) + '"}'
-    codes = []
-
-    async def one():
-        try:
-            async with connect(f"ws://127.0.0.1:{port}/signal", max_size=2**22) as ws:
-                await ws.recv()
-                for _ in range(2):
-                    await ws.send(frame)
-                await asyncio.wait_for(ws.wait_closed(), 15)
-                codes.append(ws.close_code)
-        except Exception as e:  # noqa: BLE001
-            codes.append(getattr(getattr(e, "rcvd", None), "code", type(e).__name__))
-
-    await asyncio.gather(*(one() for _ in range(6)))
+    codes = await compressed_frames_attack(f"ws://127.0.0.1:{port}")
     return f"close codes {sorted(set(map(str, codes)))}"
 
 
 def dag_checkpoint() -> bytes:
-    sys.path.insert(0, str(ROOT))
     import numpy as np
     from daisy.files.checkpoint import param_shapes, save_checkpoint
     cfg = dict(width=16, seq_len=16, batch=2, steps=100, lr_x1000=10, layers=1, heads=4, seed=3)
@@ -295,61 +277,45 @@ ATTACKS = [("hello flood", hello_flood), ("room-code probing", join_probe),
 
 
 async def main_async(args):
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(f"/tmp/bench_attacks_{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "app.py", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=args.tree, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/js/peer/ui.js", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
-            await asyncio.sleep(0.5)
-        honest = Honest(port)
-        await honest.start()
-        await asyncio.sleep(1)
-        honest.reset()
+    with tempfile.TemporaryDirectory(prefix="daisy-attacks-") as tmp, \
+            app_process(tmp, "attacks", {"HF_HUB_OFFLINE": "1"}, tree=args.tree) as (proc, base):
+        await attack_all(args, proc, int(base.rsplit(":", 1)[1]))
+
+
+async def attack_all(args, proc, port):
+    """The honest probes alone for 5 s, then each attack: one table row each."""
+    honest = Honest(port)
+    await honest.start()
+    await asyncio.sleep(1)
+    honest.reset()
+    Path(f"/proc/{proc.pid}/clear_refs").write_text("5")
+    c0 = cpu_s(proc.pid)
+    await asyncio.sleep(5)
+    print("| attack | what happened | server CPU s | peak RSS MiB | relay p99 ms | /js/ p99 ms "
+          "| /data/info p99 ms | honest failures |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| none (5 s of the honest probes alone) | | {cpu_s(proc.pid) - c0:.2f} | "
+          f"{hwm_mib(proc.pid):.0f} | {p99(honest.relay)} | {p99(honest.js)} | "
+          f"{p99(honest.data)} | {honest.failures} |")
+    pool = concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("fork"))
+    for name, attack in ATTACKS:
+        if name not in args.only:
+            continue
         Path(f"/proc/{proc.pid}/clear_refs").write_text("5")
         c0 = cpu_s(proc.pid)
-        await asyncio.sleep(5)
-        print("| attack | what happened | server CPU s | peak RSS MiB | relay p99 ms | /js/ p99 ms "
-              "| /data/info p99 ms | honest failures |")
-        print("|---|---|---|---|---|---|---|---|")
-        print(f"| none (5 s of the honest probes alone) | | {cpu_s(proc.pid) - c0:.2f} | "
-              f"{hwm_mib(proc.pid):.0f} | {p99(honest.relay)} | {p99(honest.js)} | "
-              f"{p99(honest.data)} | {honest.failures} |")
-        pool = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("fork"))
-        for name, attack in ATTACKS:
-            if name not in args.only:
-                continue
-            Path(f"/proc/{proc.pid}/clear_refs").write_text("5")
-            c0 = cpu_s(proc.pid)
-            honest.reset()
-            try:
-                note = await asyncio.get_running_loop().run_in_executor(
-                    pool, _attack_in_child, name, port)
-            except Exception as e:  # noqa: BLE001  (the attack's own timeout)
-                note = f"attack did not finish in 60 s ({type(e).__name__})"
-            await asyncio.sleep(0.5)
-            print(f"| {name} | {note} | {cpu_s(proc.pid) - c0:.2f} | {hwm_mib(proc.pid):.0f} | "
-                  f"{p99(honest.relay)} | {p99(honest.js)} | {p99(honest.data)} | "
-                  f"{honest.failures} |", flush=True)
-        await honest.close()
-        pool.shutdown()
-    finally:
-        proc.terminate()
+        honest.reset()
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            note = await asyncio.get_running_loop().run_in_executor(
+                pool, _attack_in_child, name, port)
+        except Exception as e:  # noqa: BLE001  (the attack's own timeout)
+            note = f"attack did not finish in 60 s ({type(e).__name__})"
+        await asyncio.sleep(0.5)
+        print(f"| {name} | {note} | {cpu_s(proc.pid) - c0:.2f} | {hwm_mib(proc.pid):.0f} | "
+              f"{p99(honest.relay)} | {p99(honest.js)} | {p99(honest.data)} | "
+              f"{honest.failures} |", flush=True)
+    await honest.close()
+    pool.shutdown()
 
 
 def main():

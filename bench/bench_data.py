@@ -22,16 +22,11 @@ import pyarrow.parquet as pq
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+from tests.app_server import free_port  # noqa: E402
 from tests.testhub import TestHub, shard_path, write_fineweb_shard  # noqa: E402
 
 ROW_GROUPS, ROWS = 6, 1000        # one shard; ~0.5 MB of compressed text per row group
 RUNS, REQS = 7, 100
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def median_ms(client: httpx.Client, path: str, params: dict) -> float:

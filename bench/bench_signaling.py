@@ -165,6 +165,7 @@ def plan_clients(n: int, room_size: int, net_size: int) -> list[BenchClient]:
 
 async def one_run(app: str, n: int, count: int, rate: float, room_size: int,
                   net_size: int) -> dict:
+    from tests.app_server import stop_process   # here: uvicorn imports this file for the bare app
     proc, port = start_server(app)
     clients = plan_clients(n, room_size, net_size)
     try:
@@ -207,11 +208,7 @@ async def one_run(app: str, n: int, count: int, rate: float, room_size: int,
                 "peak_rss_mib": memory["VmHWM"] / 1024,
                 "server_cpu": server_cpu, "client_cpu": client_cpu}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def median_row(runs: list[dict]) -> dict:

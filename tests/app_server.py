@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -28,12 +29,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(tmp: str, name: str, env_extra: dict, args: list[str]):
+def start_app(tmp: str, name: str, env_extra: dict, args: list[str], tree: str = REPO_ROOT):
+    """`python app.py ARGS` of the checkout `tree`, its HF cache, data cache and log (NAME.log)
+    in `tmp`, none of this shell's HF_/DAISY_/GRADIO_ settings -> (process, open log)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DAISY_", "GRADIO_"))}
     env.update(HF_HOME=os.path.join(tmp, f"hf-{name}"), DAISY_DATA_CACHE_DIR=os.path.join(tmp, f"data-{name}"),
                HF_HUB_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1", **env_extra)
     log = open(os.path.join(tmp, f"{name}.log"), "wb")
-    proc = subprocess.Popen([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "app.py", *args], cwd=tree, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     return proc, log
 
@@ -52,27 +55,50 @@ def wait_up(proc, base: str, log_path: str) -> None:
     raise AssertionError(f"app.py did not serve {base}/ within {START_S} s:\n{open(log_path).read()[-3000:]}")
 
 
-def stop_app(proc, log) -> None:
+def stop_process(proc, grace_s: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within grace_s; reaped either way."""
     proc.terminate()
     try:
-        proc.wait(10)
+        proc.wait(grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def stop_app(proc, log) -> None:
+    stop_process(proc)
     log.close()
+
+
+@contextlib.contextmanager
+def app_process(tmp: str, name: str, env_extra: dict, tree: str = REPO_ROOT):
+    """app.py (of the checkout `tree`) on 127.0.0.1 at a free port -> (process, base URL);
+    stopped on exit."""
+    port = free_port()
+    proc, log = start_app(tmp, name, env_extra, ["--host", "127.0.0.1", "--port", str(port)], tree)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_up(proc, base, os.path.join(tmp, f"{name}.log"))
+        yield proc, base
+    finally:
+        stop_app(proc, log)
 
 
 @contextlib.contextmanager
 def running_app(tmp: str, name: str, env_extra: dict):
     """app.py on 127.0.0.1 at a free port -> its base URL; stopped on exit."""
-    port = free_port()
-    proc, log = start_app(tmp, name, env_extra, ["--host", "127.0.0.1", "--port", str(port)])
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_up(proc, base, os.path.join(tmp, f"{name}.log"))
+    with app_process(tmp, name, env_extra) as (_, base):
         yield base
-    finally:
-        stop_app(proc, log)
+
+
+@contextlib.contextmanager
+def offline_app(name: str):
+    """A module's own app.py (running_app) in a temp folder, offline (the built-in corpus) and
+    with no STUN server (loopback host candidates are all the pages need) -> its base URL. Its
+    own server: the pages' network group (all of 127.0.0.1) holds only this module's pages."""
+    with tempfile.TemporaryDirectory(prefix=f"daisy-{name}-") as tmp:
+        with running_app(tmp, name, {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
+            yield base
 
 
 def open_peer(pages, url: str, label: str, init_script: str | None = None):

@@ -146,3 +146,22 @@ class SignalClient:
 
     async def __aexit__(self, *exc):
         await self.close()
+
+
+async def compressed_frames_attack(url: str, sockets: int = 6, frames: int = 2) -> list:
+    """The finding of issue 13: `sockets` WebSockets to URL/signal (ws://...) each send `frames`
+    relay frames of 15 MB that deflate to ~15 KB -> each socket's close code, or the name of
+    what ended it otherwise (a server that inflates them all may never close)."""
+    frame = '{"type": "relay", "to": "x", "data": "' + "x" * (15 << 20) + '"}'
+
+    async def one():
+        try:
+            async with connect(f"{url}/signal", max_size=2**22) as ws:
+                await ws.recv()
+                for _ in range(frames):
+                    await ws.send(frame)
+                await asyncio.wait_for(ws.wait_closed(), 15)
+                return ws.close_code
+        except Exception as e:  # noqa: BLE001  (ConnectionClosed carries the code it got)
+            return getattr(getattr(e, "rcvd", None), "code", type(e).__name__)
+    return await asyncio.gather(*(one() for _ in range(sockets)))

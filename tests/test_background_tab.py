@@ -7,12 +7,11 @@ then one hidden, and compares step rates; the hashes must equal `python -m daisy
 """
 from __future__ import annotations
 
-import tempfile
 import time
 
 import pytest
 
-from tests.app_server import WAIT_MS, open_peer, running_app, state, wait_state
+from tests.app_server import WAIT_MS, offline_app, open_peer, state, wait_state
 from tests.browser import static_server
 from tests.page_browser import chromium_hideable_pages
 from tests.test_mesh import RUN_MS, TINY, assert_hashes_equal, linked, record_steps, reference_hashes, step_hashes
@@ -31,9 +30,8 @@ def browser():
 
 @pytest.fixture(scope="module")
 def app_url():
-    with tempfile.TemporaryDirectory(prefix="daisy-bgtab-") as tmp:
-        with running_app(tmp, "bgtab", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
-            yield base
+    with offline_app("bgtab") as base:
+        yield base
 
 
 # ---- helpers --------------------------------------------------------------------------------

@@ -1,19 +1,11 @@
 """The reference trainer's command line: output format, bad settings, bad --data files."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "daisy.train", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+from tests.reference import assert_refused, train_cli
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -28,14 +20,11 @@ def cli(*args, timeout=300):
     (["--stop-after", "0"], "--stop-after must be in 1..300"),
 ])
 def test_out_of_range_settings_are_refused_by_name(args, needle):
-    r = cli(*args)
-    assert r.returncode == 2
-    assert needle in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
+    assert_refused(train_cli(*args), needle)
 
 
 def test_json_lines(tmp_path):
-    r = cli("--peers", "3", "--stop-after", "2", "--width", "16", "--heads", "2", "--json")
+    r = train_cli("--peers", "3", "--stop-after", "2", "--width", "16", "--heads", "2", "--json")
     assert r.returncode == 0, r.stderr
     lines = [json.loads(l) for l in r.stdout.splitlines()]
     assert [l["step"] for l in lines] == [1, 2]
@@ -43,7 +32,7 @@ def test_json_lines(tmp_path):
 
 
 def test_human_output():
-    r = cli("--peers", "2", "--stop-after", "1", "--width", "16", "--heads", "2")
+    r = train_cli("--peers", "2", "--stop-after", "1", "--width", "16", "--heads", "2")
     assert r.returncode == 0 and "2 peers agree" in r.stdout and "loss" in r.stdout
 
 
@@ -51,7 +40,7 @@ def test_parquet_data(tmp_path):
     p = tmp_path / "shard.parquet"
     docs = [f"Document number {i} talks about rivers, hills and the weather of the valley." * 3 for i in range(40)]
     pq.write_table(pa.table({"text": docs, "id": [str(i) for i in range(40)]}), p, row_group_size=10)
-    r = cli("--data", str(p), "--stop-after", "2", "--width", "16", "--heads", "2", "--json")
+    r = train_cli("--data", str(p), "--stop-after", "2", "--width", "16", "--heads", "2", "--json")
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 2
 
@@ -73,6 +62,6 @@ def test_bad_data_files_get_clear_errors(tmp_path, kind, needle):
         pq.write_table(pa.table({"text": [1, 2, 3]}), p)
     elif kind == "empty":
         pq.write_table(pa.table({"text": ["", ""]}), p)
-    r = cli("--data", str(p), "--stop-after", "1")
+    r = train_cli("--data", str(p), "--stop-after", "1")
     assert r.returncode == 2, r.stdout
     assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -18,18 +18,13 @@ import pytest
 from daisy import data, prng
 from daisy.space.datastream import MAX_TOKENS, PICK_ROW_GROUP
 from daisy.tokenizer import encode_documents
+from tests.app_server import free_port
 from tests.testhub import TestHub, rowgroup_tokens, shard_path, write_fineweb_shard
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_MB = 1                              # the bounded server's disk and memory caches
 SHARD_SHAPES = [(6, 150), (5, 120)]       # (row groups, rows per group) of each shard
 FOOTER_READ = 64 * 1024                   # pyarrow reads the last 64 KiB for the footer
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_mismatch(got: np.ndarray, want: np.ndarray) -> str:

@@ -6,8 +6,6 @@ exactly the lines of the plain run. On FineWeb-style shards (tests/testhub.py th
 huggingface_hub client) it equals a run that calls DataSource.batch in this process."""
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,18 +15,14 @@ from daisy.config import Config
 from daisy.space.datastream import DataSource
 from daisy.train import Group, HttpBatches
 from tests.bits import assert_same_bits
-from tests.test_data import DataServer, free_port
+from tests.reference import train_cli
+from tests.app_server import free_port
+from tests.test_data import DataServer
 from tests.testhub import TestHub, shard_path, write_fineweb_shard
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--width", "16", "--heads", "2", "--seq-len", "16", "--batch", "2", "--layers", "1"]
 SMALL_CFG = Config(width=16, heads=2, seq_len=16, batch=2, layers=1)
 STEPS = 4
-
-
-def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "daisy.train", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +72,8 @@ def json_lines(r):
 @pytest.mark.parametrize("peers", ["2", "3"])
 def test_builtin_batches_over_http_print_the_same_lines(world, peers):
     server = world["servers"]["builtin"]
-    plain = cli("--peers", peers, "--stop-after", str(STEPS), *SMALL, "--json")
-    remote = cli("--peers", peers, "--stop-after", str(STEPS), *SMALL, "--json", "--data-url", server.url)
+    plain = train_cli("--peers", peers, "--stop-after", str(STEPS), *SMALL, "--json")
+    remote = train_cli("--peers", peers, "--stop-after", str(STEPS), *SMALL, "--json", "--data-url", server.url)
     assert remote.returncode == 0, remote.stderr
     assert len(plain.stdout.splitlines()) == STEPS
     assert remote.stdout == plain.stdout, (remote.stdout, plain.stdout)
@@ -90,8 +84,8 @@ def test_builtin_batches_over_http_print_the_same_lines(world, peers):
 
 def test_human_output_is_the_same_too(world):
     server = world["servers"]["builtin"]
-    plain = cli("--stop-after", "2", *SMALL)
-    remote = cli("--stop-after", "2", *SMALL, "--data-url", server.url + "/")
+    plain = train_cli("--stop-after", "2", *SMALL)
+    remote = train_cli("--stop-after", "2", *SMALL, "--data-url", server.url + "/")
     assert plain.returncode == remote.returncode == 0, remote.stderr
     assert remote.stdout == plain.stdout
 
@@ -108,7 +102,7 @@ class SourceBatches:
 
 def test_fineweb_batches_over_http_equal_the_in_process_source(world, tmp_path):
     hub, server = world["hub"], world["servers"]["fineweb"]
-    remote = json_lines(r := cli("--peers", "2", "--stop-after", str(STEPS), *SMALL, "--json",
+    remote = json_lines(r := train_cli("--peers", "2", "--stop-after", str(STEPS), *SMALL, "--json",
                                  "--data-url", server.url))
     source = DataSource(endpoint=hub.endpoint, cache_dir=str(tmp_path / "cache"), prefetch_steps=0)
     assert source.info()["source"] == "fineweb-edu"
@@ -118,7 +112,7 @@ def test_fineweb_batches_over_http_equal_the_in_process_source(world, tmp_path):
     assert len(remote) == STEPS
     for want, got in zip(local, remote):
         assert got == want, f"step {want['step']}: --data-url {got} != in-process {want}"
-    builtin = json_lines(cli("--peers", "2", "--stop-after", str(STEPS), *SMALL, "--json"))
+    builtin = json_lines(train_cli("--peers", "2", "--stop-after", str(STEPS), *SMALL, "--json"))
     assert builtin[0]["hashes"] != remote[0]["hashes"]            # it did read other data
 
 
@@ -140,33 +134,33 @@ def test_http_batches_prefetch_and_equal_get_batch(world):
 
 
 def test_unreachable_server_exits_2(world):
-    r = cli("--stop-after", "1", *SMALL, "--data-url", f"http://127.0.0.1:{free_port()}")
+    r = train_cli("--stop-after", "1", *SMALL, "--data-url", f"http://127.0.0.1:{free_port()}")
     assert r.returncode == 2 and "cannot reach the data server at http://127.0.0.1:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_http_error_shows_the_servers_message(world):
     # a corpus too short for one row: the route answers 503 with its reason; the CLI says it
-    r = cli("--stop-after", "1", *SMALL, "--data-url", world["servers"]["tiny"].url)
+    r = train_cli("--stop-after", "1", *SMALL, "--data-url", world["servers"]["tiny"].url)
     assert r.returncode == 2, r.stdout
     assert "the data server answered HTTP 503 to /data/batch" in r.stderr, r.stderr
     assert "at least seq_len+1 = 17 needed" in r.stderr and "Traceback" not in r.stderr, r.stderr
     # not a DaisyChain server at that path
-    r = cli("--stop-after", "1", *SMALL, "--data-url", world["servers"]["builtin"].url + "/nothing")
+    r = train_cli("--stop-after", "1", *SMALL, "--data-url", world["servers"]["builtin"].url + "/nothing")
     assert r.returncode == 2 and "answered HTTP 404 to /data/info" in r.stderr, r.stderr
 
 
 def test_data_id_mismatch_and_flag_errors(world):
     url = world["servers"]["builtin"].url
-    r = cli("--stop-after", "1", *SMALL, "--data-url", url, "--data-id", "HuggingFaceFW/other@x")
+    r = train_cli("--stop-after", "1", *SMALL, "--data-url", url, "--data-id", "HuggingFaceFW/other@x")
     assert r.returncode == 2 and "not HuggingFaceFW/other@x (--data-id)" in r.stderr, r.stderr
     info = world["servers"]["builtin"].get("/data/info").json()
-    r = cli("--stop-after", "1", *SMALL, "--data-url", url, "--data-id", info["data_id"], "--json")
+    r = train_cli("--stop-after", "1", *SMALL, "--data-url", url, "--data-id", info["data_id"], "--json")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 1, r.stderr
     for args, needle in ((["--data", "x.parquet", "--data-url", url], "not both"),
                          (["--data-id", "x"], "give --data-url too"),
                          (["--data-url", "127.0.0.1:7860"], "must be an http:// or https:// URL")):
-        r = cli("--stop-after", "1", *args)
+        r = train_cli("--stop-after", "1", *args)
         assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
 
 
@@ -174,7 +168,7 @@ def test_a_server_that_switches_data_mid_run_stops_the_run(world):
     """The hub fails after the listing: the server falls back to the built-in corpus while the
     run started on the FineWeb-Edu data id. The run stops (exit 2) instead of mixing corpora."""
     server = world["servers"]["broken"]
-    r = cli("--stop-after", "2", *SMALL, "--json", "--data-url", server.url)
+    r = train_cli("--stop-after", "2", *SMALL, "--json", "--data-url", server.url)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "the data server's data changed during the run" in r.stderr, r.stderr
     assert "hub failed while streaming" in r.stderr and "Traceback" not in r.stderr, r.stderr

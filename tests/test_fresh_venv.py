@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.test_data import free_port
+from tests.app_server import free_port, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -81,12 +81,7 @@ def signal_handshake(python: Path, log_path: Path) -> dict:
                     f"({type(exc).__name__}: {exc}); does requirements.txt bring a WebSocket "
                     f"implementation for uvicorn (websockets)?\napp log:\n{log.read()[-3000:]}") from None
         finally:
-            app.terminate()
-            try:
-                app.wait(10)
-            except subprocess.TimeoutExpired:
-                app.kill()
-                app.wait(5)
+            stop_process(app)
 
 
 def test_requirements_alone_serve_the_signal_websocket(tmp_path):

@@ -114,6 +114,7 @@ def test_settings_actually_sample(world):
 
 def test_same_errors_as_python(world):
     errors = world["js"]["best"]["errors"]
+    assert len(errors) == len(BAD), f"JS answered {len(errors)} of the {len(BAD)} bad requests"
     for c, js_msg in zip(BAD, errors):
         with pytest.raises(ValueError) as e:
             generate(world["params"], world["cfg"], c["prompt"], c["tokens"], c["temperature"], c["topK"], c["seed"])

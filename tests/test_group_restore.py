@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
-import tempfile
 
 import pytest
 
 from daisy.files.checkpoint import load_checkpoint
 from daisy.files.state_codec import encode_state
-from tests.app_server import REPO_ROOT, running_app, state, wait_state
+from tests.app_server import offline_app, state, wait_state
+from tests.reference import setting_args, train_hashes, train_json
 from tests.test_mesh import RUN_MS, TINY, assert_hashes_equal, ended, open_group, step_hashes
 
 pytestmark = pytest.mark.slow
 
-TINY_FLAGS = [f for k, v in TINY.items() for f in ({"seq_len": "--seq-len"}.get(k, "--" + k), str(v))]
+TINY_FLAGS = setting_args(TINY)
 
 # a load from bytes (window.daisy.load: /api/load checks the .pt, then loadState)
 LOAD_JS = "(b64) => window.daisy.load(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)))"
@@ -39,22 +37,13 @@ SEND_JS = """async ([to, b64, runId]) => {
 
 @pytest.fixture(scope="module")
 def app_url():
-    with tempfile.TemporaryDirectory(prefix="daisy-restore-") as tmp:
-        with running_app(tmp, "restore", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
-            yield base
-
-
-def cli(*flags) -> list[dict]:
-    """python -m daisy.train --json FLAGS -> one dict per step."""
-    out = subprocess.run([sys.executable, "-m", "daisy.train", "--json", *flags], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines()]
+    with offline_app("restore") as base:
+        yield base
 
 
 def write_checkpoint(path, steps: int, stop_after: int) -> str:
     """The reference trainer's first `stop_after` steps saved to path -> its hash (the last line's)."""
-    lines = cli("--peers", "2", "--steps", str(steps), "--stop-after", str(stop_after), *TINY_FLAGS, "--save", str(path))
+    lines = train_json("--peers", "2", "--steps", str(steps), "--stop-after", str(stop_after), *TINY_FLAGS, "--save", str(path))
     assert len(lines) == stop_after
     return lines[-1]["hashes"][0]
 
@@ -85,7 +74,7 @@ def test_checkpoint_loaded_on_one_page_of_three_all_show_its_hash_resume_togethe
     for s in finals:
         assert s["runState"] == "done" and s["step"] == 100, s["message"]
         assert s["run"]["leader"] == sb["peerId"] and len(s["run"]["roster"]) == 3, s["run"]
-    want = [line["hashes"][0] for line in cli("--resume", str(pt), "--peers", "3")]
+    want = train_hashes("--resume", str(pt), "--peers", "3")
     assert len(want) == 80
     for page, label in ((a, "a"), (b, "b (leader)"), (c, "c")):
         assert_hashes_equal(label, step_hashes(page), want, first=21)
@@ -144,5 +133,5 @@ def test_bad_or_untimely_group_states_are_refused_and_change_nothing(app_url, pa
     b.evaluate("window.daisy.stop()")
     s1, s2 = ended(a, "a stopped"), ended(b, "b stopped")
     assert s1["step"] == s2["step"] and s1["hash"] == s2["hash"]
-    want = [line["hashes"][0] for line in cli("--resume", str(long_pt), "--peers", "2", "--stop-after", str(s1["step"] - ck.step))]
+    want = train_hashes("--resume", str(long_pt), "--peers", "2", "--stop-after", str(s1["step"] - ck.step))
     assert_hashes_equal("b", step_hashes(b), want, first=ck.step + 1)

@@ -5,11 +5,10 @@ schedule the pages report (run.history: [[first 0-based step, P], ...]).
 """
 from __future__ import annotations
 
-import tempfile
 
 import pytest
 
-from tests.app_server import open_peer, running_app, state, wait_state
+from tests.app_server import offline_app, open_peer, state, wait_state
 from tests.reference import reference_hashes
 from tests.test_mesh import TINY, ended, linked, open_group
 
@@ -21,9 +20,8 @@ SETTINGS = {"steps": 10000, **TINY}       # long enough never to end by itself: 
 
 @pytest.fixture(scope="module")
 def app_url():
-    with tempfile.TemporaryDirectory(prefix="daisy-members-") as tmp:
-        with running_app(tmp, "members", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
-            yield base
+    with offline_app("members") as base:
+        yield base
 
 
 # ---- helpers --------------------------------------------------------------------------------

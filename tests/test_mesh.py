@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
-import tempfile
-import time
 
 import pytest
 
 from tests import reference
-from tests.reference import reference_hashes as reference_run
-from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
+from tests.reference import reference_hashes as reference_run, setting_args, train_hashes
+from tests.app_server import WAIT_MS, offline_app, open_peer, running_app, state, wait_state
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +24,8 @@ TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4}
 
 @pytest.fixture(scope="module")
 def app_url():
-    with tempfile.TemporaryDirectory(prefix="daisy-mesh-") as tmp:
-        # no STUN server: loopback host candidates are all these pages need
-        with running_app(tmp, "mesh", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
-            yield base
+    with offline_app("mesh") as base:
+        yield base
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -73,6 +67,22 @@ def linked(page, others) -> None:
                f"links to {ids}", timeout_ms=20_000)
 
 
+def accept(host, guest) -> str:
+    """The room host clicks Accept on `guest`'s request -> the guest's peer id."""
+    gid = state(guest)["peerId"]
+    host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
+    host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
+    return gid
+
+
+def room_pair(pages, url: str) -> tuple:
+    """A room's host and the guest it accepted, linked -> (host, guest)."""
+    host, guest = open_peer(pages, url, "host"), open_peer(pages, url, "guest")
+    accept(host, guest)
+    linked(guest, [host])
+    return host, guest
+
+
 def open_group(pages, url: str, n: int, label: str = "p") -> list:
     group = [open_peer(pages, url, f"{label}{i}") for i in range(n)]
     for page in group:
@@ -93,9 +103,7 @@ def test_a_lost_offer_is_offered_again(app_url, pages):
     url = f"{app_url}/?room=lost-offer-{secrets.token_hex(6)}"
     a = open_peer(pages, url, "lost-a", init_script=lose)
     b = open_peer(pages, url, "lost-b", init_script=lose)
-    b_id = state(b)["peerId"]
-    a.wait_for_selector(f'#daisy-peer button.accept[data-peer="{b_id}"]', timeout=WAIT_MS)
-    a.click(f'#daisy-peer button.accept[data-peer="{b_id}"]')
+    b_id = accept(a, b)
     linked(a, [b])
     linked(b, [a])
     assert state(a)["links"][b_id] == "linked"
@@ -146,9 +154,7 @@ def test_room_host_and_approved_guest_train_and_the_pending_one_gets_nothing(app
     url = f"{app_url}/?room=mesh-{secrets.token_hex(6)}"
     host = open_peer(pages, url, "host")
     guest = open_peer(pages, url, "guest")
-    gid = state(guest)["peerId"]
-    host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
-    host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
+    accept(host, guest)
     wait_state(guest, "s.role === 'member'", "guest approved")
     linked(guest, [host])
     waiting = open_peer(pages, url, "waiting")                         # never approved
@@ -306,12 +312,7 @@ def test_two_pages_on_fineweb_through_a_slow_hub_equal_the_cli(tmp_path, browser
     browser.problems.clear()
     try:
         with running_app(str(tmp_path), "fineweb", {"HF_ENDPOINT": hub.endpoint, "DAISY_ICE_SERVERS": "[]"}) as base:
-            room = f"{base}/?room=fw-{secrets.token_hex(6)}"
-            host, guest = open_peer(browser, room, "fw-host"), open_peer(browser, room, "fw-guest")
-            gid = state(guest)["peerId"]
-            host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
-            host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
-            linked(guest, [host])
+            host, guest = room_pair(browser, f"{base}/?room=fw-{secrets.token_hex(6)}")
             for page in (host, guest):
                 record_steps(page)
             wait_state(host, "s.dataSource && s.dataSource.source === 'fineweb-edu'", "FineWeb-Edu served")
@@ -323,12 +324,8 @@ def test_two_pages_on_fineweb_through_a_slow_hub_equal_the_cli(tmp_path, browser
             k = sh["step"]
             assert sg["step"] == k and sg["hash"] == sh["hash"]
             stats = host.evaluate("window.daisy.mesh.stats()")
-            args = [sys.executable, "-m", "daisy.train", "--peers", "2", "--json", "--data-url", base,
-                    "--stop-after", str(k), "--steps", "100", "--width", "16", "--seq-len", "16",
-                    "--batch", "2", "--layers", "1", "--heads", "4"]
-            out = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-            assert out.returncode == 0, out.stderr
-            want = [json.loads(line)["hashes"][0] for line in out.stdout.splitlines()]
+            want = train_hashes("--peers", "2", "--data-url", base, "--stop-after", str(k),
+                                *setting_args(settings))
             assert_hashes_equal("host", step_hashes(host), want)
             assert_hashes_equal("guest", step_hashes(guest), want)
             # prefetch keeps the data off the step's path: well under the hub's 100 ms per step

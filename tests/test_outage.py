@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from tests.app_server import (WAIT_MS, free_port, open_peer, start_app, state, stop_app,
+from tests.app_server import (free_port, open_peer, start_app, state, stop_app,
                               wait_state, wait_up)
 from tests.reference import reference_hashes as reference_run
 from tests.test_mesh import (RUN_MS, TINY, assert_hashes_equal, ended, linked, open_group,
-                             record_steps, reference_hashes, step_hashes)
+                             record_steps, reference_hashes, room_pair, step_hashes)
 
 pytestmark = pytest.mark.slow
 
@@ -127,12 +127,7 @@ def test_signal_stops_and_restarts_mid_run_no_step_lost_later_joins_work(pages):
 
 def test_after_a_restart_a_room_asks_again_and_its_run_goes_on(pages):
     with restartable_app() as app:
-        url = f"{app.base}/?room=outage-{secrets.token_hex(6)}"
-        host, guest = open_peer(pages, url, "host"), open_peer(pages, url, "guest")
-        gid = state(guest)["peerId"]
-        host.wait_for_selector(f'#daisy-peer button.accept[data-peer="{gid}"]', timeout=WAIT_MS)
-        host.click(f'#daisy-peer button.accept[data-peer="{gid}"]')
-        linked(guest, [host])
+        host, guest = room_pair(pages, f"{app.base}/?room=outage-{secrets.token_hex(6)}")
         for page in (host, guest):
             record_steps(page)
             record_progress(page)

@@ -1,8 +1,6 @@
 """Bit-identical replicas: every simulated peer's hash equal at every step, for P = 1..4; two
 separate processes print the same sequence; a short run equals the committed golden sequence."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +8,7 @@ import pytest
 from daisy import data
 from daisy.config import Config
 from daisy.train import Group
+from tests.reference import train_cli, train_json
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "train_p2_default_10.json"
@@ -18,28 +17,24 @@ SMALL = Config(width=16, heads=2, seq_len=16, batch=2, layers=1, seed=77)
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_all_peers_equal_every_step(P):
-    group = Group(SMALL, P, data.builtin_stream())
+    # every replica is compared with replica 0 of a second, independently built group: with
+    # P = 1 a comparison within one group would only compare a hash with itself
+    group, twin = Group(SMALL, P, data.builtin_stream()), Group(SMALL, P, data.builtin_stream())
     seen = []
     for _ in range(6):
         step, loss, hashes = group.step()
+        _, _, twin_hashes = twin.step()
         assert len(hashes) == P
         for i, h in enumerate(hashes):
-            assert h == hashes[0], f"step {step}: peer {i} hash {h} != peer 0 hash {hashes[0]}"
+            assert h == twin_hashes[0], f"step {step}: peer {i} hash {h} != the twin group's {twin_hashes[0]}"
         seen.append(hashes[0])
     assert len(set(seen)) == 6, "weights did not change between steps"
 
 
-def run_cli(*args):
-    out = subprocess.run([sys.executable, "-m", "daisy.train", *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return [json.loads(l) for l in out.stdout.splitlines()]
-
-
 def test_two_processes_same_sequence():
     args = ("--peers", "2", "--stop-after", "5", "--width", "16", "--heads", "2", "--seq-len", "16",
-            "--batch", "2", "--layers", "1", "--json")
-    a, b = run_cli(*args), run_cli(*args)
+            "--batch", "2", "--layers", "1")
+    a, b = train_json(*args), train_json(*args)
     assert len(a) == 5 and len(b) == 5, (len(a), len(b))
     for x, y in zip(a, b):
         assert x == y, f"step {x['step']}: {x} != {y}"
@@ -50,7 +45,7 @@ def test_golden_hash_sequence():
     python -m daisy.train --peers 2 --stop-after 10 --json > tests/golden/train_p2_default_10.jsonl
     then convert; the JS mirror must agree before a new golden is committed (docs/VERIFICATION.md)."""
     golden = json.loads(GOLDEN.read_text())
-    lines = run_cli("--peers", "2", "--stop-after", str(len(golden["steps"])), "--json")
+    lines = train_json("--peers", "2", "--stop-after", str(len(golden["steps"])))
     assert len(lines) == len(golden["steps"]), f"the CLI printed {len(lines)} lines, the golden has {len(golden['steps'])}"
     for want, got in zip(golden["steps"], lines):
         assert got["hashes"] == [want["hash"]] * 2, f"step {want['step']}: got {got['hashes']}, golden {want['hash']}"
@@ -62,10 +57,12 @@ def test_human_output_of_a_sharded_group_is_unchanged():
     must be the bytes the trainer printed before the collective seam existed: the golden file
     was written by the pre-seam trainer (commit fbfb110) with the same command."""
     want = (ROOT / "tests" / "golden" / "train_p4_small_5.txt").read_text()
-    out = subprocess.run([sys.executable, "-m", "daisy.train", "--peers", "4", "--stop-after", "5",
-                          "--width", "16", "--heads", "2", "--seq-len", "16", "--batch", "2",
-                          "--layers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = train_cli("--peers", "4", "--stop-after", "5", "--width", "16", "--heads", "2",
+                    "--seq-len", "16", "--batch", "2", "--layers", "1")
     assert out.returncode == 0, out.stderr
-    for i, (got, exp) in enumerate(zip(out.stdout.splitlines(), want.splitlines())):
+    got_lines, want_lines = out.stdout.splitlines(), want.splitlines()
+    for i, (got, exp) in enumerate(zip(got_lines, want_lines)):
         assert got == exp, f"line {i + 1}: got {got!r}, want {exp!r}"
+    # zip stops at the shorter list: a cut-short output must fail too
+    assert len(got_lines) == len(want_lines), f"{len(got_lines)} lines printed, the golden has {len(want_lines)}"
     assert out.stdout == want

@@ -32,6 +32,7 @@ def test_resume_is_bit_exact(tmp_path):
     first = steps(run("daisy.train", "--peers", "2", *SMALL, "--stop-after", "4", "--json", "--save", str(ck)))
     rest = steps(run("daisy.train", "--peers", "2", "--resume", str(ck), "--stop-after", "3", "--json"))
     assert [l["step"] for l in first + rest] == list(range(1, 8))
+    assert len(whole) == 7, f"the continuous run printed {len(whole)} lines, 7 wanted"
     for a, b in zip(whole, first + rest):
         assert a == b, f"step {a['step']}: continuous {a} != resumed {b}"
     loaded = load_checkpoint(ck)

@@ -6,30 +6,12 @@ a.pt`, `--resume a.pt --peers 3 ... --save b.pt`, ...): a checkpoint holds one r
 chain builds every new replica from the file, not from `Group.resize`'s copy of replica 0
 (docs/VERIFICATION.md, "Roster schedule").
 """
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.reference import reference_hashes
+from tests.reference import assert_refused, reference_hashes, setting_args, train_cli, train_json
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4, "steps": 100}
-TINY_ARGS = ["--width", "16", "--seq-len", "16", "--batch", "2", "--layers", "1", "--heads", "4",
-             "--steps", "100"]
-
-
-def train(*args):
-    return subprocess.run([sys.executable, "-m", "daisy.train", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
-
-def json_lines(*args) -> list[dict]:
-    r = train(*args, "--json")
-    assert r.returncode == 0, f"daisy.train {' '.join(args)} failed:\n{r.stderr}"
-    return [json.loads(line) for line in r.stdout.splitlines()]
+TINY_ARGS = setting_args(TINY)
 
 
 def chain_of_plain_runs(tmp_path, segments, start_args) -> list[dict]:
@@ -38,7 +20,7 @@ def chain_of_plain_runs(tmp_path, segments, start_args) -> list[dict]:
     lines, args = [], list(start_args)
     for i, (n, peers) in enumerate(segments):
         saved = tmp_path / f"chain{i}.pt"
-        lines += json_lines(*args, "--peers", str(peers), "--stop-after", str(n), "--save", str(saved))
+        lines += train_json(*args, "--peers", str(peers), "--stop-after", str(n), "--save", str(saved))
         args = ["--resume", str(saved)]
     return lines
 
@@ -56,17 +38,17 @@ def assert_same_lines(got: list[dict], want: list[dict], what: str) -> None:
 ], ids=["grow", "shrink", "both"])
 def test_roster_run_equals_chain_of_plain_runs(tmp_path, roster, segments):
     steps = sum(n for n, _ in segments)
-    got = json_lines(*TINY_ARGS, "--roster", roster, "--stop-after", str(steps))
+    got = train_json(*TINY_ARGS, "--roster", roster, "--stop-after", str(steps))
     assert [len(line["hashes"]) for line in got] == [p for n, p in segments for _ in range(n)]
     assert_same_lines(got, chain_of_plain_runs(tmp_path, segments, TINY_ARGS), roster)
 
 
 def test_roster_with_resume_uses_absolute_steps(tmp_path):
     base = tmp_path / "base.pt"
-    json_lines(*TINY_ARGS, "--peers", "2", "--stop-after", "3", "--save", str(base))
+    train_json(*TINY_ARGS, "--peers", "2", "--stop-after", "3", "--save", str(base))
     # resumes at step index 3: steps 3, 4 on 2 peers (entry 0:2), 5, 6 on 3, 7, 8 on 2
     roster = "0:2,5:3,7:2"
-    got = json_lines("--resume", str(base), "--roster", roster, "--stop-after", "6")
+    got = train_json("--resume", str(base), "--roster", roster, "--stop-after", "6")
     assert [line["step"] for line in got] == [4, 5, 6, 7, 8, 9]
     want = chain_of_plain_runs(tmp_path, [(2, 2), (2, 3), (2, 2)], ["--resume", str(base)])
     assert_same_lines(got, want, f"--resume with {roster}")
@@ -76,23 +58,16 @@ def test_roster_with_resume_uses_absolute_steps(tmp_path):
 
 def test_reference_helper_with_roster_equals_json_lines():
     got = reference_hashes(TINY, 4, roster="0:1,2:2")
-    want = json_lines(*TINY_ARGS, "--roster", "0:1,2:2", "--stop-after", "4")
+    want = train_json(*TINY_ARGS, "--roster", "0:1,2:2", "--stop-after", "4")
     assert got == [line["hashes"][0] for line in want]
     assert [len(line["hashes"]) for line in want] == [1, 1, 2, 2]
 
 
 def test_text_line_says_the_peer_count():
-    r = train(*TINY_ARGS, "--roster", "0:1,1:3", "--stop-after", "2")
+    r = train_cli(*TINY_ARGS, "--roster", "0:1,1:3", "--stop-after", "2")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 2 and "(1 peers agree)" in lines[0] and "(3 peers agree)" in lines[1], lines
-
-
-def assert_refused(r, needle: str) -> None:
-    """Exit 2 before any step, with the message and no stack trace."""
-    assert r.returncode == 2, (r.returncode, r.stdout[:300])
-    assert f"error: {needle}" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -111,7 +86,7 @@ def assert_refused(r, needle: str) -> None:
 ], ids=["empty", "not-a-number", "no-colon", "space", "too-long", "zero-peers", "too-many-peers",
         "repeated-step", "decreasing-step", "late-start", "past-end", "with-peers"])
 def test_bad_schedules_are_refused_by_name(args, needle):
-    assert_refused(train(*args), needle)
+    assert_refused(train_cli(*args), needle)
 
 
 @pytest.mark.parametrize("roster,needle", [
@@ -120,5 +95,5 @@ def test_bad_schedules_are_refused_by_name(args, needle):
 ], ids=["late-start", "past-end"])
 def test_bad_schedules_with_resume_are_refused_by_name(tmp_path, roster, needle):
     base = tmp_path / "base.pt"
-    json_lines(*TINY_ARGS, "--peers", "1", "--stop-after", "3", "--save", str(base))
-    assert_refused(train("--resume", str(base), "--roster", roster), needle)
+    train_json(*TINY_ARGS, "--peers", "1", "--stop-after", "3", "--save", str(base))
+    assert_refused(train_cli("--resume", str(base), "--roster", roster), needle)

@@ -65,6 +65,15 @@ async def room_with_members(c: Clients, room: str, n_members: int):
     return host, members
 
 
+async def room_with_pending(c: Clients, room: str, n_members: int):
+    """room_with_members plus one more device whose join request the host has seen
+    -> (host, members, pending)."""
+    host, members = await room_with_members(c, room, n_members)
+    pending = await c.open(room=room)
+    assert (await host.expect("join-request"))["peer"]["id"] == pending.id
+    return host, members, pending
+
+
 # ---- grouping ------------------------------------------------------------------------------
 
 @async_test
@@ -166,9 +175,7 @@ async def test_room_pending_peer_is_isolated_until_approved(base):
 @async_test
 async def test_rejection_is_final_for_that_connection(base):
     async with Clients(base) as c:
-        host, (member,) = await room_with_members(c, "reject-me", 1)
-        pending = await c.open(room="reject-me")
-        await host.expect("join-request")
+        host, (member,), pending = await room_with_pending(c, "reject-me", 1)
         await host.send({"type": "reject", "peer": pending.id})
         assert (await pending.expect("rejected"))["reason"]
         assert await pending.wait_closed() == (CLOSE_REJECTED, "rejected by the host")
@@ -188,9 +195,7 @@ async def test_rejection_is_final_for_that_connection(base):
 @async_test
 async def test_only_the_host_approves_or_rejects(base):
     async with Clients(base) as c:
-        host, (member,) = await room_with_members(c, "who-decides", 1)
-        pending = await c.open(room="who-decides")
-        await host.expect("join-request")
+        host, (member,), pending = await room_with_pending(c, "who-decides", 1)
         for actor in (member, pending):
             for verb in ("approve", "reject"):
                 await actor.send({"type": verb, "peer": pending.id, "ref": 7})
@@ -205,9 +210,7 @@ async def test_only_the_host_approves_or_rejects(base):
 @async_test
 async def test_host_leaving_hands_over_to_longest_present_member(base):
     async with Clients(base) as c:
-        host, (first, second) = await room_with_members(c, "handover", 2)
-        pending = await c.open(room="handover")
-        await host.expect("join-request")
+        host, (first, second), pending = await room_with_pending(c, "handover", 2)
         await host.send({"type": "leave"})
         assert (await host.wait_closed())[0] == CLOSE_LEFT
         for m in (first, second):

@@ -5,14 +5,10 @@ group's run", resumes, and every later hash equals the reference's
 (`python -m daisy.train --peers 2 --stop-after N --save a.pt`, then `--resume a.pt --peers 1`)."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
-
 import pytest
 
-from tests.app_server import REPO_ROOT, open_peer, running_app, state, wait_state
+from tests.app_server import offline_app, open_peer, state, wait_state
+from tests.reference import setting_args, train_hashes
 from tests.test_mesh import RUN_MS, TINY, assert_hashes_equal, ended, open_group, record_steps, step_hashes
 
 pytestmark = pytest.mark.slow
@@ -21,27 +17,13 @@ pytestmark = pytest.mark.slow
 SETTINGS = {**TINY, "steps": 10000}
 STORE_EVERY = 10
 RESUMED_STEPS = 12
-TINY_FLAGS = ["--width", "16", "--seq-len", "16", "--batch", "2", "--layers", "1", "--heads", "4",
-              "--steps", str(SETTINGS["steps"])]
+TINY_FLAGS = setting_args(SETTINGS)
 
 
 @pytest.fixture(scope="module")
 def app_url():
-    with tempfile.TemporaryDirectory(prefix="daisy-stored-") as tmp:
-        # its own server: the pages' network group (all of 127.0.0.1) holds only this module's pages
-        with running_app(tmp, "stored", {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}) as base:
-            yield base
-
-
-def train_cli(*args) -> list[str]:
-    """python -m daisy.train --json ARGS -> the hash after each step it ran."""
-    out = subprocess.run([sys.executable, "-m", "daisy.train", "--json", *args], cwd=REPO_ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    lines = [json.loads(line) for line in out.stdout.splitlines()]
-    for line in lines:
-        assert len(set(line["hashes"])) == 1, line
-    return [line["hashes"][0] for line in lines]
+    with offline_app("stored") as base:
+        yield base
 
 
 def test_every_page_closes_and_a_reopened_page_resumes_the_groups_run(app_url, pages, tmp_path):
@@ -60,7 +42,7 @@ def test_every_page_closes_and_a_reopened_page_resumes_the_groups_run(app_url, p
     assert offer["steps"] == SETTINGS["steps"] and offer["config"]["width"] == 16, offer
     # the stored state is the two-page run's at step n, bit for bit
     pt = tmp_path / "a.pt"
-    two = train_cli("--peers", "2", *TINY_FLAGS, "--stop-after", str(n), "--save", str(pt))
+    two = train_hashes("--peers", "2", *TINY_FLAGS, "--stop-after", str(n), "--save", str(pt))
     assert offer["hash"] == two[-1], f"stored step {n}: {offer['hash']}, reference {two[-1]}"
 
     record_steps(c)
@@ -71,5 +53,5 @@ def test_every_page_closes_and_a_reopened_page_resumes_the_groups_run(app_url, p
     assert sc["runState"] == "stopped" and sc["run"]["roster"] == [sc["peerId"]], sc["message"]
     assert sc["storedOffer"] is None and sc["config"]["steps"] == SETTINGS["steps"], sc
     got = step_hashes(c)
-    want = train_cli("--resume", str(pt), "--peers", "1", "--stop-after", str(max(got) - n))
+    want = train_hashes("--resume", str(pt), "--peers", "1", "--stop-after", str(max(got) - n))
     assert_hashes_equal("resumed page", got, want, first=n + 1)

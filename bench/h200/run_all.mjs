@@ -21,7 +21,7 @@ const { openDevice, createGpuEngine, GemmKernel, GEMM_KERNELS, packRowsI8, packC
   submitChecked, readBack } = await import('../../frontend_js/gpu/gpu.js');
 const { runBugCorpus, runFalseAlarmCheck } = await import('../../tests/gpu/gpu_bugs.js');
 const { checksumAudit, tileAudit, auditKey, firstMismatch, gateOperands } = await import('../../frontend_js/gpu/gpu_gates.js');
-const { b2bChainCpu, createB2bChain } = await import('../../tests/gpu/b2b.js');
+const { checkB2bChain } = await import('../../tests/gpu/b2b.js');
 const { cpuEngine } = await import('../../frontend_js/units.js');
 
 const SMALL = process.env.DAISY_BENCH_SMALL === '1';
@@ -91,16 +91,11 @@ await section('bugs', async () => {
 
 await section('b2b', async () => {
   const e = await createGpuEngine({ device, info, log: quiet });
-  const rand = (n, seed) => gateOperands('random', 1, 1, n, 1, seed).qa.map((v) => (v === -128 ? -127 : v));
   const rows = 256, C = 32;    // the default model's MLP block, twice
   const dims = [[C, 4 * C, 8, true], [4 * C, C, 9, false], [C, 4 * C, 8, true], [4 * C, C, 9, false]];
-  const layers = dims.map(([K, N, shift, relu], i) => ({ K, N, shift, relu, w: rand(K * N, 10 + i) }));
-  const x = rand(rows * C, 99);
-  const cpu = b2bChainCpu(x, rows, layers);
-  const chain = await createB2bChain(e, layers);
-  const g = await chain.run(x, rows);
-  chain.destroy(); e.destroy();
-  return { kernel: e.status.kernel, accMismatch: firstMismatch(g.acc, cpu.acc), qMismatch: firstMismatch(g.q, cpu.q), n: g.q.length };
+  const r = await checkB2bChain(e, rows, dims);
+  e.destroy();
+  return { kernel: r.kernel, accMismatch: r.accMismatch, qMismatch: r.qMismatch, n: r.gpu.q.length };
 });
 
 await section('units_fixture', async () => {

@@ -25,6 +25,8 @@ import os
 import resource
 import time
 
+from daisy.space.env import env_number
+
 log = logging.getLogger("daisy.space.connguard")
 
 
@@ -40,25 +42,14 @@ class ConnectionGuard:
 
     @classmethod
     def from_env(cls, env=os.environ, trusted=()) -> "ConnectionGuard":
-        def num(name, default, kind):
-            raw = env.get(name)
-            if raw in (None, ""):
-                return default
-            try:
-                value = kind(raw)
-            except ValueError:
-                raise ValueError(f"{name} must be a number, got {raw[:40]!r}") from None
-            if value <= 0:
-                raise ValueError(f"{name} must be > 0")
-            return value
         # the cap must bite before file descriptors run out (the finding: ~20,000 idle
         # connections exhausted them): keep 128 for files, logs and the sandbox
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        total = num("DAISY_MAX_CONN", 2048, int)
+        total = env_number(env, "DAISY_MAX_CONN", 2048, int)
         if soft != resource.RLIM_INFINITY:
             total = max(16, min(total, soft - 128))
-        return cls(per_addr=num("DAISY_MAX_CONN_PER_ADDR", 64, int), total=total,
-                   header_timeout_s=num("DAISY_HEADER_TIMEOUT_S", 10.0, float), trusted=trusted)
+        return cls(per_addr=env_number(env, "DAISY_MAX_CONN_PER_ADDR", 64, int), total=total,
+                   header_timeout_s=env_number(env, "DAISY_HEADER_TIMEOUT_S", 10.0, float), trusted=trusted)
 
     def _is_proxy(self, host: str) -> bool:
         try:

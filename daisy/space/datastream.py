@@ -81,6 +81,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daisy import data, prng
+from daisy.space.env import env_number
 from daisy.tokenizer import EOT, TOKENIZER_ID, encode_documents
 
 DATASET = "HuggingFaceFW/fineweb-edu"
@@ -126,8 +127,7 @@ def describe_hub_error(exc: BaseException) -> str:
 
 
 def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return default if raw in (None, "") else int(raw)
+    return env_number(os.environ, name, default, int, allow_zero=True)
 
 
 @dataclass(frozen=True)

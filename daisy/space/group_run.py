@@ -32,6 +32,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from daisy.space.bodies import BodyTooLarge, read_body, refuse
+from daisy.space.env import env_number
 from daisy.space.signaling import SignalingHub
 from daisy.files.state_codec import MAX_STATE_BYTES, StateError, decode_state
 
@@ -68,15 +69,8 @@ class GroupRunStore:
 
     @classmethod
     def from_env(cls, env=os.environ) -> "GroupRunStore":
-        def positive_int(name: str, default: int) -> int:
-            raw = env.get(name)
-            if raw in (None, ""):
-                return default
-            if not raw.strip().isdigit() or int(raw) < 1:
-                raise ValueError(f"{name}={raw[:40]!r} must be a whole number > 0")
-            return int(raw)
-        return cls(max_runs=positive_int("DAISY_STORED_RUNS", DEFAULT_MAX_RUNS),
-                   max_bytes=positive_int("DAISY_STORED_RUN_MB", DEFAULT_MAX_MB) << 20)
+        return cls(max_runs=env_number(env, "DAISY_STORED_RUNS", DEFAULT_MAX_RUNS, int),
+                   max_bytes=env_number(env, "DAISY_STORED_RUN_MB", DEFAULT_MAX_MB, int) << 20)
 
     def put(self, key: str, run: StoredRun) -> list[str]:
         """Store `run` as `key`'s latest -> the keys evicted to make room."""
@@ -136,6 +130,11 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
                                "members may read or store the room's run")
         return seat.group.key
 
+    def stored_run(request: Request) -> StoredRun | None | JSONResponse:
+        """The caller's group's stored run (None when it has none), or the caller's refusal."""
+        key = group_of(request)
+        return key if isinstance(key, JSONResponse) else store.get(key)
+
     @router.post("/api/group-run")
     async def upload(request: Request):
         key = group_of(request)
@@ -164,18 +163,16 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
 
     @router.get("/api/group-run/info")
     async def info(request: Request):
-        key = group_of(request)
-        if isinstance(key, JSONResponse):
-            return key
-        run = store.get(key)
+        run = stored_run(request)
+        if isinstance(run, JSONResponse):
+            return run
         return run.info() if run else {"stored": False}
 
     @router.get("/api/group-run")
     async def download(request: Request):
-        key = group_of(request)
-        if isinstance(key, JSONResponse):
-            return key
-        run = store.get(key)
+        run = stored_run(request)
+        if isinstance(run, JSONResponse):
+            return run
         if run is None:
             return refuse(404, "no stored run for this group")
         return Response(run.body, media_type="application/octet-stream",

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from daisy.files.checkpoint import DEFAULT_MAX_BYTES, Checkpoint, CheckpointError, load_checkpoint, param_shapes
+from daisy.space.env import env_number
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository (this file: daisy/space/)
 # A pipe moves ~450 MB/s here (a 40 MB checkpoint cost ~180 ms more each way): files on a RAM
@@ -47,19 +48,6 @@ SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W
 
 class ParseBusy(Exception):
     """No parse slot (or the machine too slow to finish in time): answer 503, retry later."""
-
-
-def _env_num(env, name: str, default, kind=float):
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw[:40]!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0")
-    return value
 
 
 @dataclass(frozen=True)
@@ -186,12 +174,15 @@ class ParseSandbox:
     @classmethod
     def from_env(cls, env=os.environ) -> "ParseSandbox":
         d = SandboxLimits()
+
+        def num(name, default, kind=float):
+            return env_number(env, name, default, kind, allow_zero=True)
         return cls(SandboxLimits(
-            workers=max(1, _env_num(env, "DAISY_LOAD_WORKERS", d.workers, int)),
-            queue=_env_num(env, "DAISY_LOAD_QUEUE", d.queue, int),
-            cpu_s=max(1, _env_num(env, "DAISY_LOAD_CPU_S", d.cpu_s, int)),
-            mem_mb=max(64, _env_num(env, "DAISY_LOAD_MEM_MB", d.mem_mb, int)),
-            wall_s=_env_num(env, "DAISY_LOAD_WALL_S", d.wall_s)))
+            workers=max(1, num("DAISY_LOAD_WORKERS", d.workers, int)),
+            queue=num("DAISY_LOAD_QUEUE", d.queue, int),
+            cpu_s=max(1, num("DAISY_LOAD_CPU_S", d.cpu_s, int)),
+            mem_mb=max(64, num("DAISY_LOAD_MEM_MB", d.mem_mb, int)),
+            wall_s=num("DAISY_LOAD_WALL_S", d.wall_s)))
 
     @contextlib.contextmanager
     def slot(self):

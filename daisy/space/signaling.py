@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from fastapi import APIRouter, FastAPI, WebSocket
 
+from daisy.space.env import env_number
+
 log = logging.getLogger("daisy.space.signaling")
 DEFAULT_ICE_SERVERS = [{"urls": "stun:stun.l.google.com:19302"}]
 ROOM_CODE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -54,19 +56,6 @@ SPACE_PROXIES = ("10.0.0.0/8",)  # a Hugging Face Space's proxy reaches the app 
 LOCAL_NETS = [ipaddress.ip_network(n) for n in (
     "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
     "::1/128", "fc00::/7", "fe80::/10")]
-
-
-def _env_float(env, name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if not value > 0:
-        raise ValueError(f"{name}={raw!r} must be > 0")
-    return value
 
 
 def ice_servers_from_env(env=os.environ) -> list[dict]:
@@ -111,13 +100,13 @@ class SignalingConfig:
     def from_env(cls, env=os.environ) -> "SignalingConfig":
         salt = env.get("DAISY_IP_SALT")
         return cls(
-            ping_s=_env_float(env, "DAISY_PING_S", cls.ping_s),
-            grace_s=_env_float(env, "DAISY_RECONNECT_GRACE_S", cls.grace_s),
-            rate_per_s=_env_float(env, "DAISY_RATE_PER_S", cls.rate_per_s),
-            rate_burst=_env_float(env, "DAISY_RATE_BURST", cls.rate_burst),
-            max_group=int(_env_float(env, "DAISY_MAX_GROUP", cls.max_group)),
-            join_per_min=_env_float(env, "DAISY_JOIN_PER_MIN", cls.join_per_min),
-            reject_cooldown_s=_env_float(env, "DAISY_REJECT_COOLDOWN_S", cls.reject_cooldown_s),
+            ping_s=env_number(env, "DAISY_PING_S", cls.ping_s),
+            grace_s=env_number(env, "DAISY_RECONNECT_GRACE_S", cls.grace_s),
+            rate_per_s=env_number(env, "DAISY_RATE_PER_S", cls.rate_per_s),
+            rate_burst=env_number(env, "DAISY_RATE_BURST", cls.rate_burst),
+            max_group=int(env_number(env, "DAISY_MAX_GROUP", cls.max_group)),
+            join_per_min=env_number(env, "DAISY_JOIN_PER_MIN", cls.join_per_min),
+            reject_cooldown_s=env_number(env, "DAISY_REJECT_COOLDOWN_S", cls.reject_cooldown_s),
             ip_salt=salt.encode() if salt else secrets.token_bytes(16),
             trusted_proxies=trusted_proxies_from_env(env),
             ice_servers=ice_servers_from_env(env))

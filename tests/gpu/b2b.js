@@ -17,6 +17,7 @@
 import { cpuEngine, unpackI8x4 } from '../../frontend_js/units.js';
 import { KERNEL_BASE, loadText, compileKernel, packColsI8, packRowsI8, storageBuffer, uniformBuffer,
   submitChecked, readBack } from '../../frontend_js/gpu/gpu.js';
+import { gateOperands, firstMismatch } from '../../frontend_js/gpu/gpu_gates.js';
 
 export const MAX_SHIFT = 30;
 
@@ -104,4 +105,19 @@ export async function createB2bChain(engine, layers, { kernelBase = KERNEL_BASE 
     }
   }
   return { run, destroy() { for (const b of weights) b.destroy(); } };
+}
+
+// One check of the chain on `engine` against b2bChainCpu: `rows` input rows of width dims[0][0],
+// layers dims = [[K, N, shift, relu], ...], seeded int8 operands in [-127, 127] (gateOperands'
+// 'random' stream, -128 -> -127) -> { kernel, accMismatch, qMismatch, cpu, gpu }; a mismatch is
+// firstMismatch's first differing index with both values, null when bit-identical.
+export async function checkB2bChain(engine, rows, dims) {
+  const rand = (n, seed) => gateOperands('random', 1, 1, n, 1, seed).qa.map((v) => (v === -128 ? -127 : v));
+  const layers = dims.map(([K, N, shift, relu], i) => ({ K, N, shift, relu, w: rand(K * N, 10 + i) }));
+  const x = rand(rows * dims[0][0], 99);
+  const cpu = b2bChainCpu(x, rows, layers);
+  const chain = await createB2bChain(engine, layers);
+  let gpu;
+  try { gpu = await chain.run(x, rows); } finally { chain.destroy(); }
+  return { kernel: engine.status.kernel, accMismatch: firstMismatch(gpu.acc, cpu.acc), qMismatch: firstMismatch(gpu.q, cpu.q), cpu, gpu };
 }

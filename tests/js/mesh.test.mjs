@@ -732,23 +732,22 @@ test('a link that closes while the exchange waits: ExchangeError naming the peer
 // survivors get no STOP and wait out their deadline. Fix: in MeshCollective.send, catch the
 // send's error and throw new ExchangeError(`could not send to ${to}: ${err.message}`, {peer: to, step}).
 // (Pinned by this test and the next.)
-test('BUG: a link that is already closed when the exchange starts: ExchangeError naming the peer', async () => {
-  const run = await makeRun({ P: 3, seed: 14, shapes: ODD_SHAPES, deadlineMs: 200 });
-  const inp = stepInputs(run, 0, 14);
-  run.net.meshes.get('p0').removeLink('p2', 'test: channel closed');
+// P = 3: breakLink(p0's mesh) breaks p0's link to p2 before p0's exchange, which must reject
+// with an ExchangeError naming p2.
+async function assertBrokenLinkNamed(seed, breakLink) {
+  const run = await makeRun({ P: 3, seed, shapes: ODD_SHAPES, deadlineMs: 200 });
+  const inp = stepInputs(run, 0, seed);
+  breakLink(run.net.meshes.get('p0'));
   const err = await run.cs[0].exchange(0, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]).catch((e) => e);
   assert.ok(err instanceof ExchangeError, `exchange rejected with ${err && err.name}: ${err && err.message}`);
   assert.equal(err.peer, 'p2');
-});
+}
 
-test('BUG: a link whose send rejects (the channel closed mid-message): ExchangeError naming the peer', async () => {
-  const run = await makeRun({ P: 3, seed: 17, shapes: ODD_SHAPES, deadlineMs: 200 });
-  const inp = stepInputs(run, 0, 17);
-  run.net.meshes.get('p0').links.get('p2').link.send = async () => { throw new Error('the data channel closed'); };
-  const err = await run.cs[0].exchange(0, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]).catch((e) => e);
-  assert.ok(err instanceof ExchangeError, `exchange rejected with ${err && err.name}: ${err && err.message}`);
-  assert.equal(err.peer, 'p2');
-});
+test('BUG: a link that is already closed when the exchange starts: ExchangeError naming the peer', () =>
+  assertBrokenLinkNamed(14, (mesh) => mesh.removeLink('p2', 'test: channel closed')));
+
+test('BUG: a link whose send rejects (the channel closed mid-message): ExchangeError naming the peer', () =>
+  assertBrokenLinkNamed(17, (mesh) => { mesh.links.get('p2').link.send = async () => { throw new Error('the data channel closed'); }; }));
 
 test('fail() ends a pending exchange at once, and every later one', async () => {
   const run = await makeRun({ P: 3, seed: 15, shapes: ODD_SHAPES, deadlineMs: 5000 });
