@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from daisy.config import RANGES, Config
-from daisy.space.server import NO_MODEL, SETTINGS
+from daisy.space.page import NO_MODEL, SETTINGS
 from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
 
 pytestmark = pytest.mark.slow

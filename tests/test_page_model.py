@@ -31,7 +31,8 @@ from daisy.files.checkpoint import load_checkpoint, param_shapes
 from daisy.config import Config
 from daisy.generate import generate
 from daisy.hashing import weight_hash
-from daisy.space.server import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, NO_MODEL, decode_state, encode_state
+from daisy.space.model_routes import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, decode_state, encode_state
+from daisy.space.page import NO_MODEL
 from daisy.tokenizer import TOKENIZER_ID
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
