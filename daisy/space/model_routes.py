@@ -29,7 +29,6 @@ from daisy.space.bodies import BodyTooLarge as _BodyTooLarge, read_body as _read
 from daisy.space.sandbox import ParseBusy, ParseSandbox
 from daisy.tokenizer import TOKENIZER_ID
 
-
 MAX_CHECKPOINT_BYTES = DEFAULT_MAX_BYTES           # uploads to /api/load
 
 

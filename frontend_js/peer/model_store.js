@@ -7,7 +7,7 @@
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
 import { encodeState, decodeState } from '../state_codec.js';
 
-const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.server.MAX_CHECKPOINT_BYTES
+const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.model_routes.MAX_CHECKPOINT_BYTES
 export const NO_MODEL = 'no model yet: train or load one first';
 
 export class ModelStore {
