@@ -129,16 +129,16 @@ function dataText(d) {
 // highest and lowest loss at its ends; each number is its own label.
 const PLOT_L = 56, PLOT_R = 12, PLOT_T = 22, PLOT_B = 30;
 
-export function plotMarkup(curve) {
-  const frame = `<text class="daisy-plot-title" x="${PLOT_W / 2}" y="14" text-anchor="middle" font-size="12" fill="currentColor">loss per step</text>`;
+export function plotMarkup(curve, width = PLOT_W) {
+  const frame = `<text class="daisy-plot-title" x="${width / 2}" y="14" text-anchor="middle" font-size="12" fill="currentColor">loss per step</text>`;
   if (curve.length === 0) {
-    return frame + `<text x="${PLOT_W / 2}" y="${PLOT_H / 2}" text-anchor="middle" font-size="12" fill="currentColor" opacity="0.6">loss curve: no run yet</text>`;
+    return frame + `<text x="${width / 2}" y="${PLOT_H / 2}" text-anchor="middle" font-size="12" fill="currentColor" opacity="0.6">loss curve: no run yet</text>`;
   }
   let s0 = curve[0][0], s1 = curve[curve.length - 1][0], lo = Infinity, hi = -Infinity;
   for (const [, loss] of curve) { if (loss < lo) lo = loss; if (loss > hi) hi = loss; }
   if (s1 === s0) s1 = s0 + 1;
   if (hi === lo) hi = lo + 1e-6;
-  const x0 = PLOT_L, x1 = PLOT_W - PLOT_R, y0 = PLOT_T, y1 = PLOT_H - PLOT_B;
+  const x0 = PLOT_L, x1 = width - PLOT_R, y0 = PLOT_T, y1 = PLOT_H - PLOT_B;
   const x = (st) => x0 + ((st - s0) / (s1 - s0)) * (x1 - x0);
   const y = (l) => y1 - ((l - lo) / (hi - lo)) * (y1 - y0);
   const points = curve.map(([st, l]) => `${x(st).toFixed(1)},${y(l).toFixed(1)}`).join(' ');
@@ -155,7 +155,15 @@ export function plotMarkup(curve) {
     label('daisy-plot-x-axis', (x0 + x1) / 2, y1 + 24, 'middle', 'step');
 }
 
-function drawPlot(svg, curve) { svg.innerHTML = plotMarkup(curve); }
+// the viewBox follows the element's width, so the labels are not stretched with it
+function drawPlot(svg, curve) {
+  const width = Math.max(300, Math.round(svg.clientWidth || PLOT_W));
+  if (svg.dataset.width !== String(width)) {
+    svg.dataset.width = String(width);
+    svg.setAttribute('viewBox', `0 0 ${width} ${PLOT_H}`);
+  }
+  svg.innerHTML = plotMarkup(curve, width);
+}
 
 // The checkpoint loader (its own gr.HTML beside the download buttons, never re-rendered): the
 // button opens a native file picker; the picked .pt goes to window.daisy.load, and the result

@@ -103,15 +103,18 @@ export async function modelAction(method, what) {
   else {
     try { text = await d[method](); } catch (e) { text = `${what} failed: ${e && e.message || e}`; }
   }
-  showModelStatus(text, text === noModel ? 'auto' : 'result');
+  showModelStatus(text, text === noModel ? 'auto' : 'result', d && d.state().hash);
   return [];
 }
 
-function showModelStatus(text, kind) {
+// kind 'auto': the model line (refresh); 'result': a download's message, kept while the weights
+// are the ones it was about (hash)
+function showModelStatus(text, kind, hash = null) {
   const el = document.getElementById('model-status');
   if (!el) return;
   el.textContent = text;
-  el.dataset.kind = kind;       // 'auto': the model line below; 'result': a download's message
+  el.dataset.kind = kind;
+  el.dataset.hash = hash || '';
 }
 
 // What the widgets say follows the model this tab holds, not only the last click: Start and
@@ -136,7 +139,7 @@ function refresh(api) {
     }
   }
   const status = document.getElementById('model-status');
-  if (status && status.dataset.kind !== 'result') {
+  if (status && (status.dataset.kind !== 'result' || status.dataset.hash !== (s.hash || ''))) {
     showModelStatus(has ? `This tab holds the model at step ${s.step}${s.totalSteps ? ` of ${s.totalSteps}` : ''}` +
                           `${s.hash ? ` (weights ${s.hash.slice(0, 16)})` : ''}: download it with the buttons above.` : noModel, 'auto');
   }
