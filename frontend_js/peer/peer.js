@@ -319,8 +319,8 @@ export class Peer {
         if (engine.status.path === 'gpu') {
           path = 'gpu';
           reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
-          // a software adapter (SwiftShader) gets no GEMM (gpu.js): the steps run on the CPU
-          why = /^every GEMM on the CPU/.test(engine.status.routing || '') ? 'WebGPU adapter is software' : null;
+          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps run on the CPU
+          why = engine.route && engine.route.minMacs === Infinity ? 'WebGPU adapter is software' : null;
         } else {
           reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
           why = 'GPU unusable';
