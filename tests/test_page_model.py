@@ -121,7 +121,8 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
     cfg = Config(**TINY)
     want, _ = generate(ck.params, cfg, "The ", 200, temperature=0.8, top_k=40, seed=0)
     a.get_by_role("button", name="Generate", exact=True).click()
-    a.wait_for_function(f"document.querySelector('#gen-output textarea').value !== {json.dumps(NO_MODEL)}",
+    # the box is empty until Generate answers (its placeholder says what to do)
+    a.wait_for_function(f"(() => {{ const v = document.querySelector('#gen-output textarea').value; return v !== '' && v !== {json.dumps(NO_MODEL)}; }})()",
                         timeout=WAIT_MS)
     shown = a.evaluate("document.querySelector('#gen-output textarea').value")
     assert shown == "The " + want, first_mismatch(shown, "The " + want)
