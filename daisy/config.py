@@ -42,7 +42,7 @@ class Config:
 
 
 # name -> (min, max, what it is). validate() checks every setting against it; the page's
-# sliders (server.py SETTINGS: width, seq_len, batch, steps, lr_x1000) take their bounds from it,
+# sliders (daisy/space/page.py SETTINGS: width, seq_len, batch, steps, lr_x1000) take their bounds from it,
 # state_codec.py its largest model. frontend_js/config.js RANGES is its JS twin, for the
 # browser's validator: change both.
 RANGES = {

@@ -24,6 +24,7 @@ from .model import forward
 from .tokenizer import EOT, decode, encode
 
 MAX_TOKENS = 2000
+MAX_TEMPERATURE = 10.0      # 0 = greedy (the argmax); the page, the kit and generate.js share this rule
 
 
 def next_token(logits, i: int, temperature: float, top_k: int, seed: int) -> int:
@@ -58,8 +59,8 @@ def generate(params, cfg: Config, prompt: str, n_tokens: int, temperature: float
     """-> (continuation text, token ids)."""
     if not 0 <= n_tokens <= MAX_TOKENS:
         raise ValueError(f"tokens must be in 0..{MAX_TOKENS}, got {n_tokens}")
-    if not (temperature >= 0.0 and temperature <= 10.0):
-        raise ValueError(f"temperature must be in 0..10, got {temperature}")
+    if not (temperature >= 0.0 and temperature <= MAX_TEMPERATURE):
+        raise ValueError(f"temperature must be in 0..{MAX_TEMPERATURE:g}, got {temperature}")
     if not 0 <= top_k <= 257:
         raise ValueError(f"top_k must be in 0..257 (0 = all), got {top_k}")
     ids = [int(t) for t in encode(prompt)] or [EOT]

@@ -68,7 +68,7 @@ def test_checkpoint_loaded_on_one_page_of_three_all_show_its_hash_resume_togethe
         assert s["message"] == f"Loaded from {sa['name']}'s file: step 20, hash {file_hash[:16]}…", s["message"]
         assert s["config"]["width"] == 16 and s["totalSteps"] == 100 and page.evaluate("window.daisy.hasModel()") is True
     # Start on b (not the page that loaded): the whole group resumes at step 20
-    b.get_by_role("button", name="Start training", exact=True).click()
+    b.get_by_role("button", name="Continue from step 20 of 100", exact=True).click()
     finals = [ended(page, label) for page, label in ((a, "a"), (b, "b"), (c, "c"))]
     sb = state(b)
     for s in finals:

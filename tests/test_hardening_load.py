@@ -16,7 +16,8 @@ from fastapi.staticfiles import StaticFiles
 
 from daisy.files.checkpoint import param_shapes, save_checkpoint
 from daisy.space.sandbox import ParseSandbox, SandboxLimits
-from daisy.space.server import JS_DIR, decode_state, make_model_router
+from daisy.space.model_routes import decode_state, make_model_router
+from daisy.space.page import JS_DIR
 from signal_client import serve_in_thread
 from test_hardening_checkpoint import CFG, extend_top, list_dag, s
 

@@ -127,6 +127,7 @@ def test_tampered_kit_refuses_weights(kit, browser):
     assert page.is_disabled("#generate")
     assert page.evaluate("document.body.dataset.state") == "error"
     assert page.evaluate("typeof window.daisyKit") == "undefined"
+    assert page.text_content("#hash") == "check failed", "the hash label still says it is checking"
     assert problems == []
 
 

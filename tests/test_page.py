@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from daisy.config import RANGES, Config
-from daisy.space.server import NO_MODEL, SETTINGS
+from daisy.space.page import NO_MODEL, SETTINGS
 from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
 
 pytestmark = pytest.mark.slow
@@ -94,6 +94,20 @@ def test_widgets_ranges_defaults_and_peer(servers, pages):
 
     wait_state(page, "s.path !== null", "compute path decided")
     s = state(page)
+    # the compute readout: a short label, the reason on demand (the old panel showed a paragraph)
+    page.wait_for_function("document.querySelector('#daisy-peer [data-role=\"path\"]').textContent !== 'checking…'",
+                           timeout=WAIT_MS)
+    label = page.inner_text('#daisy-peer [data-role="path"]')
+    assert label == s["pathLabel"] and len(label) <= 60 and s["pathReason"] not in label, (label, s["pathReason"])
+    assert label.startswith(("CPU (", "GPU (")) and "every GEMM" not in label, label
+    detail = page.evaluate("document.querySelector('#daisy-peer [data-role=\"path-detail\"]').textContent")
+    assert s["pathReason"] in detail, (detail, s["pathReason"])
+    # generation's temperature reaches 0 = greedy, as in the kit and daisy.generate
+    assert page.evaluate("+document.querySelector('#gen-temperature input[type=range]').min") == 0
+    # nothing to continue yet: no Continue button, and the API says so
+    assert not page.locator("#daisy-continue").is_visible()
+    err = page.evaluate("window.daisy.start({resume: true}).then(() => 'started', (e) => e.message)")
+    assert err.startswith("nothing to continue: this tab holds no model"), err
     assert len(s["peerId"]) == 16 and s["group"]["kind"] == "network" and s["role"] == "member", s
     assert s["peers"] and s["peers"][0]["id"] == s["peerId"], s
     assert s["path"] in ("cpu", "gpu") and s["step"] == 0 and s["hash"] is None, s
@@ -157,6 +171,9 @@ def test_room_with_host_approval_end_to_end(servers, pages):
     assert roster_ids(intruder) == {i_id}, "a rejected peer learned about members"
     intruder.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('declined')",
                                timeout=WAIT_MS)
+    said = state(intruder)["message"]
+    assert said == f'Not admitted to room "{room}": the host declined the request to join. Reload the page to ask again.', said
+    assert said.count("declined") == 1, said
     assert i_id not in roster_ids(host) and i_id not in roster_ids(guest)
     assert state(host)["requests"] == []
 
@@ -180,13 +197,54 @@ def test_start_trains_and_the_hash_moves(servers, pages):
     assert "leader" in row and later["path"].upper() in row, row
     assert page.evaluate("window.daisy.stop()") is True
     wait_state(page, "!s.running && s.runState === 'stopped'", "run stopped")
+    stopped = state(page)
+    at = stopped["step"]
+    assert stopped["resumable"] == {"step": at, "steps": 10000, "from": "stopped"}, stopped["resumable"]
 
-    # the Start training button runs the sliders' settings (the defaults here)
-    page.get_by_role("button", name="Start training").click()
+    # after a run, the widgets say what the tab holds without a click
+    page.get_by_role("button", name=f"Continue from step {at} of 10000", exact=True).wait_for(timeout=WAIT_MS)
+    assert page.get_by_role("button", name="Start a new run", exact=True).count() == 1
+    page.wait_for_function("!document.querySelector('#model-status').innerText.includes('Train or load')", timeout=WAIT_MS)
+    assert f"step {at}" in page.inner_text("#model-status"), page.inner_text("#model-status")
+    assert page.evaluate("document.querySelector('#gen-output textarea').placeholder") != NO_MODEL
+
+    # the loss curve: axis labels "step" and "loss", each number a label of its own
+    labels = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#daisy-peer svg.daisy-loss text')]
+                                 .map((t) => [t.getAttribute('class'), t.textContent]))""")
+    assert labels["daisy-plot-x-axis"] == "step" and labels["daisy-plot-y-axis"] == "loss", labels
+    assert labels["daisy-plot-x-max"] == str(at), labels
+    for key in ("daisy-plot-y-min", "daisy-plot-y-max"):
+        float(labels[key])                       # a number alone, not "2.298 · step 1"
+    assert labels["daisy-plot-title"], labels
+
+    # Continue goes on from the stopped step: the same hashes as one uninterrupted run
+    page.evaluate("""() => { window.stepHashes = {};
+                             window.daisy.on('step', (e) => { window.stepHashes[e.step] = e.hash; }); }""")
+    page.get_by_role("button", name=f"Continue from step {at} of 10000", exact=True).click()
+    wait_state(page, f"s.running && s.step >= {at + 3}", "continued steps")
+    page.evaluate("window.daisy.stop()")
+    wait_state(page, "!s.running", "continued run stopped")
+    continued = page.evaluate("window.stepHashes")
+    assert min(int(k) for k in continued) == at + 1, f"Continue did not go on at step {at + 1}: {sorted(continued)[:5]}"
+    page.evaluate("() => { window.stepHashes = {}; }")
+    page.evaluate("(cfg) => window.daisy.start(cfg)", {**tiny, "resume": False})
+    wait_state(page, f"s.step >= {at + 3}", "the uninterrupted run")
+    page.evaluate("window.daisy.stop()")
+    wait_state(page, "!s.running", "uninterrupted run stopped")
+    whole = page.evaluate("window.stepHashes")
+    assert min(int(k) for k in whole) == 1, "resume: false did not start at step 0"
+    for k in range(at + 1, at + 4):
+        assert continued[str(k)] == whole[str(k)], f"step {k}: continued {continued[str(k)]}, uninterrupted {whole[str(k)]}"
+    err = page.evaluate("window.daisy.start({resume: 'yes'}).then(() => 'started', (e) => e.message)")
+    assert err == 'resume must be true or false, got "yes"', err
+
+    # Start a new run runs the sliders' settings (the defaults here)
+    page.get_by_role("button", name="Start a new run", exact=True).click()
     wait_state(page, "s.running && s.step >= 1", "run from the button")
     got = {k: v for k, v in state(page)["config"].items() if k in {n for n, *_ in SETTINGS}}
     assert got == {n: getattr(Config(), n) for n, *_ in SETTINGS}, got
-    page.get_by_role("button", name="Start training").click()      # a second start is refused
+    assert not page.locator("#daisy-continue").is_visible(), "Continue offered while a run is going"
+    page.get_by_role("button", name="Start a new run", exact=True).click()      # a second start is refused
     page.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('already going')",
                            timeout=WAIT_MS)
     page.get_by_role("button", name="Stop", exact=True).click()
@@ -195,3 +253,37 @@ def test_start_trains_and_the_hash_moves(servers, pages):
     err = page.evaluate("(cfg) => window.daisy.start(cfg).then(() => 'started', (e) => e.message)",
                         {"width": 999})
     assert "model width (width) must be in 16..128" in err, err
+
+
+def set_box(page, name: str, value: str) -> None:
+    box = page.locator(f"#setting-{name} input[type=number]")
+    box.fill(value)
+    box.press("Enter")
+
+
+def test_settings_outside_the_sliders_are_refused_by_name(servers, pages):
+    page = open_peer(pages, servers["main"] + "/", "settings")
+    wait_state(page, "s.path !== null", "compute path decided")
+    cases = [
+        ("width", "17", "Model width must be one of 16, 32, …, 128 (steps of 16); the box says 17."),
+        ("batch", "2.5", "Batch per device must be a whole number from 2 to 32; the box says 2.5."),
+    ]
+    for name, typed, message in cases:
+        set_box(page, name, typed)
+        page.get_by_role("button", name="Start training", exact=True).click()
+        try:
+            page.wait_for_function("(m) => document.querySelector('#daisy-start-status').innerText.includes(m)",
+                                   arg=message, timeout=WAIT_MS)
+        except Exception:
+            raise AssertionError(f"{name}={typed}: the page says {page.inner_text('#daisy-start-status')!r}")
+        assert "heads" not in page.inner_text("#daisy-start-status")
+        s = state(page)
+        assert not s["running"] and s["step"] == 0 and s["error"] == "", s
+        set_box(page, name, str(getattr(Config(), name)))
+    # the sliders' own values start, and the line under the buttons clears
+    set_box(page, "steps", "100")
+    page.get_by_role("button", name="Start training", exact=True).click()
+    wait_state(page, "s.running && s.step >= 1", "a run with the sliders' values")
+    page.wait_for_function("document.querySelector('#daisy-start-status').innerText.trim() === ''", timeout=WAIT_MS)
+    page.evaluate("window.daisy.stop()")
+    wait_state(page, "!s.running", "stopped")

@@ -31,7 +31,8 @@ from daisy.files.checkpoint import load_checkpoint, param_shapes
 from daisy.config import Config
 from daisy.generate import generate
 from daisy.hashing import weight_hash
-from daisy.space.server import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, NO_MODEL, decode_state, encode_state
+from daisy.space.model_routes import MAX_CHECKPOINT_BYTES, MAX_STATE_BYTES, decode_state, encode_state
+from daisy.space.page import NO_MODEL
 from daisy.tokenizer import TOKENIZER_ID
 from tests.app_server import REPO_ROOT, WAIT_MS, open_peer, running_app, state, wait_state
 
@@ -111,11 +112,17 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
     assert ck.weight_hash == trained["hash"]
     assert float(np.abs(ck.adam_v["head.weight"]).max()) > 0, "Adam's v did not travel"
 
+    # --- after the run, the model widgets say what the tab holds without a click
+    a.wait_for_function("!document.querySelector('#model-status').innerText.includes('Train or load')", timeout=WAIT_MS)
+    assert trained["hash"][:16] in a.inner_text("#model-status"), a.inner_text("#model-status")
+    assert a.evaluate("document.querySelector('#gen-output textarea').placeholder") != NO_MODEL
+
     # --- Generate in the page (the widget's defaults) == the Python reference on those weights
     cfg = Config(**TINY)
     want, _ = generate(ck.params, cfg, "The ", 200, temperature=0.8, top_k=40, seed=0)
     a.get_by_role("button", name="Generate", exact=True).click()
-    a.wait_for_function(f"document.querySelector('#gen-output textarea').value !== {json.dumps(NO_MODEL)}",
+    # the box is empty until Generate answers (its placeholder says what to do)
+    a.wait_for_function(f"(() => {{ const v = document.querySelector('#gen-output textarea').value; return v !== '' && v !== {json.dumps(NO_MODEL)}; }})()",
                         timeout=WAIT_MS)
     shown = a.evaluate("document.querySelector('#gen-output textarea').value")
     assert shown == "The " + want, first_mismatch(shown, "The " + want)
@@ -123,6 +130,15 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
     got = a.evaluate("window.daisy.generate('Once upon', {temperature: 1.3, topK: 0, seed: 99, tokens: 37})")
     want2, _ = generate(ck.params, cfg, "Once upon", 37, temperature=1.3, top_k=0, seed=99)
     assert got == want2, first_mismatch(got, want2)
+
+    # --- temperature 0 is greedy on the page as in Python (the slider reaches 0)
+    box = a.locator("#gen-temperature input[type=number]")
+    box.fill("0")
+    box.press("Enter")
+    a.get_by_role("button", name="Generate", exact=True).click()
+    want0, _ = generate(ck.params, cfg, "The ", 200, temperature=0.0, top_k=40, seed=0)
+    a.wait_for_function("(t) => document.querySelector('#gen-output textarea').value === t", arg="The " + want0,
+                        timeout=WAIT_MS)
 
     # --- model.safetensors: opens with the safetensors package, same tensors as the .pt
     st = tmp_path / "model.safetensors"
@@ -145,18 +161,26 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
     # --- another page (fresh browser context) loads the .pt: same hash and step. It opens a room
     # of its own, so its resumed run is a one-peer run like the CLI's (page a would join it)
     b = open_peer(pages, app_url + "/?room=solo-" + secrets.token_hex(6), "loader")
+    b.get_by_role("button", name="Generate", exact=True).click()     # before the load: "Train or load…"
+    b.wait_for_function(f"document.querySelector('#gen-output textarea').value === {json.dumps(NO_MODEL)}",
+                        timeout=WAIT_MS)
     msg = pick_checkpoint(b, pt)
     assert msg.startswith("Loaded page.pt") and trained["hash"][:16] in msg, msg
     loaded = state(b)
     assert (loaded["hash"], loaded["step"]) == (trained["hash"], trained["step"]), loaded
     assert loaded["config"]["width"] == 16 and loaded["runState"] == "loaded", loaded
     assert b.evaluate("window.daisy.hasModel()") is True
+    # right under the loader's green line, the widgets no longer say "Train or load a model first."
+    b.wait_for_function("!document.querySelector('#model-status').innerText.includes('Train or load')", timeout=WAIT_MS)
+    b.wait_for_function("document.querySelector('#gen-output textarea').value === ''", timeout=WAIT_MS)
+    assert NO_MODEL not in b.inner_text("#ckpt-load"), b.inner_text("#ckpt-load")
+    assert b.get_by_role("button", name="Start a new run", exact=True).count() == 1
 
-    # --- resume with the Start button (sliders at their defaults: the checkpoint's config wins)
+    # --- resume with the Continue button (sliders at their defaults: the checkpoint's config wins)
     b.evaluate("""() => { window.stepHashes = {};
                           window.daisy.on('step', (e) => { window.stepHashes[e.step] = e.hash; }); }""")
-    b.get_by_role("button", name="Start training", exact=True).click()
     s0 = trained["step"]
+    b.get_by_role("button", name=f"Continue from step {s0} of {TINY['steps']}", exact=True).click()
     wait_state(b, f"s.step >= {s0 + RESUME_STEPS}", "resumed steps")
     b.evaluate("window.daisy.stop()")
     wait_state(b, "!s.running", "resumed run stopped")
@@ -294,3 +318,22 @@ def test_model_routes_check_the_state_body(app_url):
     refused("/api/load", b"\x00" * (MAX_CHECKPOINT_BYTES + 1), 413, "over the limit")
     refused("/api/load", b"PK\x03\x04 junk", 400, "not a PyTorch zip checkpoint")
     assert httpx.get(app_url + "/data/info", timeout=10).status_code == 200     # still serving
+
+
+def test_a_finished_checkpoint_offers_only_a_new_run(app_url, pages, tmp_path):
+    from daisy import train
+    done = tmp_path / "done.pt"
+    flags = ["--peers", "1", "--save", str(done)]
+    for k, v in {**TINY, "steps": 100}.items():
+        flags += [{"lr_x1000": "--lr"}.get(k, "--" + k.replace("_", "-")), str(v)]
+    assert train.main(flags) == 0
+    page = open_peer(pages, app_url + "/?room=done-" + secrets.token_hex(6), "finished")
+    assert pick_checkpoint(page, done).startswith("Loaded done.pt")
+    s = state(page)
+    assert s["step"] == 100 and s["resumable"] is None, s
+    assert "Its run is complete: Start a new run" in s["message"], s["message"]
+    page.get_by_role("button", name="Start a new run", exact=True).wait_for(timeout=WAIT_MS)
+    assert not page.locator("#daisy-continue").is_visible(), "Continue offered for a finished run"
+    err = page.evaluate("window.daisy.start({resume: true}).then(() => 'started', (e) => e.message)")
+    assert err == "nothing to continue: the model is at the last step of its run (100 of 100); start a new run", err
+    assert state(page)["hash"] == s["hash"] and not state(page)["running"]

@@ -1,6 +1,6 @@
 """The *state body*: one replica (weights, optionally Adam's moments) as compact bytes.
 
-The page sends its replica to the model routes (daisy/space/server.py) in this form and gets a loaded
+The page sends its replica to the model routes (daisy/space/model_routes.py) in this form and gets a loaded
 checkpoint back in it; frontend_js/state_codec.js is its JS twin (one module per language).
 
     bytes 0..7     u64 LE  N = length of the header (a multiple of 8: JSON padded with spaces)

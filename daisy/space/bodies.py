@@ -1,4 +1,4 @@
-"""Request bodies and refusals shared by the app's HTTP routes (daisy/space/server.py,
+"""Request bodies and refusals shared by the app's HTTP routes (daisy/space/model_routes.py,
 daisy/space/group_run.py): a body is read under a byte limit, and a refusal is JSON
 {"error": message naming the problem}."""
 from __future__ import annotations

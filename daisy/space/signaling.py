@@ -671,7 +671,7 @@ class SignalingHub:
             target.send({"type": "approved", "role": "member", "peers": self._roster(target)})
             self._announce_arrival(target)
         else:
-            target.send({"type": "rejected", "reason": "the host declined the request"})
+            target.send({"type": "rejected", "reason": "the host declined the request to join"})
             target.conn.close(CLOSE_REJECTED, "rejected by the host")
             if target.addr:  # no reconnect-and-ask loop from that address
                 self._cooldowns[(target.addr, seat.group.key)] = \

@@ -87,6 +87,8 @@ export async function boot() {
     error.textContent = `Cannot use this kit: ${e.message}`;
     error.hidden = false;
     status.textContent = 'weights refused';
+    $('hash').textContent = 'check failed';        // not "(checking)" forever: the check ran and failed
+    $('hash').title = e.message;
     document.body.dataset.state = 'error';
     return;
   }

@@ -2,11 +2,12 @@
 // with it: generate text in the page (generate.js), turn it into files through the model routes
 // (the state body, state_codec.js, POSTed to /api/checkpoint.pt, /api/model.safetensors,
 // /api/kit.html), and load a checkpoint (/api/load checks the .pt; loadState is THE way a
-// replica is replaced). After a load, Start resumes that run from its step with its config.
+// replica is replaced). A loaded checkpoint or a stopped run can be continued from its step with
+// its config (resumePoint; run.js start({resume: true})).
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
 import { encodeState, decodeState } from '../state_codec.js';
 
-const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.server.MAX_CHECKPOINT_BYTES
+const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.model_routes.MAX_CHECKPOINT_BYTES
 export const NO_MODEL = 'no model yet: train or load one first';
 
 export class ModelStore {
@@ -15,7 +16,8 @@ export class ModelStore {
     this.model = null;         // {cfg, replicas: [Replica]}: generation and files read it
     this.step = 0;             // the model's step (a checkpoint's `step`)
     this.extra = null;         // what the model was trained on ({data, data_id}), kept in files
-    this.resumable = false;    // a loaded model the next Start continues
+    this.resumable = false;    // a loaded model: start() without `resume` continues it (as it always did)
+    this.stopped = false;      // a stopped run's state, whole (its Adam count at its step): start({resume: true}) continues it
   }
 
   // the model a run trains (generation and files read it mid-run too)
@@ -24,9 +26,25 @@ export class ModelStore {
     this.step = step;
     this.extra = extra;
     this.resumable = false;
+    this.stopped = false;
   }
 
   has() { return this.model !== null; }
+
+  // What Continue would do: {step, steps, from: 'loaded' | 'stopped'} while this tab holds a
+  // loaded checkpoint or a stopped run short of its last step; else null (state().resumable).
+  resumePoint() {
+    if (!this.model || !(this.resumable || this.stopped)) return null;
+    const steps = this.model.cfg.steps;
+    if (this.step >= steps) return null;
+    return { step: this.step, steps, from: this.resumable ? 'loaded' : 'stopped' };
+  }
+
+  // a run ended: its state can be continued when it stopped cleanly between steps (not after a
+  // replica mismatch or a failure: those states are not the group's)
+  runEnded(replica, runState, error) {
+    this.stopped = runState === 'stopped' && error !== 'replica mismatch' && replica.adam.t === this.step;
+  }
 
   // Text continuing `prompt`, sampled in this page from the current weights (a copy: a run
   // going on meanwhile does not change them mid-way). Same bits as daisy.generate.generate.
@@ -140,11 +158,13 @@ export class ModelStore {
     this.step = state.step;
     this.extra = state.extra && typeof state.extra === 'object' ? { ...state.extra } : null;
     this.resumable = true;
+    this.stopped = false;
     const left = cfg.steps - state.step;
     this.peer.set({ config: cfg, step: state.step, totalSteps: cfg.steps, hash, loss: null, curve: [],
                tokensPerS: null, replicas: null, runState: 'loaded', leader: null, error: '',
                message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${hash.slice(0, 16)}). ` +
-                        (left > 0 ? `Start training resumes it for the remaining ${left} steps.` : 'Its run is complete.') });
+                        (left > 0 ? `Continue from step ${state.step} trains its remaining ${left} steps; Start a new run begins again from step 0.`
+                                  : 'Its run is complete: Start a new run trains a new model from step 0 with the settings on the left.') });
     this.peer.announce();
     this.peer.bus.emit('model-loaded', { step: state.step, hash, config: { ...cfg } });
     return { step: state.step, hash, config: { ...cfg } };

@@ -34,7 +34,7 @@ export class Peer {
     this.room = params.get('room');
     this.s = {
       peerId: null, name: null, group: null, role: null, signal: 'connecting', rejected: false,
-      step: 0, totalSteps: 0, loss: null, hash: null, path: null, pathReason: '',
+      step: 0, totalSteps: 0, loss: null, hash: null, path: null, pathReason: '', pathLabel: '',
       peers: [], requests: [], running: false, runState: 'idle', leader: null,
       tokensPerS: null, replicas: null, config: null, curve: [], dataSource: null,
       message: '', error: '', engine: null,
@@ -66,7 +66,7 @@ export class Peer {
     const s = this.s;
     return { ...s, group: s.group && { ...s.group }, peers: s.peers.map((p) => ({ ...p })),
              requests: s.requests.map((r) => ({ ...r })), curve: s.curve.slice(),
-             config: s.config && { ...s.config } };
+             config: s.config && { ...s.config }, resumable: this.models.resumePoint() };
   }
 
   set(patch) {
@@ -136,7 +136,9 @@ export class Peer {
     on('signal', (m) => this.onSignal(m.from, m.data));
     on('relay', (m) => this.onRelay(m.from, m.data));
     on('rejected', (m) => {
-      this.set({ rejected: true, message: `The room host declined your request (${m.reason}).` });
+      // the server's reason says who declined what (daisy/space/signaling.py); say it once
+      const why = typeof m.reason === 'string' && m.reason ? m.reason : 'the host declined the request';
+      this.set({ rejected: true, message: `Not admitted to room "${this.room}": ${why}. Reload the page to ask again.` });
       this.bus.emit('rejected', m);
     });
     on('error', (m) => {
@@ -298,34 +300,44 @@ export class Peer {
     this.cpuBackend = await this.loadCpuBackend();
     let path = 'cpu';
     let reason = 'WebGPU not available in this browser';
+    let why = 'no WebGPU';       // the short label's part (pathLabel); `reason` is the details
     // ?gpu=off: the CPU path even where WebGPU works; ?gpu=all: every GEMM on the GPU, even
     // where the CPU would be faster (checking a GPU); default 'auto' (gpu.js gpuPays)
     const gpuChoice = this.params.get('gpu') || 'auto';
-    if (gpuChoice === 'off') reason = 'WebGPU turned off by ?gpu=off';
+    if (gpuChoice === 'off') { reason = 'WebGPU turned off by ?gpu=off'; why = 'WebGPU off (?gpu=off)'; }
     else if (navigator.gpu && this.modules.has('gpu/gpu.js')) {
       try {
         const gpu = await import('../gpu/gpu.js');
         this.gpu = gpu;
         const engine = await gpu.createGpuEngine({
           route: gpuChoice === 'all' ? 'all' : 'auto', cpu: this.cpuBackend?.engine,
-          onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}` }),
+          onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}`,
+                                                    pathLabel: `CPU (${this.cpuBackend?.name || 'cpu'}) — GPU disabled after a fault` }),
         });
         this.gpuEngine = engine;
         if (this.cpuBackend) this.gpuBackend = (await import('../engines.js')).withEngine(this.cpuBackend, engine);
         if (engine.status.path === 'gpu') {
           path = 'gpu';
           reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
+          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps run on the CPU
+          why = engine.route && engine.route.minMacs === Infinity ? 'WebGPU adapter is software' : null;
         } else {
           reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
+          why = 'GPU unusable';
         }
       } catch (err) {
         reason = `GPU engine failed to start: ${err.message || err}`;
+        why = 'GPU engine failed to start';
       }
     } else if (navigator.gpu) {
       reason = 'GPU engine not available in this build';
+      why = 'no GPU engine in this build';
     }
     const cpuName = this.cpuBackend ? this.cpuBackend.name : 'cpu';
-    this.set({ path, pathReason: reason, engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });
+    const label = !why
+      ? `GPU (WebGPU${gpuChoice === 'all' ? ', every GEMM' : `; small GEMMs on ${cpuName}`})` : `CPU (${cpuName}) — ${why}`;
+    this.set({ path, pathReason: reason, pathLabel: label,
+               engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });
     this.announce();
   }
 

@@ -120,12 +120,22 @@ export class RunController {
     if (this.joining) throw new Error('this device is being synced into the group\'s run');
     const other = s.peers.find((q) => q.id !== s.peerId && /^training/.test(q.state || ''));
     if (other) throw new Error(`a run is already going in this group (${other.name} is training): one run per group; this device joins it once linked`);
+    // resume: true continues the model this tab holds (a loaded checkpoint or a stopped run) from
+    // its step with its config; false starts a new run from step 0; absent: a loaded checkpoint
+    // short of its last step is continued (the API's behaviour before `resume` existed)
+    const { resume: want, ...settings } = config || {};
+    if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
+    const m = p.models;
+    const point = m.resumePoint();
+    if (want === true && !point) {
+      throw new Error(!m.model ? 'nothing to continue: this tab holds no model (train or load one)'
+        : `nothing to continue: the model is at the last step of its run (${m.step} of ${m.model.cfg.steps}); start a new run`);
+    }
     const c = await p.compute();
     await p.pathReady;
     const dataId = await p.dataId();
-    const m = p.models;
-    const resume = m.resumable && m.model && m.step < m.model.cfg.steps ? m.model : null;
-    const cfg = resume ? resume.cfg : c.config.makeConfig(config);
+    const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
+    const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
     // members: every admitted peer of the group whose link is up (waiting for links still opening)
     const candidates = s.peers.filter((q) => q.id !== s.peerId && q.role !== 'pending');
     await this.waitForLinks(candidates.map((q) => q.id));
@@ -1087,6 +1097,7 @@ export class RunController {
     this.lastRun = run;
     this.joinBackoffUntil = performance.now() + 3000;    // peers still finishing this run look 'training' a moment
     this.peer.models.step = run.completed;
+    this.peer.models.runEnded(run.replica, runState, error);
     this.peer.set({ running: false, runState, message, error, step: run.completed, hash: run.hash });
     this.peer.announce();
     this.peer.bus.emit('run-ended', { state: runState, step: run.completed, error, hash: run.hash, history: run.history.map((e) => e.slice()) });

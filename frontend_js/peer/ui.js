@@ -1,12 +1,12 @@
 // Page glue: builds the peer panel inside the one gr.HTML Gradio never re-renders, starts the
 // peer, and draws its state (peer list, join requests, live readouts, loss plot).
-//   mount(element)   called once by the panel's js_on_load (daisy/space/server.py)
+//   mount(element)   called once through widgets.js mount, the panel's js_on_load (daisy/space/page.py)
 // The panel element carries data-modules: the frontend_js files the server has, so the peer
 // imports optional parts (train.js, gpu.js) without probing for them with 404s.
 import { bus } from './bus.js';
 import { Peer, automationApi } from './peer.js';
 
-const PLOT_W = 600, PLOT_H = 160, PAD = 28;
+const PLOT_W = 600, PLOT_H = 180;
 
 const esc = (text) => String(text ?? '').replace(/[&<>"']/g, (c) => (
   { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
@@ -39,7 +39,7 @@ export function mount(element) {
       <div><b>tokens/s</b><span data-role="rate">–</span></div>
       <div><b>weight hash</b><span data-role="hash">–</span></div>
       <div><b>replica diff</b><span data-role="replicas">no run yet</span></div>
-      <div><b>compute</b><span data-role="path">checking…</span></div>
+      <div><b>compute</b><details class="daisy-compute"><summary data-role="path">checking…</summary><div data-role="path-detail"></div></details></div>
       <div><b>data</b><span data-role="data">checking…</span></div>
     </div>
     <svg class="daisy-loss" data-role="plot" viewBox="0 0 ${PLOT_W} ${PLOT_H}" preserveAspectRatio="none"
@@ -75,7 +75,11 @@ export function mount(element) {
     $('hash').textContent = s.hash ? s.hash.slice(0, 16) : '–';
     $('hash').title = s.hash || '';
     $('replicas').textContent = replicaText(s);
-    $('path').textContent = s.path ? `${s.path.toUpperCase()}: ${s.pathReason}` : 'checking…';
+    // a short label; the reason and the engine on demand (the <details>, and the label's title)
+    $('path').textContent = s.path ? (s.pathLabel || s.path.toUpperCase()) : 'checking…';
+    const detail = s.path ? `${s.pathReason}${s.engine ? ` (steps on ${s.engine})` : ''}` : '';
+    $('path').title = detail;
+    if ($('path-detail').textContent !== detail) $('path-detail').textContent = detail;
     $('data').textContent = dataText(s.dataSource);
     drawPlot($('plot'), s.curve);
   };
@@ -120,30 +124,51 @@ function dataText(d) {
   return d.reason || d.source;
 }
 
-// The loss curve as an SVG polyline over (step, loss), axes labelled with the ranges.
-function drawPlot(svg, curve) {
+// The loss curve as an SVG polyline over (step, loss) in a frame whose axes are labelled: "step"
+// under the x axis with the first and last step at its ends, "loss" beside the y axis with the
+// highest and lowest loss at its ends; each number is its own label.
+const PLOT_L = 56, PLOT_R = 12, PLOT_T = 22, PLOT_B = 30;
+
+export function plotMarkup(curve, width = PLOT_W) {
+  const frame = `<text class="daisy-plot-title" x="${width / 2}" y="14" text-anchor="middle" font-size="12" fill="currentColor">loss per step</text>`;
   if (curve.length === 0) {
-    svg.innerHTML = `<text x="${PLOT_W / 2}" y="${PLOT_H / 2}" text-anchor="middle" font-size="12" fill="currentColor" opacity="0.6">loss curve: no run yet</text>`;
-    return;
+    return frame + `<text x="${width / 2}" y="${PLOT_H / 2}" text-anchor="middle" font-size="12" fill="currentColor" opacity="0.6">loss curve: no run yet</text>`;
   }
   let s0 = curve[0][0], s1 = curve[curve.length - 1][0], lo = Infinity, hi = -Infinity;
   for (const [, loss] of curve) { if (loss < lo) lo = loss; if (loss > hi) hi = loss; }
   if (s1 === s0) s1 = s0 + 1;
   if (hi === lo) hi = lo + 1e-6;
-  const x = (st) => PAD + ((st - s0) / (s1 - s0)) * (PLOT_W - 2 * PAD);
-  const y = (l) => PLOT_H - PAD + -((l - lo) / (hi - lo)) * (PLOT_H - 2 * PAD);
+  const x0 = PLOT_L, x1 = width - PLOT_R, y0 = PLOT_T, y1 = PLOT_H - PLOT_B;
+  const x = (st) => x0 + ((st - s0) / (s1 - s0)) * (x1 - x0);
+  const y = (l) => y1 - ((l - lo) / (hi - lo)) * (y1 - y0);
   const points = curve.map(([st, l]) => `${x(st).toFixed(1)},${y(l).toFixed(1)}`).join(' ');
-  svg.innerHTML =
+  const label = (cls, tx, ty, anchor, text) =>
+    `<text class="${cls}" x="${tx}" y="${ty}" font-size="11" text-anchor="${anchor}" fill="currentColor">${text}</text>`;
+  return frame +
+    `<path d="M${x0},${y0} V${y1} H${x1}" fill="none" stroke="currentColor" stroke-opacity="0.4"/>` +
     `<polyline fill="none" stroke="#2563eb" stroke-width="1.5" points="${points}"/>` +
-    `<text x="${PAD}" y="${PAD - 8}" font-size="11" fill="currentColor">${hi.toFixed(3)}</text>` +
-    `<text x="${PAD}" y="${PLOT_H - 6}" font-size="11" fill="currentColor">${lo.toFixed(3)} · step ${s0}</text>` +
-    `<text x="${PLOT_W - PAD}" y="${PLOT_H - 6}" font-size="11" text-anchor="end" fill="currentColor">step ${s1}</text>`;
+    label('daisy-plot-y-max', x0 - 4, y0 + 4, 'end', hi.toFixed(3)) +
+    label('daisy-plot-y-min', x0 - 4, y1, 'end', lo.toFixed(3)) +
+    `<text class="daisy-plot-y-axis" x="12" y="${(y0 + y1) / 2}" font-size="11" text-anchor="middle" fill="currentColor" transform="rotate(-90 12 ${(y0 + y1) / 2})">loss</text>` +
+    label('daisy-plot-x-min', x0, y1 + 14, 'start', String(s0)) +
+    label('daisy-plot-x-max', x1, y1 + 14, 'end', String(s1)) +
+    label('daisy-plot-x-axis', (x0 + x1) / 2, y1 + 24, 'middle', 'step');
+}
+
+// the viewBox follows the element's width, so the labels are not stretched with it
+function drawPlot(svg, curve) {
+  const width = Math.max(300, Math.round(svg.clientWidth || PLOT_W));
+  if (svg.dataset.width !== String(width)) {
+    svg.dataset.width = String(width);
+    svg.setAttribute('viewBox', `0 0 ${width} ${PLOT_H}`);
+  }
+  svg.innerHTML = plotMarkup(curve, width);
 }
 
 // The checkpoint loader (its own gr.HTML beside the download buttons, never re-rendered): the
 // button opens a native file picker; the picked .pt goes to window.daisy.load, and the result
 // (or the server's reason for refusing it) is shown next to the button.
-//   mountLoader(element)   called once by that gr.HTML's js_on_load (daisy/space/server.py)
+//   mountLoader(element)   called once through widgets.js, that gr.HTML's js_on_load (daisy/space/page.py)
 export function mountLoader(element) {
   const $ = (role) => element.querySelector(`[data-role="${role}"]`);
   const button = $('load-button'), input = $('load-file'), status = $('load-status');
