@@ -129,6 +129,7 @@ class Pool {
   // parts[t]: the calls ([name, ...args]) of thread t; thread 0 is the caller. Returns when all ran.
   run(parts) {
     const n = this.workers.length;
+    if (this.clock) return this.timedRun(parts);
     if (n === 0 || parts.slice(1).every((p) => !p || p.length === 0)) {
       for (const [name, ...args] of parts[0] || []) this.fns[K[name]](...args);
       return;
@@ -149,6 +150,20 @@ class Pool {
     if (mine) throw mine;
     const bad = Atomics.exchange(this.i32, CTL.ERR, 0);
     if (bad) throw new Error(`thread ${bad - 1} failed: ${this.errors.shift() || 'a kernel trapped'}`);
+  }
+
+  // run() under a profile (bench/profile_cpu_step.mjs): clock.add(what, ms) per kernel call on one
+  // thread, per job (named by its first kernel) on several
+  timedRun(parts) {
+    const clock = this.clock, now = () => performance.now();
+    this.clock = null;
+    try {
+      if (parts.length === 1) {
+        for (const call of parts[0]) { const t = now(); this.run([[call]]); clock.add(call[0], now() - t); }
+      } else {
+        const t = now(); this.run(parts); clock.add(`${parts[0][0][0]} (all threads)`, now() - t);
+      }
+    } finally { this.clock = clock; }
   }
 
   close() {
@@ -418,5 +433,6 @@ export async function createThreadedBackend({ threads } = {}) {
     parts: { rows: `wasm-simd x${n} threads`, adam: base.parts.adam }, notes: base.notes, threads: n,
     newArena: () => new StepArena({ chunk: (len) => pool.heap.f64(len), drop: (c) => pool.heap.dropF64(c) }),
   });
-  return Object.freeze({ ...backend, name: engine.name, close: () => pool.close() });
+  // profile(clock): clock.add(kernel, ms) for every kernel job from now on (null: off)
+  return Object.freeze({ ...backend, name: engine.name, close: () => pool.close(), profile: (clock) => { pool.clock = clock; } });
 }
