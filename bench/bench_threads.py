@@ -48,7 +48,9 @@ def main():
             torch_ms.append(time_torch(cfg, stream, steps=steps, reps=reps))
             r = subprocess.run([args.node, "bench/bench_threads.mjs", "--config", name, "--threads", args.threads,
                                 "--steps", str(steps), "--reps", str(reps), "--warmup", str(warmup), "--json"],
-                               cwd=ROOT, capture_output=True, text=True, check=True)
+                               cwd=ROOT, capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"bench_threads.mjs failed ({name}):\n{r.stderr[-3000:]}")
             runs.append(json.loads(r.stdout))
         t = statistics.median(torch_ms)
         print(f"| {name} | PyTorch float32 CPU (2 threads) | {t:.2f} | 1.00 |")

@@ -24,7 +24,7 @@ export class StepArena {
     if (this.chunks.length > 1) {
       const peak = Math.max(this.used, MIN_CHUNK);
       for (const c of this.chunks) this.dropChunk(c);
-      this.chunks = [this.newChunk(peak)];
+      this.chunks.splice(0, this.chunks.length, this.newChunk(peak));   // the same array (threads.js holds it)
     }
     this.index = 0; this.offset = 0; this.used = 0;
   }

@@ -23,8 +23,10 @@ import { KERNEL_ID as K, CTL, STOP, controlBytes, writeSlot } from './thread_job
 export const MAX_THREADS = 16;
 const PAGE = 65536, MAX_PAGES = 32768;            // 2 GiB of address space at most, grown on demand
 const GUARD = 64;                                 // bytes after every block: the kernels' pair/quad loops read past an end
-// below these sizes a call stays on the caller (the dispatch costs ~tens of microseconds)
-export const MIN_UNIT_MACS = 1 << 19, MIN_ROW_ELEMENTS = 1 << 15;
+// below these sizes a call stays on the caller: a job's dispatch and wake-ups cost tens of
+// microseconds, and at the default settings (largest unit 2.1M MACs) two threads measured slower
+// than one (TEST_RESULTS.md, "Threads"); every unit and row piece of the largest settings is above
+export const MIN_UNIT_MACS = 1 << 22, MIN_ROW_ELEMENTS = 1 << 17;
 
 const isNode = typeof process !== 'undefined' && !!(process.versions && process.versions.node);
 
@@ -219,7 +221,7 @@ class Scratch {
 }
 
 // The INT8 unit on the pool: units.qmatmulT's contract, the wasm engine's kernels.
-function threadedUnit(pool, scratch) {
+function threadedUnit(pool, scratch, minMacs) {
   const heap = pool.heap, T = pool.threads;
   // a Float64Array -> its offset in the shared memory, staging it at `stage` when it lives elsewhere
   const place = (x, stage) => {
@@ -261,7 +263,7 @@ function threadedUnit(pool, scratch) {
     const xa = place(a, oXa), xb = place(b, oXb), po = outPtr >= 0 ? outPtr : oOut;
     if (kp !== kk || mp !== m) new Int16Array(heap.buffer, oA, nb * mp * kp).fill(0);
     if (kp !== kk || np !== n) new Int16Array(heap.buffer, oB, nb * np * kp).fill(0);
-    const threads = nb * m * kk * n < MIN_UNIT_MACS ? 1 : T;
+    const threads = nb * m * kk * n < minMacs ? 1 : T;
     const quant = Array.from({ length: threads }, () => []);
     quantCalls(quant, xa, oA, oSa, nb, m, kk, mp, kp, !transA, threads);   // A's logical row i
     quantCalls(quant, xb, oB, oSb, nb, n, kk, np, kp, transB, threads);    // B's logical column j
@@ -296,9 +298,9 @@ function threadedUnit(pool, scratch) {
 // The row pieces on the pool (model.js's signatures). A piece whose shape would let a kernel's
 // vector loop write past a row into the next thread's rows falls back to the single-threaded
 // wasm piece (`base`), which computes in its own memory; see docs/VERIFICATION.md.
-function threadedRows(pool, scratch, base) {
+function threadedRows(pool, scratch, base, minElements) {
   const heap = pool.heap;
-  const threadsFor = (elements) => (elements < MIN_ROW_ELEMENTS ? 1 : pool.threads);
+  const threadsFor = (elements) => (elements < minElements ? 1 : pool.threads);
   const parts = (threads) => Array.from({ length: threads }, () => []);
   // inputs placed (staged when elsewhere) and the outputs' offsets (staged when elsewhere);
   // finish() copies staged outputs back
@@ -416,7 +418,8 @@ function threadedRows(pool, scratch, base) {
 // -> a backend (engines.js) whose GEMM unit and row pieces run on `threads` threads; Adam and the
 // hash are the wasm-simd backend's. Throws when the wasm-simd backend or threads are unavailable.
 // backend.close() ends the workers (an idle pool does not keep a Node process alive).
-export async function createThreadedBackend({ threads } = {}) {
+// minUnitMacs, minRowElements: the routing thresholds (tests set 0 to split every call)
+export async function createThreadedBackend({ threads, minUnitMacs = MIN_UNIT_MACS, minRowElements = MIN_ROW_ELEMENTS } = {}) {
   const n = threads ?? await defaultThreads();
   if (!(Number.isInteger(n) && n >= 1 && n <= MAX_THREADS)) throw new RangeError(`threads must be an integer in 1..${MAX_THREADS}, got ${n}`);
   const base = (await createBackends()).find((b) => b.name === 'wasm-simd');
@@ -424,14 +427,23 @@ export async function createThreadedBackend({ threads } = {}) {
   if (base.parts.rows !== 'wasm-simd') throw new Error(`the threaded backend needs the wasm row kernels: ${base.notes.join('; ')}`);
   const pool = await Pool.create(n);
   const scratch = new Scratch(pool.heap);
-  const engine = { name: 'wasm-simd-threads', threads: n, qmatmulT: threadedUnit(pool, scratch) };
-  const bad = gateUnit(engine);
+  const engine = { name: 'wasm-simd-threads', threads: n, qmatmulT: threadedUnit(pool, scratch, minUnitMacs) };
+  // the gate's shapes are small: it checks the unit as routed and with every call split
+  const bad = gateUnit(engine) || gateUnit({ qmatmulT: threadedUnit(pool, scratch, 0) });
   if (bad) { pool.close(); throw new Error(`the threaded unit failed its gate: ${bad}`); }
-  const rows = threadedRows(pool, scratch, base);
+  const rows = threadedRows(pool, scratch, base, minRowElements);
+  // an arena's chunks go back to the heap once the arena itself is garbage (a Group dropped without
+  // ceremony, as benches and tests do): its arrays are valid only while it lives, as any arena's
+  const dropped = new FinalizationRegistry((chunks) => { for (const c of chunks) pool.heap.dropF64(c); });
+  const newArena = () => {
+    const arena = new StepArena({ chunk: (len) => pool.heap.f64(len), drop: (c) => pool.heap.dropF64(c) });
+    dropped.register(arena, arena.chunks);       // reset() keeps this array, changing its contents
+    return arena;
+  };
   const backend = makeBackend({
     engine, rows, adam: base.adamStep, sha: base.sha, shaAsync: base.shaAsync,
     parts: { rows: `wasm-simd x${n} threads`, adam: base.parts.adam }, notes: base.notes, threads: n,
-    newArena: () => new StepArena({ chunk: (len) => pool.heap.f64(len), drop: (c) => pool.heap.dropF64(c) }),
+    newArena,
   });
   // profile(clock): clock.add(kernel, ms) for every kernel job from now on (null: off)
   return Object.freeze({ ...backend, name: engine.name, close: () => pool.close(), profile: (clock) => { pool.clock = clock; } });
