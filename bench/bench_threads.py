@@ -4,7 +4,7 @@
 Per config, ROUNDS alternating rounds of: bench_reference.time_torch (the same architecture in
 PyTorch float32, torch.set_num_threads(2)) and bench/bench_threads.mjs in node (the wasm-simd
 backend, then threads.js's backend on each thread count; hashes checked equal). Each number is
-the median of the rounds, each round a median of reps runs. Prints a markdown table with the
+the median of the rounds, each round a median of reps segments of one run after its warm-up. Prints a markdown table with the
 ratio to PyTorch. To emulate a 2-core device on a bigger one, run it under `taskset -c 0,1`.
 """
 import argparse

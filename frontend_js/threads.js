@@ -434,9 +434,15 @@ export async function createThreadedBackend({ threads, minUnitMacs = MIN_UNIT_MA
   const rows = threadedRows(pool, scratch, base, minRowElements);
   // an arena's chunks go back to the heap once the arena itself is garbage (a Group dropped without
   // ceremony, as benches and tests do): its arrays are valid only while it lives, as any arena's
-  const dropped = new FinalizationRegistry((chunks) => { for (const c of chunks) pool.heap.dropF64(c); });
+  // When the shared memory is full (its 2 GiB, or the system refuses to grow it), a chunk is a
+  // plain array: the kernels then stage it through the scratch block (slower, the same bits).
+  const chunk = (len) => {
+    try { return pool.heap.f64(len); } catch (e) { if (e instanceof RangeError) return new Float64Array(len); throw e; }
+  };
+  const drop = (c) => { if (pool.heap.ptr(c) >= 0) pool.heap.dropF64(c); };
+  const dropped = new FinalizationRegistry((chunks) => { for (const c of chunks) drop(c); });
   const newArena = () => {
-    const arena = new StepArena({ chunk: (len) => pool.heap.f64(len), drop: (c) => pool.heap.dropF64(c) });
+    const arena = new StepArena({ chunk, drop });
     dropped.register(arena, arena.chunks);       // reset() keeps this array, changing its contents
     return arena;
   };
