@@ -74,7 +74,7 @@ export class Group {
     while (this.replicas.length < peers) {
       const r = cloneReplica(this.replicas[0]);
       this.replicas.push(r);
-      this.trainers.push(new Trainer(this.cfg, r, this.batches, this.engine));
+      this.trainers.push(new Trainer(this.cfg, r, this.batches, this.backend));
     }
   }
 
