@@ -427,7 +427,11 @@ export async function createThreadedBackend({ threads, minUnitMacs = MIN_UNIT_MA
   if (base.parts.rows !== 'wasm-simd') throw new Error(`the threaded backend needs the wasm row kernels: ${base.notes.join('; ')}`);
   const pool = await Pool.create(n);
   const scratch = new Scratch(pool.heap);
-  const engine = { name: 'wasm-simd-threads', threads: n, qmatmulT: threadedUnit(pool, scratch, minUnitMacs) };
+  const engine = {
+    name: 'wasm-simd-threads', threads: n, qmatmulT: threadedUnit(pool, scratch, minUnitMacs),
+    // the bare integer entry points (units.js; a GPU engine's CPU fallback calls gemm): one thread
+    gemm: (...args) => base.engine.gemm(...args), gemmBT: (...args) => base.engine.gemmBT(...args),
+  };
   // the gate's shapes are small: it checks the unit as routed and with every call split
   const bad = gateUnit(engine) || gateUnit({ qmatmulT: threadedUnit(pool, scratch, 0) });
   if (bad) { pool.close(); throw new Error(`the threaded unit failed its gate: ${bad}`); }

@@ -122,3 +122,10 @@ test('the thread count: a bad one is refused by name; the default is the machine
   const n = await defaultThreads();
   assert.ok(n >= 1 && n <= MAX_THREADS, `default threads ${n}`);
 });
+
+test('the threaded engine keeps the integer entry points (a GPU engine\'s CPU fallback calls gemm)', async () => {
+  const be = await threaded(2);
+  const qa = Int8Array.from({ length: 2 * 3 * 5 }, (_, i) => ((i * 37) % 255) - 127), qb = Int8Array.from({ length: 2 * 5 * 4 }, (_, i) => ((i * 53) % 255) - 127);
+  const { cpuEngine } = await import('../../frontend_js/units.js');
+  assert.deepEqual(be.engine.gemm(qa, qb, 2, 3, 5, 4), cpuEngine.gemm(qa, qb, 2, 3, 5, 4));
+});
