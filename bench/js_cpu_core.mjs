@@ -7,14 +7,14 @@ import { Group } from '../frontend_js/train.js';
 import { createBackends, withEngine } from '../frontend_js/engines.js';
 import { cpuEngine } from '../frontend_js/units.js';
 
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+export const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 
 // steady state is what most of a run (300 steps by default) sees: the JIT compilers optimize hot
 // code after some calls (node 20 needs ~10 steps, Chromium's wasm and JS tiers ~50), so each rep
 // warms up first; the scalar path (10x slower) gets 10
 const WARMUP_STEPS = 50, WARMUP_STEPS_SCALAR = 10;
 
-async function stepMs(cfg, stream, backend, peers, steps, reps, warmup = WARMUP_STEPS) {
+export async function stepMs(cfg, stream, backend, peers, steps, reps, warmup = WARMUP_STEPS) {
   const times = [];
   for (let r = 0; r < reps; r++) {
     const g = new Group(cfg, peers, stream, backend);

@@ -7,10 +7,13 @@
 //   arena.zeros(n)    Float64Array(n) of +0.0
 // Chunks are plain ArrayBuffers (never detached), so arrays stay valid until the next reset even
 // when a step outgrows the arena; reset() then merges the chunks into one of the peak size.
+// A backend may place the chunks elsewhere (threads.js: in the worker pool's shared memory, so its
+// kernels read and write the arrays in place): new StepArena({ chunk(n), drop(chunk) }).
 const MIN_CHUNK = 1 << 16;                         // doubles (512 KB)
 
 export class StepArena {
-  constructor() {
+  constructor({ chunk = (n) => new Float64Array(n), drop = () => {} } = {}) {
+    this.newChunk = chunk; this.dropChunk = drop;
     this.chunks = [];          // Float64Array each
     this.index = 0;            // the chunk being filled
     this.offset = 0;           // doubles used in it
@@ -20,7 +23,8 @@ export class StepArena {
   reset() {
     if (this.chunks.length > 1) {
       const peak = Math.max(this.used, MIN_CHUNK);
-      this.chunks = [new Float64Array(peak)];
+      for (const c of this.chunks) this.dropChunk(c);
+      this.chunks.splice(0, this.chunks.length, this.newChunk(peak));   // the same array (threads.js holds it)
     }
     this.index = 0; this.offset = 0; this.used = 0;
   }
@@ -31,7 +35,7 @@ export class StepArena {
       this.index = chunk ? this.index + 1 : 0;
       chunk = this.chunks[this.index];
       if (!chunk || n > chunk.length) {
-        chunk = new Float64Array(Math.max(n, MIN_CHUNK, this.used));
+        chunk = this.newChunk(Math.max(n, MIN_CHUNK, this.used));
         this.chunks.splice(this.index, 0, chunk);
       }
       this.offset = 0;

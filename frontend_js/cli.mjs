@@ -12,6 +12,7 @@ import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { bestBackend } from './engines.js';
+import { createThreadedBackend, MAX_THREADS } from './threads.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
@@ -34,13 +35,15 @@ const FLAGS = {
     + 'text file (documents separated by two blank lines, as the built-in corpus); parquet is not '
     + 'read by the JS CLI (default: built-in corpus)'],
   '--json': ['json', 'one JSON object per step: step, loss, hashes'],
+  '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/threads.js; `
+    + 'the same bits for every count). Not a flag of daisy.train. Default: the single-threaded wasm-simd backend'],
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
 };
 const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
        [--layers LAYERS] [--heads HEADS] [--seed SEED] [--data DATA] [--json] [--save SAVE]
-       [--resume RESUME]`;
+       [--resume RESUME] [--threads THREADS]`;
 
 class UsageError extends Error {}
 
@@ -65,7 +68,7 @@ function pyInt(flag, s) {
 
 // argparse semantics: --flag VALUE or --flag=VALUE, unique prefixes, unknown args reported together
 export function parseArgs(argv) {
-  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000 };
+  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null };
   for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed']) args[k] = DEFAULTS[k];
   const unknown = [];
   for (let i = 0; i < argv.length; i++) {
@@ -105,6 +108,9 @@ export function parseArgs(argv) {
   if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
   if (args.peers !== null && args.roster !== null) {
     throw new UsageError('give --roster or --peers, not both (--peers N is the roster 0:N)');
+  }
+  if (args.threads !== null && !(args.threads >= 1 && args.threads <= MAX_THREADS)) {
+    throw new UsageError(`threads (--threads) must be in 1..${MAX_THREADS}, got ${args.threads}`);
   }
   if (args.peers !== null && !(args.peers >= 1 && args.peers <= MAX_PEERS)) {
     throw new UsageError(`peers (--peers) must be in 1..${MAX_PEERS}, got ${args.peers}`);
@@ -182,7 +188,8 @@ export async function main(argv) {
     process.stderr.write(`error: ${e.message}\n`);
     return 2;
   }
-  const group = new Group(cfg, peersAt(args.schedule, 0), stream, await bestBackend());
+  const backend = args.threads === null ? await bestBackend() : await createThreadedBackend({ threads: args.threads });
+  const group = new Group(cfg, peersAt(args.schedule, 0), stream, backend);
   const n = args.stop_after === null ? cfg.steps : args.stop_after;
   for (let i = 0; i < n; i++) {
     let r;

@@ -8,6 +8,9 @@
 //   weightHash(params) -> hex; weightHashAsync(params) -> Promise of the same hex (through
 //                 sha and shaAsync, hashing.js's {name, hexOf(parts)})
 //   parts         which implementation the other parts run: {rows, adam, sha, shaAsync}
+//   newArena()    a StepArena (arena.js) for a trainer's step arrays, where this backend wants them
+//                 (the threaded backend's are in its workers' shared memory; threads.js)
+//   threads       how many threads a step's kernels run on (1 but for threads.js's backend)
 //   notes         why a part is not its fast version (empty when every part is)
 // Families, best first: 'wasm-simd' (the WebAssembly SIMD GEMM, row kernels and Adam, each used
 // only after its gate against the JS mirror passed) and 'cpu' (the scalar GEMM and the JS mirror
@@ -20,14 +23,15 @@ import { createFloatKernels, rowPieces, adamUpdate } from './wasm_float.js';
 import { jsSha, paramBytes, createWasmSha, createSubtleSha, gateSha } from './hashing.js';
 import * as model from './model.js';
 import * as optim from './optim.js';
-import { freshF64 } from './arena.js';
+import { freshF64, StepArena } from './arena.js';
 
 const ROW_PIECES = ['rmsnorm', 'rmsnormBackward', 'causalSoftmax', 'softmaxBackward', 'relu', 'reluBackward', 'crossEntropy'];
 export const JS_ROWS = Object.freeze(Object.fromEntries(ROW_PIECES.map((k) => [k, model[k]])));
 
 // the parts -> a backend; rows/adam/sha default to the JS mirror. parts: names of the rows and
 // adam in use ('js' by default); sha, shaAsync: {name, hexOf(parts)} (hashing.js)
-export function makeBackend({ engine, rows = JS_ROWS, adam = optim.adamStep, sha = jsSha, shaAsync = null, parts = {}, notes = [] }) {
+export function makeBackend({ engine, rows = JS_ROWS, adam = optim.adamStep, sha = jsSha, shaAsync = null, parts = {}, notes = [],
+  newArena = () => new StepArena(), threads = 1 }) {
   if (!engine || !(engine.gemm || engine.qmatmulT)) throw new TypeError('backend: the engine needs gemm or qmatmulT (units.js)');
   for (const k of ROW_PIECES) if (typeof rows[k] !== 'function') throw new TypeError(`backend: the row piece ${k} is missing`);
   if (typeof adam !== 'function') throw new TypeError('backend: adamStep is missing');
@@ -42,6 +46,7 @@ export function makeBackend({ engine, rows = JS_ROWS, adam = optim.adamStep, sha
     weightHashAsync: async (params) => hashAsync.hexOf(paramBytes(params)),
     parts: Object.freeze({ rows: 'js', adam: 'js', ...parts, sha: sha.name, shaAsync: hashAsync.name }),
     notes: Object.freeze(notes.slice()),
+    newArena, threads,
   });
 }
 
@@ -50,8 +55,8 @@ export const referenceBackend = makeBackend({ engine: cpuEngine });
 // backend, engine -> the same parts with another GEMM engine (the GPU's, whose own CPU
 // fallback is the backend's engine)
 export function withEngine(backend, engine) {
-  const { sha, shaAsync, parts, notes } = backend;
-  return makeBackend({ engine, rows: backend, adam: backend.adamStep, sha, shaAsync, parts, notes });
+  const { sha, shaAsync, parts, notes, newArena, threads } = backend;
+  return makeBackend({ engine, rows: backend, adam: backend.adamStep, sha, shaAsync, parts, notes, newArena, threads });
 }
 
 // -> the fastest GEMM engine whose gate passed: {engine, note} (note: why not wasm-simd, or null)

@@ -9,7 +9,6 @@
 import { initParams, lossAndGrads, paramShapes, checkBackend } from './model.js';
 import { adamInit } from './optim.js';
 import { referenceBackend } from './engines.js';
-import { StepArena } from './arena.js';
 import { SimulatedCollective } from './collective.js';
 import { StreamBatches } from './peer/batch_source.js';
 
@@ -66,7 +65,7 @@ export class Group {
     this.replicas = replicas;
     this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
     this.collective = new SimulatedCollective(paramShapes(cfg));
-    this.arena = new StepArena();      // every array of a step; reused by the next step
+    this.arena = this.backend.newArena();   // every array of a step; reused by the next step
   }
 
   // slots 0..peers-1 from now on: a new slot gets a copy of replica 0; shrinking drops the highest
@@ -75,7 +74,7 @@ export class Group {
     while (this.replicas.length < peers) {
       const r = cloneReplica(this.replicas[0]);
       this.replicas.push(r);
-      this.trainers.push(new Trainer(this.cfg, r, this.batches, this.engine));
+      this.trainers.push(new Trainer(this.cfg, r, this.batches, this.backend));
     }
   }
 
@@ -91,7 +90,7 @@ export class Group {
         reduced.push(this.collective.exchange(s, roster, slot, r.loss, r.grads));
       }
     } catch (e) {
-      this.arena = new StepArena();      // a failed step's arrays are never handed out again
+      this.arena = this.backend.newArena();   // a failed step's arrays are never handed out again
       this.collective = new SimulatedCollective(paramShapes(this.cfg));
       throw e;
     }

@@ -124,7 +124,9 @@ const parseVars = (spec) => (spec ? spec.trim().split(/\s+/) : []).map((v) => {
 // One module: memory 0 (exported as 'mem'), functions added in order, exports named by the
 // functions themselves. bytes() assembles it: function i is the i-th added; types are the
 // distinct signatures in order of first use; exports are the memory, then the exported
-// functions in the order added.
+// functions in the order added. bytes({ sharedMaxPages }) assembles the same code over an
+// imported shared memory instead (import "env" "mem", limits shared, minPages..sharedMaxPages,
+// re-exported as 'mem'): the form worker threads instantiate over one memory (threads.js).
 export class Module {
   constructor({ minPages = 1 } = {}) {
     this.minPages = minPages;
@@ -148,7 +150,7 @@ export class Module {
     return handle;
   }
 
-  bytes() {
+  bytes({ sharedMaxPages = 0 } = {}) {
     const types = [], typeIndex = new Map();
     const typeOf = (f) => {
       const t = [0x60, ...vec(f.params.map(([, ty]) => [ty])), ...vec(f.result.map((ty) => [ty]))];
@@ -177,8 +179,9 @@ export class Module {
     return new Uint8Array(emit([], [
       0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,   // magic, version 1
       section(1, vec(types)),
+      sharedMaxPages ? section(2, vec([[...name('env'), ...name('mem'), 0x02, 0x03, ...uleb(this.minPages), ...uleb(sharedMaxPages)]])) : [],
       section(3, vec(funcTypes)),
-      section(5, vec([[0x00, ...uleb(this.minPages)]])),
+      sharedMaxPages ? [] : section(5, vec([[0x00, ...uleb(this.minPages)]])),
       section(7, vec(exports)),
       section(10, code),
     ]));

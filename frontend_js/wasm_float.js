@@ -217,6 +217,8 @@ floatModule.func('reluBack', { params: 'h dy out n', locals: 'i n1' }, (L) => [
 
 // the module's bytes
 export const floatWasm = () => floatModule.bytes();
+// the same module over an imported shared memory of at most maxPages (threads.js)
+export const floatWasmShared = (maxPages) => floatModule.bytes({ sharedMaxPages: maxPages });
 
 // byte offsets of consecutive f64 regions of the given lengths, each with 2 doubles of padding
 // (the pair loops reach one past an odd end) and 16-byte aligned; the last entry is the end

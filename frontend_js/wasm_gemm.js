@@ -127,15 +127,12 @@ locals: 'b i k p qrow amax:f64 s:f64 t:f64 vmax:v128 vs:v128 lo:v128 hi:v128',
 // j = stored column j. Walked row by row (contiguous reads): first the column maxima into s, then
 // s[b*R + j] = max(amax, 2^-60) / 127, then q[(b*Rp + j)*Kp + k] (i16) = quant(x[k, j] / s[j])
 const ROWS = ['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7'];
-gemmModule.func('qcols', {
-  params: 'xPtr qPtr sPtr batch R K Rp Kp',
-  locals: `b j k row sb qk qstride rstride ${ROWS.join(' ')} t:f64 v:v128 lo:v128 hi:v128 vj:v128 vj1:v128`,
-}, (L) => {
-  const rowAddr = [local.get(L.xPtr), local.get(L.b), local.get(L.K), i32.mul, local.get(L.k), i32.add, local.get(L.R), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.row)];
+const qcolsBody = (ldName) => (L) => {
+  const rowAddr = [local.get(L.xPtr), local.get(L.b), local.get(L.K), i32.mul, local.get(L.k), i32.add, local.get(L[ldName]), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.row)];
   const qkAddr = [local.get(L.qPtr), local.get(L.b), local.get(L.Rp), i32.mul, local.get(L.Kp), i32.mul, local.get(L.k), i32.add, i32.const(1), i32.shl, i32.add, local.set(L.qk)];
   return [
     clampVectors(L.lo, L.hi),
-    local.get(L.Kp), i32.const(1), i32.shl, local.set(L.qstride), local.get(L.R), i32.const(3), i32.shl, local.set(L.rstride),
+    local.get(L.Kp), i32.const(1), i32.shl, local.set(L.qstride), local.get(L[ldName]), i32.const(3), i32.shl, local.set(L.rstride),
     forRange(L.b, L.batch, [
       local.get(L.sPtr), local.get(L.b), local.get(L.R), i32.mul, i32.const(3), i32.shl, i32.add, local.set(L.sb),
       forRange(L.j, L.R, [addr8(L.sb, L.j), f64.const(0), f64.store()]),
@@ -179,7 +176,9 @@ gemmModule.func('qcols', {
       ]),
     ]),
   ];
-});
+};
+const QCOLS_LOCALS = `b j k row sb qk qstride rstride ${ROWS.join(' ')} t:f64 v:v128 lo:v128 hi:v128 vj:v128 vj1:v128`;
+gemmModule.func('qcols', { params: 'xPtr qPtr sPtr batch R K Rp Kp', locals: QCOLS_LOCALS }, qcolsBody('R'));
 
 // epi(cPtr, srPtr, scPtr, outPtr, batch, M, N, Mp, Np):
 // out[(b*M + i)*N + j] = (f64(c[(b*Mp + i)*Np + j]) * sr[b*M + i]) * sc[b*N + j]
@@ -274,7 +273,13 @@ gemmModule.func('pack8', { params: 'src dst n', locals: 'k' }, (L) => [
 ]);
 
 
+// qcolsLd(..., ld): qcols over R columns of a wider (K, ld) store (x at its first column): the
+// same operations per logical row, so a worker thread can quantize a slice of the columns
+gemmModule.func('qcolsLd', { params: 'xPtr qPtr sPtr batch R K Rp Kp ld', locals: QCOLS_LOCALS }, qcolsBody('ld'));
+
 export const GEMM_WASM = gemmModule.bytes();
+// the same module over an imported shared memory of at most maxPages (threads.js)
+export const gemmWasmShared = (maxPages) => gemmModule.bytes({ sharedMaxPages: maxPages });
 
 // --- the engine -------------------------------------------------------------------------------
 

@@ -39,8 +39,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 return str(Path(directory) / rel)
         return super().translate_path(path)
 
+    headers_out: dict = {}                # sent with every response (e.g. COOP/COEP)
+
     def end_headers(self):
         self.send_header("Cache-Control", "no-store")
+        for k, v in self.headers_out.items():
+            self.send_header(k, v)
         super().end_headers()
 
     def log_message(self, *args):         # quiet: tests print what matters
@@ -48,9 +52,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def static_server(root: Path = REPO, extra: dict | None = None):
-    """Serves root (and extra {url_prefix: dir}) on 127.0.0.1 at a free port -> base URL."""
-    handler = type("Handler", (_Handler,), {"mounts": dict(extra or {})})
+def static_server(root: Path = REPO, extra: dict | None = None, headers: dict | None = None):
+    """Serves root (and extra {url_prefix: dir}) on 127.0.0.1 at a free port -> base URL;
+    headers: sent with every response (the cross-origin isolation headers, say)."""
+    handler = type("Handler", (_Handler,), {"mounts": dict(extra or {}), "headers_out": dict(headers or {})})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -3,8 +3,8 @@
 1. `python -m daisy.fixtures DIR`, then `node --test tests/js/` with DAISY_FIXTURES=DIR: units,
    one forward, one backward, 20 training steps' hashes; the wasm engine's gates (tests/js/).
 2. `python -m daisy.train ... --json` and `node frontend_js/cli.mjs ... --json` for 20 steps print
-   identical lines (P=1, P=3, one non-default config, a --roster schedule; the text lines of a
-   --roster run too); bad settings and bad schedules give the same error message.
+   identical lines (P=1, P=3, one non-default config, a --roster schedule, node on 2 threads; the
+   text lines of a --roster run too); bad settings and bad schedules give the same error message.
 The Python and node processes run concurrently to keep the suite inside its time budget.
 """
 import shutil
@@ -27,7 +27,12 @@ CLI_CASES = {
     # churn: grows to 4 peers (the sharded reduce), shrinks to 1, grows again
     "roster": ["--roster", "0:2,5:4,12:1,15:3", "--steps", "100", "--stop-after", "20", "--batch", "2",
                "--seq-len", "16"],
+    # node on 2 threads (frontend_js/threads.js; --threads is node's only) at a size whose largest
+    # units and row pieces are split between the threads
+    "threads2": ["--peers", "2", "--steps", "100", "--stop-after", "20", "--width", "64", "--seq-len", "64",
+                 "--batch", "4", "--layers", "1"],
 }
+JS_ONLY_ARGS = {"threads2": ["--threads", "2"]}
 # the text lines too (they say the peer count of each step)
 TEXT_CASE = ["--roster", "0:1,3:3,6:2", "--steps", "100", "--stop-after", "8", "--width", "16", "--heads", "4",
              "--layers", "1", "--batch", "2", "--seq-len", "16"]
@@ -39,6 +44,9 @@ BAD_ARGS = [
     ["--roster", "0:2,5:3,5:2"], ["--roster", "1:2"], ["--roster", "0:2,100:3", "--steps", "100"],
     ["--roster", "0:2", "--peers", "2"], ["--r", "0:2"], ["--roster", "-1:2"],
 ]
+# node's own flag: bad values exit 2 with a message naming it
+BAD_JS_ONLY = {("--threads", "0"): "threads (--threads) must be in 1..16, got 0",
+               ("--threads", "17"): "threads (--threads) must be in 1..16, got 17"}
 
 
 def run(cmd, **kw):
@@ -70,7 +78,7 @@ def results(tmp_path_factory):
     jobs = {"node-test": fixture_suite}
     for name, args in CLI_CASES.items():
         jobs[f"py-{name}"] = lambda a=args: run([sys.executable, "-m", "daisy.train", *a, "--json"])
-        jobs[f"js-{name}"] = lambda a=args: run([NODE, "frontend_js/cli.mjs", *a, "--json"])
+        jobs[f"js-{name}"] = lambda a=args + JS_ONLY_ARGS.get(name, []): run([NODE, "frontend_js/cli.mjs", *a, "--json"])
     jobs["py-text"] = lambda: run([sys.executable, "-m", "daisy.train", *TEXT_CASE])
     jobs["js-text"] = lambda: run([NODE, "frontend_js/cli.mjs", *TEXT_CASE])
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -113,6 +121,12 @@ def test_cli_bad_settings_same_messages():
         js_msg = js.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
         assert js_msg == py_msg, f"{args}: python says {py_msg!r}, node says {js_msg!r}"
         assert "    at " not in js.stderr, f"{args}: node printed a stack trace:\n{js.stderr}"
+
+
+def test_cli_bad_threads():
+    for args, msg in BAD_JS_ONLY.items():
+        js = run([NODE, "frontend_js/cli.mjs", *args])
+        assert js.returncode == 2 and js.stderr.strip().endswith(f"error: {msg}"), (args, js.returncode, js.stderr)
 
 
 def test_cli_data_files(tmp_path):
