@@ -70,6 +70,9 @@ def test_offline_app_starts_and_says_why(servers):
     assert "offline" in info["reason"], info
     js = httpx.get(base + "/js/peer/ui.js", timeout=5)
     assert js.status_code == 200 and "javascript" in js.headers["content-type"], js.headers
+    for r in (page, js):                      # cross-origin isolation: SharedArrayBuffer for threads
+        assert r.headers.get("cross-origin-opener-policy") == "same-origin", r.headers
+        assert r.headers.get("cross-origin-embedder-policy") == "credentialless", r.headers
     assert "export function mount" in js.text
     assert httpx.get(base + "/js/nope.js", timeout=5).status_code == 404
     for test_only in ("/js/gpu_bugs.js", "/js/b2b.js", "/kernels/bugs/sign_extension.wgsl"):
@@ -102,6 +105,13 @@ def test_widgets_ranges_defaults_and_peer(servers, pages):
     assert label.startswith(("CPU (", "GPU (")) and "every GEMM" not in label, label
     detail = page.evaluate("document.querySelector('#daisy-peer [data-role=\"path-detail\"]').textContent")
     assert s["pathReason"] in detail, (detail, s["pathReason"])
+    # the page is cross-origin isolated (the app's COOP/COEP headers), so its CPU backend runs on
+    # every core the browser reports (frontend_js/threads.js), and the label says how many
+    assert page.evaluate("crossOriginIsolated") is True, "the page is not cross-origin isolated"
+    cores = min(page.evaluate("navigator.hardwareConcurrency"), 16)
+    assert s["threads"] == {"count": cores, "reason": None if cores > 1 else "this device reports one core"}, s["threads"]
+    if cores > 1:
+        assert f"{cores} threads" in label and f"runs on {cores} threads" in s["pathReason"], (label, s["pathReason"])
     # generation's temperature reaches 0 = greedy, as in the kit and daisy.generate
     assert page.evaluate("+document.querySelector('#gen-temperature input[type=range]').min") == 0
     # nothing to continue yet: no Continue button, and the API says so

@@ -15,6 +15,9 @@ Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
     /api/room      a new room code              daisy.space.signaling
     /              the Gradio Blocks page       daisy.space.page
 Gradio owns /static and /assets, so our files live under their own prefixes.
+
+Every HTTP response carries the cross-origin isolation headers (CrossOriginIsolation): an
+isolated page has SharedArrayBuffer, which the threaded CPU backend needs (frontend_js/threads.js).
 """
 from __future__ import annotations
 
@@ -30,6 +33,34 @@ from daisy.space.signaling import SignalingHub, make_room_router, make_signaling
 
 KERNELS_DIR = ROOT / "kernels"
 KERNELS_PREFIX = "/kernels"
+
+# COEP `credentialless` rather than `require-corp`: a cross-origin asset the page may load (a
+# theme's web font) needs no Cross-Origin-Resource-Policy header of its own; it is fetched
+# without credentials instead. A page embedded by a parent that is not isolated (the Space's
+# iframe on huggingface.co) stays unisolated: the peer then runs one thread and says why.
+ISOLATION_HEADERS = [(b"cross-origin-opener-policy", b"same-origin"),
+                     (b"cross-origin-embedder-policy", b"credentialless")]
+
+
+class CrossOriginIsolation:
+    """ASGI middleware: the isolation headers on every HTTP response (WebSockets untouched).
+    Plain ASGI, not BaseHTTPMiddleware, so Gradio's streamed responses pass through as they are."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in ISOLATION_HEADERS if k not in names]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | None = None) -> FastAPI:
@@ -48,5 +79,7 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
     app.mount(JS_PREFIX, StaticFiles(directory=JS_DIR), name="frontend_js")
     app.mount(KERNELS_PREFIX, StaticFiles(directory=KERNELS_DIR, check_dir=False), name="kernels")
     css = (JS_DIR / "peer" / "page.css").read_text(encoding="utf-8")
-    return gr.mount_gradio_app(app, build_page(data_source), path="/", css=css, ssr_mode=False,
-                               footer_links=[])
+    app = gr.mount_gradio_app(app, build_page(data_source), path="/", css=css, ssr_mode=False,
+                              footer_links=[])
+    app.add_middleware(CrossOriginIsolation)
+    return app

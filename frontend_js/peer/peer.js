@@ -43,6 +43,7 @@ export class Peer {
       links: {},             // peer id -> 'connecting' | 'linked' | 'closed: why' | 'refused: why'
       notes: [],             // the last few things worth telling the user
       drops: 0,              // mesh frames dropped (bad, late, foreign); details in mesh.drops
+      threads: null,         // {count, reason}: the CPU backend's threads, and why only one (null until decided)
     };
     // ?meshProtocol=N: speak another mesh protocol version (tests of the refusal path)
     const protocol = Number(params.get('meshProtocol'));
@@ -66,7 +67,7 @@ export class Peer {
     const s = this.s;
     return { ...s, group: s.group && { ...s.group }, peers: s.peers.map((p) => ({ ...p })),
              requests: s.requests.map((r) => ({ ...r })), curve: s.curve.slice(),
-             config: s.config && { ...s.config }, resumable: this.models.resumePoint() };
+             config: s.config && { ...s.config }, threads: s.threads && { ...s.threads }, resumable: this.models.resumePoint() };
   }
 
   set(patch) {
@@ -279,12 +280,32 @@ export class Peer {
     this.note(`Not linked to ${this.nameOf(from)}: ${reason}.`);
   }
 
-  // the fastest CPU backend whose gates passed (engines.js), made once; undefined without
-  // engines.js (the trainer's and the generator's default then: the JS mirror)
+  // the fastest CPU backend whose gates passed, made once: the threaded one (threads.js, every
+  // core: same bits) where the page is cross-origin isolated and the device has more than one
+  // core, else engines.js bestBackend(); undefined without engines.js (the trainer's and the
+  // generator's default then: the JS mirror). this.s.threads says how many threads and why.
   loadCpuBackend() {
     this.cpuBackendMade ??= (async () => {
+      if (!this.modules.has('engines.js')) return undefined;
+      let reason = 'threads.js is missing';
+      if (this.modules.has('threads.js')) {
+        try {
+          const threads = await import('../threads.js');
+          const n = await threads.defaultThreads();
+          reason = threads.threadsUnavailable() || (n < 2 ? 'this device reports one core' : null);
+          if (!reason) {
+            const backend = await threads.createThreadedBackend({ threads: n });
+            this.set({ threads: { count: n, reason: null } });
+            return backend;
+          }
+        } catch (err) {
+          reason = `the threaded backend failed: ${err.message || err}`;
+          console.warn('daisy:', reason);
+        }
+      }
+      this.set({ threads: { count: 1, reason } });
       try {
-        return this.modules.has('engines.js') ? await (await import('../engines.js')).bestBackend() : undefined;
+        return await (await import('../engines.js')).bestBackend();
       } catch (err) {
         console.warn('daisy: no CPU backend:', err);
         return undefined;
@@ -333,10 +354,13 @@ export class Peer {
       reason = 'GPU engine not available in this build';
       why = 'no GPU engine in this build';
     }
-    const cpuName = this.cpuBackend ? this.cpuBackend.name : 'cpu';
+    const b = this.cpuBackend, t = this.s.threads;
+    const cpuName = !b ? 'cpu' : b.threads > 1 ? `wasm-simd × ${b.threads} threads` : b.name;
     const label = !why
       ? `GPU (WebGPU${gpuChoice === 'all' ? ', every GEMM' : `; small GEMMs on ${cpuName}`})` : `CPU (${cpuName}) — ${why}`;
-    this.set({ path, pathReason: reason, pathLabel: label,
+    const threadsWhy = t && t.count > 1 ? `the CPU backend runs on ${t.count} threads`
+      : t ? `the CPU backend runs on one thread: ${t.reason}` : '';
+    this.set({ path, pathReason: threadsWhy ? `${reason}; ${threadsWhy}` : reason, pathLabel: label,
                engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });
     this.announce();
   }

@@ -341,7 +341,7 @@ export class RunController {
     const run = {
       desc, cfg, c, batches, collective: opts.collective, roster, epoch: opts.epoch || 0,
       history: opts.history || [[desc.startStep, roster.length]], slot: roster.indexOf(s.peerId),
-      trainer: opts.trainer || new Trainer(cfg, replica, batches, p.backend()), replica, arena: new StepArena(),
+      trainer: opts.trainer || new Trainer(cfg, replica, batches, p.backend()), replica, arena: p.backend()?.newArena() ?? new StepArena(),
       completed, lastSent: completed - 1, stopAfter: null, stopReason: '',
       hash: opts.hash || desc.initHash, hashLog: new Map([[completed, opts.hash || desc.initHash]]),
       peerHashes: new Map(roster.map((id) => [id, opts.hash || desc.initHash])),
