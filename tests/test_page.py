@@ -297,3 +297,24 @@ def test_settings_outside_the_sliders_are_refused_by_name(servers, pages):
     page.wait_for_function("document.querySelector('#daisy-start-status').innerText.trim() === ''", timeout=WAIT_MS)
     page.evaluate("window.daisy.stop()")
     wait_state(page, "!s.running", "stopped")
+
+
+def test_a_page_framed_by_another_site_runs_one_thread_and_offers_its_own_tab(servers, pages, tmp_path):
+    # the Space inside huggingface.co's iframe: the parent sends no isolation headers, so the
+    # framed page has no SharedArrayBuffer; it says so and links to itself in a tab of its own
+    from tests.browser import static_server
+    base = servers["main"]
+    (tmp_path / "index.html").write_text('<!doctype html><link rel="icon" href="data:,">'
+                                         f'<iframe src="{base}/" width="1200" height="900"></iframe>')
+    with static_server(tmp_path) as host:
+        page = pages.new_page(host.replace("127.0.0.1", "localhost") + "/index.html", "framing site")
+        frame = page.locator("iframe").element_handle(timeout=WAIT_MS).content_frame()
+        frame.wait_for_function("window.daisy && window.daisy.state().threads && window.daisy.state().path",
+                                timeout=WAIT_MS)
+        assert frame.evaluate("crossOriginIsolated") is False
+        threads = frame.evaluate("window.daisy.state().threads")
+        assert threads == {"count": 1, "reason": "SharedArrayBuffer is not available (the page is not cross-origin isolated)"}, threads
+        link = frame.locator('#daisy-peer [data-role="own-tab"]')
+        link.wait_for(state="visible", timeout=WAIT_MS)
+        assert link.get_attribute("href") == base + "/" and link.get_attribute("target") == "_blank"
+        assert "one thread" in frame.evaluate("window.daisy.state().pathReason")
