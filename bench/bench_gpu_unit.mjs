@@ -20,7 +20,7 @@ const { create, globals } = require('webgpu');
 Object.assign(globalThis, globals);
 const gpu = create([]);
 
-const { GpuF64Unit, gateF64, KERNEL_BASE } = await import('../frontend_js/gpu/f64.js');
+const { GpuF64Unit, gateF64 } = await import('../frontend_js/gpu/f64.js');
 const { createBackends } = await import('../frontend_js/engines.js');
 const { makeConfig } = await import('../frontend_js/config.js');
 const { loadFixture, runSteps, median } = await import('./h200/steps.mjs');
@@ -70,10 +70,11 @@ await section('gate', async () => {
 });
 
 await section('bugs', async () => {
-  const files = readdirSync(new URL('bugs/', KERNEL_BASE)).filter((f) => f.startsWith('f64_')).sort();
+  const dir = new URL('../tests/gpu/bugs/', import.meta.url);
+  const files = readdirSync(dir).filter((f) => f.startsWith('f64_')).sort();
   const out = [];
   for (const f of files) {
-    const u = await GpuF64Unit.create(device, { lib: `bugs/${f}`, gemm: GEMM, tuning: TUNING });
+    const u = await GpuF64Unit.create(device, { lib: new URL(f, dir).href, gemm: GEMM, tuning: TUNING });
     const g = await gateF64(u, { random: SMALL ? 512 : 2048 });
     out.push({ bug: f, rejected: !g.ok, reason: g.reason });
     u.destroy();
@@ -107,24 +108,32 @@ await section('calls', async () => {
       let t = performance.now(); got = await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n); g.push(performance.now() - t);
       t = performance.now(); want = await wasm.qmatmulT(a, ta, b, tb, nb, m, kk, n); c.push(performance.now() - t);
     }
+    // the phases apart: upload (writeBuffer until the queue is idle), compute (the four
+    // dispatches), readback (copy + mapAsync), host (the copy out of the mapped range)
+    unit.profile = { upload: 0, compute: 0, readback: 0, host: 0 };
+    const preps = SMALL ? 1 : 3;
+    for (let r = 0; r < preps; r++) await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n);
+    const phases = Object.fromEntries(Object.entries(unit.profile).map(([k, v]) => [k, v / preps]));
+    unit.profile = null;
     const gw = new Uint32Array(got.buffer, got.byteOffset, got.length * 2), ww = new Uint32Array(want.buffer, want.byteOffset, want.length * 2);
     let bad = -1;
     for (let i = 0; i < gw.length; i++) if (gw[i] !== ww[i]) { bad = i >> 1; break; }
-    out.push({ name, shape: [nb, m, kk, n], gpuMs: median(g), cpuMs: median(c), speedup: median(c) / median(g), bitsEqual: bad < 0, firstMismatch: bad < 0 ? null : { i: bad, gpu: got[bad], cpu: want[bad] } });
-    console.log(`  ${name}: gpu ${median(g).toFixed(2)} ms, cpu ${median(c).toFixed(2)} ms${bad < 0 ? '' : ' MISMATCH'}`);
+    out.push({ name, shape: [nb, m, kk, n], gpuMs: median(g), cpuMs: median(c), speedup: median(c) / median(g), phases, bitsEqual: bad < 0, firstMismatch: bad < 0 ? null : { i: bad, gpu: got[bad], cpu: want[bad] } });
+    console.log(`  ${name}: gpu ${median(g).toFixed(2)} ms (${Object.entries(phases).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}), cpu ${median(c).toFixed(2)} ms${bad < 0 ? '' : ' MISMATCH'}`);
   }
   return { results: out, allEqual: out.every((r) => r.bitsEqual) };
 });
 
 await section('steps', async () => {
   const fx = loadFixture(FIX, 'train20.dsyf'), peers = fx.header.meta.peers, stream = fx.tensors.stream.data;
-  // each engine timed inside its qmatmulT (wall time; the dX/dW pair of a backward overlaps, so
-  // the sum is an upper bound of the unit's share of a step; the rest is the CPU's row kernels,
-  // reduce, Adam and hash)
+  // each engine's unit time: the wall time during which at least one of its calls is in flight
+  // (the dX/dW pair of a backward overlaps); the rest of a step is the CPU's row kernels,
+  // copies, reduce, Adam and hash
   const timed = (name, fn) => {
+    let inFlight = 0, since = 0;
     const e = { name, ms: 0, calls: 0, async qmatmulT(...args) {
-      const t = performance.now();
-      try { return await fn(...args); } finally { e.ms += performance.now() - t; e.calls++; }
+      if (inFlight++ === 0) since = performance.now();
+      try { return await fn(...args); } finally { e.calls++; if (--inFlight === 0) e.ms += performance.now() - since; }
     } };
     return e;
   };

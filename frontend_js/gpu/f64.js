@@ -61,6 +61,8 @@ export class GpuF64Unit {
     this.device = device; this.pipes = pipes; this.tuning = tuning; this.names = names;
     this.slot = null;            // buffers of the last call, reused while big enough
     this.stats = { calls: 0, submits: 0, nonFinite: 0 };
+    this.reads = {};             // free mappable buffers by size
+    this.profile = null;         // { upload, compute, readback, host } ms: time the phases apart
   }
 
   // opts: kernelBase, lib (the library file: the bug corpus swaps it), gemm ('gemm_packed.wgsl'
@@ -84,28 +86,52 @@ export class GpuF64Unit {
       entries: buffers.map(([buffer, offset, size], binding) => ({ binding, resource: { buffer, offset, size } })) });
   }
 
-  // Runs encode(pass) in one submit, copies `bytes` of src from srcOffset into a mappable
-  // buffer -> ArrayBuffer
-  async submitRead(encode, src, bytes, srcOffset = 0) {
-    const d = this.device;
-    const read = this.buffer(bytes, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+  // A mappable buffer of at least `bytes`, from a pool (allocating and clearing a new one per
+  // call costs more than the copy); back into the pool after unmap.
+  takeRead(bytes) {
+    const size = 2 ** Math.ceil(Math.log2(align(bytes)));
+    const free = (this.reads[size] ||= []);
+    return free.pop() || this.buffer(size, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+  }
+
+  // Runs encode(pass) in one submit with a copy of `bytes` of src (from srcOffset) into a
+  // mappable buffer; consume(ArrayBuffer of the mapped range) runs before it is unmapped.
+  // With this.profile ({ upload, compute, readback, host } ms), the compute waits on its own
+  // submit first, so the phases are timed apart (a profile, not the fast path).
+  async submitRead(encode, src, bytes, srcOffset, consume) {
+    const d = this.device, prof = this.profile;
+    const read = this.takeRead(bytes);
+    let ok = false;
     try {
       for (const s of SCOPES) d.pushErrorScope(s);
-      const enc = d.createCommandEncoder(), pass = enc.beginComputePass();
+      let enc = d.createCommandEncoder();
+      const pass = enc.beginComputePass();
       encode(pass);
       pass.end();
+      let t = performance.now();
+      if (prof) {
+        d.queue.submit([enc.finish()]);
+        await d.queue.onSubmittedWorkDone();
+        prof.compute += performance.now() - t; t = performance.now();
+        enc = d.createCommandEncoder();
+      }
       enc.copyBufferToBuffer(src, srcOffset, read, 0, align(bytes));
       d.queue.submit([enc.finish()]);
       this.stats.submits++;
       const pops = SCOPES.map(() => d.popErrorScope());
-      const mapped = read.mapAsync(GPUMapMode.READ).then(() => null, (e) => e || new Error('mapAsync failed'));
+      const mapped = read.mapAsync(GPUMapMode.READ, 0, align(bytes)).then(() => null, (e) => e || new Error('mapAsync failed'));
       const [errs, mapErr] = await Promise.all([Promise.all(pops), mapped]);
       const msgs = errs.filter(Boolean).map((e) => e.message);
-      if (msgs.length) throw new Error(`GPU error: ${msgs.join('; ')}`);
+      if (msgs.length) { if (!mapErr) read.unmap(); throw new Error(`GPU error: ${msgs.join('; ')}`); }
       if (mapErr) throw mapErr;
-      return read.getMappedRange(0, align(bytes)).slice(0, bytes);
+      if (prof) { prof.readback += performance.now() - t; t = performance.now(); }
+      const result = consume(read.getMappedRange(0, align(bytes)));
+      read.unmap();
+      if (prof) prof.host += performance.now() - t;
+      ok = true;
+      return result;
     } finally {
-      read.destroy();
+      if (ok) this.reads[read.size].push(read); else read.destroy();
     }
   }
 
@@ -118,9 +144,9 @@ export class GpuF64Unit {
       d.queue.writeBuffer(params, 0, new Uint32Array([n, op, 0, 0]));
       const bg = this.bind(this.pipes.ops, [[bufA, 0, align(bytes)], [bufB, 0, align(bytes)], [out, 0, align(bytes)], [params, 0, 16]]);
       const groups = Math.ceil(n / 64), gx = Math.min(groups, 32768);
-      return new Uint32Array(await this.submitRead((pass) => {
+      return await this.submitRead((pass) => {
         pass.setPipeline(this.pipes.ops); pass.setBindGroup(0, bg); pass.dispatchWorkgroups(gx, Math.ceil(groups / gx));
-      }, out, bytes));
+      }, out, bytes, 0, (mapped) => new Uint32Array(mapped.slice(0, bytes)));
     } finally {
       for (const buf of [bufA, bufB, out, params]) buf.destroy();
     }
@@ -150,13 +176,14 @@ export class GpuF64Unit {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     if (a.length !== nb * m * kk || b.length !== nb * kk * n) throw new Error(`qmatmulT: operands of ${a.length} and ${b.length} values do not fit (batch, M, K, N) = (${nb}, ${m}, ${kk}, ${n})`);
     this.stats.calls++;
-    const d = this.device, k4 = Math.ceil(kk / 4);
+    const d = this.device, k4 = Math.ceil(kk / 4), prof = this.profile, t0 = performance.now();
     const o = this.takeSlot({ inputs: [['xa', a.length * 8], ['xb', b.length * 8]], codes: [['qa', nb * m * k4 * 4], ['qb', nb * n * k4 * 4]],
       scales: [['sa', nb * m * 8], ['sb', nb * n * 8]], c: [['c', nb * m * n * 4]], out: [['out', nb * m * n * 8], ['flags', 16]] });
     const { params } = this.slot, at = (k) => o[k];
     d.queue.writeBuffer(o.xa[0], o.xa[1], a);
     d.queue.writeBuffer(o.xb[0], o.xb[1], b);
     d.queue.writeBuffer(o.flags[0], o.flags[1], new Uint32Array(4));
+    if (prof) { await d.queue.onSubmittedWorkDone(); prof.upload += performance.now() - t0; }
     // quantizer rows: A's logical row i, B's logical column j, through strides of the stored layout
     const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];
     const qB = transB ? [n, kk, k4, kk, 1, n * kk] : [n, kk, k4, 1, n, kk * n];
@@ -170,22 +197,26 @@ export class GpuF64Unit {
     const bgMM = this.bind(p.mm, [at('qa'), at('qb'), at('c'), [params, 2 * ALIGN, 16]]);
     const bgEp = this.bind(p.epi, [at('c'), at('sa'), at('sb'), at('out'), [params, 3 * ALIGN, 16]]);
     const t = this.tuning, tileM = t.WG_Y * t.RM, tileN = t.WG_X * t.RN;
-    // the result and the flags word come back in one copy: out is followed by flags in `store`
-    const outBytes = nb * m * n * 8;
+    // the result and the flags word come back in one copy (flags follow out in one buffer)
     const got = await this.submitRead((pass) => {
       pass.setPipeline(p.quant);
       pass.setBindGroup(0, bgQA); pass.dispatchWorkgroups(m, nb);
       pass.setBindGroup(0, bgQB); pass.dispatchWorkgroups(n, nb);
       pass.setPipeline(p.mm); pass.setBindGroup(0, bgMM); pass.dispatchWorkgroups(Math.ceil(n / tileN), Math.ceil(m / tileM), nb);
       pass.setPipeline(p.epi); pass.setBindGroup(0, bgEp); pass.dispatchWorkgroups(Math.ceil((m * n) / 256), nb);
-    }, o.out[0], o.flags[1] + 16);
-    if (new Uint32Array(got, o.flags[1], 1)[0] !== 0) { this.stats.nonFinite++; return null; }
-    const result = new Float64Array(got, 0, nb * m * n);
-    return out ? (out.set(result), out) : result;
+    }, o.out[0], o.flags[1] + 16, o.out[1], (mapped) => {
+      if (new Uint32Array(mapped, o.flags[1], 1)[0] !== 0) return null;
+      const result = new Float64Array(mapped, 0, nb * m * n);      // copied out before unmap
+      return out ? (out.set(result), out) : result.slice();
+    });
+    if (!got) this.stats.nonFinite++;
+    return got;
   }
 
   destroy() {
     for (const b of Object.values(this.slot || {})) b.destroy();
+    for (const list of Object.values(this.reads)) for (const b of list) b.destroy();
+    this.reads = {};
     this.slot = null;
   }
 }
