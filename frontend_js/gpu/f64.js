@@ -13,46 +13,20 @@
 //   gateF64(unit)                  -> { ok, reason, cases }: every operation and the unit against
 //                                     JS float64 and units.js, bit for bit, on edge cases and a
 //                                     deterministic random sweep; a 1-ULP error fails it
+//   spotAudit(...)                 -> null or a reason: sampled elements of a result recomputed on
+//                                     the CPU (the engine audits every call with it)
 // Runs in a browser (kernels fetched relative to this file) and under Node's `webgpu` package.
-import { MAX_K, cpuEngine, qmatmulT as unitQmatmulT } from '../units.js';
+import { MAX_K, cpuEngine, quantizeRows, qmatmulT as unitQmatmulT } from '../units.js';
 import { rint } from '../detmath.js';
+import { draw } from '../prng.js';
+import { ERROR_SCOPES, loadText, compileKernel as compile } from './device.js';
+import { KERNEL_BASE } from './gemm_kernel.js';
 
-export const KERNEL_BASE = new URL('../../kernels/', import.meta.url);
 export const F64_LIB = 'f64_lib.wgsl';
 export const OPS = Object.freeze({ mul: 0, div: 1, add: 2, sub: 3, sqrt: 4, fromI32: 5, rintClamp127: 6 });
 // Tile of the GEMM kernels (kernels/gemm_*.wgsl override constants); the H200 bench passes 16x16, 8x8.
 export const DEFAULT_GEMM_TUNING = { WG_X: 8, WG_Y: 8, RM: 4, RN: 4, TK: 4 };
 
-async function loadText(url) {
-  const u = new URL(url);
-  if (u.protocol === 'file:') {
-    const { readFile } = await import('node:fs/promises');
-    return readFile(u, 'utf8');
-  }
-  const res = await fetch(u);
-  if (!res.ok) throw new Error(`fetch ${u.href}: HTTP ${res.status}`);
-  return res.text();
-}
-
-async function compile(device, code, constants, label) {
-  device.pushErrorScope('validation');
-  const module = device.createShaderModule({ code, label });
-  const msgs = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
-  if (msgs.length) {
-    await device.popErrorScope();
-    throw new Error(`shader ${label} does not compile: ${msgs.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join('; ')}`);
-  }
-  let pipeline;
-  try {
-    pipeline = await device.createComputePipelineAsync({ layout: 'auto', label, compute: { module, entryPoint: 'main', constants } });
-  } finally {
-    const err = await device.popErrorScope();
-    if (err && !pipeline) throw new Error(`pipeline ${label}: ${err.message}`);
-  }
-  return pipeline;
-}
-
-const SCOPES = ['validation', 'out-of-memory', 'internal'];
 const ALIGN = 256;
 const align = (bytes) => Math.ceil(Math.max(bytes, 16) / ALIGN) * ALIGN;
 
@@ -103,7 +77,7 @@ export class GpuF64Unit {
     const read = this.takeRead(bytes);
     let ok = false;
     try {
-      for (const s of SCOPES) d.pushErrorScope(s);
+      for (const s of ERROR_SCOPES) d.pushErrorScope(s);
       let enc = d.createCommandEncoder();
       const pass = enc.beginComputePass();
       encode(pass);
@@ -118,7 +92,7 @@ export class GpuF64Unit {
       enc.copyBufferToBuffer(src, srcOffset, read, 0, align(bytes));
       d.queue.submit([enc.finish()]);
       this.stats.submits++;
-      const pops = SCOPES.map(() => d.popErrorScope());
+      const pops = ERROR_SCOPES.map(() => d.popErrorScope());
       const mapped = read.mapAsync(GPUMapMode.READ, 0, align(bytes)).then(() => null, (e) => e || new Error('mapAsync failed'));
       const [errs, mapErr] = await Promise.all([Promise.all(pops), mapped]);
       const msgs = errs.filter(Boolean).map((e) => e.message);
@@ -385,4 +359,32 @@ export async function gateF64(unit, opts = {}) {
   }
   const bad = cases.find((c) => !c.ok);
   return { ok: !bad, reason: bad ? `${bad.name}: ${bad.reason}` : null, cases };
+}
+
+// --- the audit of every call ----------------------------------------------------------------
+
+// Spot audit of one unit result (the codes never leave the GPU, so the GEMM engine's Freivalds
+// check has nothing to check): `samples` elements, the first and the last of the whole result
+// and the rest drawn from the PRNG keyed by (key, call), recomputed exactly on the CPU through
+// units.js (that row of A and column of B quantized, the int dot product, the epilogue) and
+// compared in all 64 bits. -> null, or the reason naming the element and both values.
+export function spotAudit(a, transA, b, transB, nb, m, kk, n, result, key, call, samples = 8) {
+  const total = nb * m * n, row = new Float64Array(kk), col = new Float64Array(kk);
+  const got = new DataView(result.buffer, result.byteOffset, result.byteLength), want = new DataView(new ArrayBuffer(8));
+  for (let s = 0; s < samples && total > 0; s++) {
+    const e = s === 0 ? 0 : s === 1 ? total - 1 : draw(key, call * samples + s) % total;
+    const bi = Math.floor(e / (m * n)), i = Math.floor(e / n) % m, j = e % n;
+    for (let k = 0; k < kk; k++) {
+      row[k] = transA ? a[bi * kk * m + k * m + i] : a[bi * m * kk + i * kk + k];
+      col[k] = transB ? b[bi * n * kk + j * kk + k] : b[bi * kk * n + k * n + j];
+    }
+    const qa = quantizeRows(row, 1, 1, kk), qb = quantizeRows(col, 1, 1, kk);
+    let acc = 0;
+    for (let k = 0; k < kk; k++) acc += qa.q[k] * qb.q[k];
+    want.setFloat64(0, (acc * qa.s[0]) * qb.s[0], true);
+    if (got.getUint32(8 * e, true) !== want.getUint32(0, true) || got.getUint32(8 * e + 4, true) !== want.getUint32(4, true)) {
+      return `spot audit: batch ${bi} row ${i} col ${j}: GPU ${show(result[e])}, CPU ${show(want.getFloat64(0, true))}`;
+    }
+  }
+  return null;
 }
