@@ -102,24 +102,32 @@ await section('calls', async () => {
   const calls = SMALL ? LARGEST_CALLS.map(([n, nb, m, k, nn, ta, tb]) => [n, Math.min(nb, 4), Math.min(m, 256), Math.min(k, 256), Math.min(nn, 128), ta, tb]) : LARGEST_CALLS;
   for (const [name, nb, m, kk, n, ta, tb] of calls) {
     const a = rand(nb * m * kk, 1), b = rand(nb * kk * n, 2);
-    const reps = SMALL ? 2 : 7, g = [], c = [];
+    const reps = SMALL ? 2 : 7, g = [], gw = [], c = [];
     let got, want;
     for (let r = 0; r < reps; r++) {
+      unit.upload = 'staging';
       let t = performance.now(); got = await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n); g.push(performance.now() - t);
+      unit.upload = 'write';
+      t = performance.now(); await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n); gw.push(performance.now() - t);
       t = performance.now(); want = await wasm.qmatmulT(a, ta, b, tb, nb, m, kk, n); c.push(performance.now() - t);
     }
-    // the phases apart: upload (writeBuffer until the queue is idle), compute (the four
-    // dispatches), readback (copy + mapAsync), host (the copy out of the mapped range)
-    unit.profile = { upload: 0, compute: 0, readback: 0, host: 0 };
-    const preps = SMALL ? 1 : 3;
-    for (let r = 0; r < preps; r++) await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n);
-    const phases = Object.fromEntries(Object.entries(unit.profile).map(([k, v]) => [k, v / preps]));
-    unit.profile = null;
-    const gw = new Uint32Array(got.buffer, got.byteOffset, got.length * 2), ww = new Uint32Array(want.buffer, want.byteOffset, want.length * 2);
+    // the phases apart: upload (until the queue is idle), compute (the four dispatches),
+    // readback (copy + mapAsync), host (the copy out of the mapped range); staging upload
+    const phaseRuns = {};
+    for (const mode of ['staging', 'write']) {
+      unit.upload = mode;
+      unit.profile = { upload: 0, compute: 0, readback: 0, host: 0 };
+      const preps = SMALL ? 1 : 3;
+      for (let r = 0; r < preps; r++) await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n);
+      phaseRuns[mode] = Object.fromEntries(Object.entries(unit.profile).map(([k, v]) => [k, v / preps]));
+    }
+    unit.profile = null; unit.upload = 'staging';
+    const phases = phaseRuns.staging;
+    const gb = new Uint32Array(got.buffer, got.byteOffset, got.length * 2), wb = new Uint32Array(want.buffer, want.byteOffset, want.length * 2);
     let bad = -1;
-    for (let i = 0; i < gw.length; i++) if (gw[i] !== ww[i]) { bad = i >> 1; break; }
-    out.push({ name, shape: [nb, m, kk, n], gpuMs: median(g), cpuMs: median(c), speedup: median(c) / median(g), phases, bitsEqual: bad < 0, firstMismatch: bad < 0 ? null : { i: bad, gpu: got[bad], cpu: want[bad] } });
-    console.log(`  ${name}: gpu ${median(g).toFixed(2)} ms (${Object.entries(phases).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}), cpu ${median(c).toFixed(2)} ms${bad < 0 ? '' : ' MISMATCH'}`);
+    for (let i = 0; i < gb.length; i++) if (gb[i] !== wb[i]) { bad = i >> 1; break; }
+    out.push({ name, shape: [nb, m, kk, n], gpuMs: median(g), gpuWriteBufferMs: median(gw), cpuMs: median(c), speedup: median(c) / median(g), phases, phasesWriteBuffer: phaseRuns.write, bitsEqual: bad < 0, firstMismatch: bad < 0 ? null : { i: bad, gpu: got[bad], cpu: want[bad] } });
+    console.log(`  ${name}: gpu ${median(g).toFixed(2)} ms (writeBuffer upload: ${median(gw).toFixed(2)} ms; staging: ${Object.entries(phases).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ')}), cpu ${median(c).toFixed(2)} ms${bad < 0 ? '' : ' MISMATCH'}`);
   }
   return { results: out, allEqual: out.every((r) => r.bitsEqual) };
 });
@@ -137,22 +145,18 @@ await section('steps', async () => {
     } };
     return e;
   };
-  const gpuUnit = timed('webgpu-f64-unit', async (a, ta, b, tb, nb, m, kk, n, out) => {
-    const r = await unit.qmatmulT(a, ta, b, tb, nb, m, kk, n, out);
-    return r ?? wasm.qmatmulT(a, ta, b, tb, nb, m, kk, n, out);      // non-finite operand: CPU
-  });
-  const cpu = timed(wasm.name, (...args) => wasm.qmatmulT(...args));
-  // today's GPU path (GEMM only on the GPU, quantizers and epilogue in wasm), where importable
-  let oldGpu = null;
-  for (const path of ['../frontend_js/gpu.js', '../frontend_js/gpu/gpu.js']) {
-    try {
-      const { createGpuEngine } = await import(path);
-      const e = await createGpuEngine({ device, info: { isFallbackAdapter: false, wgslLanguageFeatures: [...langs] }, log: { log() {} }, tuning: TUNING });
-      if (e.status.path === 'gpu') oldGpu = timed(`gemm-only ${e.name}`, (...args) => e.qmatmulT(...args));
-      break;
-    } catch { /* next path */ }
-  }
-  const engines = [['gpu unit', gpuUnit], ['cpu', cpu], ...(oldGpu ? [['gpu gemm only (today)', oldGpu]] : [])];
+  // the GPU engine (frontend_js/gpu/gpu.js, route 'all') with the f64 unit (its gate, spot
+  // audits, staging upload), the same with writeBuffer uploads, and without the f64 unit
+  // (today's path: the GEMM on the GPU, quantizers and epilogue in wasm)
+  const { createGpuEngine } = await import('../frontend_js/gpu/gpu.js');
+  const info = { isFallbackAdapter: false, wgslLanguageFeatures: [...langs] }, quiet = { log() {} };
+  const withUnit = await createGpuEngine({ device, info, log: quiet, tuning: TUNING, f64Unit: true });
+  const withUnitWrite = await createGpuEngine({ device, info, log: quiet, tuning: TUNING, f64Unit: true, gate: false });
+  if (withUnitWrite.f64) withUnitWrite.f64.upload = 'write';
+  const today = await createGpuEngine({ device, info, log: quiet, tuning: TUNING, f64Unit: false });
+  const engines = [['gpu f64 unit', withUnit], ['cpu', wasm], ['gpu f64 unit, writeBuffer upload', withUnitWrite], ['gpu gemm only (today)', today]]
+    .map(([w, e]) => [w, timed(e.name, (...args) => e.qmatmulT(...args))]);
+  const status = { unit: withUnit.status.unit, reasons: withUnit.status.reasons };
   const sizes = [['default (width 32, seq 32, batch 8)', {}], ['max: width 128, seq 128, batch 32', { width: 128, seq_len: 128, batch: 32 }]];
   const out = {};
   for (const [name, over] of SMALL ? sizes.slice(0, 1) : sizes) {
@@ -176,7 +180,7 @@ await section('steps', async () => {
     o.unitMsPerStep = Object.fromEntries(Object.entries(o.unitMs).map(([w, v]) => [w, median(v)]));
     o.speedupVsCpu = o.msPerStep.cpu / o.msPerStep['gpu unit'];
   }
-  return { peers, results: out, unitStats: unit.stats };
+  return { peers, results: out, engine: status, stats: withUnit.stats };
 });
 
 results.seconds = (performance.now() - T0) / 1000;

@@ -36,6 +36,8 @@ export class GpuF64Unit {
     this.slot = null;            // buffers of the last call, reused while big enough
     this.stats = { calls: 0, submits: 0, nonFinite: 0 };
     this.reads = {};             // free mappable buffers by size
+    this.stages = {};            // free staging buffers (mapped for writing) by size
+    this.upload = 'staging';     // or 'write': queue.writeBuffer (the bench compares them)
     this.profile = null;         // { upload, compute, readback, host } ms: time the phases apart
   }
 
@@ -68,17 +70,31 @@ export class GpuF64Unit {
     return free.pop() || this.buffer(size, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
   }
 
+  // A staging buffer (MAP_WRITE | COPY_SRC) of at least `bytes`, already mapped: from the pool,
+  // whose buffers stay resident (a large queue.writeBuffer stages through fresh memory each time)
+  takeStage(bytes) {
+    const size = 2 ** Math.ceil(Math.log2(align(bytes)));
+    const free = (this.stages[size] ||= []);
+    return free.pop() || this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_WRITE | GPUBufferUsage.COPY_SRC, mappedAtCreation: true });
+  }
+
+  // back into the pool once the submit that copies from it is done and it is mapped again
+  returnStage(stage) {
+    stage.mapAsync(GPUMapMode.WRITE).then(() => { if (this.stages[stage.size]) this.stages[stage.size].push(stage); else stage.destroy(); }, () => stage.destroy());
+  }
+
   // Runs encode(pass) in one submit with a copy of `bytes` of src (from srcOffset) into a
   // mappable buffer; consume(ArrayBuffer of the mapped range) runs before it is unmapped.
   // With this.profile ({ upload, compute, readback, host } ms), the compute waits on its own
   // submit first, so the phases are timed apart (a profile, not the fast path).
-  async submitRead(encode, src, bytes, srcOffset, consume) {
+  async submitRead(encode, src, bytes, srcOffset, consume, pre = null) {
     const d = this.device, prof = this.profile;
     const read = this.takeRead(bytes);
     let ok = false;
     try {
       for (const s of ERROR_SCOPES) d.pushErrorScope(s);
       let enc = d.createCommandEncoder();
+      if (pre) pre(enc);
       const pass = enc.beginComputePass();
       encode(pass);
       pass.end();
@@ -154,8 +170,19 @@ export class GpuF64Unit {
     const o = this.takeSlot({ inputs: [['xa', a.length * 8], ['xb', b.length * 8]], codes: [['qa', nb * m * k4 * 4], ['qb', nb * n * k4 * 4]],
       scales: [['sa', nb * m * 8], ['sb', nb * n * 8]], c: [['c', nb * m * n * 4]], out: [['out', nb * m * n * 8], ['flags', 16]] });
     const { params } = this.slot, at = (k) => o[k];
-    d.queue.writeBuffer(o.xa[0], o.xa[1], a);
-    d.queue.writeBuffer(o.xb[0], o.xb[1], b);
+    let pre = null, stage = null;
+    if (this.upload === 'staging') {           // both operands at their offsets in `inputs`
+      const bytes = o.xb[1] + o.xb[2];
+      stage = this.takeStage(bytes);
+      const mapped = new Float64Array(stage.getMappedRange(0, bytes));
+      mapped.set(a, o.xa[1] / 8); mapped.set(b, o.xb[1] / 8);
+      stage.unmap();
+      pre = (enc) => enc.copyBufferToBuffer(stage, 0, o.xa[0], 0, bytes);
+      if (prof) { const enc = d.createCommandEncoder(); pre(enc); d.queue.submit([enc.finish()]); pre = null; }
+    } else {
+      d.queue.writeBuffer(o.xa[0], o.xa[1], a);
+      d.queue.writeBuffer(o.xb[0], o.xb[1], b);
+    }
     d.queue.writeBuffer(o.flags[0], o.flags[1], new Uint32Array(4));
     if (prof) { await d.queue.onSubmittedWorkDone(); prof.upload += performance.now() - t0; }
     // quantizer rows: A's logical row i, B's logical column j, through strides of the stored layout
@@ -182,15 +209,15 @@ export class GpuF64Unit {
       if (new Uint32Array(mapped, o.flags[1], 1)[0] !== 0) return null;
       const result = new Float64Array(mapped, 0, nb * m * n);      // copied out before unmap
       return out ? (out.set(result), out) : result.slice();
-    });
+    }, pre).finally(() => { if (stage) this.returnStage(stage); });
     if (!got) this.stats.nonFinite++;
     return got;
   }
 
   destroy() {
     for (const b of Object.values(this.slot || {})) b.destroy();
-    for (const list of Object.values(this.reads)) for (const b of list) b.destroy();
-    this.reads = {};
+    for (const pool of [this.reads, this.stages]) for (const list of Object.values(pool)) for (const b of list) b.destroy();
+    this.reads = {}; this.stages = {};
     this.slot = null;
   }
 }
