@@ -291,9 +291,9 @@ function expected(op, x, y, yLo) {
 
 // Every op on its cases -> [{ name, ok, n, reason }]; a NaN result must be NaN (any payload),
 // everything else equal in all 64 bits (so -0 != +0 and 1 ULP fails)
-export async function gateF64Ops(unit, { random = 2048 } = {}) {
+export async function gateF64Ops(unit, { random = 2048, seed = undefined } = {}) {
   const cases = [];
-  for (const [op, list] of Object.entries(f64Cases(random))) {
+  for (const [op, list] of Object.entries(f64Cases(random, seed))) {
     const a = new Float64Array(list.map((p) => p[0])), b = new Float64Array(list.map((p) => p[1]));
     const aw = new Uint32Array(a.buffer), bw = new Uint32Array(b.buffer);
     const got = await unit.ops(OPS[op], aw, bw);
