@@ -23,7 +23,7 @@ const gpu = create([]);
 const { GpuF64Unit, gateF64 } = await import('../frontend_js/gpu/f64.js');
 const { createBackends } = await import('../frontend_js/engines.js');
 const { makeConfig } = await import('../frontend_js/config.js');
-const { loadFixture, runSteps, median } = await import('./h200/steps.mjs');
+const { loadFixture, runSteps, median, onEngine, ConcurrentPeersGroup } = await import('./h200/steps.mjs');
 
 const SMALL = process.env.DAISY_BENCH_SMALL === '1';
 const OUT = process.env.OUT || 'out';
@@ -154,8 +154,16 @@ await section('steps', async () => {
   const withUnitWrite = await createGpuEngine({ device, info, log: quiet, tuning: TUNING, f64Unit: true, gate: false });
   if (withUnitWrite.f64) withUnitWrite.f64.upload = 'write';
   const today = await createGpuEngine({ device, info, log: quiet, tuning: TUNING, f64Unit: false });
-  const engines = [['gpu f64 unit', withUnit], ['cpu', wasm], ['gpu f64 unit, writeBuffer upload', withUnitWrite], ['gpu gemm only (today)', today]]
+  const engines = [['gpu f64 unit', withUnit], ['cpu', wasm], ['gpu f64 unit, writeBuffer upload', withUnitWrite], ['gpu gemm only (today)', today],
+    ['gpu f64 unit, peers issued together (train.js what-if)', withUnit]]
     .map(([w, e]) => [w, timed(e.name, (...args) => e.qmatmulT(...args))]);
+  // the what-if: both peers' steps issued together (bench/h200/steps.mjs ConcurrentPeersGroup,
+  // the same bits as Group), so one peer's CPU row work overlaps the other's GPU calls
+  const concurrentSteps = async (cfg, engine, steps) => {
+    const g = new ConcurrentPeersGroup(cfg, peers, stream, onEngine(engine)), ms = [], hashes = [];
+    for (let i = 0; i < steps; i++) { const t = performance.now(); hashes.push((await g.step()).hashes); ms.push(performance.now() - t); }
+    return { ms, hashes };
+  };
   const status = { unit: withUnit.status.unit, reasons: withUnit.status.reasons };
   const sizes = [['default (width 32, seq 32, batch 8)', {}], ['max: width 128, seq 128, batch 32', { width: 128, seq_len: 128, batch: 32 }]];
   const out = {};
@@ -167,7 +175,7 @@ await section('steps', async () => {
       let ref = null;
       for (const [what, e] of engines) {
         e.ms = 0; e.calls = 0;
-        const r = await runSteps(cfg, peers, stream, e, steps);
+        const r = what.includes('what-if') ? await concurrentSteps(cfg, e, steps) : await runSteps(cfg, peers, stream, e, steps);
         (o.ms[what] ||= []).push(median(r.ms.slice(warm)));
         (o.unitMs[what] ||= []).push(e.ms / steps);          // per step, all steps
         if (!ref) ref = r;
