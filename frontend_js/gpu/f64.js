@@ -161,6 +161,13 @@ export class GpuF64Unit {
     return at;
   }
 
+  // Whether a call's dispatches fit the device's workgroup-count limit: quantizers (rows, batch),
+  // epilogue (outputs / 256, batch)
+  fits(nb, m, n) {
+    const lim = this.device.limits.maxComputeWorkgroupsPerDimension;
+    return Math.max(nb, m, n, Math.ceil((m * n) / 256)) <= lim;
+  }
+
   // units.qmatmulT's contract, every step on the GPU. -> Float64Array, or null (non-finite input)
   async qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
