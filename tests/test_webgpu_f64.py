@@ -4,7 +4,8 @@ the boot gate passes on both GEMM kernels; every emulated operation equals JS fl
 on a randomized sweep with edge cases; the unit equals units.js on random shapes; every variant
 of the f64 bug corpus (tests/gpu/bugs/f64_*.wgsl) is rejected by the gate; the GPU engine with
 the unit trains the tiny config with the CPU backend's hashes, and a failing gate leaves
-today's path. The checks run in tests/pages/f64_selftest.html."""
+today's path; the per-call spot audit catches a result one ULP off and the step is recomputed.
+The checks run in tests/pages/f64_selftest.html."""
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,11 @@ def test_engine_trains_with_the_unit_and_a_failing_gate_leaves_todays_path(selft
     default = r["default"]                         # SwiftShader: a software adapter keeps it off
     assert default["unit"].startswith("f64 unit off: a software adapter"), default
     assert default["stats"]["unitCalls"] == 0 and default["firstBadStep"] is None, default
+
+
+def test_spot_audit_catches_a_wrong_result_and_the_step_is_recomputed(selftest):
+    r = selftest("audit", timeout_s=120)
+    assert r["path"] == "cpu", r                   # the engine dropped the GPU for good
+    caught = [x for x in r["reasons"] if "f64 unit failed an audit on call 3" in x]
+    assert caught and "spot audit: batch 0 row 0 col 0" in caught[0], r["reasons"]
+    assert r["hashesEqual"], r                     # the recomputed step = the CPU backend's
