@@ -27,6 +27,14 @@
 //   routing:  with route 'auto' (the page's choice) a fused-unit call goes to the GPU only when
 //             route.js gpuPays (deep K, many multiply-adds); the rest run on the CPU engine, same
 //             bits.
+//   f64 unit: where the adapter is a real GPU (opts.f64Unit: 'auto', the default; true forces
+//             it, false never), the fused-unit calls routed to the GPU run WHOLLY there
+//             (f64.js: quantizers and epilogue in emulated float64, one submit and one read-back
+//             of the float64 result per call, outside the job queue below), once its own boot
+//             gate (gateF64: every emulated operation vs JS, the unit vs units.js, bit for bit)
+//             passed on the kernel chosen above; each result is spot-audited on the CPU
+//             (f64.js spotAudit). A failed gate leaves the path above; a failed submit drops
+//             the f64 unit (that call on the CPU); a failed audit is a GpuFault.
 //
 // Jobs — the seam between the engine and the work. A call becomes one job; the engine only
 // queues, submits, audits and finishes jobs, in this order, and knows nothing else of them:
@@ -58,6 +66,7 @@ import { openDevice } from './device.js';
 import { GEMM_KERNELS, GemmKernel, packColsI8, int8Job } from './gemm_kernel.js';
 import { WasmUnitHost, gateWasmHost, unitPadding } from './wasm_host.js';
 import { routeRule, ruleForAdapter, routeToGpu, describeRoute } from './route.js';
+import { GpuF64Unit, gateF64, spotAudit } from './f64.js';
 
 export class GpuFault extends Error {
   constructor(message, { kind = 'audit', recompute = true } = {}) {
@@ -86,7 +95,9 @@ export class GpuEngine extends EventTarget {
     this.status = { path: 'cpu', kernel: null, adapter: null, reasons: [], gates: [] };
     // submits: GPU round trips (one per batch of calls issued in the same tick)
     // routed: fused-unit calls route 'auto' kept on the CPU (not faults; not in cpuCalls)
-    this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, routed: 0, checksums: 0, tileAudits: 0, submits: 0 };
+    // unitCalls: calls run wholly on the GPU by the f64 unit (also counted in gpuCalls)
+    this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, routed: 0, checksums: 0, tileAudits: 0, submits: 0, unitCalls: 0, spotAudits: 0 };
+    this.f64 = null;                      // the f64 unit, once gated
     this.route = routeRule(opts);   // null: every call on the GPU (route.js)
     this.kernel = null; this.device = null;
     this.cpu = opts.cpu || bestGemmEngine().engine;
@@ -156,10 +167,59 @@ export class GpuEngine extends EventTarget {
       this.route = ruleForAdapter(this.route, info, this.opts.routeRule);
       this.status.routing = describeRoute(this.route);
       this.log(`using the ${spec.id} kernel (gates passed: ${gate.cases.length} cases)`);
+      await this.bootF64(device, spec, kernel, info);
       return this;
     }
     this.fault('no GPU kernel passed its gate', 'gate');
     return this;
+  }
+
+  // The f64 unit on the chosen GEMM kernel, behind its own gate (see the header)
+  async bootF64(device, spec, kernel, info) {
+    const o = this.opts, want = o.f64Unit ?? 'auto';
+    if (want === false) return;
+    if (want === 'auto' && (info?.isFallbackAdapter || o.kernels)) {
+      this.status.unit = o.kernels ? 'f64 unit off: a custom kernel list (opts.f64Unit: true to gate it)'
+        : 'f64 unit off: a software adapter emulates float64 slower than the wasm engine computes it';
+      return;
+    }
+    let unit = null;
+    try {
+      unit = await GpuF64Unit.create(device, { kernelBase: o.kernelBase, gemm: spec.file, tuning: kernel.tuning, lib: o.f64Lib });
+      const gate = o.gate === false ? { ok: true, cases: [] } : await gateF64(unit);
+      this.status.gates.push({ kernel: 'f64-unit', ok: gate.ok, reason: gate.reason, cases: gate.cases });
+      if (!gate.ok) throw new Error(gate.reason);
+      this.f64 = unit;
+      this.status.unit = `f64 unit on the ${spec.id} kernel (gate passed: ${gate.cases.length} cases)`;
+      this.log(`quantizers and epilogue on the GPU: ${this.status.unit}`);
+    } catch (e) {
+      if (unit) unit.destroy();
+      this.status.unit = 'f64 unit off';
+      this.fault(`f64 unit disabled (quantizers and epilogue stay on the CPU): ${e.message}`, 'gate', false);
+    }
+  }
+
+  // One fused-unit call wholly on the GPU (f64 unit), spot-audited; see the header for faults
+  async f64Call(a, transA, b, transB, nb, m, kk, n, out) {
+    const unit = this.f64, call = ++this.stats.unitCalls;
+    let r;
+    try {
+      r = await unit.qmatmulT(a, transA, b, transB, nb, m, kk, n, out);
+    } catch (e) {
+      if (this.f64 === unit) { this.f64 = null; unit.destroy(); this.fault(`f64 unit disabled after a failed submit (${nb}x${m}x${kk}x${n}): ${e.message}`, 'error', false); }
+      r = null;
+    }
+    if (!r) { this.stats.cpuCalls++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }   // non-finite operand or failed submit
+    this.stats.gpuCalls++;
+    this.stats.spotAudits++;
+    const bad = spotAudit(a, transA, b, transB, nb, m, kk, n, r, this.auditKey, call, this.opts.spotSamples ?? 8);
+    if (bad) {
+      const reason = `f64 unit failed an audit on call ${call} (${nb}x${m}x${kk}x${n}): ${bad}`;
+      if (this.f64 === unit) { this.f64 = null; unit.destroy(); }
+      this.fault(reason, 'audit');
+      throw new GpuFault(reason, { kind: 'audit', recompute: true });
+    }
+    return r;
   }
 
   // The largest bytes one batch may upload or read back (its buffers grow to the next power of 2).
@@ -190,6 +250,13 @@ export class GpuEngine extends EventTarget {
   // calls of this tick, epilogue (wasm) once the result passed its audits.
   qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
+    // (operands that do not fit the shape take the path below, which names the problem)
+    if (this.f64 && this.kernel && kk > 0 && routeToGpu(this.route, nb, m, kk, n)
+      && a.length === nb * m * kk && b.length === nb * kk * n && this.f64.fits(nb, m, n)
+      && 8 * Math.max(a.length + b.length, nb * m * n + 64) <= this.batchLimit() * 2) {
+      this.stats.calls++;
+      return this.f64Call(a, transA, b, transB, nb, m, kk, n, out);
+    }
     const h = this.host;
     if (!h) return unitQmatmulT({ gemm: (...args) => this.gemm(...args) }, a, transA, b, transB, nb, m, kk, n, out);
     this.stats.calls++;
@@ -345,13 +412,16 @@ export class GpuEngine extends EventTarget {
     this.closing = true;
     if (this.device && this.onGpuError) this.device.removeEventListener('uncapturederror', this.onGpuError);
     if (this.kernel) this.kernel.destroy();
+    if (this.f64) this.f64.destroy();
+    this.f64 = null;
     if (this.ownsDevice && this.device) this.device.destroy();
     this.kernel = null; this.status.path = 'cpu'; this.name = 'cpu';
   }
 }
 
 // createGpuEngine({ gpu, auditEvery = 8, auditTile = 8, checksum = true, seed, kernelBase, tuning,
-//                   kernels, onFault, device, info, route = 'all' | 'auto', routeRule = ROUTE })
+//                   kernels, onFault, device, info, route = 'all' | 'auto', routeRule = ROUTE,
+//                   f64Unit = 'auto' | true | false, f64Lib, spotSamples = 8 })
 // -> GpuEngine (never null: when the GPU is
 // unusable it runs on the CPU and engine.status = { path: 'cpu', reasons: [...] } says why).
 export async function createGpuEngine(opts = {}) {
