@@ -220,3 +220,19 @@ def test_open_kit_names_each_problem(kit):
     assert out["config"] == "KitError: bad config in the kit: model width (width) must be in 16..128, got 5"
     assert out["dimensions"].startswith(f"KitError: the embedded weights have {n_values * 8} bytes; this config needs ")
     assert out["base64"] == "KitError: the embedded weights are not valid base64 (the kit file is damaged)"
+
+
+def test_the_module_scan_reads_imports_not_comments(tmp_path):
+    # a comment that mentions an import (wasm_asm.js: `import "env" "mem"`) is not one; a real
+    # bare import is still refused by name
+    from daisy.files.kit import KitError, _module_sources
+    (tmp_path / "kit").mkdir()
+    (tmp_path / "kit" / "kit.js").write_text("// the module's import \"env\" \"mem\" (a wasm import)\n"
+                                             "import { a } from '../a.js';\n")
+    (tmp_path / "a.js").write_text("/* from 'nowhere' in a block comment\n * import 'env' here too */\nexport const a = 1;\n")
+    sources = _module_sources("kit/kit.js", tmp_path)
+    assert sorted(sources) == ["daisy/a.js", "daisy/kit/kit.js"], sorted(sources)
+    assert "from 'daisy/a.js'" in sources["daisy/kit/kit.js"]
+    (tmp_path / "a.js").write_text("import fs from 'node:fs';\nexport const a = 1;\n")
+    with pytest.raises(KitError, match="imports 'node:fs'"):
+        _module_sources("kit/kit.js", tmp_path)

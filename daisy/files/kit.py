@@ -64,6 +64,10 @@ def _module_sources(entry: str = ENTRY, root: Path = FRONTEND) -> dict:
         base = Path(rel).parent
 
         def rewrite(m):
+            line_start = src.rfind("\n", 0, m.start()) + 1
+            before = src[line_start:m.start()]
+            if "//" in before or "/*" in before or before.lstrip().startswith("*"):
+                return m.group(0)                          # words in a comment, not an import
             spec = m.group(3)
             if not spec.startswith(("./", "../")):
                 raise KitError(f"{path} imports {spec!r}: the kit inlines only relative imports of frontend_js/")
