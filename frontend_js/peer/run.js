@@ -77,6 +77,7 @@ export class RunController {
     // test hook (set before the page loads, tests/test_membership.py): this joiner's state goes
     // wrong after its checks, so the leader must catch its hash and re-sync it
     this.testCorruptSync = Boolean(globalThis.__daisyTest?.corruptNextSync);
+    this.testNoJoin = Boolean(globalThis.__daisyTest?.noJoin);   // tests: an outsider that never asks to join
     const on = (type, fn) => mesh.on(type, (from, m) => fn.call(this, from, m));
     on(TYPES.RUN, this.onRun); on(TYPES.STATE, this.onState); on(TYPES.GO, this.onGo);
     mesh.on(TYPES.ACCEPT, (from, m) => this.onAnswer(from, m, true));
@@ -802,7 +803,7 @@ export class RunController {
   maybeJoin() {
     const p = this.peer, s = p.s;
     if (this.run || this.proposal || this.accepted || this.joining || !s.peerId || s.role === 'pending' || s.rejected) return;
-    if (performance.now() < this.joinBackoffUntil) return;
+    if (this.testNoJoin || performance.now() < this.joinBackoffUntil) return;
     const training = s.peers.filter((q) => q.id !== s.peerId && /^training/.test(q.state || '') && this.mesh.isReady(q.id)).map((q) => q.id);
     if (!training.length) return;
     this.askToJoin(training);
