@@ -25,7 +25,7 @@ import { encodeState, decodeState, maxStateBytes } from '../state_codec.js';
 import { MAX_RUN_ID, epochKey, actingLeader, mayGoOn, checkRoster, scheduleWith } from './roster.js';
 import { yieldToPage, waitUntil } from './page_clock.js';       // no throttled timer on a run's path (background tabs)
 
-export const LINK_WAIT_MS = 8_000;       // Start waits this long for links still connecting
+export const LINK_WAIT_MS = 8_000;       // Start, and a joiner before asking, wait this long for links still connecting
 export const ACCEPT_WAIT_MS = 15_000;    // the leader's bound on the members' answers
 export const GO_WAIT_MS = 20_000;        // a member's bound on the leader's GO
 export const FIN_WAIT_MS = 10_000;       // bound on the final hashes
@@ -77,6 +77,8 @@ export class RunController {
     // test hook (set before the page loads, tests/test_membership.py): this joiner's state goes
     // wrong after its checks, so the leader must catch its hash and re-sync it
     this.testCorruptSync = Boolean(globalThis.__daisyTest?.corruptNextSync);
+    this.joinWantSince = 0;         // when this idle device first saw a group it could join (0: none)
+    this.linkWaitTimer = null;
     this.testNoJoin = Boolean(globalThis.__daisyTest?.noJoin);   // tests: an outsider that never asks to join
     const on = (type, fn) => mesh.on(type, (from, m) => fn.call(this, from, m));
     on(TYPES.RUN, this.onRun); on(TYPES.STATE, this.onState); on(TYPES.GO, this.onGo);
@@ -804,8 +806,19 @@ export class RunController {
     const p = this.peer, s = p.s;
     if (this.run || this.proposal || this.accepted || this.joining || !s.peerId || s.role === 'pending' || s.rejected) return;
     if (this.testNoJoin || performance.now() < this.joinBackoffUntil) return;
-    const training = s.peers.filter((q) => q.id !== s.peerId && /^training/.test(q.state || '') && this.mesh.isReady(q.id)).map((q) => q.id);
-    if (!training.length) return;
+    const others = s.peers.filter((q) => q.id !== s.peerId && /^training/.test(q.state || ''));
+    const training = others.filter((q) => this.mesh.isReady(q.id)).map((q) => q.id);
+    if (!training.length) { this.joinWantSince = 0; return; }
+    // wait for links to the whole group first: the leader's SYNC names the roster, and a joiner not
+    // linked to all of it must drop the state it is sent and ask again (a wasted transfer)
+    const now = performance.now();
+    this.joinWantSince ||= now;
+    if (training.length < others.length && now - this.joinWantSince < LINK_WAIT_MS) {
+      clearTimeout(this.linkWaitTimer);
+      this.linkWaitTimer = setTimeout(() => this.maybeJoin(), this.joinWantSince + LINK_WAIT_MS - now + 10);
+      return;
+    }
+    this.joinWantSince = 0;
     this.askToJoin(training);
   }
 
