@@ -1,11 +1,14 @@
 // One round of bench/bench_threads.py in node: ms per training step (one peer; after `warmup`
 // steps, the median of reps segments of `steps` steps) of the wasm-simd backend (engines.js) and
-// of threads.js's backend on each thread count, every run's final hash checked equal.
-//   node bench/bench_threads.mjs --config default|largest --threads 1,2 [--steps S] [--reps R] [--warmup W] [--json]
+// of threads.js's backend on each thread count, and of unit_workers.js's (the unisolated page's:
+// INT8 units on workers with copied buffers) on each --workers count, every run's final hash
+// checked equal.
+//   node bench/bench_threads.mjs --config default|largest --threads 1,2 [--workers 2] [--steps S] [--reps R] [--warmup W] [--json]
 import { makeConfig } from '../frontend_js/config.js';
 import { Group } from '../frontend_js/train.js';
 import { bestBackend } from '../frontend_js/engines.js';
 import { createThreadedBackend } from '../frontend_js/threads.js';
+import { createUnitWorkersBackend } from '../frontend_js/unit_workers.js';
 import { loadStream } from '../frontend_js/cli.mjs';
 import { median } from './js_cpu_core.mjs';
 import { CONFIGS } from './profile_cpu_step.mjs';
@@ -41,6 +44,13 @@ for (const n of opt('--threads', '1,2').split(',').map(Number)) {
   be.close();
   if (r.hash !== ref.hash) throw new Error(`threads=${n} ended on hash ${r.hash}, wasm-simd on ${ref.hash}`);
   out.ms[`wasm-simd-threads x${n}`] = r.ms;
+}
+for (const n of opt('--workers', '').split(',').filter(Boolean).map(Number)) {
+  const be = await createUnitWorkersBackend({ threads: n });
+  const r = await time(be);
+  be.close();
+  if (r.hash !== ref.hash) throw new Error(`unit workers=${n} ended on hash ${r.hash}, wasm-simd on ${ref.hash}`);
+  out.ms[`wasm-simd-workers x${n}`] = r.ms;
 }
 if (argv.includes('--json')) console.log(JSON.stringify(out));
 else for (const [k, v] of Object.entries(out.ms)) console.log(`${k.padEnd(36)} ${v.toFixed(2)} ms/step`);

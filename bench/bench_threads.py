@@ -1,9 +1,10 @@
 """The threaded CPU backend vs PyTorch float32 CPU (2 threads), in the same run:
-`python bench/bench_threads.py [--rounds 3] [--node NODE] [--configs default,largest] [--threads 1,2]`.
+`python bench/bench_threads.py [--rounds 3] [--node NODE] [--configs default,largest] [--threads 1,2] [--workers 2]`.
 
 Per config, ROUNDS alternating rounds of: bench_reference.time_torch (the same architecture in
 PyTorch float32, torch.set_num_threads(2)) and bench/bench_threads.mjs in node (the wasm-simd
-backend, then threads.js's backend on each thread count; hashes checked equal). Each number is
+backend, then threads.js's backend on each thread count, then unit_workers.js's on each --workers
+count; hashes checked equal). Each number is
 the median of the rounds, each round a median of reps segments of one run after its warm-up. Prints a markdown table with the
 ratio to PyTorch. To emulate a 2-core device on a bigger one, run it under `taskset -c 0,1`.
 """
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--node", default=os.environ.get("NODE", "node"))
     ap.add_argument("--configs", default="default,largest")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--workers", default="2", help="unit-worker counts (the unisolated page's path); '' for none")
     args = ap.parse_args()
     stream = data.builtin_stream()
     node_version = subprocess.run([args.node, "--version"], capture_output=True, text=True).stdout.strip()
@@ -47,6 +49,7 @@ def main():
         for _ in range(args.rounds):
             torch_ms.append(time_torch(cfg, stream, steps=steps, reps=reps))
             r = subprocess.run([args.node, "bench/bench_threads.mjs", "--config", name, "--threads", args.threads,
+                                *(["--workers", args.workers] if args.workers else []),
                                 "--steps", str(steps), "--reps", str(reps), "--warmup", str(warmup), "--json"],
                                cwd=ROOT, capture_output=True, text=True)
             if r.returncode:

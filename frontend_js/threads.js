@@ -47,7 +47,7 @@ export function threadsUnavailable() {
 }
 
 // count items -> parts+1 boundaries, each part a multiple of `align` but the last
-function split(count, parts, align = 1) {
+export function split(count, parts, align = 1) {
   const units = Math.ceil(count / align), out = [0];
   for (let t = 1; t < parts; t++) out.push(Math.min(count, Math.floor((units * t) / parts) * align));
   out.push(count);
@@ -178,27 +178,50 @@ class Pool {
   }
 }
 
-// a worker of thread_worker.js, started and ready -> {onError(f), terminate()}
-async function spawn(init) {
-  const url = new URL('./thread_worker.js', import.meta.url);
+// a module worker of `url` (a Node worker_thread or a browser Worker), sent `init`; resolves once
+// its first message says {ready: true} (rejects with its {error} or start failure) ->
+// {post(message, transfer), onMessage(f), onFail(f), hold(on), terminate()}; a Node worker keeps
+// the process alive only while held (hold(true): answers are awaited). threads.js's pool and
+// unit_workers.js both start theirs here.
+export async function startWorker(url, init) {
+  const listeners = new Set(), fails = new Set();
+  const deliver = (m) => { for (const f of [...listeners]) f(m); };
+  const fail = (e) => { for (const f of [...fails]) f(e); };
+  let w, post;
   if (isNode) {
     const { Worker } = await import('node:worker_threads');
-    const w = new Worker(url);
-    await new Promise((resolve, reject) => {
-      w.once('error', reject);
-      w.on('message', (m) => { if (m.ready) resolve(); });
-      w.postMessage(init);
-    });
-    w.unref();                                    // an idle pool never keeps a process alive
-    return { onError: (f) => w.on('message', (m) => m.error && f(m.error)), terminate: () => w.terminate() };
+    w = new Worker(url);
+    w.on('message', deliver);
+    w.on('error', fail);
+    post = (m, transfer) => w.postMessage(m, transfer);
+  } else {
+    w = new Worker(url, { type: 'module' });
+    w.onmessage = (e) => deliver(e.data);
+    w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message || 'the worker failed')); };
+    post = (m, transfer) => w.postMessage(m, transfer || []);
   }
-  const w = new Worker(url, { type: 'module' });
-  await new Promise((resolve, reject) => {
-    w.onerror = (e) => reject(new Error(`thread worker failed to start: ${e.message || e}`));
-    w.onmessage = (e) => { if (e.data.ready) resolve(); };
-    w.postMessage(init);
-  });
-  return { onError: (f) => { w.onmessage = (e) => e.data.error && f(e.data.error); }, terminate: () => w.terminate() };
+  try {
+    await new Promise((resolve, reject) => {
+      const first = (m) => {
+        listeners.delete(first); fails.delete(reject);
+        if (m && m.ready) resolve(); else reject(new Error((m && m.error) || 'the worker did not start'));
+      };
+      listeners.add(first); fails.add(reject);
+      post(init);
+    });
+  } catch (err) {
+    w.terminate();
+    throw new Error(`a worker of ${url.pathname.split('/').pop()} failed to start: ${err.message || err}`);
+  }
+  const hold = (on) => { if (isNode) { if (on) w.ref(); else w.unref(); } };
+  hold(false);
+  return { post, onMessage: (f) => listeners.add(f), onFail: (f) => fails.add(f), hold, terminate: () => w.terminate() };
+}
+
+// a worker of thread_worker.js, started and ready -> {onError(f), terminate()}
+async function spawn(init) {
+  const w = await startWorker(new URL('./thread_worker.js', import.meta.url), init);
+  return { onError: (f) => w.onMessage((m) => m.error && f(m.error)), terminate: w.terminate };
 }
 
 // --- the threaded parts ---------------------------------------------------------------------

@@ -423,9 +423,9 @@ const transposeF64 = (x, nb, R, Cc) => {
 };
 const sameBits = (x, y) => x === y && (x !== 0 || Object.is(x, y)) || (x !== x && y !== y);
 
-// The fused wasm unit against the JS unit (units.js quantizers, scalar GEMM, epilogue), all four
-// transpose cases. -> null, or the first mismatch in words.
-export function gateUnit(engine) {
+// The unit gate's cases, all four transpose cases per shape: [what, qmatmulT's arguments, the JS
+// unit's result (units.js quantizers, scalar GEMM, epilogue)]
+function* unitGateCases() {
   const shapes = [[1, 1, 1, 1], [1, 3, 5, 7], [2, 5, 9, 3], [4, 8, 8, 8], [1, 17, 33, 9], [3, 2, 16, 5]];
   let seed = 1;
   for (const [nb, m, kk, n] of shapes) {
@@ -433,11 +433,30 @@ export function gateUnit(engine) {
     const qa = quantizeRows(A, nb, m, kk), qb = quantizeCols(B, nb, kk, n);
     const want = epilogue(cpuEngine.gemm(qa.q, qb.q, nb, m, kk, n), qa.s, qb.s, nb, m, n);
     for (const ta of [false, true]) for (const tb of [false, true]) {
-      const got = engine.qmatmulT(ta ? transposeF64(A, nb, m, kk) : A, ta, tb ? transposeF64(B, nb, kk, n) : B, tb, nb, m, kk, n);
-      for (let x = 0; x < want.length; x++) {
-        if (!sameBits(got[x], want[x])) return `unit (${nb}, ${m}, ${kk}, ${n}) transA=${ta} transB=${tb} index ${x}: ${got[x]} vs JS ${want[x]}`;
-      }
+      yield [`unit (${nb}, ${m}, ${kk}, ${n}) transA=${ta} transB=${tb}`,
+        [ta ? transposeF64(A, nb, m, kk) : A, ta, tb ? transposeF64(B, nb, kk, n) : B, tb, nb, m, kk, n], want];
     }
+  }
+}
+const unitMismatch = (what, got, want) => {
+  for (let x = 0; x < want.length; x++) if (!sameBits(got[x], want[x])) return `${what} index ${x}: ${got[x]} vs JS ${want[x]}`;
+  return null;
+};
+
+// The fused wasm unit against the JS unit. -> null, or the first mismatch in words.
+export function gateUnit(engine) {
+  for (const [what, args, want] of unitGateCases()) {
+    const bad = unitMismatch(what, engine.qmatmulT(...args), want);
+    if (bad) return bad;
+  }
+  return null;
+}
+
+// the same gate for an engine whose qmatmulT answers later (unit_workers.js)
+export async function gateUnitAsync(engine) {
+  for (const [what, args, want] of unitGateCases()) {
+    const bad = unitMismatch(what, await engine.qmatmulT(...args), want);
+    if (bad) return bad;
   }
   return null;
 }

@@ -109,7 +109,8 @@ def test_widgets_ranges_defaults_and_peer(servers, pages):
     # every core the browser reports (frontend_js/threads.js), and the label says how many
     assert page.evaluate("crossOriginIsolated") is True, "the page is not cross-origin isolated"
     cores = min(page.evaluate("navigator.hardwareConcurrency"), 16)
-    assert s["threads"] == {"count": cores, "reason": None if cores > 1 else "this device reports one core"}, s["threads"]
+    assert s["threads"] == ({"count": cores, "shared": True, "reason": None} if cores > 1
+                            else {"count": 1, "shared": False, "reason": "this device reports one core"}), s["threads"]
     if cores > 1:
         assert f"{cores} threads" in label and f"runs on {cores} threads" in s["pathReason"], (label, s["pathReason"])
     # generation's temperature reaches 0 = greedy, as in the kit and daisy.generate
@@ -299,9 +300,10 @@ def test_settings_outside_the_sliders_are_refused_by_name(servers, pages):
     wait_state(page, "!s.running", "stopped")
 
 
-def test_a_page_framed_by_another_site_runs_one_thread_and_offers_its_own_tab(servers, pages, tmp_path):
+def test_a_page_framed_by_another_site_runs_its_units_on_workers_and_offers_its_own_tab(servers, pages, tmp_path):
     # the Space inside huggingface.co's iframe: the parent sends no isolation headers, so the
-    # framed page has no SharedArrayBuffer; it says so and links to itself in a tab of its own
+    # framed page has no SharedArrayBuffer; its INT8 units run on unit workers (copied buffers,
+    # frontend_js/unit_workers.js), it says why, and links to itself in a tab of its own
     from tests.browser import static_server
     base = servers["main"]
     (tmp_path / "index.html").write_text('<!doctype html><link rel="icon" href="data:,">'
@@ -312,9 +314,15 @@ def test_a_page_framed_by_another_site_runs_one_thread_and_offers_its_own_tab(se
         frame.wait_for_function("window.daisy && window.daisy.state().threads && window.daisy.state().path",
                                 timeout=WAIT_MS)
         assert frame.evaluate("crossOriginIsolated") is False
+        cores = min(frame.evaluate("navigator.hardwareConcurrency"), 16)
+        assert cores > 1, "the unit workers need a machine with two cores or more"
         threads = frame.evaluate("window.daisy.state().threads")
-        assert threads == {"count": 1, "reason": "SharedArrayBuffer is not available (the page is not cross-origin isolated)"}, threads
+        no_sab = "SharedArrayBuffer is not available (the page is not cross-origin isolated)"
+        assert threads == {"count": cores, "shared": False, "reason": f"{no_sab}: the INT8 units run on {cores} threads "
+                           "with copied buffers, the row kernels on one"}, threads
+        label = frame.evaluate("window.daisy.state().pathLabel")
+        assert f"wasm-simd × {cores} workers" in label, label
         link = frame.locator('#daisy-peer [data-role="own-tab"]')
         link.wait_for(state="visible", timeout=WAIT_MS)
         assert link.get_attribute("href") == base + "/" and link.get_attribute("target") == "_blank"
-        assert "one thread" in frame.evaluate("window.daisy.state().pathReason")
+        assert f"runs on {cores} threads ({no_sab}" in frame.evaluate("window.daisy.state().pathReason")

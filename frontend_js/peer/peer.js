@@ -43,7 +43,7 @@ export class Peer {
       links: {},             // peer id -> 'connecting' | 'linked' | 'closed: why' | 'refused: why'
       notes: [],             // the last few things worth telling the user
       drops: 0,              // mesh frames dropped (bad, late, foreign); details in mesh.drops
-      threads: null,         // {count, reason}: the CPU backend's threads, and why only one (null until decided)
+      threads: null,         // {count, shared, reason}: the CPU backend's threads, in shared memory or not, and why not every part on every core (null until decided)
     };
     // ?meshProtocol=N: speak another mesh protocol version (tests of the refusal path)
     const protocol = Number(params.get('meshProtocol'));
@@ -280,10 +280,13 @@ export class Peer {
     this.note(`Not linked to ${this.nameOf(from)}: ${reason}.`);
   }
 
-  // the fastest CPU backend whose gates passed, made once: the threaded one (threads.js, every
-  // core: same bits) where the page is cross-origin isolated and the device has more than one
-  // core, else engines.js bestBackend(); undefined without engines.js (the trainer's and the
-  // generator's default then: the JS mirror). this.s.threads says how many threads and why.
+  // the fastest CPU backend whose gates passed, made once: where the device has more than one
+  // core, the threaded one (threads.js: every part on every core, one shared memory) when the page
+  // is cross-origin isolated, else the unit workers (unit_workers.js: the INT8 unit on every core
+  // with copied buffers, the rest on one); else engines.js bestBackend(); undefined without
+  // engines.js (the trainer's and the generator's default then: the JS mirror). All give the same
+  // bits. this.s.threads = {count, shared, reason}: how many threads, whether in shared memory, and
+  // why not (null when every part runs on every core).
   loadCpuBackend() {
     this.cpuBackendMade ??= (async () => {
       if (!this.modules.has('engines.js')) return undefined;
@@ -295,15 +298,26 @@ export class Peer {
           reason = threads.threadsUnavailable() || (n < 2 ? 'this device reports one core' : null);
           if (!reason) {
             const backend = await threads.createThreadedBackend({ threads: n });
-            this.set({ threads: { count: n, reason: null } });
+            this.set({ threads: { count: n, shared: true, reason: null } });
             return backend;
+          }
+          if (n >= 2 && this.modules.has('unit_workers.js')) {
+            const why = reason;
+            try {
+              const backend = await (await import('../unit_workers.js')).createUnitWorkersBackend({ threads: n });
+              this.set({ threads: { count: n, shared: false, reason: `${why}: the INT8 units run on ${n} threads with copied buffers, the row kernels on one` } });
+              return backend;
+            } catch (err) {
+              reason = `${why}; the unit workers failed: ${err.message || err}`;
+              console.warn('daisy:', reason);
+            }
           }
         } catch (err) {
           reason = `the threaded backend failed: ${err.message || err}`;
           console.warn('daisy:', reason);
         }
       }
-      this.set({ threads: { count: 1, reason } });
+      this.set({ threads: { count: 1, shared: false, reason } });
       try {
         return await (await import('../engines.js')).bestBackend();
       } catch (err) {
@@ -355,10 +369,10 @@ export class Peer {
       why = 'no GPU engine in this build';
     }
     const b = this.cpuBackend, t = this.s.threads;
-    const cpuName = !b ? 'cpu' : b.threads > 1 ? `wasm-simd × ${b.threads} threads` : b.name;
+    const cpuName = !b ? 'cpu' : b.threads > 1 ? `wasm-simd × ${b.threads} ${t && !t.shared ? 'workers' : 'threads'}` : b.name;
     const label = !why
       ? `GPU (WebGPU${gpuChoice === 'all' ? ', every GEMM' : `; small GEMMs on ${cpuName}`})` : `CPU (${cpuName}) — ${why}`;
-    const threadsWhy = t && t.count > 1 ? `the CPU backend runs on ${t.count} threads`
+    const threadsWhy = t && t.count > 1 ? `the CPU backend runs on ${t.count} threads${t.reason ? ` (${t.reason})` : ''}`
       : t ? `the CPU backend runs on one thread: ${t.reason}` : '';
     this.set({ path, pathReason: threadsWhy ? `${reason}; ${threadsWhy}` : reason, pathLabel: label,
                engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });

@@ -39,7 +39,7 @@ export function mount(element) {
       <div><b>tokens/s</b><span data-role="rate">–</span></div>
       <div><b>weight hash</b><span data-role="hash">–</span></div>
       <div><b>replica diff</b><span data-role="replicas">no run yet</span></div>
-      <div><b>compute</b><details class="daisy-compute"><summary data-role="path">checking…</summary><div data-role="path-detail"></div></details><a data-role="own-tab" class="daisy-own-tab" target="_blank" rel="noopener" hidden>Open this page in its own tab to train on every core</a></div>
+      <div><b>compute</b><details class="daisy-compute"><summary data-role="path">checking…</summary><div data-role="path-detail"></div></details><a data-role="own-tab" class="daisy-own-tab" target="_blank" rel="noopener" hidden>Open this page in its own tab: every part of a step on every core</a></div>
       <div><b>data</b><span data-role="data">checking…</span></div>
     </div>
     <svg class="daisy-loss" data-role="plot" viewBox="0 0 ${PLOT_W} ${PLOT_H}" preserveAspectRatio="none"
@@ -83,7 +83,7 @@ export function mount(element) {
     // inside another site's frame (the Space on huggingface.co) the page is not isolated, so it
     // runs one CPU thread: offer the same page in a tab of its own, where it is
     const framed = window.top !== window.self && !globalThis.crossOriginIsolated;
-    $('own-tab').hidden = !(framed && s.threads && s.threads.count === 1);
+    $('own-tab').hidden = !(framed && s.threads && !s.threads.shared && (navigator.hardwareConcurrency || 1) > 1);
     if (framed) $('own-tab').href = location.href;
     $('data').textContent = dataText(s.dataSource);
     drawPlot($('plot'), s.curve);

@@ -1,0 +1,76 @@
+// The INT8 unit on workers that share nothing (frontend_js/unit_workers.js: the CPU path of a page
+// that is not cross-origin isolated): the JS mirror's (referenceBackend) hashes on 1, 2 and 4
+// threads at every step, at the tiny settings and at odd shapes with every unit split (whole
+// batches for attention, rows of A for the linear layers, A^T's columns in backward), and at a mid
+// size with the default routing; a worker whose results are one bit off is refused by the gate.
+// A mismatch names the step, both hashes and the first differing weight.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { createUnitWorkersBackend } from '../../frontend_js/unit_workers.js';
+import { referenceBackend } from '../../frontend_js/engines.js';
+import { makeConfig } from '../../frontend_js/config.js';
+import { Group } from '../../frontend_js/train.js';
+import { textStream } from '../../frontend_js/data.js';
+
+const stream = textStream(Array.from({ length: 40 }, (_, i) => `document ${i}: the quick brown fox jumps over the lazy dog. `.repeat(6)).join('\n\n\n'));
+const made = [];
+after(() => { for (const b of made) b.close(); });
+async function workers(threads, opts = {}) {
+  const b = await createUnitWorkersBackend({ threads, ...opts });
+  made.push(b);
+  return b;
+}
+
+const sameBits = (a, b) => Object.is(a, b) || (a !== a && b !== b);
+
+async function run(settings, backend, steps) {
+  const g = new Group(makeConfig(settings), 1, stream, backend);
+  const hashes = [];
+  for (let s = 0; s < steps; s++) hashes.push((await g.step()).hashes[0]);
+  return { hashes, group: g };
+}
+
+function firstMismatch(got, want, what) {
+  const s = got.hashes.findIndex((h, i) => h !== want.hashes[i]);
+  if (s < 0) return null;
+  const pg = got.group.replicas[0].params, pw = want.group.replicas[0].params;
+  for (const name of Object.keys(pw)) {
+    const i = pw[name].findIndex((v, k) => !sameBits(v, pg[name][k]));
+    if (i >= 0) return `${what}: step ${s + 1} hash ${got.hashes[s]} vs ${want.hashes[s]}; after the last step ${name}[${i}] = ${pg[name][i]} vs ${pw[name][i]}`;
+  }
+  return `${what}: step ${s + 1} hash ${got.hashes[s]} vs ${want.hashes[s]} (weights equal after the last step)`;
+}
+
+const TINY = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4 };
+const ODD = { width: 17, seq_len: 18, batch: 3, layers: 1, heads: 1 };
+
+for (const [what, settings, steps] of [['tiny', TINY, 3], ['odd shapes', ODD, 2]]) {
+  test(`${what}: every unit split, 1, 2 and 4 threads give the JS mirror's hashes`, async () => {
+    const want = await run(settings, referenceBackend, steps);
+    for (const n of [1, 2, 4]) {
+      const be = await workers(n, { minUnitMacs: 0 });
+      assert.equal(be.threads, n);
+      const bad = firstMismatch(await run(settings, be, steps), want, `${n} threads`);
+      assert.equal(bad, null, bad);
+    }
+  });
+}
+
+test('mid size, default routing: 2 threads give the JS mirror hashes', async () => {
+  const mid = { width: 64, seq_len: 64, batch: 8, layers: 1, heads: 4 };
+  const want = await run(mid, referenceBackend, 2);
+  const bad = firstMismatch(await run(mid, await workers(2), 2), want, '2 threads');
+  assert.equal(bad, null, bad);
+});
+
+test('a worker one bit off is refused by the gate, naming the first mismatch', async () => {
+  await assert.rejects(createUnitWorkersBackend({ threads: 2, faultForTests: 'flip' }),
+    /the unit workers failed their gate: unit \(1, 1, 1, 1\) transA=false transB=false index 0: .* vs JS /);
+});
+
+test('a bad thread count is refused by name', async () => {
+  for (const bad of [0, -1, 1.5, 17, '2']) {
+    await assert.rejects(createUnitWorkersBackend({ threads: bad }), /threads must be an integer in 1\.\.16/);
+  }
+});
