@@ -1,8 +1,10 @@
 // One worker of unit_workers.js (a Node worker_thread or a browser module Worker): its own
 // wasm-simd engine over its own memory (nothing shared), gated before it says ready. Each job is
-// one INT8 unit on the copies it was sent:
-//   {id, a, transA, b, transB, nb, m, kk, n}  ->  {id, out}  (out's buffer transferred back)
-//   a trap or a bad job                       ->  {id, error}
+// one INT8 unit on the copies it was sent, in two transferred buffers that go back with the answer:
+//   {id, input: A then B (aLen + bLen doubles), output, transA, transB, nb, m, kk, n, r0, r1, aLen, bLen}
+//     ->  {id, input, output}           output's first nb*(r1-r0)*n doubles: A's logical rows [r0, r1)
+//                                       of the unit's result (wasm_gemm.js qmatmulT's row range)
+//     ->  {id, input, output, error}    a trap or a bad job
 // init: {faultForTests} ('flip': the worker flips the last bit of every result; tests prove the
 // caller's gate refuses such a worker).
 import { createWasmEngine, gateEngine, gateUnit } from './wasm_gemm.js';
@@ -19,13 +21,19 @@ function serve(init, post, onJob) {
   const flip = init && init.faultForTests === 'flip';
   post({ ready: true });
   onJob((job) => {
+    const { id, input, output, transA, transB, nb, m, kk, n, r0, r1, aLen, bLen } = job || {};
     try {
-      const { id, a, transA, b, transB, nb, m, kk, n } = job;
-      const out = engine.qmatmulT(a, transA, b, transB, nb, m, kk, n);
-      if (flip && out.length) new Uint8Array(out.buffer, out.byteOffset, out.byteLength)[0] ^= 1;
-      post({ id, out }, [out.buffer]);
+      const outLen = nb * (r1 - r0) * n;
+      if (!(input instanceof ArrayBuffer) || !(output instanceof ArrayBuffer) || !(aLen + bLen <= input.byteLength / 8) || !(outLen <= output.byteLength / 8)) {
+        throw new Error('a job whose buffers do not fit its shape');
+      }
+      const out = new Float64Array(output, 0, outLen);
+      engine.qmatmulT(new Float64Array(input, 0, aLen), transA, new Float64Array(input, 8 * aLen, bLen), transB, nb, m, kk, n, out, r0, r1);
+      if (flip && outLen) new Uint8Array(output)[0] ^= 1;
+      post({ id, input, output }, [input, output]);
     } catch (e) {
-      post({ id: job && job.id, error: `${e && e.message ? e.message : e}` });
+      const bufs = [input, output].filter((x) => x instanceof ArrayBuffer);
+      post({ id, input, output, error: `${e && e.message ? e.message : e}` }, bufs);
     }
   });
 }

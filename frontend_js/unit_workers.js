@@ -5,10 +5,12 @@
 // VERIFICATION.md, "Thread partitions"):
 //   nb >= threads   whole batches: thread t gets batches [b0, b1) of A and of B
 //   else            logical rows of A: thread t gets rows [r0, r1) of every batch and all of B
+//                   (wasm_gemm.js qmatmulT's row range; for A^T, whose rows are columns, all of A)
 // A's rows are quantized by rows and B's columns by columns, the GEMM is exact integers and the
 // epilogue is per element, so a slice's results are the whole unit's results at those places.
-// The caller computes slice 0 itself while the workers compute theirs; slices go out as copies
-// (A's slice transferred, B cloned per worker) and come back transferred. Row kernels, Adam and
+// The caller computes slice 0 itself while the workers compute theirs; a worker's operands go out
+// copied into a pooled buffer, transferred, and its result comes back in another (BufferPool:
+// posting a view would clone its whole buffer, and fresh buffers cost their page faults). Row kernels, Adam and
 // the hash stay on the caller (their API is synchronous). Slower than the shared pool (the copies,
 // and one thread for the row kernels), faster than one thread at large sizes (TEST_RESULTS.md).
 import { makeBackend, createBackends } from './engines.js';
@@ -23,24 +25,46 @@ export function unitWorkersUnavailable() {
   return null;
 }
 
-// A's logical rows [r0, r1) of every batch, as an array of the same layout with r1 - r0 rows:
-// (nb, rows, K) from (nb, M, K), or (nb, K, rows) from A^T's (nb, K, M)
-function rowsOf(a, transA, nb, m, kk, r0, r1) {
-  const rows = r1 - r0, out = new Float64Array(nb * rows * kk);
-  for (let b = 0; b < nb; b++) {
-    if (!transA) out.set(a.subarray((b * m + r0) * kk, (b * m + r1) * kk), b * rows * kk);
-    else for (let k = 0; k < kk; k++) out.set(a.subarray((b * kk + k) * m + r0, (b * kk + k) * m + r1), (b * kk + k) * rows);
-  }
+// A's logical rows [r0, r1) of every batch from A (nb, M, K) into out (nb, rows, K)
+function rowsOf(out, a, nb, m, kk, r0, r1) {
+  for (let b = 0; b < nb; b++) out.set(a.subarray((b * m + r0) * kk, (b * m + r1) * kk), b * (r1 - r0) * kk);
   return out;
 }
 
-// a worker's slice result (nb, rows, N) into rows [r0, r0 + rows) of dst (nb, M, N)
+// a slice's result (nb, rows, N) into rows [r0, r0 + rows) of dst (nb, M, N)
 function placeRows(dst, part, nb, m, n, r0, rows) {
+  if (nb === 1) { dst.set(part.subarray(0, rows * n), r0 * n); return; }
   for (let b = 0; b < nb; b++) dst.set(part.subarray(b * rows * n, (b + 1) * rows * n), (b * m + r0) * n);
 }
 
-// a started worker with its jobs in flight: ask(job, transfer) -> Promise of the result array
-async function unitWorker(init) {
+// ArrayBuffers reused call after call: a fresh buffer of megabytes costs its page faults every
+// time (most of a unit's time, measured); a buffer goes to a worker with a job (transferred) and
+// comes back with the answer. take(bytes) -> a buffer at least that big; give(buffer) returns it.
+class BufferPool {
+  constructor(keep) { this.keep = keep; this.free = []; }
+  take(bytes) {
+    let best = -1;
+    for (let i = 0; i < this.free.length; i++) {
+      const len = this.free[i].byteLength;
+      if (len >= bytes && (best < 0 || len < this.free[best].byteLength)) best = i;
+    }
+    if (best >= 0) return this.free.splice(best, 1)[0];
+    return new ArrayBuffer(Math.max(bytes, 1 << 16));
+  }
+  give(buffer) {
+    if (!buffer || buffer.byteLength === 0) return;         // detached: it went elsewhere
+    this.free.push(buffer);
+    if (this.free.length > this.keep) {                     // drop the smallest
+      let small = 0;
+      for (let i = 1; i < this.free.length; i++) if (this.free[i].byteLength < this.free[small].byteLength) small = i;
+      this.free.splice(small, 1);
+    }
+  }
+}
+
+// a started worker with its jobs in flight: ask(shape, fill) -> Promise of its result
+// (Float64Array over a pooled buffer; give it back to the pool once copied)
+async function unitWorker(init, pool) {
   const w = await startWorker(new URL('./unit_worker.js', import.meta.url), init);
   const pending = new Map();
   let next = 1, dead = null;
@@ -55,19 +79,23 @@ async function unitWorker(init) {
     if (!p) return;
     pending.delete(m.id);
     if (!pending.size) w.hold(false);
-    if (m.error !== undefined) p.reject(new Error(`a unit worker failed: ${m.error}`));
-    else if (!(m.out instanceof Float64Array) || m.out.length !== p.length) p.reject(new Error('a unit worker answered with the wrong size'));
-    else p.resolve(m.out);
+    pool.give(m.input);
+    if (m.error !== undefined) { pool.give(m.output); p.reject(new Error(`a unit worker failed: ${m.error}`)); return; }
+    if (!(m.output instanceof ArrayBuffer) || m.output.byteLength < 8 * p.length) { p.reject(new Error('a unit worker answered with the wrong size')); return; }
+    p.resolve(new Float64Array(m.output, 0, p.length));
   });
   w.onFail((e) => failAll(e && e.message ? e.message : String(e)));
   return {
-    ask(job, transfer, length) {
+    // shape: {transA, transB, nb, m, kk, n, r0, r1, aLen, bLen}; fill(A, B) writes the operands
+    ask(shape, fill) {
       if (dead) return Promise.reject(new Error(`a unit worker failed: ${dead}`));
-      const id = next++;
+      const id = next++, length = shape.nb * (shape.r1 - shape.r0) * shape.n;
+      const input = pool.take(8 * (shape.aLen + shape.bLen)), output = pool.take(8 * length);
+      fill(new Float64Array(input, 0, shape.aLen), new Float64Array(input, 8 * shape.aLen, shape.bLen));
       return new Promise((resolve, reject) => {
         if (!pending.size) w.hold(true);               // Node: an awaited answer keeps the process alive
         pending.set(id, { resolve, reject, length });
-        w.post({ ...job, id }, transfer);
+        w.post({ ...shape, id, input, output }, [input, output]);
       });
     },
     terminate() { failAll('closed'); w.terminate(); },
@@ -85,22 +113,24 @@ export async function createUnitWorkersBackend({ threads, minUnitMacs = MIN_UNIT
   if (why) throw new Error(why);
   const base = (await createBackends()).find((b) => b.name === 'wasm-simd');
   if (!base) throw new Error('the unit workers need the wasm-simd backend, which is not available here');
-  const workers = await Promise.all(Array.from({ length: T - 1 }, () => unitWorker({ faultForTests })));
-  const close = () => { for (const w of workers) w.terminate(); workers.length = 0; };
+  const pool = new BufferPool(4 * T);
+  const workers = await Promise.all(Array.from({ length: T - 1 }, () => unitWorker({ faultForTests }, pool)));
+  const close = () => { for (const w of workers) w.terminate(); workers.length = 0; pool.free = []; };
   const unit = base.engine.qmatmulT.bind(base.engine);
   const qmatmulT = (macsFloor) => async (a, transA, b, transB, nb, m, kk, n, out = undefined) => {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const dst = out || new Float64Array(nb * m * n);
     if (workers.length === 0 || nb * m * kk * n < macsFloor) return unit(a, transA, b, transB, nb, m, kk, n, dst);
     const jobs = [];
+    const settle = (job, place) => jobs.push(job.then((part) => { place(part); pool.give(part.buffer); }));
     if (nb >= T) {                                          // whole batches
       const bs = split(nb, T);
       for (let t = 1; t < T; t++) {
-        const b0 = bs[t], cnt = bs[t + 1] - b0;
+        const b0 = bs[t], cnt = bs[t + 1] - b0, aLen = cnt * m * kk, bLen = cnt * kk * n;
         if (!cnt) continue;
-        const as = a.slice(b0 * m * kk, (b0 + cnt) * m * kk), bsl = b.slice(b0 * kk * n, (b0 + cnt) * kk * n);
-        jobs.push(workers[t - 1].ask({ a: as, transA, b: bsl, transB, nb: cnt, m, kk, n }, [as.buffer, bsl.buffer], cnt * m * n)
-          .then((part) => dst.set(part, b0 * m * n)));
+        settle(workers[t - 1].ask({ transA, transB, nb: cnt, m, kk, n, r0: 0, r1: m, aLen, bLen }, (A, B) => {
+          A.set(a.subarray(b0 * m * kk, b0 * m * kk + aLen)); B.set(b.subarray(b0 * kk * n, b0 * kk * n + bLen));
+        }), (part) => dst.set(part, b0 * m * n));
       }
       if (bs[1]) unit(a.subarray(0, bs[1] * m * kk), transA, b.subarray(0, bs[1] * kk * n), transB, bs[1], m, kk, n, dst.subarray(0, bs[1] * m * n));
     } else {                                                // logical rows of A, all of B
@@ -108,14 +138,20 @@ export async function createUnitWorkersBackend({ threads, minUnitMacs = MIN_UNIT
       for (let t = 1; t < T; t++) {
         const r0 = rs[t], rows = rs[t + 1] - r0;
         if (!rows) continue;
-        const as = rowsOf(a, transA, nb, m, kk, r0, r0 + rows);
-        jobs.push(workers[t - 1].ask({ a: as, transA, b, transB, nb, m: rows, kk, n }, [as.buffer], nb * rows * n)
-          .then((part) => placeRows(dst, part, nb, m, n, r0, rows)));
+        // A^T's rows are columns: the worker gets all of A and picks them (qcolsLd); A's rows go alone
+        const shape = transA ? { m, r0, r1: r0 + rows, aLen: a.length } : { m: rows, r0: 0, r1: rows, aLen: nb * rows * kk };
+        settle(workers[t - 1].ask({ transA, transB, nb, kk, n, ...shape, bLen: b.length }, (A, B) => {
+          if (transA) A.set(a); else rowsOf(A, a, nb, m, kk, r0, r0 + rows);
+          B.set(b);
+        }), (part) => placeRows(dst, part, nb, m, n, r0, rows));
       }
       const rows0 = rs[1];
-      if (rows0) {
-        const a0 = !transA && nb === 1 ? a.subarray(0, rows0 * kk) : rowsOf(a, transA, nb, m, kk, 0, rows0);
-        placeRows(dst, unit(a0, transA, b, transB, nb, rows0, kk, n), nb, m, n, 0, rows0);
+      if (rows0 && nb === 1 && !transA) unit(a.subarray(0, rows0 * kk), false, b, transB, 1, rows0, kk, n, dst.subarray(0, rows0 * n));
+      else if (rows0 && nb === 1) unit(a, transA, b, transB, 1, m, kk, n, dst.subarray(0, rows0 * n), 0, rows0);
+      else if (rows0) {
+        const oBuf = pool.take(8 * nb * rows0 * n);
+        placeRows(dst, unit(a, transA, b, transB, nb, m, kk, n, new Float64Array(oBuf, 0, nb * rows0 * n), 0, rows0), nb, m, n, 0, rows0);
+        pool.give(oBuf);
       }
     }
     await Promise.all(jobs);

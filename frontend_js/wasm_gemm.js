@@ -290,7 +290,7 @@ export function createWasmEngine() {
   if (!WebAssembly.validate(GEMM_WASM)) throw new Error('WebAssembly SIMD is not supported here');
   if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm engine assumes a little-endian host');
   const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
-  const { mem, gemm: kernel, qrows, qcols, epi } = inst.exports;
+  const { mem, gemm: kernel, qrows, qcols, qcolsLd, epi } = inst.exports;
   const ensure = (bytes) => {
     const need = Math.ceil((bytes - mem.buffer.byteLength) / 65536);
     if (need > 0) mem.grow(need);
@@ -328,26 +328,37 @@ export function createWasmEngine() {
     },
     // The whole unit in wasm: units.qmatmulT's contract (a holds A or A^T, b holds B or B^T),
     // the same float operations as quantizeRows/quantizeCols/epilogue, the same integer GEMM.
-    // The result is copied out of wasm memory into `out` when given, else into a fresh array.
-    qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined) {
+    // r0, r1: only A's logical rows [r0, r1) of every batch, so the result is (nb, r1 - r0, N) —
+    // each row's codes, scale and products are the whole unit's (every step is per row or exact),
+    // which unit_workers.js's slices rely on. The result is copied out of wasm memory into `out`
+    // when given, else into a fresh array.
+    qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined, r0 = 0, r1 = m) {
       if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
-      const kp = (kk + 7) & ~7, mp = m + (m & 1), np = (n + 3) & ~3;
+      if (!(Number.isInteger(r0) && Number.isInteger(r1) && r0 >= 0 && r0 < r1 && r1 <= m)) throw new RangeError(`rows [${r0}, ${r1}) of ${m}`);
+      const rows = r1 - r0, kp = (kk + 7) & ~7, mp = rows + (rows & 1), np = (n + 3) & ~3;
       const oXa = 0, oXb = oXa + al(a.length * 8), oA = oXb + al(b.length * 8);
-      const oB = oA + al(nb * mp * kp * 2), oSa = oB + al(nb * np * kp * 2), oSb = oSa + al(nb * m * 8);
-      const oC = oSb + al(nb * n * 8), oOut = oC + al(nb * mp * np * 4), end = oOut + nb * m * n * 8;
+      const oB = oA + al(nb * mp * kp * 2), oSa = oB + al(nb * np * kp * 2), oSb = oSa + al(nb * rows * 8);
+      const oC = oSb + al(nb * n * 8), oOut = oC + al(nb * mp * np * 4), end = oOut + nb * rows * n * 8;
       ensure(end);
       const buf = mem.buffer;
       new Float64Array(buf, oXa, a.length).set(a);
       new Float64Array(buf, oXb, b.length).set(b);
-      if (kp !== kk || mp !== m) new Int16Array(buf, oA, nb * mp * kp).fill(0);
+      if (kp !== kk || mp !== rows) new Int16Array(buf, oA, nb * mp * kp).fill(0);
       if (kp !== kk || np !== n) new Int16Array(buf, oB, nb * np * kp).fill(0);
       // A's logical row i: stored row i of (M, K), or stored column i of (K, M)
-      (transA ? qcols : qrows)(oXa, oA, oSa, nb, m, kk, mp, kp);
+      if (rows === m) (transA ? qcols : qrows)(oXa, oA, oSa, nb, m, kk, mp, kp);
+      else {
+        for (let bi = 0; bi < nb; bi++) {
+          const q = oA + bi * mp * kp * 2, sc = oSa + bi * rows * 8;
+          if (transA) qcolsLd(oXa + (bi * kk * m + r0) * 8, q, sc, 1, rows, kk, mp, kp, m);
+          else qrows(oXa + (bi * m + r0) * kk * 8, q, sc, 1, rows, kk, mp, kp);
+        }
+      }
       // B's logical column j: stored row j of (N, K), or stored column j of (K, N)
       (transB ? qrows : qcols)(oXb, oB, oSb, nb, n, kk, np, kp);
       kernel(oA, oB, oC, nb, mp, np, kp);
-      epi(oC, oSa, oSb, oOut, nb, m, n, mp, np);
-      const result = new Float64Array(buf, oOut, nb * m * n);
+      epi(oC, oSa, oSb, oOut, nb, rows, n, mp, np);
+      const result = new Float64Array(buf, oOut, nb * rows * n);
       if (!out) return result.slice();
       out.set(result);
       return out;
