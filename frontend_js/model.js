@@ -12,7 +12,7 @@ import { key, uniform, PURPOSE_INIT } from './prng.js';
 import { expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { qmatmulT } from './units.js';
-import { freshF64 } from './arena.js';
+import { freshF64, into } from './arena.js';
 
 export const NORM_EPS = 1e-5;
 export const EMBED_BOUND = 0.1;
@@ -168,8 +168,8 @@ export function embeddingBackward(dx, idx, V, N, C, mem = freshF64) {
 // --- layout moves (exact copies) ------------------------------------------------------------
 
 // qkv (N, 3C) as (B, T, 3, H, D) -> part s of (3, B, H, T, D), i.e. (B*H, T, D)
-function splitHeads(qkv, part, B, T, H, D, mem) {
-  const C = H * D, out = mem.take(B * H * T * D);
+function splitHeads(qkv, part, B, T, H, D, out) {
+  const C = H * D;
   for (let b = 0; b < B; b++) for (let h = 0; h < H; h++) for (let t = 0; t < T; t++) {
     const src = (b * T + t) * 3 * C + part * C + h * D, dst = ((b * H + h) * T + t) * D;
     for (let d = 0; d < D; d++) out[dst + d] = qkv[src + d];
@@ -219,19 +219,27 @@ export async function forward(params, cfg, idx, B, T, targets = null, be, mem = 
   for (let l = 0; l < L; l++) {
     const p = `blocks.${l}.`;
     const [xn1, n1] = be.rmsnorm(x, params[p + 'norm1.weight'], N, C, mem);   // (N, C)
+    // what backward needs is taken first; the temporaries after the mark are free again once the
+    // branch has added into x (a third less memory at the largest settings: TEST_RESULTS "Memory")
+    const q = mem.take(N * C), k = mem.take(N * C), v = mem.take(N * C);    // (B, H, T, D) each
+    const pr = mem.take(G * T * T), y = mem.take(N * C);                     // (B, H, T, T), (N, C)
+    let mark = mem.mark();
     const qkv = await mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);   // (N, 3C)
-    const q = splitHeads(qkv, 0, B, T, H, D, mem);                           // (B, H, T, D)
-    const k = splitHeads(qkv, 1, B, T, H, D, mem);
-    const v = splitHeads(qkv, 2, B, T, H, D, mem);
+    splitHeads(qkv, 0, B, T, H, D, q);
+    splitHeads(qkv, 1, B, T, H, D, k);
+    splitHeads(qkv, 2, B, T, H, D, v);
     const s = await mm(q, false, k, true, G, T, D, T);                      // (B, H, T, T) q k^T
-    const pr = be.causalSoftmax(s, G, T, mem, attScale);                     // (B, H, T, T) of s * scale
+    be.causalSoftmax(s, G, T, into(pr, mem), attScale);                           // (B, H, T, T) of s * scale
     const yh = await mm(pr, false, v, false, G, T, T, D);                   // (B, H, T, D)
-    const y = mergeHeads(yh, mem.take(N * C), C, 0, B, T, H, D);            // (N, C)
+    mergeHeads(yh, y, C, 0, B, T, H, D);                                     // (N, C)
     addInPlace(x, await mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C));
+    mem.rewind(mark);
     const [xn2, n2] = be.rmsnorm(x, params[p + 'norm2.weight'], N, C, mem);   // (N, C)
     const h = await mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);       // (N, 4C)
     const hr = be.relu(h, mem);                                              // (N, 4C)
+    mark = mem.mark();
     addInPlace(x, await mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C));
+    mem.rewind(mark);
     caches.push({ xn1, n1, q, k, v, pr, y, xn2, n2, h, hr });
   }
   const [xf, nf] = be.rmsnorm(x, params['norm_f.weight'], N, C, mem);       // (N, C)
@@ -257,7 +265,7 @@ export async function backward(params, cfg, cache) {
   const { idx, B, T, caches, xf, nf, dlogits, attScale, be, mem } = cache;
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
-  const mm = (a, ta, b, tb, batch, M, K, Nn) => qmatmulT(be.engine, a, ta, b, tb, batch, M, K, Nn, mem.take(batch * M * Nn));
+  const mm = (a, ta, b, tb, batch, M, K, Nn, out = mem.take(batch * M * Nn)) => qmatmulT(be.engine, a, ta, b, tb, batch, M, K, Nn, out);
   const g = {};
   let dxf;
   [g['head.weight'], dxf] = await both(
@@ -268,20 +276,27 @@ export async function backward(params, cfg, cache) {
   for (let l = L - 1; l >= 0; l--) {
     const p = `blocks.${l}.`;
     const { xn1, n1, q, k, v, pr, y, xn2, n2, h, hr } = caches[l];
+    // the layer's weight gradients outlive it: taken before the mark; everything taken after it
+    // is this layer's temporaries, free again at its end (dx, the running gradient, is older)
+    for (const [name, size] of [['mlp.proj.weight', C * 4 * C], ['mlp.fc.weight', 4 * C * C], ['norm2.weight', C],
+      ['attn.proj.weight', C * C], ['attn.qkv.weight', 3 * C * C], ['norm1.weight', C]]) g[p + name] = mem.take(size);
+    const mark = mem.mark();
+    let dgNorm;
     // MLP branch: x += proj(relu(fc(norm2(x))))
     let dhr, dxn2, dy, dpr, dv, dq, dk, dxn1, dxb;
     [g[p + 'mlp.proj.weight'], dhr] = await both(
-      mm(dx, true, hr, false, 1, C, N, 4 * C),                               // (C, 4C)
+      mm(dx, true, hr, false, 1, C, N, 4 * C, g[p + 'mlp.proj.weight']),     // (C, 4C)
       mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)); // (N, 4C)
     const dh = be.reluBackward(dhr, h, mem);                                 // (N, 4C)
     [g[p + 'mlp.fc.weight'], dxn2] = await both(
-      mm(dh, true, xn2, false, 1, 4 * C, N, C),                              // (4C, C)
+      mm(dh, true, xn2, false, 1, 4 * C, N, C, g[p + 'mlp.fc.weight']),      // (4C, C)
       mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C));   // (N, C)
-    [dxb, g[p + 'norm2.weight']] = be.rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
+    [dxb, dgNorm] = be.rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
+    g[p + 'norm2.weight'].set(dgNorm);
     dx = addInPlace(dx, dxb);                                                // dx is ours alone: add in place
     // attention branch: x += proj(attn(qkv(norm1(x))))
     [g[p + 'attn.proj.weight'], dy] = await both(
-      mm(dx, true, y, false, 1, C, N, C),                                    // (C, C)
+      mm(dx, true, y, false, 1, C, N, C, g[p + 'attn.proj.weight']),         // (C, C)
       mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C));    // (N, C)
     const dyh = splitHeads3(dy, B, T, H, D, mem);                            // (B, H, T, D)
     [dpr, dv] = await both(
@@ -296,10 +311,12 @@ export async function backward(params, cfg, cache) {
     mergeHeads(dk, dqkv, 3 * C, C, B, T, H, D);
     mergeHeads(dv, dqkv, 3 * C, 2 * C, B, T, H, D);
     [g[p + 'attn.qkv.weight'], dxn1] = await both(
-      mm(dqkv, true, xn1, false, 1, 3 * C, N, C),                            // (3C, C)
+      mm(dqkv, true, xn1, false, 1, 3 * C, N, C, g[p + 'attn.qkv.weight']),  // (3C, C)
       mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C)); // (N, C)
-    [dxb, g[p + 'norm1.weight']] = be.rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
+    [dxb, dgNorm] = be.rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
+    g[p + 'norm1.weight'].set(dgNorm);
     dx = addInPlace(dx, dxb);
+    mem.rewind(mark);
   }
   const dwpe = mem.take(T * C);                                              // (T, C) tree over b
   for (let i = 0; i < T * C; i++) dwpe[i] = treeSum(dx, i, B, T * C);
