@@ -8,7 +8,8 @@
 //   arena.mark() / arena.rewind(mark)   every array taken after the mark is free again (the
 //                     backward pass frees each layer's temporaries: model.js)
 // Chunks are plain ArrayBuffers (never detached), so arrays stay valid until the next reset even
-// when a step outgrows the arena. A growing arena adds a quarter of what it holds at a time, so
+// when a step outgrows the arena. A growing arena adds a chunk of a quarter of what is handed out
+// at that moment (or the array, if larger), so
 // the first step overshoots the peak by ~25% at most (doubling overshot by up to 100%:
 // TEST_RESULTS "Memory"), and the next steps reuse the same chunks in the same order; reset()
 // merges them into one of the peak size only when they hold more than 1.5x the peak.

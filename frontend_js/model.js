@@ -229,7 +229,8 @@ export async function forward(params, cfg, idx, B, T, targets = null, be, mem = 
     splitHeads(qkv, 1, B, T, H, D, k);
     splitHeads(qkv, 2, B, T, H, D, v);
     const s = await mm(q, false, k, true, G, T, D, T);                      // (B, H, T, T) q k^T
-    be.causalSoftmax(s, G, T, into(pr, mem), attScale);                           // (B, H, T, T) of s * scale
+    // (B, H, T, T) softmax of s * scale, written into pr (kept for backward)
+    if (be.causalSoftmax(s, G, T, into(pr, mem), attScale) !== pr) throw new Error('causalSoftmax did not write into the array it was given');
     const yh = await mm(pr, false, v, false, G, T, T, D);                   // (B, H, T, D)
     mergeHeads(yh, y, C, 0, B, T, H, D);                                     // (N, C)
     addInPlace(x, await mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C));

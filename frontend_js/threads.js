@@ -193,11 +193,13 @@ export async function startWorker(url, init) {
     w = new Worker(url);
     w.on('message', deliver);
     w.on('error', fail);
+    w.on('messageerror', () => fail(new Error('a message from the worker could not be decoded')));
     post = (m, transfer) => w.postMessage(m, transfer);
   } else {
     w = new Worker(url, { type: 'module' });
     w.onmessage = (e) => deliver(e.data);
     w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message || 'the worker failed')); };
+    w.onmessageerror = () => fail(new Error('a message from the worker could not be decoded'));
     post = (m, transfer) => w.postMessage(m, transfer || []);
   }
   try {
@@ -221,7 +223,9 @@ export async function startWorker(url, init) {
 // a worker of thread_worker.js, started and ready -> {onError(f), terminate()}
 async function spawn(init) {
   const w = await startWorker(new URL('./thread_worker.js', import.meta.url), init);
-  return { onError: (f) => w.onMessage((m) => m.error && f(m.error)), terminate: w.terminate };
+  // a kernel's trap comes as a message; a worker that dies says so through onFail
+  return { onError: (f) => { w.onMessage((m) => m.error && f(m.error)); w.onFail((e) => f(`the worker died: ${e && e.message ? e.message : e}`)); },
+           terminate: w.terminate };
 }
 
 // --- the threaded parts ---------------------------------------------------------------------

@@ -5,8 +5,9 @@
 //     ->  {id, input, output}           output's first nb*(r1-r0)*n doubles: A's logical rows [r0, r1)
 //                                       of the unit's result (wasm_gemm.js qmatmulT's row range)
 //     ->  {id, input, output, error}    a trap or a bad job
-// init: {faultForTests} ('flip': the worker flips the last bit of every result; tests prove the
-// caller's gate refuses such a worker).
+// init: {faultForTests}: 'flip': the worker flips the lowest bit of every result (tests prove the
+// caller's gate refuses such a worker); 'die-after:N': it throws out of its N-th job's handler,
+// uncaught, as a crashing worker would (tests prove the caller computes its slice instead).
 import { createWasmEngine, gateEngine, gateUnit } from './wasm_gemm.js';
 
 const isNode = typeof process !== 'undefined' && !!(process.versions && process.versions.node);
@@ -18,10 +19,12 @@ function serve(init, post, onJob) {
     bad = gateEngine(engine) || gateUnit(engine);
   } catch (e) { bad = e.message || String(e); }
   if (bad) { post({ ready: false, error: `its wasm-simd engine failed its gate: ${bad}` }); return; }
-  const flip = init && init.faultForTests === 'flip';
+  const fault = String((init && init.faultForTests) || ''), flip = fault === 'flip';
+  let dieAfter = fault.startsWith('die-after:') ? Number(fault.slice(10)) : Infinity;
   post({ ready: true });
   onJob((job) => {
     const { id, input, output, transA, transB, nb, m, kk, n, r0, r1, aLen, bLen } = job || {};
+    if (--dieAfter <= 0) throw new Error('a test fault: the worker dies');
     try {
       const outLen = nb * (r1 - r0) * n;
       if (!(input instanceof ArrayBuffer) || !(output instanceof ArrayBuffer) || !(aLen + bLen <= input.byteLength / 8) || !(outLen <= output.byteLength / 8)) {

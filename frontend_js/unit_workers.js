@@ -63,16 +63,19 @@ class BufferPool {
 }
 
 // a started worker with its jobs in flight: ask(shape, fill) -> Promise of its result
-// (Float64Array over a pooled buffer; give it back to the pool once copied)
+// (Float64Array over a pooled buffer; give it back to the pool once copied). A worker that fails
+// (crashes, an undecodable answer, a job that errs) is dead: its jobs reject and it gets no more.
 async function unitWorker(init, pool) {
   const w = await startWorker(new URL('./unit_worker.js', import.meta.url), init);
   const pending = new Map();
   let next = 1, dead = null;
-  const failAll = (why) => {
+  const fail = (why) => {
+    if (dead) return;
     dead = why;
     for (const { reject } of pending.values()) reject(new Error(`a unit worker failed: ${why}`));
     pending.clear();
     w.hold(false);
+    w.terminate();
   };
   w.onMessage((m) => {
     const p = pending.get(m.id);
@@ -80,12 +83,17 @@ async function unitWorker(init, pool) {
     pending.delete(m.id);
     if (!pending.size) w.hold(false);
     pool.give(m.input);
-    if (m.error !== undefined) { pool.give(m.output); p.reject(new Error(`a unit worker failed: ${m.error}`)); return; }
-    if (!(m.output instanceof ArrayBuffer) || m.output.byteLength < 8 * p.length) { p.reject(new Error('a unit worker answered with the wrong size')); return; }
+    if (m.error !== undefined || !(m.output instanceof ArrayBuffer) || m.output.byteLength < 8 * p.length) {
+      pool.give(m.output instanceof ArrayBuffer ? m.output : null);
+      p.reject(new Error(`a unit worker failed: ${m.error ?? 'it answered with the wrong size'}`));
+      return;
+    }
     p.resolve(new Float64Array(m.output, 0, p.length));
   });
-  w.onFail((e) => failAll(e && e.message ? e.message : String(e)));
+  w.onFail((e) => fail(e && e.message ? e.message : String(e)));
   return {
+    get dead() { return dead; },
+    fail,
     // shape: {transA, transB, nb, m, kk, n, r0, r1, aLen, bLen}; fill(A, B) writes the operands
     ask(shape, fill) {
       if (dead) return Promise.reject(new Error(`a unit worker failed: ${dead}`));
@@ -95,10 +103,16 @@ async function unitWorker(init, pool) {
       return new Promise((resolve, reject) => {
         if (!pending.size) w.hold(true);               // Node: an awaited answer keeps the process alive
         pending.set(id, { resolve, reject, length });
-        w.post({ ...shape, id, input, output }, [input, output]);
+        try {
+          w.post({ ...shape, id, input, output }, [input, output]);
+        } catch (err) {
+          pending.delete(id);
+          if (!pending.size) w.hold(false);
+          reject(err);
+        }
       });
     },
-    terminate() { failAll('closed'); w.terminate(); },
+    terminate() { fail('closed'); },
   };
 }
 
@@ -106,59 +120,88 @@ async function unitWorker(init, pool) {
 // unit workers); everything else is the wasm-simd backend's. backend.close() ends the workers.
 // minUnitMacs: below it a unit stays on the caller (tests set 0 to split every call).
 // faultForTests: handed to the workers (unit_worker.js); the gate must then refuse them.
+// A worker that fails mid-run is dropped: its slice of that unit is computed by the caller (the
+// same bits) and later units are split over the workers left.
 export async function createUnitWorkersBackend({ threads, minUnitMacs = MIN_UNIT_MACS, faultForTests = null } = {}) {
-  const T = threads ?? await defaultThreads();
-  if (!(Number.isInteger(T) && T >= 1 && T <= MAX_THREADS)) throw new RangeError(`threads must be an integer in 1..${MAX_THREADS}, got ${T}`);
+  const threadCount = threads ?? await defaultThreads();
+  if (!(Number.isInteger(threadCount) && threadCount >= 1 && threadCount <= MAX_THREADS)) {
+    throw new RangeError(`threads must be an integer in 1..${MAX_THREADS}, got ${threadCount}`);
+  }
   const why = unitWorkersUnavailable();
   if (why) throw new Error(why);
   const base = (await createBackends()).find((b) => b.name === 'wasm-simd');
   if (!base) throw new Error('the unit workers need the wasm-simd backend, which is not available here');
-  const pool = new BufferPool(4 * T);
-  const workers = await Promise.all(Array.from({ length: T - 1 }, () => unitWorker({ faultForTests }, pool)));
+  const pool = new BufferPool(4 * threadCount);
+  const started = await Promise.allSettled(Array.from({ length: threadCount - 1 }, () => unitWorker({ faultForTests }, pool)));
+  const workers = started.filter((r) => r.status === 'fulfilled').map((r) => r.value);
   const close = () => { for (const w of workers) w.terminate(); workers.length = 0; pool.free = []; };
+  const notStarted = started.find((r) => r.status === 'rejected');
+  if (notStarted) { close(); throw notStarted.reason; }
   const unit = base.engine.qmatmulT.bind(base.engine);
   const qmatmulT = (macsFloor) => async (a, transA, b, transB, nb, m, kk, n, out = undefined) => {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const dst = out || new Float64Array(nb * m * n);
-    if (workers.length === 0 || nb * m * kk * n < macsFloor) return unit(a, transA, b, transB, nb, m, kk, n, dst);
-    const jobs = [];
-    const settle = (job, place) => jobs.push(job.then((part) => { place(part); pool.give(part.buffer); }));
+    const live = workers.filter((w) => !w.dead), T = live.length + 1;
+    if (T === 1 || nb * m * kk * n < macsFloor) return unit(a, transA, b, transB, nb, m, kk, n, dst);
+    // slice t: [its worker's job (t >= 1), the same slice on the caller, its worker]
+    const slices = [];
     if (nb >= T) {                                          // whole batches
       const bs = split(nb, T);
-      for (let t = 1; t < T; t++) {
+      for (let t = 0; t < T; t++) {
         const b0 = bs[t], cnt = bs[t + 1] - b0, aLen = cnt * m * kk, bLen = cnt * kk * n;
         if (!cnt) continue;
-        settle(workers[t - 1].ask({ transA, transB, nb: cnt, m, kk, n, r0: 0, r1: m, aLen, bLen }, (A, B) => {
+        const onCaller = () => unit(a.subarray(b0 * m * kk, b0 * m * kk + aLen), transA, b.subarray(b0 * kk * n, b0 * kk * n + bLen), transB,
+          cnt, m, kk, n, dst.subarray(b0 * m * n, (b0 + cnt) * m * n));
+        const job = t && (() => live[t - 1].ask({ transA, transB, nb: cnt, m, kk, n, r0: 0, r1: m, aLen, bLen }, (A, B) => {
           A.set(a.subarray(b0 * m * kk, b0 * m * kk + aLen)); B.set(b.subarray(b0 * kk * n, b0 * kk * n + bLen));
-        }), (part) => dst.set(part, b0 * m * n));
+        }).then((part) => { dst.set(part, b0 * m * n); pool.give(part.buffer); }));
+        slices.push([job, onCaller, live[t - 1]]);
       }
-      if (bs[1]) unit(a.subarray(0, bs[1] * m * kk), transA, b.subarray(0, bs[1] * kk * n), transB, bs[1], m, kk, n, dst.subarray(0, bs[1] * m * n));
     } else {                                                // logical rows of A, all of B
       const rs = split(m, T);
-      for (let t = 1; t < T; t++) {
+      for (let t = 0; t < T; t++) {
         const r0 = rs[t], rows = rs[t + 1] - r0;
         if (!rows) continue;
+        const onCaller = () => {
+          if (nb === 1 && !transA) unit(a.subarray(r0 * kk, (r0 + rows) * kk), false, b, transB, 1, rows, kk, n, dst.subarray(r0 * n, (r0 + rows) * n));
+          else if (nb === 1) unit(a, transA, b, transB, 1, m, kk, n, dst.subarray(r0 * n, (r0 + rows) * n), r0, r0 + rows);
+          else {
+            const oBuf = pool.take(8 * nb * rows * n);
+            placeRows(dst, unit(a, transA, b, transB, nb, m, kk, n, new Float64Array(oBuf, 0, nb * rows * n), r0, r0 + rows), nb, m, n, r0, rows);
+            pool.give(oBuf);
+          }
+        };
         // A^T's rows are columns: the worker gets all of A and picks them (qcolsLd); A's rows go alone
         const shape = transA ? { m, r0, r1: r0 + rows, aLen: a.length } : { m: rows, r0: 0, r1: rows, aLen: nb * rows * kk };
-        settle(workers[t - 1].ask({ transA, transB, nb, kk, n, ...shape, bLen: b.length }, (A, B) => {
+        const job = t && (() => live[t - 1].ask({ transA, transB, nb, kk, n, ...shape, bLen: b.length }, (A, B) => {
           if (transA) A.set(a); else rowsOf(A, a, nb, m, kk, r0, r0 + rows);
           B.set(b);
-        }), (part) => placeRows(dst, part, nb, m, n, r0, rows));
-      }
-      const rows0 = rs[1];
-      if (rows0 && nb === 1 && !transA) unit(a.subarray(0, rows0 * kk), false, b, transB, 1, rows0, kk, n, dst.subarray(0, rows0 * n));
-      else if (rows0 && nb === 1) unit(a, transA, b, transB, 1, m, kk, n, dst.subarray(0, rows0 * n), 0, rows0);
-      else if (rows0) {
-        const oBuf = pool.take(8 * nb * rows0 * n);
-        placeRows(dst, unit(a, transA, b, transB, nb, m, kk, n, new Float64Array(oBuf, 0, nb * rows0 * n), 0, rows0), nb, m, n, 0, rows0);
-        pool.give(oBuf);
+        }).then((part) => { placeRows(dst, part, nb, m, n, r0, rows); pool.give(part.buffer); }));
+        slices.push([job, onCaller, live[t - 1]]);
       }
     }
-    await Promise.all(jobs);
+    // the workers' jobs first (posted now, they run while the caller computes its own slice);
+    // each settles to null or to the slice the caller must compute instead
+    const settled = slices.filter(([job]) => job).map(([job, onCaller, w]) => {
+      let p;
+      try { p = job(); } catch (err) { p = Promise.reject(err); }
+      return p.then(() => null, (err) => {
+        console.warn(`daisy: a unit worker failed, its slice runs on the caller and it gets no more: ${err.message || err}`);
+        w.fail(err.message || String(err));
+        return onCaller;
+      });
+    });
+    let mine = null;
+    try {
+      for (const [job, onCaller] of slices) if (!job) onCaller();
+    } catch (err) { mine = err; }
+    const redo = await Promise.all(settled);                // every job settled: none writes into dst later
+    if (mine) throw mine;
+    for (const onCaller of redo) if (onCaller) onCaller();
     return dst;
   };
   const engine = {
-    name: 'wasm-simd-workers', threads: T, qmatmulT: qmatmulT(minUnitMacs),
+    name: 'wasm-simd-workers', threads: threadCount, qmatmulT: qmatmulT(minUnitMacs),
     gemm: (...args) => base.engine.gemm(...args), gemmBT: (...args) => base.engine.gemmBT(...args),
   };
   // the gate's shapes are small: it checks the unit with every call split
@@ -166,7 +209,7 @@ export async function createUnitWorkersBackend({ threads, minUnitMacs = MIN_UNIT
   if (bad) { close(); throw new Error(`the unit workers failed their gate: ${bad}`); }
   const backend = makeBackend({
     engine, rows: base, adam: base.adamStep, sha: base.sha, shaAsync: base.shaAsync,
-    parts: { rows: base.parts.rows, adam: base.parts.adam }, notes: base.notes, threads: T,
+    parts: { rows: base.parts.rows, adam: base.parts.adam }, notes: base.notes, threads: threadCount,
   });
   return Object.freeze({ ...backend, name: engine.name, close });
 }

@@ -334,7 +334,8 @@ export function createWasmEngine() {
     // when given, else into a fresh array.
     qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined, r0 = 0, r1 = m) {
       if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
-      if (!(Number.isInteger(r0) && Number.isInteger(r1) && r0 >= 0 && r0 < r1 && r1 <= m)) throw new RangeError(`rows [${r0}, ${r1}) of ${m}`);
+      if (!(Number.isInteger(r0) && Number.isInteger(r1) && r0 >= 0 && r0 <= r1 && r1 <= m)) throw new RangeError(`rows [${r0}, ${r1}) of ${m}`);
+      if (r0 === r1) return out || new Float64Array(0);
       const rows = r1 - r0, kp = (kk + 7) & ~7, mp = rows + (rows & 1), np = (n + 3) & ~3;
       const oXa = 0, oXb = oXa + al(a.length * 8), oA = oXb + al(b.length * 8);
       const oB = oA + al(nb * mp * kp * 2), oSa = oB + al(nb * np * kp * 2), oSb = oSa + al(nb * rows * 8);

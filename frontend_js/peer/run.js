@@ -804,13 +804,17 @@ export class RunController {
 
   maybeJoin() {
     const p = this.peer, s = p.s;
-    if (this.run || this.proposal || this.accepted || this.joining || !s.peerId || s.role === 'pending' || s.rejected) return;
+    if (this.run || this.proposal || this.accepted || this.joining || !s.peerId || s.role === 'pending' || s.rejected) {
+      this.joinWantSince = 0; clearTimeout(this.linkWaitTimer);       // not idle: a later wait starts afresh
+      return;
+    }
     if (this.testNoJoin || performance.now() < this.joinBackoffUntil) return;
     const others = s.peers.filter((q) => q.id !== s.peerId && /^training/.test(q.state || ''));
     const training = others.filter((q) => this.mesh.isReady(q.id)).map((q) => q.id);
     if (!training.length) { this.joinWantSince = 0; return; }
     // wait for links to the whole group first: the leader's SYNC names the roster, and a joiner not
-    // linked to all of it must drop the state it is sent and ask again (a wasted transfer)
+    // linked to all of it must drop the state it is sent and ask again (a wasted transfer). Bounded:
+    // a peer that never links delays each attempt by LINK_WAIT_MS at most, then the SYNC decides
     const now = performance.now();
     this.joinWantSince ||= now;
     if (training.length < others.length && now - this.joinWantSince < LINK_WAIT_MS) {

@@ -69,6 +69,21 @@ test('a worker one bit off is refused by the gate, naming the first mismatch', a
     /the unit workers failed their gate: unit \(1, 1, 1, 1\) transA=false transB=false index 0: .* vs JS /);
 });
 
+test('a worker that dies mid-run leaves its slices to the caller: the same hashes, the run goes on', async () => {
+  const want = await run(TINY, referenceBackend, 3);
+  const warned = [];
+  const warn = console.warn;
+  console.warn = (...args) => warned.push(args.join(' '));
+  try {
+    // the gate takes 24 jobs; the worker dies in the middle of the training run
+    const bad = firstMismatch(await run(TINY, await workers(2, { minUnitMacs: 0, faultForTests: 'die-after:40' }), 3), want, 'a dying worker');
+    assert.equal(bad, null, bad);
+  } finally { console.warn = warn; }
+  // one warning per unit that was in flight on it (model.js's both() keeps two), none after
+  assert.ok(warned.length >= 1 && warned.length <= 2, warned.join('\n'));
+  for (const w of warned) assert.match(w, /a unit worker failed, its slice runs on the caller and it gets no more: .*a test fault: the worker dies/);
+});
+
 test('a bad thread count is refused by name', async () => {
   for (const bad of [0, -1, 1.5, 17, '2']) {
     await assert.rejects(createUnitWorkersBackend({ threads: bad }), /threads must be an integer in 1\.\.16/);
