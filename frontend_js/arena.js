@@ -9,10 +9,10 @@
 //                     backward pass frees each layer's temporaries: model.js)
 // Chunks are plain ArrayBuffers (never detached), so arrays stay valid until the next reset even
 // when a step outgrows the arena. A growing arena adds a chunk of a quarter of what is handed out
-// at that moment (or the array, if larger), so
-// the first step overshoots the peak by ~25% at most (doubling overshot by up to 100%:
-// TEST_RESULTS "Memory"), and the next steps reuse the same chunks in the same order; reset()
-// merges them into one of the peak size only when they hold more than 1.5x the peak.
+// at that moment (or the array, if larger), so the first step overshoots the peak by ~25% at most
+// (doubling overshot by up to 100%: TEST_RESULTS "Memory"), and the next steps reuse the same
+// chunks in the same order; reset() merges them into one of the peak size only when they hold
+// more than 1.5x the peak.
 // A backend may place the chunks elsewhere (threads.js: in the worker pool's shared memory, so its
 // kernels read and write the arrays in place): new StepArena({ chunk(n), drop(chunk) }).
 const MIN_CHUNK = 1 << 16;                         // doubles (512 KB)

@@ -10,9 +10,10 @@
 // epilogue is per element, so a slice's results are the whole unit's results at those places.
 // The caller computes slice 0 itself while the workers compute theirs; a worker's operands go out
 // copied into a pooled buffer, transferred, and its result comes back in another (BufferPool:
-// posting a view would clone its whole buffer, and fresh buffers cost their page faults). Row kernels, Adam and
-// the hash stay on the caller (their API is synchronous). Slower than the shared pool (the copies,
-// and one thread for the row kernels), faster than one thread at large sizes (TEST_RESULTS.md).
+// posting a view would clone its whole buffer, and fresh buffers cost their page faults). Row
+// kernels, Adam and the hash stay on the caller (their API is synchronous). Slower than the shared
+// pool (the copies, and one thread for the row kernels), faster than one thread at large sizes
+// (TEST_RESULTS.md, "Threads").
 import { makeBackend, createBackends } from './engines.js';
 import { gateUnitAsync } from './wasm_gemm.js';
 import { MAX_K } from './units.js';
@@ -163,9 +164,8 @@ export async function createUnitWorkersBackend({ threads, minUnitMacs = MIN_UNIT
         const r0 = rs[t], rows = rs[t + 1] - r0;
         if (!rows) continue;
         const onCaller = () => {
-          if (nb === 1 && !transA) unit(a.subarray(r0 * kk, (r0 + rows) * kk), false, b, transB, 1, rows, kk, n, dst.subarray(r0 * n, (r0 + rows) * n));
-          else if (nb === 1) unit(a, transA, b, transB, 1, m, kk, n, dst.subarray(r0 * n, (r0 + rows) * n), r0, r0 + rows);
-          else {
+          if (nb === 1) unit(a, transA, b, transB, 1, m, kk, n, dst.subarray(r0 * n, (r0 + rows) * n), r0, r0 + rows);
+          else {                                            // the slice's rows are not contiguous in dst
             const oBuf = pool.take(8 * nb * rows * n);
             placeRows(dst, unit(a, transA, b, transB, nb, m, kk, n, new Float64Array(oBuf, 0, nb * rows * n), r0, r0 + rows), nb, m, n, r0, rows);
             pool.give(oBuf);

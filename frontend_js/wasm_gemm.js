@@ -337,24 +337,23 @@ export function createWasmEngine() {
       if (!(Number.isInteger(r0) && Number.isInteger(r1) && r0 >= 0 && r0 <= r1 && r1 <= m)) throw new RangeError(`rows [${r0}, ${r1}) of ${m}`);
       if (r0 === r1) return out || new Float64Array(0);
       const rows = r1 - r0, kp = (kk + 7) & ~7, mp = rows + (rows & 1), np = (n + 3) & ~3;
-      const oXa = 0, oXb = oXa + al(a.length * 8), oA = oXb + al(b.length * 8);
+      // A's part in wasm memory: its rows [r0, r1) alone as (nb, rows, K) when A is stored by
+      // rows; all of A^T (K, M) otherwise, its columns picked by qcolsLd (stride M)
+      const aPart = rows === m || transA ? a.length : nb * rows * kk;
+      const oXa = 0, oXb = oXa + al(aPart * 8), oA = oXb + al(b.length * 8);
       const oB = oA + al(nb * mp * kp * 2), oSa = oB + al(nb * np * kp * 2), oSb = oSa + al(nb * rows * 8);
       const oC = oSb + al(nb * n * 8), oOut = oC + al(nb * mp * np * 4), end = oOut + nb * rows * n * 8;
       ensure(end);
-      const buf = mem.buffer;
-      new Float64Array(buf, oXa, a.length).set(a);
+      const buf = mem.buffer, xa = new Float64Array(buf, oXa, aPart);
+      if (aPart === a.length) xa.set(a);
+      else for (let bi = 0; bi < nb; bi++) xa.set(a.subarray((bi * m + r0) * kk, (bi * m + r1) * kk), bi * rows * kk);
       new Float64Array(buf, oXb, b.length).set(b);
       if (kp !== kk || mp !== rows) new Int16Array(buf, oA, nb * mp * kp).fill(0);
       if (kp !== kk || np !== n) new Int16Array(buf, oB, nb * np * kp).fill(0);
       // A's logical row i: stored row i of (M, K), or stored column i of (K, M)
-      if (rows === m) (transA ? qcols : qrows)(oXa, oA, oSa, nb, m, kk, mp, kp);
-      else {
-        for (let bi = 0; bi < nb; bi++) {
-          const q = oA + bi * mp * kp * 2, sc = oSa + bi * rows * 8;
-          if (transA) qcolsLd(oXa + (bi * kk * m + r0) * 8, q, sc, 1, rows, kk, mp, kp, m);
-          else qrows(oXa + (bi * m + r0) * kk * 8, q, sc, 1, rows, kk, mp, kp);
-        }
-      }
+      if (!transA) qrows(oXa, oA, oSa, nb, rows, kk, mp, kp);
+      else if (rows === m) qcols(oXa, oA, oSa, nb, m, kk, mp, kp);
+      else for (let bi = 0; bi < nb; bi++) qcolsLd(oXa + (bi * kk * m + r0) * 8, oA + bi * mp * kp * 2, oSa + bi * rows * 8, 1, rows, kk, mp, kp, m);
       // B's logical column j: stored row j of (N, K), or stored column j of (K, N)
       (transB ? qrows : qcols)(oXb, oB, oSb, nb, n, kk, np, kp);
       kernel(oA, oB, oC, nb, mp, np, kp);
