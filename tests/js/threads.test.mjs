@@ -8,12 +8,9 @@ import assert from 'node:assert/strict';
 
 import { createThreadedBackend, defaultThreads, MAX_THREADS } from '../../frontend_js/threads.js';
 import { referenceBackend, bestBackend, JS_ROWS } from '../../frontend_js/engines.js';
-import { makeConfig } from '../../frontend_js/config.js';
-import { Group } from '../../frontend_js/train.js';
-import { textStream } from '../../frontend_js/data.js';
+import { run, firstMismatch, sameBits, TINY, ODD } from './group_runs.mjs';
 import { StepArena } from '../../frontend_js/arena.js';
 
-const stream = textStream(Array.from({ length: 40 }, (_, i) => `document ${i}: the quick brown fox jumps over the lazy dog. `.repeat(6)).join('\n\n\n'));
 const pools = [];
 after(() => { for (const b of pools) b.close(); });
 async function threaded(threads, opts = {}) {
@@ -21,31 +18,6 @@ async function threaded(threads, opts = {}) {
   pools.push(b);
   return b;
 }
-
-const sameBits = (a, b) => Object.is(a, b) || (a !== a && b !== b);
-
-// -> {hashes: [per step], group}
-async function run(settings, backend, steps) {
-  const g = new Group(makeConfig(settings), 1, stream, backend);
-  const hashes = [];
-  for (let s = 0; s < steps; s++) hashes.push((await g.step()).hashes[0]);
-  return { hashes, group: g };
-}
-
-// the first step whose hashes differ, with both hashes and the first differing weight
-function firstMismatch(got, want, what) {
-  const s = got.hashes.findIndex((h, i) => h !== want.hashes[i]);
-  if (s < 0) return null;
-  const pg = got.group.replicas[0].params, pw = want.group.replicas[0].params;
-  for (const name of Object.keys(pw)) {
-    const i = pw[name].findIndex((v, k) => !sameBits(v, pg[name][k]));
-    if (i >= 0) return `${what}: step ${s + 1} hash ${got.hashes[s]} vs ${want.hashes[s]}; after the last step ${name}[${i}] = ${pg[name][i]} vs ${pw[name][i]}`;
-  }
-  return `${what}: step ${s + 1} hash ${got.hashes[s]} vs ${want.hashes[s]} (weights equal after the last step)`;
-}
-
-const TINY = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4 };
-const ODD = { width: 17, seq_len: 18, batch: 3, layers: 1, heads: 1 };     // odd C, T % 4 != 0
 
 for (const [what, settings, steps] of [['tiny', TINY, 3], ['odd shapes', ODD, 2]]) {
   test(`${what}: every call split, 1, 2 and 4 threads give the JS mirror's hashes`, async () => {
