@@ -8,7 +8,7 @@
 //     the approvals; ids are bound to tokens, docs/PROTOCOL.md "Identity").
 //
 //   const outage = new OutageWatch(peer, bus);   // peer.js; texts: reconnectText(), welcomeText(m)
-import { DATA_WAIT_MS } from './batch_source.js';
+import { DATA_WAIT_MS } from '../batch_source.js';
 
 export const RESUME_MARGIN_MS = 10_000;  // after the server is back: peers still retrying catch up within it
 const TICK_MS = 1_000;

@@ -17,9 +17,10 @@
 // every survivor keeps the state after the last step they all completed (one step of undo).
 // Two Start presses at once: the proposal with the smaller runId wins everywhere.
 import { TYPES, NO_SLOT } from './frames.js';
-import { MeshCollective, ExchangeError, unflatten } from '../collective.js';
+import { unflatten } from '../collective.js';
+import { MeshCollective, ExchangeError } from './mesh_collective.js';
 import { Trainer, Replica, cloneParams, cloneReplica, checkLoss } from '../train.js';
-import { HttpBatches } from './batch_source.js';
+import { HttpBatches } from '../batch_source.js';
 import { StepArena } from '../arena.js';
 import { encodeState, decodeState, maxStateBytes } from '../state_codec.js';
 import { MAX_RUN_ID, epochKey, actingLeader, mayGoOn, checkRoster, scheduleWith } from './roster.js';

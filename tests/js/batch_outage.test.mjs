@@ -1,4 +1,4 @@
-// HttpBatches (frontend_js/peer/batch_source.js) against a real HTTP server on loopback that goes
+// HttpBatches (frontend_js/batch_source.js) against a real HTTP server on loopback that goes
 // away and comes back on the same port (docs/ARCHITECTURE.md "Server outage"): an unreachable
 // server is retried with backoff and the batch arrives once it is back; a proxy's 503 is
 // retried the same way; past the bound the error names the outage; a changed data id is
@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 
-import { HttpBatches } from '../../frontend_js/peer/batch_source.js';
+import { HttpBatches } from '../../frontend_js/batch_source.js';
 
 const CFG = { seed: 0, batch: 2, seq_len: 16, steps: 1 };      // steps 1: no prefetch of later steps
 const BODY = Buffer.from(Uint16Array.from({ length: CFG.batch * (CFG.seq_len + 1) }, (_, i) => i % 250).buffer);

@@ -92,3 +92,17 @@ test('no module-level mutable state in the backend modules', () => {
   }
   assert.deepEqual(found, [], `module-level let/var (backend state belongs in engines.js's backend objects):\n${found.join('\n')}`);
 });
+
+// the numeric core (the mirror of daisy/) knows nothing of pages: collective.js and train.js
+// reach no module under peer/ (the mesh's collective lives there, not here)
+test('the numeric core imports nothing from peer/', () => {
+  const graph = importGraph(FRONTEND);
+  const reach = (f, seen = new Set()) => {
+    for (const g of graph.get(f) || []) if (!seen.has(g)) { seen.add(g); reach(g, seen); }
+    return seen;
+  };
+  for (const f of ['collective.js', 'train.js', 'batch_source.js']) {
+    const bad = [...reach(f)].filter((g) => g.startsWith('peer/'));
+    assert.deepEqual(bad, [], `${f} reaches ${bad.join(', ')}`);
+  }
+});

@@ -15,7 +15,8 @@ import { MemoryNet } from './memory_links.mjs';
 import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/peer/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, NO_SLOT, PROTOCOL_VERSION, Reassembler,
   TYPES, createFrameSha, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/peer/frames.js';
-import { ExchangeError, MeshCollective, flattenGrads, topologyFor } from '../../frontend_js/collective.js';
+import { flattenGrads, topologyFor } from '../../frontend_js/collective.js';
+import { ExchangeError, MeshCollective } from '../../frontend_js/peer/mesh_collective.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
 import { draw, key } from '../../frontend_js/prng.js';
 import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
@@ -24,7 +25,7 @@ import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
 import { jsSha, weightHash } from '../../frontend_js/hashing.js';
 import { StepArena } from '../../frontend_js/arena.js';
-import { StreamBatches } from '../../frontend_js/peer/batch_source.js';
+import { StreamBatches } from '../../frontend_js/batch_source.js';
 import { Group, Replica, Trainer, cloneParams } from '../../frontend_js/train.js';
 import { loadStream } from '../../frontend_js/cli.mjs';
 
@@ -725,7 +726,7 @@ test('a link that closes while the exchange waits: ExchangeError naming the peer
   assert.ok((await p1) instanceof ExchangeError);
 });
 
-// BUG (frontend_js/collective.js, MeshCollective.exchange): when the link to a peer is already
+// BUG (frontend_js/peer/mesh_collective.js, MeshCollective.exchange): when the link to a peer is already
 // gone as the exchange starts (or link.send rejects: the data channel closed), exchange rejects
 // with the mesh's plain Error('no link to p2') instead of an ExchangeError naming the peer.
 // run.js's loop rethrows non-ExchangeErrors, so the run ends as 'failed' without lost(): the
@@ -762,7 +763,7 @@ test('fail() ends a pending exchange at once, and every later one', async () => 
   await assert.rejects(run.cs[0].exchange(1, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]), (e) => e === stop);
 });
 
-// BUG (frontend_js/collective.js, MeshCollective.check): the step window is [current, current+1]
+// BUG (frontend_js/peer/mesh_collective.js, MeshCollective.check): the step window is [current, current+1]
 // and `current` only moves when the next exchange() starts, so between the end of exchange(s)
 // and the call of exchange(s+1) (the page's local step: most of a step's time) a GRAD or REDUCED
 // of the finished step s is accepted and stored in this.steps under s, which nothing deletes

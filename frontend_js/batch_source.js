@@ -8,8 +8,8 @@
 // The server unreachable (a restart: no connection, or a proxy's 502/503/504) is retried with
 // backoff for up to `outageMs`, then fails naming the outage; `onOutage(down, why)` is told when
 // that starts and ends (docs/ARCHITECTURE.md "Server outage").
-import { getBatch } from '../data.js';
-import { VOCAB_SIZE } from '../tokenizer.js';
+import { getBatch } from './data.js';
+import { VOCAB_SIZE } from './tokenizer.js';
 
 export const DATA_WAIT_MS = 60_000;              // bound on waiting for an unreachable data server
 const BACKOFF_MS = [250, 500, 1000, 2000];       // then every 2 s: peers resume within 2 s of each other
