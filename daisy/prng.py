@@ -16,6 +16,8 @@ GOLDEN = 0x9E3779B9
 PURPOSE_INIT = 1
 PURPOSE_DATA = 2
 PURPOSE_SAMPLE = 3
+PURPOSE_AUDIT = 4        # the audit choice (daisy/audit.py)
+PURPOSE_ATTACK = 5       # the attack runner's noise and directions (daisy/attack.py)
 
 
 def mix32(x):

@@ -1,0 +1,298 @@
+"""The audited run and its attacker: python -m daisy.train --peers P --attack SPEC [--audit-rate R]
+(docs/VERIFICATION.md §12). frontend_js/attack.js is the twin; the two print the same lines.
+
+    --attack "slot=1,from=39,kind=scale:-1000"     peer 1 sends -1000 x its gradient from step index 39
+    --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
+    --audit-rate 2                                  two audits per step (default 1; 0 = none)
+
+The attacking peers are named by their slot at the run's start; a peer keeps its id when slots
+renumber after a removal. Kinds (each forged message is committed to honestly, so only an audit
+or a cheap check can catch it):
+    scale:F        F x its gradient                 nan           every value NaN
+    noise          uniform noise of the gradient's max-norm, nothing of the gradient
+    const          one fixed +-1 direction (the same every step) x the gradient's max-norm
+    stale          its gradient of the step it computed before (earlier weights)
+    otherbatch     the gradient of a batch no slot trains on (seed, step, P + slot)
+    mismatch       its gradient with the first value one ulp up: matches its commitment, not its batch
+    liar-auditor   honest gradients; as an auditor it accuses whomever it audits
+
+A step: every slot's messages and commitment; cheap checks; the seeded audits, each recomputed by
+its auditor; a failed audit judged by recomputation removes the audited peer or its accuser; a
+removal rolls the group back to the state after that peer's last passed audit and recomputes
+from there without it (steps recomputed print again; the last line printed for a step is the
+run's). At the end, stderr names the kept timeline's roster: `python -m daisy.train --roster R`
+prints the same last line for every step.
+"""
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import prng
+from .audit import (Evidence, audit_pairs, beacon, cheap_check, contribution_digest,
+                    decode_message, judge, message_bounds, message_hashes, reference_nonce,
+                    rollback_step, slot_digest, slot_messages)
+from .collective import flatten_grads, reduce_shard, unflatten
+from .hashing import weight_hash
+from .model import loss_and_grads, param_shapes
+from .optim import adam_step
+from .reduce import reduce_losses
+from .train import copy_replica
+
+KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor")
+MAX_AUDIT_RATE = 64
+
+
+# -- the attack setting -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attack:
+    peers: tuple          # attacking peer ids (their slots at the run's start)
+    start: int            # the first 0-based step index they attack
+    kind: str             # a name of KINDS ("scale" for scale:F)
+    factor: float         # F of scale:F, else 1.0
+
+
+def parse_attack(text: str) -> Attack:
+    """"slot=1,from=39,kind=scale:-1000" -> Attack; ValueError naming the bad part (the messages
+    are mirrored by frontend_js/attack.js)."""
+    got = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        if not eq or name not in ("slot", "from", "kind"):
+            raise ValueError(f"--attack part '{part}' is not slot=S[+S...], from=STEP or kind=KIND")
+        if name in got:
+            raise ValueError(f"--attack names {name} twice")
+        got[name] = value
+    if "slot" not in got or "kind" not in got:
+        raise ValueError("--attack needs slot=S and kind=KIND (from=STEP is 0 unless given)")
+    if re.fullmatch(r"[0-9]{1,2}(\+[0-9]{1,2})*", got["slot"]) is None:
+        raise ValueError(f"--attack slot '{got['slot']}' is not a slot or slots joined by + (e.g. 1 or 1+3)")
+    peers = tuple(int(s) for s in got["slot"].split("+"))
+    if len(set(peers)) != len(peers):
+        raise ValueError(f"--attack slot '{got['slot']}' names a slot twice")
+    start = got.get("from", "0")
+    if re.fullmatch(r"[0-9]{1,9}", start) is None:
+        raise ValueError(f"--attack from '{start}' is not a 0-based step index")
+    kind, factor = got["kind"], 1.0
+    m = re.fullmatch(r"scale:(-?[0-9]{1,9}(\.[0-9]{1,9})?)", kind)
+    if m is not None:
+        kind, factor = "scale", float(m.group(1))
+    elif kind not in KINDS or kind == "scale:F":
+        raise ValueError(f"--attack kind '{kind}' is not one of {', '.join(KINDS)}")
+    return Attack(peers, int(start), kind, factor)
+
+
+def check_attack(attack: Attack, P: int, steps: int) -> None:
+    """The attack fits a run of P peers and `steps` steps; at least one peer stays honest."""
+    for s in attack.peers:
+        if s >= P:
+            raise ValueError(f"--attack slot {s} is outside the group of {P} peers")
+    if len(attack.peers) >= P:
+        raise ValueError(f"--attack names every one of the {P} peers; at least one must be honest")
+    if attack.start >= steps:
+        raise ValueError(f"--attack from {attack.start} is past the run's last step index {steps - 1}")
+
+
+# -- forged gradients (pure: the attacker's honest (flat) and the step's keys in, bytes' values out)
+def max_norm(flat: np.ndarray) -> float:
+    return float(np.max(np.abs(flat)))
+
+
+def forge(kind: str, factor: float, flat: np.ndarray, seed: int, step: int, slot: int) -> np.ndarray:
+    """The forged flat gradient of the kinds that need only the honest one (scale, nan, noise,
+    const, mismatch)."""
+    n = np.arange(len(flat), dtype=np.uint32)
+    if kind == "scale":
+        return flat * factor
+    if kind == "nan":
+        return np.full(len(flat), np.nan)
+    if kind == "noise":
+        u = prng.uniform(prng.key(prng.PURPOSE_ATTACK, seed, step, slot), n)
+        return (2.0 * u - 1.0) * max_norm(flat)
+    if kind == "const":
+        sign = np.where(prng.draw(prng.key(prng.PURPOSE_ATTACK, seed), n) & np.uint32(1), 1.0, -1.0)
+        return sign * max_norm(flat)
+    if kind == "mismatch":
+        out = flat.copy()
+        out[0] = np.nextafter(out[0], np.inf)
+        return out
+    raise ValueError(f"forge: {kind} needs more than the honest gradient")
+
+
+# -- the audited run --------------------------------------------------------------------------
+class AuditedRun:
+    """The Group's replicas trained with commitments, audits and removal (module docstring)."""
+
+    def __init__(self, cfg, group, attack: Attack | None, rate: int):
+        self.cfg, self.group, self.attack, self.rate = cfg, group, attack, rate
+        self.shapes = param_shapes(cfg)
+        self.ids = list(range(len(group.replicas)))           # peer id of each slot
+        self.last_pass = {p: 0 for p in self.ids}             # state after its last passed audit
+        self.snapshots = {0: copy_replica(group.replicas[0])}       # step -> state after that step
+        self.schedule = {}                                    # step index -> P (kept timeline)
+        self.previous = {}                                    # attacker id -> its last honest flat
+        self.audits = 0
+        self.recomputed = 0
+
+    def attacking(self, pid: int, s: int) -> bool:
+        a = self.attack
+        return a is not None and pid in a.peers and s >= a.start
+
+    def honest(self, replica, s: int, slot: int):
+        """(loss, flat gradient) of `replica` on the batch (seed, s, slot)."""
+        cfg = self.cfg
+        x, y = self.group.batches.get(cfg.seed, s, slot, cfg.batch, cfg.seq_len)
+        loss, grads = loss_and_grads(replica.params, cfg, x, y, self.group.mm)
+        return loss, flatten_grads(grads, self.shapes)
+
+    def contribute(self, s: int, slot: int):
+        """What the peer in `slot` sends at step index s: (loss, flat)."""
+        pid, replica = self.ids[slot], self.group.replicas[slot]
+        loss, flat = self.honest(replica, s, slot)
+        if not self.attacking(pid, s) or self.attack.kind == "liar-auditor":
+            return loss, flat
+        kind, previous = self.attack.kind, self.previous.get(pid, flat)
+        self.previous[pid] = flat
+        if kind == "stale":
+            return loss, previous
+        if kind == "otherbatch":
+            return loss, self.honest(replica, s, len(self.ids) + slot)[1]
+        return loss, forge(kind, self.attack.factor, flat, self.cfg.seed, s, slot)
+
+    def recompute(self, s: int, slot: int, P: int) -> bytes:
+        """The digest an honest peer recomputes for `slot` at s (from its own pre-step replica;
+        every honest replica is the same, the first honest one is used)."""
+        checker = next(r for q, r in zip(self.ids, self.group.replicas) if not self.attacking(q, s))
+        loss, flat = self.honest(checker, s, slot)
+        return contribution_digest(flat, loss, P, self.cfg.seed, s, slot)
+
+    def audit(self, s: int, auditor: int, audited: int, committed: bytes, P: int) -> bytes:
+        """The digest the auditor reports for the audited slot."""
+        self.audits += 1
+        a_pid, d_pid = self.ids[auditor], self.ids[audited]
+        if self.attacking(a_pid, s):
+            if self.attack.kind == "liar-auditor":
+                return hashlib.sha256(b"a false accusation" + committed).digest()
+            if self.attacking(d_pid, s):
+                return committed                              # colluders pass each other
+        return self.recompute(s, audited, P)
+
+    def step(self, emit) -> None:
+        """Compute step index s = the replicas' step: apply it, or remove a peer and roll back."""
+        cfg, s, P = self.cfg, self.group.replicas[0].step, len(self.ids)
+        sent = [self.contribute(s, slot) for slot in range(P)]
+        messages = [slot_messages(flat, P, cfg.seed, s, slot) for slot, (_, flat) in enumerate(sent)]
+        digests = [slot_digest(s, slot, loss, message_hashes(m))
+                   for slot, ((loss, _), m) in enumerate(zip(sent, messages))]
+        N = len(sent[0][1])
+        for slot, ((loss, _), m) in enumerate(zip(sent, messages)):
+            reason = cheap_check(loss, m, N, P)
+            if reason is not None:
+                return self.remove(slot, s, f"gradient from peer {self.ids[slot]} {reason} at step "
+                                            f"{s + 1}: removed", emit)
+        nonces = [reference_nonce(cfg.seed, s, slot) for slot in range(P)]
+        passed = []
+        for auditor, audited in audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces)):
+            reported = self.audit(s, auditor, audited, digests[audited], P)
+            if reported == digests[audited]:
+                passed.append(audited)
+                continue
+            ev = Evidence(run=str(cfg.seed), step=s, slot=audited, accuser=auditor,
+                          committed=digests[audited].hex(), recomputed=reported.hex())
+            if judge(ev, self.recompute(s, audited, P).hex()) == "audited":
+                why = (f"gradient from peer {self.ids[audited]} did not reproduce at step {s + 1}: "
+                       f"removed (committed {ev.committed[:16]}, recomputed {ev.recomputed[:16]} "
+                       f"by peer {self.ids[auditor]})")
+                return self.remove(audited, s, why, emit)
+            why = (f"peer {self.ids[auditor]} accused peer {self.ids[audited]} at step {s + 1}, "
+                   f"whose gradient reproduced: peer {self.ids[auditor]} removed")
+            return self.remove(auditor, s, why, emit)
+        self.apply(s, sent, messages, passed, emit)
+
+    def apply(self, s: int, sent, messages, passed, emit) -> None:
+        P = len(self.ids)
+        bounds = message_bounds(len(sent[0][1]), P)
+        flats = {slot: np.concatenate([decode_message(m, hi - lo) for m, (lo, hi) in zip(ms, bounds)])
+                 for slot, ms in enumerate(messages)}
+        G = unflatten(reduce_shard(flats), self.shapes)
+        for r in self.group.replicas:
+            adam_step(r.params, G, r.adam, self.cfg.lr)
+        loss = reduce_losses({slot: l for slot, (l, _) in enumerate(sent)})
+        self.schedule[s] = P
+        for slot in passed:
+            self.last_pass[self.ids[slot]] = s + 1
+        kept = set(self.last_pass.values())
+        if s + 1 in kept:
+            self.snapshots[s + 1] = copy_replica(self.group.replicas[self.honest_slot(s)])
+        self.snapshots = {t: st for t, st in self.snapshots.items() if t in kept}
+        emit.step(s + 1, loss, [weight_hash(r.params) for r in self.group.replicas])
+
+    def honest_slot(self, s: int) -> int:
+        return next(slot for slot, q in enumerate(self.ids) if not self.attacking(q, s))
+
+    def remove(self, slot: int, s: int, why: str, emit) -> None:
+        """Remove the peer in `slot` and roll every replica back to the state after its last
+        passed audit; the later steps are recomputed without it."""
+        pid = self.ids[slot]
+        back = rollback_step(self.last_pass, pid)
+        emit.removed(s + 1, pid, why, back)
+        del self.ids[slot], self.last_pass[pid]
+        state = self.snapshots[back]
+        self.group.replicas = [copy_replica(state) for _ in self.ids]
+        for q in self.ids:
+            self.last_pass[q] = min(self.last_pass[q], back)
+        self.snapshots = {t: st for t, st in self.snapshots.items() if t in set(self.last_pass.values())}
+        self.snapshots[back] = state
+        self.recomputed += s - back
+        self.schedule = {t: p for t, p in self.schedule.items() if t < back}
+
+    def roster(self) -> str:
+        """The kept timeline's P per step as a --roster schedule ("0:3,38:2")."""
+        out, last = [], None
+        for t in sorted(self.schedule):
+            if self.schedule[t] != last:
+                out.append(f"{t}:{self.schedule[t]}")
+                last = self.schedule[t]
+        return ",".join(out)
+
+
+# -- the CLI's output -------------------------------------------------------------------------
+class Printer:
+    """The lines of an audited run: the usual step lines, and one line per removal."""
+
+    def __init__(self, as_json: bool, out):
+        self.as_json, self.out = as_json, out
+        self.agree = True             # the last step's replicas all had one hash
+
+    def step(self, step: int, loss: float, hashes: list) -> None:
+        if self.as_json:
+            line = json.dumps({"step": step, "loss": loss, "hashes": hashes})
+        else:
+            agree = "agree" if len(set(hashes)) == 1 else "DISAGREE"
+            line = f"step {step:5d}  loss {loss:.4f}  hash {hashes[0][:16]}  ({len(hashes)} peers {agree})"
+        print(line, file=self.out, flush=True)
+        self.agree = len(set(hashes)) == 1
+
+    def removed(self, step: int, peer: int, why: str, back: int) -> None:
+        if self.as_json:
+            line = json.dumps({"event": "removed", "step": step, "peer": peer, "why": why, "rollback_to": back})
+        else:
+            line = f"audit: {why}; rolled back to step {back}"
+        print(line, file=self.out, flush=True)
+
+
+def run_audited(args, cfg, group, out, err) -> int:
+    """python -m daisy.train --attack/--audit-rate: train to the run's end (or --stop-after)."""
+    run = AuditedRun(cfg, group, args.attack_spec, args.audit_rate)
+    emit = Printer(args.json, out)
+    end = cfg.steps if args.stop_after is None else args.stop_after
+    while group.replicas[0].step < end:
+        run.step(emit)
+        if not emit.agree:
+            print("error: replicas diverged; stopping (never fork)", file=err)
+            return 3
+    print(f"audit: {run.audits} audits, {run.recomputed} steps recomputed; the run's roster: "
+          f"{run.roster()}", file=err)
+    return 0

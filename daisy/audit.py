@@ -1,0 +1,175 @@
+"""Audited gradients: the pure rules (docs/VERIFICATION.md §12). frontend_js/audit.js is the twin.
+
+A slot's contribution to step s is a pure function of (weights, batch key, step, slot, run
+seed), so any honest peer can recompute it and demand byte equality:
+
+    messages    the exact bytes the slot sends: the exchange codec's message of its gradient,
+                one message in the all-gather topology, one per shard in reduce-scatter
+    commitment  SHA-256 of each message, and the slot's digest over its step, slot, loss and
+                those hashes (sent with the gradient)
+    cheap check a message of the wrong size, a non-finite loss or value: evidence by itself
+    audit       the seeded choice of (auditor, audited) pairs from the run seed, the step and a
+                beacon over every digest and every peer's revealed nonce, so no peer knows the
+                choice before its commitment is sent; the auditor recomputes and compares
+    evidence    (run, step, slot, accuser, committed, recomputed): every honest peer recomputes;
+                the audited slot is removed if its digest does not reproduce, else the accuser
+"""
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import prng
+from .collective import ALL_GATHER, reduce_shard, shard_bounds, topology_for
+
+COMMIT_TAG = b"daisy-commit-v1"
+BEACON_TAG = b"daisy-beacon-v1"
+NONCE_TAG = b"daisy-audit-nonce-v1"
+DEFAULT_AUDIT_RATE = 1          # audits per step in the group (a run setting)
+
+
+# -- the messages a slot contributes (the exchange codec's seam, BRIEF) -------------------------
+def encode_message(values: np.ndarray, seed: int, step: int, slot: int, offset: int) -> bytes:
+    """The exchange codec's message of `values` (flat gradient indices offset.. of slot `slot`).
+    f64 until the codec lands: the raw little-endian float64 bytes (the one line to swap for
+    exchange_codec.codecFor(cfg.exchange).encode)."""
+    return np.ascontiguousarray(values, dtype="<f8").tobytes()
+
+
+def decode_message(message: bytes, n: int) -> np.ndarray:
+    """The codec's decode: message -> n float64 values (size checked by cheap_check first)."""
+    return np.frombuffer(message, dtype="<f8", count=n).astype(np.float64)
+
+
+def message_bounds(N: int, P: int) -> list:
+    """[(lo, hi)] of the flat gradient each message of a slot carries: the whole gradient in
+    the all-gather topology, shard k of shard_bounds(N, P) in reduce-scatter (collective.py)."""
+    if topology_for(P) == ALL_GATHER:
+        return [(0, N)]
+    b = shard_bounds(N, P)
+    return [(b[k], b[k + 1]) for k in range(P)]
+
+
+def slot_messages(flat: np.ndarray, P: int, seed: int, step: int, slot: int) -> list:
+    """The messages slot `slot` sends at `step` in a group of P: [bytes] in message order."""
+    return [encode_message(flat[lo:hi], seed, step, slot, lo) for lo, hi in message_bounds(len(flat), P)]
+
+
+# -- commitments --------------------------------------------------------------------------------
+def message_hashes(messages: list) -> list:
+    """SHA-256 of each message (32 bytes each): a receiver checks the bytes it got against it."""
+    return [hashlib.sha256(m).digest() for m in messages]
+
+
+def slot_digest(step: int, slot: int, loss: float, hashes: list) -> bytes:
+    """The slot's commitment for the step: SHA-256(tag, step u32le, slot u32le, loss f64le,
+    each message hash in message order). Binding step and slot makes an old commitment useless."""
+    h = hashlib.sha256(COMMIT_TAG)
+    h.update(struct.pack("<IId", step, slot, loss))
+    for x in hashes:
+        h.update(x)
+    return h.digest()
+
+
+def contribution_digest(flat: np.ndarray, loss: float, P: int, seed: int, step: int, slot: int) -> bytes:
+    """What an auditor recomputes: the digest of (loss, flat) as slot `slot` must send it."""
+    return slot_digest(step, slot, loss, message_hashes(slot_messages(flat, P, seed, step, slot)))
+
+
+# -- cheap checks: evidence by itself -----------------------------------------------------------
+def cheap_check(loss: float, messages: list, N: int, P: int):
+    """None if the slot's messages have the right sizes and every value and the loss are
+    finite; else the reason (the words of the panel)."""
+    bounds = message_bounds(N, P)
+    if len(messages) != len(bounds):
+        return f"has {len(messages)} messages, the group needs {len(bounds)}"
+    for m, (lo, hi) in zip(messages, bounds):
+        if len(m) != 8 * (hi - lo):
+            return f"is {len(m)} bytes where {8 * (hi - lo)} are due"
+    if not np.isfinite(loss):
+        return "has a loss that is not finite"
+    for m, (lo, hi) in zip(messages, bounds):
+        if not np.isfinite(decode_message(m, hi - lo)).all():
+            return "is not finite"
+    return None
+
+
+# -- the audit choice ---------------------------------------------------------------------------
+def reference_nonce(seed: int, step: int, slot: int) -> bytes:
+    """The reference run's stand-in for a peer's secret nonce of a step (a page draws 32 random
+    bytes and sends SHA-256 of them with its commitment, the bytes themselves after every
+    commitment of the step arrived)."""
+    return hashlib.sha256(NONCE_TAG + struct.pack("<III", seed, step, slot)).digest()
+
+
+def nonce_commitment(nonce: bytes) -> bytes:
+    return hashlib.sha256(nonce).digest()
+
+
+def beacon(digests: list, nonces: list) -> bytes:
+    """SHA-256(tag, every slot's digest in slot order, every slot's nonce in slot order)."""
+    h = hashlib.sha256(BEACON_TAG)
+    for d in digests:
+        h.update(d)
+    for n in nonces:
+        h.update(n)
+    return h.digest()
+
+
+def audit_pairs(seed: int, step: int, P: int, rate: int, beacon_bytes: bytes) -> list:
+    """[(auditor, audited)] of the step: min(rate, P) distinct audited slots (a partial
+    Fisher-Yates shuffle), each with an auditor drawn from the other P - 1 slots. No audits
+    when P = 1. k = key(PURPOSE_AUDIT, seed, step, the beacon's 8 little-endian u32 words)."""
+    if P < 2:
+        return []
+    k = prng.key(prng.PURPOSE_AUDIT, seed, step, *struct.unpack("<8I", beacon_bytes))
+    slots, pairs = list(range(P)), []
+    for a in range(min(rate, P)):
+        j = a + prng.draw(k, a) % (P - a)
+        slots[a], slots[j] = slots[j], slots[a]
+        audited = slots[a]
+        auditor = (audited + 1 + prng.draw(k, P + a) % (P - 1)) % P
+        pairs.append((auditor, audited))
+    return pairs
+
+
+# -- evidence -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evidence:
+    """A failed audit as broadcast: the run, the step (0-based index), the audited slot, the
+    accusing slot, the audited slot's committed digest and the accuser's recomputed one (hex)."""
+    run: str
+    step: int
+    slot: int
+    accuser: int
+    committed: str
+    recomputed: str
+
+
+def judge(evidence: Evidence, reproduced: str) -> str:
+    """Who is removed, given the digest the checking peer recomputed itself for the audited
+    slot: "audited" when the committed digest does not reproduce, else "accuser" (a false
+    accusation). The accuser's own claimed hash decides nothing."""
+    return "audited" if reproduced != evidence.committed else "accuser"
+
+
+def rollback_step(last_pass: dict, peer) -> int:
+    """The step a removal of `peer` rolls back to: the state after the last step whose audit
+    of that peer passed (or where it joined). Its later contributions were never checked."""
+    return last_pass[peer]
+
+
+# -- reduce-scatter: an owner's reduced shard ---------------------------------------------------
+def check_reduced_shard(slices: list, committed_hashes: list, reduced: np.ndarray, n: int):
+    """The audit of a shard owner: `slices` are the P messages of its shard it received (its
+    transcript, slot order), `committed_hashes` each slot's committed hash of that message, and
+    `reduced` the reduced shard it sent, as decoded (n float64 values). None if it reproduces
+    bit for bit, else the reason. (With the codec: the codec's reduce in place of reduce_shard.)"""
+    for s, (m, h) in enumerate(zip(slices, committed_hashes)):
+        if len(m) != 8 * n or hashlib.sha256(m).digest() != h:
+            return f"its transcript's slice of slot {s} is not the one slot {s} committed to"
+    out = reduce_shard({s: decode_message(m, n) for s, m in enumerate(slices)})
+    if out.astype("<f8").tobytes() != np.ascontiguousarray(reduced, dtype="<f8").tobytes():
+        return "its reduced shard did not reproduce"
+    return None
