@@ -173,3 +173,33 @@ def check_reduced_shard(slices: list, committed_hashes: list, reduced: np.ndarra
     if out.astype("<f8").tobytes() != np.ascontiguousarray(reduced, dtype="<f8").tobytes():
         return "its reduced shard did not reproduce"
     return None
+
+
+# -- what the audits buy: detection per step ---------------------------------------------------
+def detection_probability(P: int, rate: int, cheaters: int = 1, liar: bool = False) -> float:
+    """The chance that a step's audits catch a lie, when `cheaters` of the P slots forge their
+    gradients and pass each other's audits (liar=False), or when one slot is a lying auditor
+    (liar=True: it is caught when it audits anyone). Audited slots: a uniform r-subset, r =
+    min(rate, P); each audit's auditor uniform over the other P - 1 slots (audit_pairs)."""
+    from math import comb
+    r = min(rate, P)
+    if P < 2 or r == 0:
+        return 0.0
+    if liar:                     # the liar audits nobody: each audit avoids it, it may be audited
+        q = (P - 2) / (P - 1)
+        return 1.0 - ((r / P) * q ** (r - 1) + (1 - r / P) * q ** r)
+    c = cheaters                 # no catch: every audited cheater has a colluding auditor
+    miss = sum(comb(c, j) * comb(P - c, r - j) / comb(P, r) * ((c - 1) / (P - 1)) ** j
+               for j in range(0, min(c, r) + 1))
+    return 1.0 - miss
+
+
+def expected_steps(p: float) -> float:
+    """Mean steps from the first forged step to its detection (geometric: 1/p)."""
+    return 1.0 / p
+
+
+def median_steps(p: float) -> int:
+    """Median of the same: the least n with 1 - (1 - p)^n >= 1/2."""
+    from math import ceil, log
+    return 1 if p >= 1.0 else max(1, ceil(log(0.5) / log(1.0 - p)))

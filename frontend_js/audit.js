@@ -160,3 +160,28 @@ export function checkReducedShard(slices, committedHashes, reduced, n) {
   if (!sameBytes(encodeMessage(out), encodeMessage(reduced))) return 'its reduced shard did not reproduce';
   return null;
 }
+
+// ---- what the audits buy: detection per step (daisy/audit.py) ---------------------------------------
+
+const comb = (n, k) => { let c = 1; for (let i = 1; i <= k; i++) c = (c * (n - k + i)) / i; return k < 0 || k > n ? 0 : c; };
+
+// The chance that a step's audits catch a lie, when `cheaters` of the P slots forge their
+// gradients and pass each other's audits (liar false), or one slot is a lying auditor (liar true)
+export function detectionProbability(P, rate, cheaters = 1, liar = false) {
+  const r = Math.min(rate, P);
+  if (P < 2 || r === 0) return 0;
+  if (liar) {
+    const q = (P - 2) / (P - 1);
+    return 1 - ((r / P) * q ** (r - 1) + (1 - r / P) * q ** r);
+  }
+  const c = cheaters;
+  let miss = 0;
+  for (let j = 0; j <= Math.min(c, r); j++) miss += (comb(c, j) * comb(P - c, r - j)) / comb(P, r) * ((c - 1) / (P - 1)) ** j;
+  return 1 - miss;
+}
+
+// mean steps from the first forged step to its detection (geometric: 1/p)
+export const expectedSteps = (p) => 1 / p;
+
+// median of the same: the least n with 1 - (1 - p)^n >= 1/2
+export const medianSteps = (p) => (p >= 1 ? 1 : Math.max(1, Math.ceil(Math.log(0.5) / Math.log(1 - p))));
