@@ -7,6 +7,9 @@
 //          1/4 (keyed Bernoulli on (seed, step, slot, index): the receiver knows the positions
 //          from the key, so only the kept values travel), kept values x4 (unbiased), then int8
 //          as above; G re-quantized as int8. Bytes: 4 per 256-value block + the kept values.
+//   int8ef the alternative the codec does not take, measured for the record: error feedback: each
+//          slot adds its private residual e to its gradient, sends int8 with round-to-nearest
+//          (the same blocks and scales) and keeps e = (g + e) - decoded; G as int8.
 // "Loss at S" = the mean training loss of steps S-19..S (tests/test_convergence.py's rule).
 // The JS CLI's bits equal python -m daisy.train's (tests/test_js_mirror.py), so f64 and int8
 // here are the reference's numbers.
@@ -43,12 +46,38 @@ const randk = {
   reduce: (slices, o) => int8.reduce(slices, o),
 };
 
+// error feedback: the residual of each slot lives here, outside any message (that is the point)
+function makeErrorFeedback() {
+  const residual = new Map();
+  return {
+    name: 'int8ef',
+    shardBounds: (N, P) => int8.shardBounds(N, P),
+    encode(x, { slot, offset }) {
+      const e = residual.get(slot) || new Float64Array(x.length);
+      const v = Float64Array.from(x, (g, i) => g + e[i]);
+      const out = new Float64Array(x.length);
+      for (let j = 0; j * BLOCK < x.length; j++) {
+        const i0 = j * BLOCK, i1 = Math.min(x.length, i0 + BLOCK);
+        let m = 0;
+        for (let i = i0; i < i1; i++) m = Math.max(m, Math.abs(v[i]));
+        const sc = Math.fround(m) >= m ? Math.fround(m) : Math.fround(m * (1 + 2 ** -23));
+        for (let i = i0; i < i1; i++) out[i] = sc === 0 ? 0 : (Math.round((v[i] * 127) / sc) * sc) / 127;
+      }
+      residual.set(slot, Float64Array.from(v, (y, i) => y - out[i]));
+      return { values: out, length: int8.messageBytes(x.length) };
+    },
+    decode: (m) => m.values,
+    reduce: (slices, o) => int8.reduce(slices, o),
+  };
+}
+
 function meanOf(a) { let s = 0; for (const x of a) s += x; return s / a.length; }
 
 async function run(codecName, seed, backend, stream) {
   const cfg = makeConfig({ steps: Math.max(STEPS, 100), seed, exchange: codecName === 'f64' ? 'f64' : 'int8' });
   const group = new Group(cfg, 2, stream, backend);
   if (codecName === 'randk') group.collective.codec = randk;
+  if (codecName === 'int8ef') group.collective.codec = makeErrorFeedback();
   let bytes = 0;
   const codec = group.collective.codec;
   const counting = Object.create(codec);
