@@ -5,7 +5,7 @@
 // the payload bytes the collective sent (its bytesSent) and the bytes on the wire (payload +
 // the 64-byte header of every chunk; maxFrame 256 KiB as Chromium's data channels), and the ratio
 // f64 / int8. The bytes do not depend on the values (exact lengths), so the gradients are seeded
-// random values of gradient-like magnitude.
+// random values of gradient-like magnitude. Then the codec's own time per step (f64 the baseline).
 //   node bench/bench_exchange_bytes.mjs [--json]
 import { MemoryNet } from '../tests/js/memory_links.mjs';
 import { Mesh } from '../frontend_js/peer/mesh.js';
@@ -65,7 +65,30 @@ for (const settingsName of Object.keys(SETTINGS)) {
     rows.push({ ...f, int8: q, ratio: f.wirePerPeerStep / q.wirePerPeerStep });
   }
 }
-if (process.argv.includes('--json')) console.log(JSON.stringify(rows));
+// the codec's own time per step and peer (all-gather, P = 2: encode own, decode two, reduce),
+// median of 7, f64 the baseline in the same run
+import { codecFor } from '../frontend_js/exchange_codec.js';
+const timing = [];
+for (const settingsName of Object.keys(SETTINGS)) {
+  const N = paramShapes(makeConfig(SETTINGS[settingsName])).reduce((n, [, s]) => n + s.reduce((x, y) => x * y, 1), 0);
+  const k = key(0xc0de, N);
+  const x = Float64Array.from({ length: N }, (_, i) => (uniform(k, i) - 0.5) * 1e-3);
+  const y = Float64Array.from({ length: N }, (_, i) => (uniform(k, N + i) - 0.5) * 1e-3);
+  const ms = {};
+  for (const name of ['f64', 'int8']) {
+    const codec = codecFor(name), times = [];
+    for (let r = 0; r < 7; r++) {
+      const t0 = performance.now();
+      const a = codec.encode(x, { seed: 1, step: r, slot: 0, offset: 0 });
+      const b = codec.encode(y, { seed: 1, step: r, slot: 1, offset: 0 });
+      codec.reduce([codec.decode(a, N), codec.decode(b, N)], { seed: 1, step: r, offset: 0 });
+      times.push(performance.now() - t0);
+    }
+    ms[name] = times.sort((p, q) => p - q)[3];
+  }
+  timing.push({ settings: settingsName, N, f64Ms: ms.f64, int8Ms: ms.int8 });
+}
+if (process.argv.includes('--json')) console.log(JSON.stringify({ rows, timing }));
 else {
   console.log('settings  N        P  topology   f64 B/peer/step (wire)   int8 B/peer/step (wire)   f64/int8');
   for (const r of rows) {
@@ -73,4 +96,6 @@ else {
       + `${String(Math.round(r.payloadPerPeerStep)).padStart(9)} (${String(Math.round(r.wirePerPeerStep)).padStart(9)})   `
       + `${String(Math.round(r.int8.payloadPerPeerStep)).padStart(9)} (${String(Math.round(r.int8.wirePerPeerStep)).padStart(9)})    ${r.ratio.toFixed(2)}`);
   }
+  console.log('\ncodec time per peer and step (P = 2: two encodes, two decodes, the reduce), median of 7');
+  for (const t of timing) console.log(`${t.settings.padEnd(9)} N ${t.N}: f64 ${t.f64Ms.toFixed(2)} ms, int8 ${t.int8Ms.toFixed(2)} ms`);
 }

@@ -1,6 +1,7 @@
 // The exchange codec's JS twin (frontend_js/exchange_codec.js) against the reference
 // (daisy/exchange_codec.py) through exchange.dsyf, bit for bit: every message byte, every decoded
-// and reduced value, the decoder's refusals word for word, 5 int8 steps of a 4-peer group (rsag).
+// and reduced value, the decoder's refusals word for word, 5 int8 steps of a 4-peer group (rsag);
+// SimulatedCollective as daisy/collective.py's (shards 4+ peers, the same refusals).
 //   python -m daisy.fixtures DIR; DAISY_FIXTURES=DIR node --test tests/js/exchange_codec.test.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +10,7 @@ import { join } from 'node:path';
 
 import { readFixture, f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
 import { BLOCK, CodecError, codecFor } from '../../frontend_js/exchange_codec.js';
-import { codecReduce } from '../../frontend_js/collective.js';
+import { SimulatedCollective, codecReduce, flattenGrads } from '../../frontend_js/collective.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group } from '../../frontend_js/train.js';
 import { loadStream } from '../../frontend_js/cli.mjs';
@@ -103,4 +104,20 @@ test('exchange codec: a 4-peer int8 group (rsag) = the reference\'s hashes, 5 st
     const out = await group.step();
     assert.equal(out.hashes[0], t.hashes[i], `step ${i + 1}: JS ${out.hashes[0]}, reference ${t.hashes[i]}; ${REGEN}`);
   }
+});
+
+test('SimulatedCollective mirrors daisy/collective.py: 4+ peers reduced shard by shard, misuse refused with its messages', async () => {
+  const shapes = [['a', [3, 300]], ['b', [77]]];
+  const grads = (s) => ({ a: Float64Array.from({ length: 900 }, (_, i) => Math.sin(i + 31 * s) * 1e-2), b: Float64Array.from({ length: 77 }, (_, i) => Math.cos(i * s)) });
+  const sim = new SimulatedCollective(shapes, { seed: 3, exchange: 'int8' });
+  const outs = [0, 1, 2, 3].map((s) => sim.exchange(0, [0, 1, 2, 3], s, 1, grads(s)));
+  const got = (await outs[0]).grads;
+  const want = codecReduce(codecFor('int8'), [0, 1, 2, 3].map((s) => flattenGrads(grads(s), ['a', 'b'])), { seed: 3, step: 0, topology: 'rsag' });
+  assertSame('P=4 G', flattenGrads(got, ['a', 'b']), want);
+  const c = new SimulatedCollective(shapes);
+  c.exchange(0, [0, 1], 0, 1, grads(0));
+  assert.throws(() => c.exchange(0, [0, 1], 0, 1, grads(0)), /step 0: slot 0 posted twice/);
+  assert.throws(() => c.exchange(0, [0, 1], 2, 1, grads(0)), /slot 2 is outside the roster of 2 peers/);
+  assert.throws(() => c.exchange(0, [0, 1, 2], 1, 1, grads(0)), /step 0: roster of 3 peers, but the step began with 2/);
+  assert.throws(() => c.exchange(1, [0, 1], 0, 1, grads(0)), /step 1 posted while step 0 still waits for slots/);
 });
