@@ -5,11 +5,12 @@
 //   decodeState(buf, {makeConfig, paramShapes}) -> loadState's form
 // decodeState reads untrusted bytes: it checks every length against the config before it
 // builds a view, and reads the JSON header under a size bound.
+import { LITTLE_ENDIAN } from './host.js';
+
 export const STATE_FORMAT = 'daisychain-state';
 export const STATE_VERSION = 1;
 export const MAX_STATE_HEADER_BYTES = 64 * 1024;
 const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
-const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 
 // The largest state body any allowed settings make (= daisy/files/state_codec.py MAX_STATE_BYTES):
 // a bound checked before a peer's body is allocated. c: {config, model} (the compute modules).
