@@ -12,7 +12,8 @@ import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { bestBackend } from './engines.js';
-import { createThreadedBackend, MAX_THREADS } from './threads.js';
+import { createThreadedBackend } from './cpu/threads.js';
+import { MAX_THREADS } from './cpu/workers.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
@@ -37,7 +38,7 @@ const FLAGS = {
     + 'text file (documents separated by two blank lines, as the built-in corpus); parquet is not '
     + 'read by the JS CLI (default: built-in corpus)'],
   '--json': ['json', 'one JSON object per step: step, loss, hashes'],
-  '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/threads.js; `
+  '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/cpu/threads.js; `
     + 'the same bits for every count). Not a flag of daisy.train. Default: the single-threaded wasm-simd backend'],
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],

@@ -26,7 +26,8 @@ export class Replica {
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
   { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
 
-// One replica's training step. batches: a BatchSource (batch_source.js); backend: engines.js.
+// One replica's training step (Python: local_step, apply). batches: a BatchSource (batch_source.js);
+// backend: engines.js.
 export class Trainer {
   constructor(cfg, replica, batches, backend = referenceBackend) {
     this.cfg = cfg; this.replica = replica; this.batches = batches;

@@ -28,7 +28,7 @@ CLI_CASES = {
     # churn: grows to 4 peers (the sharded reduce), shrinks to 1, grows again
     "roster": ["--roster", "0:2,5:4,12:1,15:3", "--steps", "100", "--stop-after", "20", "--batch", "2",
                "--seq-len", "16"],
-    # node on 2 threads (frontend_js/threads.js; --threads is node's only) at a size whose largest
+    # node on 2 threads (frontend_js/cpu/threads.js; --threads is node's only) at a size whose largest
     # units and row pieces are split between the threads
     "threads2": ["--peers", "2", "--steps", "100", "--stop-after", "20", "--width", "64", "--seq-len", "64",
                  "--batch", "4", "--layers", "1"],
