@@ -1,5 +1,5 @@
 """The audited run and its attacker: python -m daisy.train --peers P --attack SPEC [--audit-rate R]
-(docs/VERIFICATION.md §12). frontend_js/attack.js is the twin; the two print the same lines.
+(docs/VERIFICATION.md §13). frontend_js/attack.js is the twin; the two print the same lines.
 
     --attack "slot=1,from=39,kind=scale:-1000"     peer 1 sends -1000 x its gradient from step index 39
     --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import prng
-from .audit import (Evidence, audit_pairs, beacon, cheap_check, contribution_digest,
-                    decode_message, judge, message_bounds, message_hashes, reference_nonce,
-                    rollback_step, slot_digest, slot_messages)
-from .collective import flatten_grads, reduce_shard, unflatten
+from .audit import (Evidence, audit_pairs, beacon, cheap_check, contribution_digest, judge,
+                    message_bounds, message_hashes, reference_nonce, rollback_step, slot_digest,
+                    slot_messages)
+from .collective import flatten_grads, unflatten
+from .exchange_codec import CodecError, codec_for
 from .hashing import weight_hash
 from .model import loss_and_grads, param_shapes
 from .optim import adam_step
@@ -128,8 +129,10 @@ class AuditedRun:
     def __init__(self, cfg, group, attack: Attack | None, rate: int):
         self.cfg, self.group, self.attack, self.rate = cfg, group, attack, rate
         self.shapes = param_shapes(cfg)
+        self.codec = codec_for(cfg.exchange)
         self.ids = list(range(len(group.replicas)))           # peer id of each slot
-        self.last_pass = {p: 0 for p in self.ids}             # state after its last passed audit
+        self.passes = {p: {None: 0} for p in self.ids}        # peer -> {auditor: step after its pass}
+        self.excluded_from = {}                               # convicted peer -> step it is left out from
         self.snapshots = {0: copy_replica(group.replicas[0])}       # step -> state after that step
         self.schedule = {}                                    # step index -> P (kept timeline)
         self.previous = {}                                    # attacker id -> its last honest flat
@@ -143,7 +146,7 @@ class AuditedRun:
     def honest(self, replica, s: int, slot: int):
         """(loss, flat gradient) of `replica` on the batch (seed, s, slot)."""
         cfg = self.cfg
-        x, y = self.group.batches.get(cfg.seed, s, slot, cfg.batch, cfg.seq_len)
+        x, y = self.group.batches.get(s, slot)
         loss, grads = loss_and_grads(replica.params, cfg, x, y, self.group.mm)
         return loss, flatten_grads(grads, self.shapes)
 
@@ -166,7 +169,7 @@ class AuditedRun:
         every honest replica is the same, the first honest one is used)."""
         checker = next(r for q, r in zip(self.ids, self.group.replicas) if not self.attacking(q, s))
         loss, flat = self.honest(checker, s, slot)
-        return contribution_digest(flat, loss, P, self.cfg.seed, s, slot)
+        return contribution_digest(flat, loss, P, self.cfg.seed, s, slot, self.codec)
 
     def audit(self, s: int, auditor: int, audited: int, committed: bytes, P: int) -> bytes:
         """The digest the auditor reports for the audited slot."""
@@ -183,12 +186,12 @@ class AuditedRun:
         """Compute step index s = the replicas' step: apply it, or remove a peer and roll back."""
         cfg, s, P = self.cfg, self.group.replicas[0].step, len(self.ids)
         sent = [self.contribute(s, slot) for slot in range(P)]
-        messages = [slot_messages(flat, P, cfg.seed, s, slot) for slot, (_, flat) in enumerate(sent)]
+        messages = [self.messages(flat, P, s, slot) for slot, (_, flat) in enumerate(sent)]
         digests = [slot_digest(s, slot, loss, message_hashes(m))
                    for slot, ((loss, _), m) in enumerate(zip(sent, messages))]
         N = len(sent[0][1])
         for slot, ((loss, _), m) in enumerate(zip(sent, messages)):
-            reason = cheap_check(loss, m, N, P)
+            reason = cheap_check(loss, m, N, P, self.codec)
             if reason is not None:
                 return self.remove(slot, s, f"gradient from peer {self.ids[slot]} {reason} at step "
                                             f"{s + 1}: removed", emit)
@@ -197,7 +200,7 @@ class AuditedRun:
         for auditor, audited in audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces)):
             reported = self.audit(s, auditor, audited, digests[audited], P)
             if reported == digests[audited]:
-                passed.append(audited)
+                passed.append((auditor, audited))
                 continue
             ev = Evidence(run=str(cfg.seed), step=s, slot=audited, accuser=auditor,
                           committed=digests[audited].hex(), recomputed=reported.hex())
@@ -211,40 +214,57 @@ class AuditedRun:
             return self.remove(auditor, s, why, emit)
         self.apply(s, sent, messages, passed, emit)
 
+    def messages(self, flat: np.ndarray, P: int, s: int, slot: int) -> list:
+        """The slot's messages; a forged gradient the codec refuses to encode (int8: a value
+        that is not finite or too large) is sent as its raw float64 bytes, as a forger would."""
+        try:
+            return slot_messages(flat, P, self.cfg.seed, s, slot, self.codec)
+        except CodecError:
+            return [flat[lo:hi].astype("<f8").tobytes() for lo, hi in message_bounds(len(flat), P, self.codec)]
+
     def apply(self, s: int, sent, messages, passed, emit) -> None:
-        P = len(self.ids)
-        bounds = message_bounds(len(sent[0][1]), P)
-        flats = {slot: np.concatenate([decode_message(m, hi - lo) for m, (lo, hi) in zip(ms, bounds)])
-                 for slot, ms in enumerate(messages)}
-        G = unflatten(reduce_shard(flats), self.shapes)
+        """G from the checked messages (daisy.collective.codec_reduce's rule), Adam on every replica."""
+        P, N, seed = len(self.ids), len(sent[0][1]), self.cfg.seed
+        flat = np.zeros(N)
+        for k, (lo, hi) in enumerate(message_bounds(N, P, self.codec)):
+            decoded = [self.codec.decode(ms[k], hi - lo) for ms in messages]
+            flat[lo:hi] = self.codec.reduce(decoded, seed=seed, step=s, offset=lo)
+        G = unflatten(flat, self.shapes)
         for r in self.group.replicas:
             adam_step(r.params, G, r.adam, self.cfg.lr)
         loss = reduce_losses({slot: l for slot, (l, _) in enumerate(sent)})
         self.schedule[s] = P
-        for slot in passed:
-            self.last_pass[self.ids[slot]] = s + 1
-        kept = set(self.last_pass.values())
-        if s + 1 in kept:
+        for auditor, audited in passed:
+            self.passes[self.ids[audited]][self.ids[auditor]] = s + 1
+        if passed:
             self.snapshots[s + 1] = copy_replica(self.group.replicas[self.honest_slot(s)])
-        self.snapshots = {t: st for t, st in self.snapshots.items() if t in kept}
+        self.keep_snapshots()
         emit.step(s + 1, loss, [weight_hash(r.params) for r in self.group.replicas])
 
     def honest_slot(self, s: int) -> int:
         return next(slot for slot, q in enumerate(self.ids) if not self.attacking(q, s))
 
+    def keep_snapshots(self) -> None:
+        """Keep the states a rollback may need: every step some pass (or join) points at."""
+        needed = {t for by in self.passes.values() for t in by.values()}
+        self.snapshots = {t: st for t, st in self.snapshots.items() if t in needed}
+
     def remove(self, slot: int, s: int, why: str, emit) -> None:
-        """Remove the peer in `slot` and roll every replica back to the state after its last
-        passed audit; the later steps are recomputed without it."""
+        """Convict the peer in `slot`: every replica goes back to the state rollback_step names,
+        the later steps are recomputed without it (and without every peer convicted before)."""
         pid = self.ids[slot]
-        back = rollback_step(self.last_pass, pid)
+        back = rollback_step(pid, self.passes, self.excluded_from)
         emit.removed(s + 1, pid, why, back)
-        del self.ids[slot], self.last_pass[pid]
+        self.excluded_from[pid] = back
+        for c in self.excluded_from:
+            self.excluded_from[c] = min(self.excluded_from[c], back)
+        del self.ids[slot]
+        for by in self.passes.values():               # passes in the steps undone are void
+            for a in [a for a, t in by.items() if t > back]:
+                del by[a]
         state = self.snapshots[back]
         self.group.replicas = [copy_replica(state) for _ in self.ids]
-        for q in self.ids:
-            self.last_pass[q] = min(self.last_pass[q], back)
-        self.snapshots = {t: st for t, st in self.snapshots.items() if t in set(self.last_pass.values())}
-        self.snapshots[back] = state
+        self.keep_snapshots()
         self.recomputed += s - back
         self.schedule = {t: p for t, p in self.schedule.items() if t < back}
 

@@ -1,10 +1,11 @@
-"""Audited gradients: the pure rules (docs/VERIFICATION.md §12). frontend_js/audit.js is the twin.
+"""Audited gradients: the pure rules (docs/VERIFICATION.md §13). frontend_js/audit.js is the twin.
 
 A slot's contribution to step s is a pure function of (weights, batch key, step, slot, run
 seed), so any honest peer can recompute it and demand byte equality:
 
-    messages    the exact bytes the slot sends: the exchange codec's message of its gradient,
-                one message in the all-gather topology, one per shard in reduce-scatter
+    messages    the exact bytes the slot sends: the exchange codec's messages of its gradient
+                (daisy/exchange_codec.py), one in the all-gather topology, one per shard in
+                reduce-scatter
     commitment  SHA-256 of each message, and the slot's digest over its step, slot, loss and
                 those hashes (sent with the gradient)
     cheap check a message of the wrong size, a non-finite loss or value: evidence by itself
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import prng
-from .collective import ALL_GATHER, reduce_shard, shard_bounds, topology_for
+from .collective import ALL_GATHER, topology_for
+from .exchange_codec import CodecError
 
 COMMIT_TAG = b"daisy-commit-v1"
 BEACON_TAG = b"daisy-beacon-v1"
@@ -29,31 +31,21 @@ NONCE_TAG = b"daisy-audit-nonce-v1"
 DEFAULT_AUDIT_RATE = 1          # audits per step in the group (a run setting)
 
 
-# -- the messages a slot contributes (the exchange codec's seam, BRIEF) -------------------------
-def encode_message(values: np.ndarray, seed: int, step: int, slot: int, offset: int) -> bytes:
-    """The exchange codec's message of `values` (flat gradient indices offset.. of slot `slot`).
-    f64 until the codec lands: the raw little-endian float64 bytes (the one line to swap for
-    exchange_codec.codecFor(cfg.exchange).encode)."""
-    return np.ascontiguousarray(values, dtype="<f8").tobytes()
-
-
-def decode_message(message: bytes, n: int) -> np.ndarray:
-    """The codec's decode: message -> n float64 values (size checked by cheap_check first)."""
-    return np.frombuffer(message, dtype="<f8", count=n).astype(np.float64)
-
-
-def message_bounds(N: int, P: int) -> list:
+# -- the messages a slot contributes (the exchange codec's, daisy/exchange_codec.py) -------------
+def message_bounds(N: int, P: int, codec) -> list:
     """[(lo, hi)] of the flat gradient each message of a slot carries: the whole gradient in
-    the all-gather topology, shard k of shard_bounds(N, P) in reduce-scatter (collective.py)."""
+    the all-gather topology, shard k of codec.shard_bounds(N, P) in reduce-scatter."""
     if topology_for(P) == ALL_GATHER:
         return [(0, N)]
-    b = shard_bounds(N, P)
+    b = codec.shard_bounds(N, P)
     return [(b[k], b[k + 1]) for k in range(P)]
 
 
-def slot_messages(flat: np.ndarray, P: int, seed: int, step: int, slot: int) -> list:
-    """The messages slot `slot` sends at `step` in a group of P: [bytes] in message order."""
-    return [encode_message(flat[lo:hi], seed, step, slot, lo) for lo, hi in message_bounds(len(flat), P)]
+def slot_messages(flat: np.ndarray, P: int, seed: int, step: int, slot: int, codec) -> list:
+    """The messages slot `slot` sends at `step` in a group of P: [bytes] in message order, each
+    the codec's encode of its slice (offset = the slice's first index)."""
+    return [codec.encode(flat[lo:hi], seed=seed, step=step, slot=slot, offset=lo)
+            for lo, hi in message_bounds(len(flat), P, codec)]
 
 
 # -- commitments --------------------------------------------------------------------------------
@@ -72,25 +64,30 @@ def slot_digest(step: int, slot: int, loss: float, hashes: list) -> bytes:
     return h.digest()
 
 
-def contribution_digest(flat: np.ndarray, loss: float, P: int, seed: int, step: int, slot: int) -> bytes:
+def contribution_digest(flat: np.ndarray, loss: float, P: int, seed: int, step: int, slot: int,
+                        codec) -> bytes:
     """What an auditor recomputes: the digest of (loss, flat) as slot `slot` must send it."""
-    return slot_digest(step, slot, loss, message_hashes(slot_messages(flat, P, seed, step, slot)))
+    return slot_digest(step, slot, loss, message_hashes(slot_messages(flat, P, seed, step, slot, codec)))
 
 
 # -- cheap checks: evidence by itself -----------------------------------------------------------
-def cheap_check(loss: float, messages: list, N: int, P: int):
-    """None if the slot's messages have the right sizes and every value and the loss are
-    finite; else the reason (the words of the panel)."""
-    bounds = message_bounds(N, P)
+def cheap_check(loss: float, messages: list, N: int, P: int, codec):
+    """None if the slot's messages have the codec's sizes and decode, and every value and the
+    loss are finite; else the reason (the words of the panel)."""
+    bounds = message_bounds(N, P, codec)
     if len(messages) != len(bounds):
         return f"has {len(messages)} messages, the group needs {len(bounds)}"
     for m, (lo, hi) in zip(messages, bounds):
-        if len(m) != 8 * (hi - lo):
-            return f"is {len(m)} bytes where {8 * (hi - lo)} are due"
+        if len(m) != codec.message_bytes(hi - lo):
+            return f"is {len(m)} bytes where {codec.message_bytes(hi - lo)} are due"
     if not np.isfinite(loss):
         return "has a loss that is not finite"
     for m, (lo, hi) in zip(messages, bounds):
-        if not np.isfinite(decode_message(m, hi - lo)).all():
+        try:
+            values = codec.decode(m, hi - lo)
+        except CodecError as e:
+            return f"is malformed ({e})"
+        if not np.isfinite(values).all():
             return "is not finite"
     return None
 
@@ -154,22 +151,38 @@ def judge(evidence: Evidence, reproduced: str) -> str:
     return "audited" if reproduced != evidence.committed else "accuser"
 
 
-def rollback_step(last_pass: dict, peer) -> int:
-    """The step a removal of `peer` rolls back to: the state after the last step whose audit
-    of that peer passed (or where it joined). Its later contributions were never checked."""
-    return last_pass[peer]
+def trusted_step(passes: dict, convicted) -> int:
+    """The state after the last step whose audit of a peer was passed by an auditor never
+    convicted. passes: {auditor id: the step after the latest audit of the peer it passed}, with
+    the peer's join under the auditor None (the run's start: 0). A convicted auditor's passes
+    prove nothing (two colluders pass each other)."""
+    return max(t for a, t in passes.items() if a is None or a not in convicted)
+
+
+def rollback_step(peer, passes: dict, excluded_from: dict) -> int:
+    """The step a conviction of `peer` rolls the group back to. passes: {peer id: its passes (as
+    trusted_step)}; excluded_from: {each peer convicted before: the step from which the kept
+    run leaves it out}. The peer's contributions after its trusted step were never checked; and
+    its conviction voids the passes it gave, so a peer convicted before whose trusted step now
+    falls below where it was left out takes the group back there too."""
+    convicted = set(excluded_from) | {peer}
+    back = trusted_step(passes[peer], convicted)
+    for c, since in excluded_from.items():
+        back = min(back, trusted_step(passes[c], convicted)) if trusted_step(passes[c], convicted) < since else back
+    return back
 
 
 # -- reduce-scatter: an owner's reduced shard ---------------------------------------------------
-def check_reduced_shard(slices: list, committed_hashes: list, reduced: np.ndarray, n: int):
-    """The audit of a shard owner: `slices` are the P messages of its shard it received (its
-    transcript, slot order), `committed_hashes` each slot's committed hash of that message, and
-    `reduced` the reduced shard it sent, as decoded (n float64 values). None if it reproduces
-    bit for bit, else the reason. (With the codec: the codec's reduce in place of reduce_shard.)"""
+def check_reduced_shard(slices: list, committed_hashes: list, reduced: np.ndarray, n: int, codec,
+                        seed: int, step: int, offset: int):
+    """The audit of a shard owner: `slices` are the P messages of its shard [offset, offset + n)
+    it received (its transcript, slot order), `committed_hashes` each slot's committed hash of
+    that message, and `reduced` the reduced shard it sent, as decoded (n float64 values). None
+    if codec.reduce of the transcript reproduces it bit for bit, else the reason."""
     for s, (m, h) in enumerate(zip(slices, committed_hashes)):
-        if len(m) != 8 * n or hashlib.sha256(m).digest() != h:
+        if hashlib.sha256(m).digest() != h:
             return f"its transcript's slice of slot {s} is not the one slot {s} committed to"
-    out = reduce_shard({s: decode_message(m, n) for s, m in enumerate(slices)})
+    out = codec.reduce([codec.decode(m, n) for m in slices], seed=seed, step=step, offset=offset)
     if out.astype("<f8").tobytes() != np.ascontiguousarray(reduced, dtype="<f8").tobytes():
         return "its reduced shard did not reproduce"
     return None

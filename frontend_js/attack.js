@@ -1,4 +1,4 @@
-// The audited run and its attacker, mirroring daisy/attack.py (docs/VERIFICATION.md §12):
+// The audited run and its attacker, mirroring daisy/attack.py (docs/VERIFICATION.md §13):
 //   node frontend_js/cli.mjs --peers P --attack "slot=1,from=39,kind=scale:-1000" [--audit-rate R]
 // prints the lines of python -m daisy.train with the same flags. The attacking peers are named by
 // their slot at the run's start and keep their ids when slots renumber. Kinds: scale:F, nan,
@@ -9,11 +9,12 @@
 // state after that peer's last passed audit and recomputes from there without it.
 import { PURPOSE_ATTACK, draw, key, uniform } from './prng.js';
 import { lossAndGrads, paramShapes } from './model.js';
-import { flattenGrads, reduceShard, unflatten } from './collective.js';
+import { flattenGrads, unflatten } from './collective.js';
+import { CodecError, codecFor } from './exchange_codec.js';
 import { reduceLosses } from './reduce.js';
 import { cloneReplica, stepJsonLine } from './train.js';
 import {
-  Evidence, auditPairs, beacon, cheapCheck, contributionDigest, decodeMessage, judge, messageBounds,
+  Evidence, auditPairs, beacon, cheapCheck, contributionDigest, judge, messageBounds,
   messageHashes, referenceNonce, rollbackStep, slotDigest, slotMessages, toHex,
 } from './audit.js';
 import { Sha256 } from './hashing.js';
@@ -112,9 +113,11 @@ export class AuditedRun {
   constructor(cfg, group, attack, rate) {
     this.cfg = cfg; this.group = group; this.attack = attack; this.rate = rate;
     this.shapes = paramShapes(cfg);
+    this.codec = codecFor(cfg.exchange);
     this.names = this.shapes.map(([n]) => n);
     this.ids = group.replicas.map((_, slot) => slot);             // peer id of each slot
-    this.lastPass = new Map(this.ids.map((p) => [p, 0]));        // state after its last passed audit
+    this.passes = new Map(this.ids.map((p) => [p, new Map([[null, 0]])]));   // peer -> auditor -> step after its pass
+    this.excludedFrom = new Map();                               // convicted peer -> step it is left out from
     this.snapshots = new Map([[0, cloneReplica(group.replicas[0])]]);   // step -> state after it
     this.schedule = new Map();                                   // step index -> P (kept timeline)
     this.previous = new Map();                                   // attacker id -> its last honest flat
@@ -151,7 +154,7 @@ export class AuditedRun {
   async recompute(s, slot, P) {
     const checker = this.group.replicas[this.honestSlot(s)];
     const [loss, flat] = await this.honest(checker, s, slot);
-    return contributionDigest(flat, loss, P, this.cfg.seed, s, slot);
+    return contributionDigest(flat, loss, P, this.cfg.seed, s, slot, this.codec);
   }
 
   // the digest the auditor reports for the audited slot
@@ -176,11 +179,11 @@ export class AuditedRun {
     group.arena.reset();
     const sent = [];
     for (let slot = 0; slot < P; slot++) sent.push(await this.contribute(s, slot));
-    const messages = sent.map(([, flat], slot) => slotMessages(flat, P, cfg.seed, s, slot));
+    const messages = sent.map(([, flat], slot) => this.messages(flat, P, s, slot));
     const digests = sent.map(([loss], slot) => slotDigest(s, slot, loss, messageHashes(messages[slot])));
     const N = sent[0][1].length;
     for (let slot = 0; slot < P; slot++) {
-      const reason = cheapCheck(sent[slot][0], messages[slot], N, P);
+      const reason = cheapCheck(sent[slot][0], messages[slot], N, P, this.codec);
       if (reason !== null) return this.remove(slot, s, `gradient from peer ${this.ids[slot]} ${reason} at step ${s + 1}: removed`, emit);
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, s, slot));
@@ -188,7 +191,7 @@ export class AuditedRun {
     for (const [auditor, audited] of auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces))) {
       const reported = toHex(await this.audit(s, auditor, audited, digests[audited], P));
       const committed = toHex(digests[audited]);
-      if (reported === committed) { passed.push(audited); continue; }
+      if (reported === committed) { passed.push([auditor, audited]); continue; }
       const ev = new Evidence({ run: String(cfg.seed), step: s, slot: audited, accuser: auditor, committed, recomputed: reported });
       if (judge(ev, toHex(await this.recompute(s, audited, P))) === 'audited') {
         const why = `gradient from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: removed `
@@ -202,23 +205,33 @@ export class AuditedRun {
     return this.apply(s, sent, messages, passed, emit);
   }
 
+  // the slot's messages; a forged gradient the codec refuses to encode (int8: a value that is not
+  // finite or too large) is sent as its raw float64 bytes, as a forger would
+  messages(flat, P, s, slot) {
+    try {
+      return slotMessages(flat, P, this.cfg.seed, s, slot, this.codec);
+    } catch (e) {
+      if (!(e instanceof CodecError)) throw e;
+      return messageBounds(flat.length, P, this.codec).map(([lo, hi]) => new Uint8Array(Float64Array.from(flat.subarray(lo, hi)).buffer));
+    }
+  }
+
+  // G from the checked messages (collective.js codecReduce's rule), Adam on every replica
   async apply(s, sent, messages, passed, emit) {
     const { cfg, group } = this;
-    const P = this.ids.length;
-    const bounds = messageBounds(sent[0][1].length, P);
-    const flats = messages.map((ms) => {
-      const flat = new Float64Array(sent[0][1].length);
-      ms.forEach((m, k) => flat.set(decodeMessage(m, bounds[k][1] - bounds[k][0]), bounds[k][0]));
-      return flat;
+    const P = this.ids.length, N = sent[0][1].length;
+    const flat = new Float64Array(N);
+    messageBounds(N, P, this.codec).forEach(([lo, hi], k) => {
+      const decoded = messages.map((ms) => this.codec.decode(ms[k], hi - lo));
+      flat.set(this.codec.reduce(decoded, { seed: cfg.seed, step: s, offset: lo }), lo);
     });
-    const G = unflatten(reduceShard(flats), this.shapes);
+    const G = unflatten(flat, this.shapes);
     for (const r of group.replicas) group.backend.adamStep(r.params, G, r.adam, cfg.lr);
     const loss = reduceLosses(sent.map(([l]) => l));
     this.schedule.set(s, P);
-    for (const slot of passed) this.lastPass.set(this.ids[slot], s + 1);
-    const kept = new Set(this.lastPass.values());
-    if (kept.has(s + 1)) this.snapshots.set(s + 1, cloneReplica(group.replicas[this.honestSlot(s)]));
-    for (const t of [...this.snapshots.keys()]) if (!kept.has(t)) this.snapshots.delete(t);
+    for (const [auditor, audited] of passed) this.passes.get(this.ids[audited]).set(this.ids[auditor], s + 1);
+    if (passed.length) this.snapshots.set(s + 1, cloneReplica(group.replicas[this.honestSlot(s)]));
+    this.keepSnapshots();
     const hashes = [];
     for (const r of group.replicas) hashes.push(await group.backend.weightHashAsync(r.params));
     emit.step(s + 1, loss, hashes);
@@ -228,19 +241,26 @@ export class AuditedRun {
     return this.ids.findIndex((q) => !this.attacking(q, s));
   }
 
-  // remove the peer in `slot`, roll every replica back to the state after its last passed audit
+  // keep the states a rollback may need: every step some pass (or join) points at
+  keepSnapshots() {
+    const needed = new Set();
+    for (const by of this.passes.values()) for (const t of by.values()) needed.add(t);
+    for (const t of [...this.snapshots.keys()]) if (!needed.has(t)) this.snapshots.delete(t);
+  }
+
+  // convict the peer in `slot`: every replica goes back to the state rollbackStep names, the later
+  // steps are recomputed without it (and without every peer convicted before)
   remove(slot, s, why, emit) {
     const pid = this.ids[slot];
-    const back = rollbackStep(this.lastPass, pid);
+    const back = rollbackStep(pid, this.passes, this.excludedFrom);
     emit.removed(s + 1, pid, why, back);
+    this.excludedFrom.set(pid, back);
+    for (const [c, since] of this.excludedFrom) this.excludedFrom.set(c, Math.min(since, back));
     this.ids.splice(slot, 1);
-    this.lastPass.delete(pid);
+    for (const by of this.passes.values()) for (const [a, t] of [...by]) if (t > back) by.delete(a);   // passes in the steps undone are void
     const state = this.snapshots.get(back);
     this.group.replicas = this.ids.map(() => cloneReplica(state));
-    for (const q of this.ids) this.lastPass.set(q, Math.min(this.lastPass.get(q), back));
-    const kept = new Set(this.lastPass.values());
-    for (const t of [...this.snapshots.keys()]) if (!kept.has(t)) this.snapshots.delete(t);
-    this.snapshots.set(back, state);
+    this.keepSnapshots();
     this.recomputed += s - back;
     for (const t of [...this.schedule.keys()]) if (t >= back) this.schedule.delete(t);
   }

@@ -1,8 +1,8 @@
-// Audited gradients: the pure rules, mirroring daisy/audit.py (docs/VERIFICATION.md §12).
+// Audited gradients: the pure rules, mirroring daisy/audit.py (docs/VERIFICATION.md §13).
 // A slot's contribution to step s is a pure function of (weights, batch key, step, slot, run seed),
 // so any honest peer can recompute it and demand byte equality:
-//   messages     the exact bytes the slot sends: the exchange codec's message of its gradient, one
-//                message in the all-gather topology, one per shard in reduce-scatter
+//   messages     the exact bytes the slot sends: the exchange codec's messages of its gradient
+//                (exchange_codec.js), one in the all-gather topology, one per shard in reduce-scatter
 //   commitment   SHA-256 of each message, and the slot's digest over its step, slot, loss and those
 //                hashes (sent with the gradient)
 //   cheap check  a message of the wrong size, a non-finite loss or value: evidence by itself
@@ -14,7 +14,8 @@
 // Bytes are Uint8Array; digests are 32-byte Uint8Array, shown as hex.
 import { PURPOSE_AUDIT, draw, key } from './prng.js';
 import { Sha256 } from './hashing.js';
-import { reduceShard, shardBounds, topologyFor } from './collective.js';
+import { topologyFor } from './collective.js';
+import { CodecError } from './exchange_codec.js';
 
 const ascii = (s) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 export const COMMIT_TAG = ascii('daisy-commit-v1');
@@ -25,38 +26,22 @@ export const DEFAULT_AUDIT_RATE = 1;          // audits per step in the group (a
 const sha256 = (...parts) => { const h = new Sha256(); for (const p of parts) h.update(p); return h.digest(); };
 export const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+const f64Bytes = (values) => new Uint8Array(Float64Array.from(values).buffer);
 
-// ---- the messages a slot contributes (the exchange codec's seam, BRIEF) -------------------------
-
-// The exchange codec's message of `values` (flat gradient indices offset.. of slot `slot`). f64
-// until the codec lands: the raw little-endian float64 bytes (the one line to swap for
-// codecFor(cfg.exchange).encode).
-export function encodeMessage(values, seed, step, slot, offset) {
-  const out = new Uint8Array(8 * values.length);
-  const dv = new DataView(out.buffer);
-  for (let i = 0; i < values.length; i++) dv.setFloat64(8 * i, values[i], true);
-  return out;
-}
-
-// the codec's decode: message -> n float64 values (size checked by cheapCheck first)
-export function decodeMessage(message, n) {
-  const dv = new DataView(message.buffer, message.byteOffset, message.byteLength);
-  const out = new Float64Array(n);
-  for (let i = 0; i < n; i++) out[i] = dv.getFloat64(8 * i, true);
-  return out;
-}
+// ---- the messages a slot contributes (the exchange codec's, exchange_codec.js) ----------------------
 
 // [[lo, hi]] of the flat gradient each message of a slot carries: the whole gradient in the
-// all-gather topology, shard k of shardBounds(N, P) in reduce-scatter (collective.js)
-export function messageBounds(N, P) {
+// all-gather topology, shard k of codec.shardBounds(N, P) in reduce-scatter
+export function messageBounds(N, P, codec) {
   if (topologyFor(P) === 'allgather') return [[0, N]];
-  const b = shardBounds(N, P);
+  const b = codec.shardBounds(N, P);
   return Array.from({ length: P }, (_, k) => [b[k], b[k + 1]]);
 }
 
-// the messages slot `slot` sends at `step` in a group of P, in message order
-export const slotMessages = (flat, P, seed, step, slot) =>
-  messageBounds(flat.length, P).map(([lo, hi]) => encodeMessage(flat.subarray(lo, hi), seed, step, slot, lo));
+// the messages slot `slot` sends at `step` in a group of P, in message order: each the codec's
+// encode of its slice (offset = the slice's first index)
+export const slotMessages = (flat, P, seed, step, slot, codec) =>
+  messageBounds(flat.length, P, codec).map(([lo, hi]) => codec.encode(flat.subarray(lo, hi), { seed, step, slot, offset: lo }));
 
 // ---- commitments ---------------------------------------------------------------------------------
 
@@ -71,23 +56,30 @@ export function slotDigest(step, slot, loss, hashes) {
 }
 
 // what an auditor recomputes: the digest of (loss, flat) as slot `slot` must send it
-export const contributionDigest = (flat, loss, P, seed, step, slot) =>
-  slotDigest(step, slot, loss, messageHashes(slotMessages(flat, P, seed, step, slot)));
+export const contributionDigest = (flat, loss, P, seed, step, slot, codec) =>
+  slotDigest(step, slot, loss, messageHashes(slotMessages(flat, P, seed, step, slot, codec)));
 
 // ---- cheap checks: evidence by itself --------------------------------------------------------------
 
-// null if the slot's messages have the right sizes and every value and the loss are finite;
-// else the reason (the words of the panel)
-export function cheapCheck(loss, messages, N, P) {
-  const bounds = messageBounds(N, P);
+// null if the slot's messages have the codec's sizes and decode, and every value and the loss
+// are finite; else the reason (the words of the panel)
+export function cheapCheck(loss, messages, N, P, codec) {
+  const bounds = messageBounds(N, P, codec);
   if (messages.length !== bounds.length) return `has ${messages.length} messages, the group needs ${bounds.length}`;
   for (let k = 0; k < bounds.length; k++) {
-    const due = 8 * (bounds[k][1] - bounds[k][0]);
+    const due = codec.messageBytes(bounds[k][1] - bounds[k][0]);
     if (messages[k].length !== due) return `is ${messages[k].length} bytes where ${due} are due`;
   }
   if (!Number.isFinite(loss)) return 'has a loss that is not finite';
   for (let k = 0; k < bounds.length; k++) {
-    if (!decodeMessage(messages[k], bounds[k][1] - bounds[k][0]).every(Number.isFinite)) return 'is not finite';
+    let values;
+    try {
+      values = codec.decode(messages[k], bounds[k][1] - bounds[k][0]);
+    } catch (e) {
+      if (e instanceof CodecError) return `is malformed (${e.message})`;
+      throw e;
+    }
+    if (!values.every(Number.isFinite)) return 'is not finite';
   }
   return null;
 }
@@ -142,22 +134,44 @@ export class Evidence {
 // committed digest does not reproduce, else 'accuser' (a false accusation)
 export const judge = (ev, reproduced) => (reproduced !== ev.committed ? 'audited' : 'accuser');
 
-// the step a removal of `peer` rolls back to: the state after its last passed audit (or its join)
-export const rollbackStep = (lastPass, peer) => lastPass.get(peer);
+// The state after the last step whose audit of a peer was passed by an auditor never convicted.
+// passes: Map auditor id -> the step after the latest audit of the peer it passed, the peer's join
+// under the auditor null (the run's start: 0). A convicted auditor's passes prove nothing.
+export function trustedStep(passes, convicted) {
+  let t = -Infinity;
+  for (const [a, step] of passes) if (a === null || !convicted.has(a)) t = Math.max(t, step);
+  return t;
+}
+
+// The step a conviction of `peer` rolls the group back to. passes: Map peer id -> its passes (as
+// trustedStep); excludedFrom: Map each peer convicted before -> the step from which the kept run
+// leaves it out. Its contributions after its trusted step were never checked; its conviction
+// voids the passes it gave, so a peer convicted before whose trusted step now falls below where
+// it was left out takes the group back there too.
+export function rollbackStep(peer, passes, excludedFrom) {
+  const convicted = new Set([...excludedFrom.keys(), peer]);
+  let back = trustedStep(passes.get(peer), convicted);
+  for (const [c, since] of excludedFrom) {
+    const t = trustedStep(passes.get(c), convicted);
+    if (t < since) back = Math.min(back, t);
+  }
+  return back;
+}
 
 // ---- reduce-scatter: an owner's reduced shard ----------------------------------------------------------
 
-// The audit of a shard owner: `slices` the P messages of its shard it received (slot order),
-// `committedHashes` each slot's committed hash of that message, `reduced` the reduced shard it sent
-// as decoded (n float64 values). null if it reproduces bit for bit, else the reason.
-export function checkReducedShard(slices, committedHashes, reduced, n) {
+// The audit of a shard owner: `slices` the P messages of its shard [offset, offset + n) it received
+// (its transcript, slot order), `committedHashes` each slot's committed hash of that message,
+// `reduced` the reduced shard it sent as decoded (n float64 values). null if codec.reduce of the
+// transcript reproduces it bit for bit, else the reason.
+export function checkReducedShard(slices, committedHashes, reduced, n, codec, seed, step, offset) {
   for (let s = 0; s < slices.length; s++) {
-    if (slices[s].length !== 8 * n || !sameBytes(sha256(slices[s]), committedHashes[s])) {
+    if (!sameBytes(sha256(slices[s]), committedHashes[s])) {
       return `its transcript's slice of slot ${s} is not the one slot ${s} committed to`;
     }
   }
-  const out = reduceShard(slices.map((m) => decodeMessage(m, n)));
-  if (!sameBytes(encodeMessage(out), encodeMessage(reduced))) return 'its reduced shard did not reproduce';
+  const out = codec.reduce(slices.map((m) => codec.decode(m, n)), { seed, step, offset });
+  if (!sameBytes(f64Bytes(out), f64Bytes(reduced))) return 'its reduced shard did not reproduce';
   return null;
 }
 

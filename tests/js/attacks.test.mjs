@@ -1,4 +1,4 @@
-// Audited gradients (frontend_js/audit.js, attack.js; docs/VERIFICATION.md §12) over seeded runs in
+// Audited gradients (frontend_js/audit.js, attack.js; docs/VERIFICATION.md §13) over seeded runs in
 // process: the pure rules, then every attack of the suite. For each attack and run seed (printed):
 // the attacker is removed and no honest peer is; the steps it took are within the bound the
 // documented probability gives (and their mean within twice the documented expectation); every
@@ -8,10 +8,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, detectionProbability, encodeMessage,
-  expectedSteps, judge, messageHashes, referenceNonce, slotMessages, toHex,
+  Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, detectionProbability,
+  expectedSteps, judge, messageHashes, referenceNonce, rollbackStep, slotMessages, toHex, trustedStep,
 } from '../../frontend_js/audit.js';
-import { reduceShard } from '../../frontend_js/collective.js';
+import { codecFor } from '../../frontend_js/exchange_codec.js';
 import { draw, key } from '../../frontend_js/prng.js';
 import { bestBackend } from '../../frontend_js/engines.js';
 import { attackedRun, rosterRun, stepsToDetection } from './attack_runs.mjs';
@@ -61,28 +61,36 @@ test('the audit choice is uniform over slots and turns on every nonce bit', () =
   assert.ok(changed > 4000 * 0.85, `one nonce bit changed the choice ${changed} times of 4000`);
 });
 
+const f64 = codecFor('f64'), int8 = codecFor('int8');
+
 test('commitments bind every bit, the step, the slot and the loss; cheap checks name what is wrong', () => {
   const flat = randomFlat(1001, 1);
-  const d = toHex(contributionDigest(flat, 2.5, 3, 1, 10, 1));
+  const d = toHex(contributionDigest(flat, 2.5, 3, 1, 10, 1, f64));
   const up = Float64Array.from(flat);
   new BigUint64Array(up.buffer)[500] += 1n;                               // one ulp
   assert.notEqual(up[500], flat[500]);
-  for (const other of [contributionDigest(up, 2.5, 3, 1, 10, 1), contributionDigest(flat, 2.5, 3, 1, 11, 1),
-    contributionDigest(flat, 2.5, 3, 1, 10, 2), contributionDigest(flat, 2.5000000000000004, 3, 1, 10, 1)]) {
+  for (const other of [contributionDigest(up, 2.5, 3, 1, 10, 1, f64), contributionDigest(flat, 2.5, 3, 1, 11, 1, f64),
+    contributionDigest(flat, 2.5, 3, 1, 10, 2, f64), contributionDigest(flat, 2.5000000000000004, 3, 1, 10, 1, f64),
+    contributionDigest(flat, 2.5, 3, 1, 10, 1, int8)]) {
     assert.notEqual(toHex(other), d);
   }
   // reduce-scatter: one message per shard, each hashed
-  assert.equal(slotMessages(flat, 5, 1, 10, 1).length, 5);
-  assert.equal(slotMessages(flat, 3, 1, 10, 1).length, 1);
-  const ok = slotMessages(flat, 4, 1, 10, 1);
-  assert.equal(cheapCheck(2.5, ok, 1001, 4), null);
-  assert.equal(cheapCheck(NaN, ok, 1001, 4), 'has a loss that is not finite');
-  assert.equal(cheapCheck(2.5, ok.slice(1), 1001, 4), 'has 3 messages, the group needs 4');
-  assert.equal(cheapCheck(2.5, [ok[0].subarray(8), ...ok.slice(1)], 1001, 4), 'is 1992 bytes where 2000 are due');
+  assert.equal(slotMessages(flat, 5, 1, 10, 1, f64).length, 5);
+  assert.equal(slotMessages(flat, 3, 1, 10, 1, f64).length, 1);
+  const ok = slotMessages(flat, 4, 1, 10, 1, f64);
+  assert.equal(cheapCheck(2.5, ok, 1001, 4, f64), null);
+  assert.equal(cheapCheck(NaN, ok, 1001, 4, f64), 'has a loss that is not finite');
+  assert.equal(cheapCheck(2.5, ok.slice(1), 1001, 4, f64), 'has 3 messages, the group needs 4');
+  assert.equal(cheapCheck(2.5, [ok[0].subarray(8), ...ok.slice(1)], 1001, 4, f64), 'is 1992 bytes where 2000 are due');
   for (const bad of [NaN, Infinity, -Infinity]) {
     const f = Float64Array.from(flat); f[1000] = bad;
-    assert.equal(cheapCheck(2.5, slotMessages(f, 4, 1, 10, 1), 1001, 4), 'is not finite');
+    assert.equal(cheapCheck(2.5, slotMessages(f, 4, 1, 10, 1, f64), 1001, 4, f64), 'is not finite');
   }
+  // int8: the codec's sizes and its decoder's refusals
+  const q = slotMessages(flat, 4, 1, 10, 1, int8);
+  assert.equal(cheapCheck(2.5, q, 1001, 4, int8), null);
+  const badScale = q.map((m) => Uint8Array.from(m)); badScale[1].set([0, 0, 0x80, 0x7f], 0);     // +inf scale
+  assert.match(cheapCheck(2.5, badScale, 1001, 4, int8), /^is malformed \(block 0: scale \(float32 bits 0x7f800000\) is out of range/);
 });
 
 test('evidence: the committed digest decides, never the accuser; an owner\'s reduced shard is checked against its transcript', () => {
@@ -90,14 +98,29 @@ test('evidence: the committed digest decides, never the accuser; an owner\'s red
   assert.equal(judge(ev, 'bb'), 'audited');
   assert.equal(judge(ev, 'cc'), 'audited');
   assert.equal(judge(ev, 'aa'), 'accuser');
-  const slices = [1, 2, 3, 4].map((s) => encodeMessage(randomFlat(37, s)));
-  const hashes = messageHashes(slices);
-  const honest = reduceShard(slices.map((m) => new Float64Array(m.buffer.slice(0))));
-  assert.equal(checkReducedShard(slices, hashes, honest, 37), null);
-  const lie = Float64Array.from(honest); lie[36] = -lie[36];
-  assert.equal(checkReducedShard(slices, hashes, lie, 37), 'its reduced shard did not reproduce');
-  const swapped = [slices[0], slices[2], slices[1], slices[3]];
-  assert.equal(checkReducedShard(swapped, hashes, honest, 37), "its transcript's slice of slot 1 is not the one slot 1 committed to");
+  // rollback: to the convicted peer's last pass by an auditor never convicted; a colluder's
+  // conviction voids its passes, taking the group back below where its partner was left out
+  const passes = new Map([
+    [0, new Map([[null, 0], [1, 9]])],
+    [1, new Map([[null, 0], [0, 4], [3, 12]])],                  // 3 passed 1 at step 12
+    [3, new Map([[null, 0], [1, 7], [0, 2]])],                   // 1 passed 3 at step 7
+  ]);
+  assert.equal(trustedStep(passes.get(1), new Set()), 12);
+  assert.equal(rollbackStep(1, passes, new Map()), 12);
+  assert.equal(rollbackStep(3, passes, new Map([[1, 12]])), 2, '3 convicted: 1 is back to its pass by 0 at 4, 3 to 2');
+  assert.equal(rollbackStep(3, passes, new Map([[1, 3]])), 2, "1 left out from 3 already: 3's own pass by 0");
+  assert.equal(rollbackStep(0, passes, new Map([[1, 12]])), 0, "0's only pass came from 1");
+  for (const codec of [f64, int8]) {
+    const slices = [1, 2, 3, 4].map((s) => codec.encode(randomFlat(300, s), { seed: 1, step: 2, slot: s - 1, offset: 512 }));
+    const hashes = messageHashes(slices);
+    const honest = codec.reduce(slices.map((m) => codec.decode(m, 300)), { seed: 1, step: 2, offset: 512 });
+    assert.equal(checkReducedShard(slices, hashes, honest, 300, codec, 1, 2, 512), null);
+    const lie = Float64Array.from(honest); lie[299] = -lie[299];
+    assert.equal(checkReducedShard(slices, hashes, lie, 300, codec, 1, 2, 512), 'its reduced shard did not reproduce');
+    const swapped = [slices[0], slices[2], slices[1], slices[3]];
+    assert.equal(checkReducedShard(swapped, hashes, honest, 300, codec, 1, 2, 512),
+      "its transcript's slice of slot 1 is not the one slot 1 committed to");
+  }
 });
 
 // attack -> [peers, spec, attacker ids, p per step (documented)]
@@ -111,21 +134,24 @@ const SUITE = {
   mismatch: [4, 'kind=mismatch', [2]],            // 4 peers: the reduce-scatter messages
   'liar-auditor': [3, 'kind=liar-auditor', [1]],
   'two colluders of five': [5, 'kind=scale:-1000', [1, 3]],
+  'scale:-1000, int8 exchange': [4, 'kind=scale:-1000', [3], 'int8'],
+  'nan, int8 exchange': [3, 'kind=nan', [0], 'int8'],
 };
 const SEEDS = [1, 2, 3, 4, 5, 6, 7, 8];
 
-for (const [name, [P, spec, ids]] of Object.entries(SUITE)) {
+for (const [name, [P, spec, ids, exchange = 'f64']] of Object.entries(SUITE)) {
   test(`attack ${name}: caught in the documented steps, replicas agree, the kept run = the reference of its roster`, async () => {
+    const cheap = spec === 'kind=nan';                 // a cheap check's evidence: the first step
     // each attacker caught at a step with at least pEach (a colluder: audited, by an honest
     // auditor): P(one is not caught in `cap` steps) = (1 - pEach)^cap < 1e-6
-    const pEach = name === 'nan' ? 1 : ids.length === 1 ? detectionProbability(P, 1, 1, name === 'liar-auditor')
+    const pEach = cheap ? 1 : ids.length === 1 ? detectionProbability(P, 1, 1, name === 'liar-auditor')
       : (1 / P) * ((P - ids.length) / (P - 1));
     const cap = pEach === 1 ? 1 : Math.ceil(Math.log(1e-6) / Math.log(1 - pEach));
     const found = [];
     for (const seed of SEEDS) {
       const attack = `slot=${ids.join('+')},from=${FROM},${spec}`;
-      const where = `seed ${seed}, ${attack}, ${P} peers`;
-      const { rec, run, cfg } = await attackedRun({ settings: { ...TINY, seed }, peers: P, attack, steps: FROM + cap + 3, backend,
+      const where = `seed ${seed}, ${attack}, ${P} peers, ${exchange}`;
+      const { rec, run, cfg } = await attackedRun({ settings: { ...TINY, seed, exchange }, peers: P, attack, steps: FROM + cap + 3, backend,
         until: (r) => ids.every((id) => r.events.some((e) => e.peer === id)) && r.steps.size >= Math.max(...r.events.map((e) => e.step)) + 2 });
       assert.deepEqual(rec.events.map((e) => e.peer).sort(), [...ids].sort(), `${where}: removed ${JSON.stringify(rec.events)}`);
       const d = ids.map((id) => stepsToDetection(rec, id, FROM));
@@ -141,7 +167,7 @@ for (const [name, [P, spec, ids]] of Object.entries(SUITE)) {
       }
     }
     // the first removal: every step at least pFirst likely; the seeds' total within its 1e-6 tail
-    const pFirst = name === 'nan' ? 1 : detectionProbability(P, 1, ids.length, name === 'liar-auditor');
+    const pFirst = cheap ? 1 : detectionProbability(P, 1, ids.length, name === 'liar-auditor');
     const total = found.reduce((a, b) => a + b, 0);
     const bound = pFirst === 1 ? found.length : sumBound(found.length, pFirst);
     assert.ok(total <= bound, `${name}: ${total} steps to detection over seeds ${SEEDS} (mean ${total / found.length}, `
