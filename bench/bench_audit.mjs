@@ -1,4 +1,4 @@
-// Audited gradients (docs/VERIFICATION.md §12), in node, simulated (one process, no network):
+// Audited gradients (docs/VERIFICATION.md §13), in node, simulated (one process, no network):
 //  1. steps to detection per attack at the default audit rate: the median and mean over --seeds
 //     run seeds (each a different run, so a different audit schedule) against the documented
 //     probability p per step (audit.js detectionProbability: expected 1/p, median ceil(ln .5 / ln(1-p)));
@@ -13,6 +13,7 @@ import { Group, cloneReplica } from '../frontend_js/train.js';
 import { flattenGrads } from '../frontend_js/collective.js';
 import { paramShapes } from '../frontend_js/model.js';
 import { detectionProbability, expectedSteps, medianSteps, messageHashes, slotMessages, messageBounds } from '../frontend_js/audit.js';
+import { codecFor } from '../frontend_js/exchange_codec.js';
 import { loadStream } from '../frontend_js/cli.mjs';
 import { bestBackend } from '../frontend_js/engines.js';
 import { attackedRun, median, stepsToDetection } from '../tests/js/attack_runs.mjs';
@@ -61,8 +62,9 @@ async function overhead() {
   const cfg = makeConfig({}), names = paramShapes(cfg).map(([n]) => n);
   const g = new Group(cfg, 1, loadStream(null), backend);
   const rows = [];
-  for (const P of [2, 3, 4, 8]) {
-    const local = [], hashOwn = [], hashIn = [], snap = [];
+  for (const [P, exchange] of [[2, 'f64'], [3, 'f64'], [4, 'f64'], [8, 'f64'], [3, 'int8'], [8, 'int8']]) {
+    const codec = codecFor(exchange);
+    const local = [], hashOwn = [], hashWasm = [], hashIn = [], snap = [];
     for (let i = 0; i < REPS + 2; i++) {
       let flat;
       g.arena.reset();
@@ -70,8 +72,9 @@ async function overhead() {
         const r = await g.trainers[0].localStep(i, 0, g.arena);
         flat = flattenGrads(r.grads, names);
       }));
-      const msgs = slotMessages(flat, P, cfg.seed, i, 0);
+      const msgs = slotMessages(flat, P, cfg.seed, i, 0, codec);
       hashOwn.push(timeMs(() => messageHashes(msgs)));
+      hashWasm.push(timeMs(() => msgs.map((m) => backend.sha.hexOf([m]))));     // the backend's gated SHA-256
       // what a peer receives and checks: all-gather P-1 whole messages, reduce-scatter P-1 slices of
       // its shard (msgs[0] is the one or the other)
       hashIn.push(timeMs(() => { for (let k = 0; k < P - 1; k++) messageHashes(msgs.slice(0, 1)); }));
@@ -79,12 +82,14 @@ async function overhead() {
     }
     const N = names.reduce((n, k) => n + g.replicas[0].params[k].length, 0);
     const m = (xs) => median(xs.slice(2));
-    const messages = messageBounds(N, P).length;
-    const gradBytes = P <= 3 ? (P - 1) * 8 * N : 2 * ((P - 1) / P) * 8 * N;   // sent per peer per step
+    const messages = messageBounds(N, P, codec).length;
+    const msgBytes = codec.messageBytes(N);
+    const gradBytes = P <= 3 ? (P - 1) * msgBytes : 2 * ((P - 1) / P) * msgBytes;           // sent per peer per step
     const auditBytes = (P - 1) * (32 + 32 * messages + 32 + 32);             // digest, hashes, nonce hash, nonce
     const perPeerAudit = m(local) / P;                                       // rate 1: one recomputation per step in the group
     const extra = m(hashOwn) + m(hashIn) + perPeerAudit + m(snap) / P;
-    rows.push({ P, N, localMs: m(local), hashOwnMs: m(hashOwn), hashInMs: m(hashIn), snapshotMs: m(snap),
+    rows.push({ P, exchange, N, localMs: m(local), hashOwnMs: m(hashOwn), hashOwnBackendMs: m(hashWasm), shaBackend: backend.sha.name,
+      hashInMs: m(hashIn), snapshotMs: m(snap),
       auditorExtraMs: m(local), perPeerExtraMs: extra, perPeerOverhead: extra / m(local),
       gradBytes, auditBytes, bytesOverhead: auditBytes / gradBytes });
   }
@@ -101,7 +106,8 @@ else {
   }
   console.log('overhead per peer and step, default settings (ms medians; bytes per peer per step)');
   for (const r of out.overhead) {
-    console.log(`  P=${r.P} N=${r.N}: local ${r.localMs.toFixed(2)}, hash own ${r.hashOwnMs.toFixed(2)}, hash received `
+    console.log(`  P=${r.P} ${r.exchange} N=${r.N}: local ${r.localMs.toFixed(2)}, hash own ${r.hashOwnMs.toFixed(2)} `
+      + `(${r.shaBackend} SHA-256: ${r.hashOwnBackendMs.toFixed(2)}), hash received `
       + `${r.hashInMs.toFixed(2)}, snapshot ${r.snapshotMs.toFixed(2)}; per peer +${(100 * r.perPeerOverhead).toFixed(1)}% `
       + `(the auditor: +${r.auditorExtraMs.toFixed(2)} ms); bytes ${r.auditBytes} vs ${Math.round(r.gradBytes)} `
       + `(+${(100 * r.bytesOverhead).toFixed(3)}%)`);
