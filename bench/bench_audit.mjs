@@ -7,6 +7,13 @@
 //     and over the messages it receives (the receivers' check), of the audit's recomputation
 //     shared over the group (rate/P local steps per peer), of a state snapshot (one per passed
 //     audit); and the bytes: commitments and nonces vs the gradient bytes of the topology.
+//  3. audit before applying vs apply then audit: the step's critical path modeled from (2)'s
+//     measured compute (P = 3, f64, default settings) and home-link figures (upload 10 and 30
+//     Mbit/s, round trips 20 and 100 ms): no audit T_local + T_x + RTT/2; before applying
+//     T_local + max(T_x + RTT/2, RTT + T_audit) + RTT/2 (commitments, then the nonce reveal, the
+//     auditor's recomputation beside the transfer, then its verdict before anyone applies);
+//     apply then audit T_local + max(T_x, T_audit) + RTT/2 + T_snapshot (nonces and verdicts
+//     ride on the next steps' frames, the recomputation beside the next transfer).
 //   node bench/bench_audit.mjs [--seeds 24] [--reps 15] [--json]
 import { makeConfig } from '../frontend_js/config.js';
 import { Group, cloneReplica } from '../frontend_js/train.js';
@@ -96,7 +103,24 @@ async function overhead() {
   return rows;
 }
 
-const out = { seeds: SEEDS, from: FROM, detection: await detection(), overhead: await overhead() };
+function schedules(over) {
+  const r = over.find((x) => x.P === 3 && x.exchange === 'f64');
+  const tAudit = r.localMs + r.hashOwnBackendMs;
+  const rows = [];
+  for (const mbit of [10, 30]) {
+    for (const rtt of [20, 100]) {
+      const tx = (r.gradBytes * 8) / (mbit * 1e3);                           // ms
+      const none = r.localMs + tx + rtt / 2;
+      const before = r.localMs + Math.max(tx + rtt / 2, rtt + tAudit) + rtt / 2;
+      const after = r.localMs + Math.max(tx, tAudit) + rtt / 2 + r.snapshotMs;
+      rows.push({ mbit, rtt, txMs: tx, noneMs: none, beforeMs: before, afterMs: after });
+    }
+  }
+  return rows;
+}
+
+const over = await overhead();
+const out = { seeds: SEEDS, from: FROM, detection: await detection(), overhead: over, schedules: schedules(over) };
 if (JSON_OUT) console.log(JSON.stringify(out, null, 1));
 else {
   console.log(`steps to detection, audit rate 1, ${SEEDS} seeds (median / mean / max; documented p, 1/p, median)`);
@@ -111,5 +135,11 @@ else {
       + `${r.hashInMs.toFixed(2)}, snapshot ${r.snapshotMs.toFixed(2)}; per peer +${(100 * r.perPeerOverhead).toFixed(1)}% `
       + `(the auditor: +${r.auditorExtraMs.toFixed(2)} ms); bytes ${r.auditBytes} vs ${Math.round(r.gradBytes)} `
       + `(+${(100 * r.bytesOverhead).toFixed(3)}%)`);
+  }
+  console.log('step time modeled, P = 3 f64 default settings (ms): no audit / audit before applying / apply then audit');
+  for (const r of out.schedules) {
+    console.log(`  ${r.mbit} Mbit/s, RTT ${r.rtt} ms (transfer ${r.txMs.toFixed(0)}): ${r.noneMs.toFixed(0)} / `
+      + `${r.beforeMs.toFixed(0)} (+${(100 * (r.beforeMs / r.noneMs - 1)).toFixed(1)}%) / ${r.afterMs.toFixed(0)} `
+      + `(+${(100 * (r.afterMs / r.noneMs - 1)).toFixed(1)}%)`);
   }
 }
