@@ -145,6 +145,31 @@ def strip_flags(args: list) -> list:
     return out
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_attack_caught_within_its_bound_and_replicas_agree(results, name):
+    """Every forging peer removed within the steps its documented p allows but once in 10^6
+    runs (the node suite measures the mean over seeds); every printed step's hashes equal."""
+    p = results[("py", name)]
+    args = CASES[name]
+    spec = dict(part.split("=", 1) for part in args[args.index("--attack") + 1].split(","))
+    P, start = int(args[args.index("--peers") + 1]), int(spec["from"])
+    attackers = [int(a) for a in spec["slot"].split("+")]
+    rate = int(args[args.index("--audit-rate") + 1]) if "--audit-rate" in args else 1
+    if spec["kind"] == "nan":
+        p_each = 1.0
+    elif len(attackers) == 1:
+        p_each = audit.detection_probability(P, rate, liar=spec["kind"] == "liar-auditor")
+    else:                                  # a colluder: audited, by an honest auditor
+        p_each = (1 / P) * (P - len(attackers)) / (P - 1)
+    cap = 1 if p_each == 1.0 else int(np.ceil(np.log(1e-6) / np.log(1 - p_each)))
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    for d in lines:
+        assert "event" in d or len(set(d["hashes"])) == 1, f"{name}: replicas differ at step {d['step']}"
+    caught = {d["peer"]: d["step"] - start for d in lines if "event" in d}
+    assert sorted(caught) == sorted(attackers), f"{name}: removed {caught}"
+    assert all(1 <= steps <= cap for steps in caught.values()), f"{name}: steps to detection {caught}, bound {cap}"
+
+
 def test_an_honest_audited_run_is_the_plain_run():
     a = py(["--peers", "4", "--stop-after", "12", "--audit-rate", "2", *TINY, "--json"])
     b = py(["--peers", "4", "--stop-after", "12", *TINY, "--json"])
