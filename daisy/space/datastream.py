@@ -65,7 +65,8 @@ it, while different row groups download in parallel (a peer's own prefetch of it
 HttpBatches, thereby overlaps several hub round trips).
 
 Routes (make_data_router):
-    GET /data/info     source, reason, dataset, config, revision (requested), commit (resolved;
+    GET /data/info     source, reason (why it fell back), summary (what that means, in words),
+                       dataset, config, revision (requested), commit (resolved;
                        null for builtin), data_id, shards, shard_files (paths in the repo; the
                        built-in corpus by file name only), cache and prefetch counters
     GET /data/window?shard=&rg=&offset=&length=     -> application/octet-stream
@@ -121,19 +122,43 @@ class DataUnavailable(RuntimeError):
 ERROR_CODES = {DataRequestError: "bad_parameter", DataUnavailable: "data_unavailable"}
 
 
+def hub_error_kind(exc: BaseException) -> str:
+    """Which kind of hub failure exc is: offline, unreachable, hub_error, not_found or other."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+    if isinstance(exc, OfflineModeIsEnabled):
+        return "offline"
+    if isinstance(exc, HfHubHTTPError):
+        return "hub_error"
+    if type(exc).__module__.startswith("httpx"):     # connection refused, DNS, timeouts
+        return "unreachable"
+    if isinstance(exc, FileNotFoundError):
+        return "not_found"
+    return "other"
+
+
 def describe_hub_error(exc: BaseException) -> str:
     """One line saying why the hub could not serve: offline, unreachable, or an HTTP error."""
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
     msg = " ".join(str(exc).split())[:160]
-    if isinstance(exc, OfflineModeIsEnabled):
+    kind = hub_error_kind(exc)
+    if kind == "offline":
         return "offline: HF_HUB_OFFLINE is set"
-    if isinstance(exc, HfHubHTTPError):
+    if kind == "hub_error":
         return f"hub error: HTTP {exc.response.status_code}"
-    if type(exc).__module__.startswith("httpx"):     # connection refused, DNS, timeouts
+    if kind == "unreachable":
         return f"unreachable: {type(exc).__name__}: {msg}"
-    if isinstance(exc, FileNotFoundError):
+    if kind == "not_found":
         return f"not found: {msg}"
     return f"{type(exc).__name__}: {msg}"
+
+
+# what a fallback means, in words for the page (/data/info `summary`); the detail is `reason`
+FALLBACK_SUMMARIES = {
+    "offline": "the Space runs offline (HF_HUB_OFFLINE): using the built-in corpus",
+    "unreachable": "the Hub could not be reached: using the built-in corpus",
+    "hub_error": "the Hub answered with an error: using the built-in corpus",
+    "not_found": "FineWeb-Edu was not found on the Hub: using the built-in corpus",
+    "other": "the Hub could not serve FineWeb-Edu: using the built-in corpus",
+}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -443,7 +468,8 @@ class DataSource:
                              revision or os.environ.get("DAISY_DATA_REVISION") or REVISION, disk, memory, KeyLocks())
         self.builtin = BuiltinSource(builtin_path or os.environ.get("DAISY_DATA_BUILTIN") or str(data.BUILTIN_CORPUS))
         self.active: HubSource | BuiltinSource = self.hub
-        self.reason: str | None = None       # why it fell back, once it did
+        self.reason: str | None = None       # why it fell back, once it did (the detail)
+        self.summary: str | None = None      # what that means (FALLBACK_SUMMARIES)
         self.setup_lock = threading.Lock()   # guards setup and the switch to builtin
         self.ready = False
         steps = prefetch_steps if prefetch_steps is not None else _env_int("DAISY_DATA_PREFETCH_STEPS", PREFETCH_STEPS)
@@ -464,12 +490,13 @@ class DataSource:
             try:
                 self.hub.open()
             except Exception as exc:        # any hub failure: serve the built-in corpus
-                self._fall_back(describe_hub_error(exc))
+                self._fall_back(exc, describe_hub_error(exc))
             self.ready = True
 
-    def _fall_back(self, reason: str) -> None:
+    def _fall_back(self, exc: BaseException, reason: str) -> None:
         # callers hold self.setup_lock
         self.active, self.reason = self.builtin, reason
+        self.summary = FALLBACK_SUMMARIES[hub_error_kind(exc)]
         self.hub.memory.clear()              # hub arrays are no use any more
 
     @property
@@ -515,7 +542,7 @@ class DataSource:
             except Exception as exc:
                 with self.setup_lock:
                     if self.active is self.hub:
-                        self._fall_back("hub failed while streaming: " + describe_hub_error(exc))
+                        self._fall_back(exc, "hub failed while streaming: " + describe_hub_error(exc))
         return pick()
 
     def _result(self, tokens: np.ndarray, shard: int, rg: int) -> Tokens:
@@ -562,7 +589,7 @@ class DataSource:
         self._ensure_ready()
         # no server paths here (cache folder, built-in corpus location): a public route
         hub = self.hub
-        return {"source": self.source, "reason": self.reason, "dataset": DATASET, "config": CONFIG,
+        return {"source": self.source, "reason": self.reason, "summary": self.summary, "dataset": DATASET, "config": CONFIG,
                 "revision": hub.revision, "column": TEXT_COLUMN, "tokenizer": TOKENIZER_ID, "eot": EOT,
                 "max_tokens": MAX_TOKENS,
                 "cache": {"bytes": hub.disk.total_bytes(), "limit_bytes": hub.disk.limit,
