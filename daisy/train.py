@@ -93,7 +93,7 @@ class Group:
             replicas = [Replica(copy.deepcopy(params), adam_init(params)) for _ in range(peers)]
         self.replicas = replicas
         self.trainers = [Trainer(cfg, r, self.batches, mm) for r in replicas]
-        self.collective = SimulatedCollective(param_shapes(cfg))
+        self.collective = SimulatedCollective(param_shapes(cfg), seed=cfg.seed, exchange=cfg.exchange)
 
     def resize(self, peers: int) -> None:
         """Slots 0..peers-1 from now on: a new slot gets a copy of replica 0 (weights, Adam m, v,
@@ -171,6 +171,8 @@ def parse_args(argv):
     ap.add_argument("--layers", type=int, default=None, help="transformer blocks, 1..8 (2)")
     ap.add_argument("--heads", type=int, default=None, help="attention heads, 1..8 (4)")
     ap.add_argument("--seed", type=int, default=None, help="run seed, 0..2^32-1 (1234)")
+    ap.add_argument("--exchange", default=None, metavar="CODEC",
+                    help="how gradients travel between peers: f64 or int8 (f64; daisy/exchange_codec.py)")
     ap.add_argument("--data", default=None, help="a parquet file with a 'text' column (default: built-in corpus)")
     ap.add_argument("--data-url", default=None, metavar="http://HOST:PORT",
                     help="train on the keyed batches of a DaisyChain server's /data/batch (the "
@@ -197,7 +199,8 @@ def parse_args(argv):
     except ValueError as e:
         ap.error(str(e))
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
-             "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed}
+             "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed,
+             "exchange": args.exchange}
     given = {k: v for k, v in flags.items() if v is not None}
     if args.resume is not None:
         if given:

@@ -65,7 +65,7 @@ export class Group {
     }
     this.replicas = replicas;
     this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
-    this.collective = new SimulatedCollective(paramShapes(cfg));
+    this.collective = new SimulatedCollective(paramShapes(cfg), { seed: cfg.seed, exchange: cfg.exchange });
     this.arena = this.backend.newArena();   // every array of a step; reused by the next step
   }
 
@@ -92,7 +92,7 @@ export class Group {
       }
     } catch (e) {
       this.arena = this.backend.newArena();   // a failed step's arrays are never handed out again
-      this.collective = new SimulatedCollective(paramShapes(this.cfg));
+      this.collective = new SimulatedCollective(paramShapes(this.cfg), { seed: this.cfg.seed, exchange: this.cfg.exchange });
       throw e;
     }
     const outs = await Promise.all(reduced);
