@@ -76,7 +76,7 @@ def test_offline_app_starts_and_says_why(servers):
         assert r.headers.get("cross-origin-embedder-policy") == "credentialless", r.headers
     assert "export function mount" in js.text
     assert httpx.get(base + "/js/nope.js", timeout=5).status_code == 404
-    for test_only in ("/js/gpu_bugs.js", "/js/b2b.js", "/kernels/bugs/sign_extension.wgsl"):
+    for test_only in ("/js/gpu_bugs.js", "/js/b2b.js", "/js/mutants.js", "/kernels/does_not_compile.wgsl"):
         assert httpx.get(base + test_only, timeout=5).status_code == 404, f"{test_only} is test-only code"
 
 
