@@ -8,6 +8,7 @@
 import { loadText } from '../../frontend_js/gpu/device.js';
 
 const MAX_STORE = 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }';
+const PACKED_SUM = 'acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);';
 // a float accumulator in the portable kernel: its declaration and its store (the sum between differs)
 const FLOAT_ACC = ['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'];
 const FLOAT_STORE = ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }'];
@@ -22,7 +23,7 @@ export const GEMM_MUTANTS = [
       'fn lane(w: u32, l: u32) -> i32 { return i32((w >> (8u * l)) & 0xffu); }   // BUG: zero-extends']] },
   { id: 'unsigned_dot', kernel: 'gemm_packed.wgsl', failure: 'signedness lost in the packed path (dot4U8Packed)',
     mustFail: 'the gate (any negative value)',
-    edits: [['acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);', 'acc[i * MAX_R + j] += i32(dot4U8Packed(a[i], w[j]));   // BUG: unsigned lanes']] },
+    edits: [[PACKED_SUM, 'acc[i * MAX_R + j] += i32(dot4U8Packed(a[i], w[j]));   // BUG: unsigned lanes']] },
   { id: 'ragged_edge', kernel: 'gemm_packed.wgsl', failure: 'wrong tile edge on ragged shapes (store guard misses c < N)',
     mustFail: 'the gate (ragged N: columns past N of a ragged tile overwrite the next row)',
     edits: [[MAX_STORE, 'if (r < P.M) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }   // BUG: no column guard']] },
@@ -32,8 +33,7 @@ export const GEMM_MUTANTS = [
       '    // BUG: workgroupBarrier() missing: threads read tiles others have not written yet\n    for (var kw = 0u; kw < TK; kw++) {']] },
   { id: 'int16_saturation', kernel: 'gemm_packed.wgsl', failure: 'integer saturation in a narrow (int16) accumulator',
     mustFail: 'the gate (extreme values: 3*127^2 > 32767)',
-    edits: [['acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);',
-      'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4I8Packed(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
+    edits: [[PACKED_SUM, 'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4I8Packed(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
   { id: 'f32_accumulate', kernel: 'gemm_portable.wgsl', failure: 'float accumulation, exact only below 2^24',
     mustFail: 'the gate (K=4096 at +-127: |acc| = 66,064,384 > 2^24)',
     edits: [FLOAT_ACC, ['acc[i * MAX_R + j] += dot4(a[i], w[j]);', 'acc[i * MAX_R + j] += f32(dot4(a[i], w[j]));'], FLOAT_STORE] },
