@@ -173,6 +173,14 @@ def _parse_ip(text: str):
     return ip.ipv4_mapped or ip if ip.version == 6 else ip
 
 
+def address_key(ip) -> str:
+    """One client's key for per-client limits: its address; an IPv6 /64 counts as one client
+    (a device may take any address of its network's prefix)."""
+    if ip is None:
+        return "unknown"
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+
+
 def network_key(ip, salt: bytes) -> str:
     """Group key for a network group. IPv6 groups by /64: one home network shares a prefix
     while each device has its own address. Only a salted hash ever leaves this function."""
@@ -414,6 +422,20 @@ class SignalingHub:
                       if t + (now - at) * rate >= burst]:
                 del self._join_buckets[k]
         return None
+
+    # ---- what the app's HTTP routes ask ---------------------------------------------------
+
+    def present(self, key: str, peer_id: str) -> bool:
+        """Whether `peer_id` holds a connected seat in group `key` (one that left, or whose
+        socket dropped, is gone: its group was told `peer-left`)."""
+        group = self.groups.get(key)
+        seat = group.seats.get(peer_id) if group else None
+        return seat is not None and seat.conn is not None and not seat.released
+
+    def address_of(self, request) -> str:
+        """The client address of an HTTP request (behind a trusted proxy: the client's), as a key."""
+        return address_key(client_ip(request.headers, request.client.host if request.client else None,
+                                     self._trusted))
 
     # ---- connection lifecycle -------------------------------------------------------------
 

@@ -27,7 +27,7 @@ export class StoredRun {
     this.every = storeEvery(peer.params);
     this.inFlight = null;      // the snapshot being uploaded
     this.queued = null;        // the end-of-run snapshot waiting for it
-    this.stored = null;        // {runId, step} of this page's last stored state
+    this.stored = null;        // {runId, step, final} of this page's last stored state
     Object.assign(peer.s, {
       storedOffer: null,       // {step, steps, hash, savedAt, config}: a state the group could resume
       storedStep: null,        // the step of the last state this page stored
@@ -48,27 +48,29 @@ export class StoredRun {
   afterStep(run) {
     // while the server is away (an outage, a restart) its answer would be a refusal: skip this one
     if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight || this.peer.s.signal !== 'connected') return;
-    this.upload(this.snapshot(run));
+    this.upload(this.snapshot(run, false));
   }
 
-  // after a mismatch or a failure the replica is not the group's state: keep the last good one
+  // after a mismatch or a failure the replica is not the group's state: keep the last good one.
+  // The run's end is stored as final (docs/PROTOCOL.md "The stored run (HTTP)"): only a new
+  // run replaces it.
   afterRun(run, { state, error } = {}) {
     if (!this.leads(run) || state === 'failed' || error === 'replica mismatch') return;
     if (run.completed <= run.desc.startStep) return;
     const last = this.queued || this.inFlight || this.stored;
-    if (last && last.runId === run.desc.runId && last.step === run.completed) return;
-    const snap = this.snapshot(run);
+    if (last && last.runId === run.desc.runId && last.step === run.completed && last.final) return;
+    const snap = this.snapshot(run, true);
     if (this.inFlight) this.queued = snap;
     else this.upload(snap);
   }
 
   // synchronous: the bytes are one step's state even while training goes on
-  snapshot(run) {
+  snapshot(run, final) {
     const r = run.replica;
     const body = encodeState(run.c.model.paramShapes(run.cfg), {
       config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
       weightHash: run.hash, extra: run.extra });
-    return { runId: run.desc.runId, step: run.completed, body };
+    return { runId: run.desc.runId, step: run.completed, final, body };
   }
 
   async upload(snap) {
@@ -76,10 +78,10 @@ export class StoredRun {
     try {
       const token = this.token();
       if (!token) throw new Error('not connected to the server');
-      const res = await fetch('/api/group-run', { method: 'POST', body: snap.body,
+      const res = await fetch(`/api/group-run?run=${snap.runId}&final=${snap.final ? 1 : 0}`, { method: 'POST', body: snap.body,
         headers: { 'Content-Type': 'application/octet-stream', [TOKEN_HEADER]: token } });
       if (!res.ok) throw new Error(await errorText(res));
-      this.stored = { runId: snap.runId, step: snap.step };
+      this.stored = { runId: snap.runId, step: snap.step, final: snap.final };
       this.peer.set({ storedStep: snap.step });
     } catch (err) {
       this.peer.note(`The group's run was not stored on the server at step ${snap.step}: ${err.message || err}`);
