@@ -18,7 +18,9 @@ from daisy.space.group_run import (TOKEN_HEADER, GroupRunStore, StoredRun, Uploa
                                    write_refusal)
 from daisy.hashing import weight_hash
 from daisy.model import param_shapes
-from daisy.space.signaling import SignalingConfig, SignalingHub, make_signaling_router
+from daisy.space.signaling.config import SignalingConfig
+from daisy.space.signaling.hub import SignalingHub
+from daisy.space.signaling.routes import make_signaling_router
 from daisy.files.state_codec import MAX_STATE_BYTES, encode_state
 from tests.bits import assert_same_bits
 from tests.signal_client import Clients, async_test, serve_in_thread
@@ -274,20 +276,26 @@ async def test_only_the_runs_writer_stores_it_until_it_ends_or_its_writer_leaves
 
 
 async def trickle(port: int, token: str, xff: str, total: int, every_s: float):
-    """A raw upload that declares `total` bytes and sends one byte every every_s -> (the status
-    line the server answered, whether it then closed the connection)."""
+    """A raw upload that declares `total` bytes and sends one byte every every_s until the server
+    answers -> (the status line of its answer, whether it then closed the connection)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"POST /api/group-run?run=1&final=0 HTTP/1.1\r\nHost: x\r\n{TOKEN_HEADER}: {token}\r\nX-Forwarded-For: {xff}\r\n"
-                 f"Content-Length: {total}\r\n\r\n".encode())
+    writer.write(f"POST /api/group-run?run=1&final=0 HTTP/1.1\r\nHost: x\r\n{TOKEN_HEADER}: {token}\r\n"
+                 f"X-Forwarded-For: {xff}\r\nContent-Length: {total}\r\n\r\n".encode())
     answer = asyncio.create_task(reader.read(1 << 16))
     try:
         for _ in range(total):
-            if answer.done():
-                break
             writer.write(b"\0")
-            await asyncio.sleep(every_s)
+            done, _ = await asyncio.wait({answer}, timeout=every_s)
+            if done:
+                break
         head = await asyncio.wait_for(answer, 10)
-        closed = await asyncio.wait_for(reader.read(), 10) == b""
+        try:
+            await asyncio.wait_for(reader.read(), 10)     # the rest of the answer, up to the close
+            closed = True
+        except ConnectionResetError:          # a byte of ours crossed the close: closed too
+            closed = True
+        except TimeoutError:
+            closed = False
         return head.split(b"\r\n", 1)[0].decode(), closed
     finally:
         writer.close()
@@ -307,7 +315,7 @@ async def test_slow_uploads_from_other_groups_do_not_keep_a_group_from_storing()
             addresses = ["198.51.100.61", "198.51.100.62"]
             slow = [await c.open(xff=a) for a in addresses]
             victim, neighbour = await c.open(xff="203.0.113.60"), await c.open(xff=addresses[0], room="r61")
-            trickles = [asyncio.create_task(trickle(port, s.welcome["token"], a, len(body), 0.2))
+            trickles = [asyncio.create_task(trickle(port, s.welcome["token"], a, len(body), 0.4))
                         for s, a in zip(slow, addresses)]
             for _ in range(300):                  # until the server is reading both
                 if len(gate.groups) == 2:

@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, Response
 from daisy.space.bodies import (DEFAULT_PACE, BodyIncomplete, BodyTooLarge, Pace, incomplete_refusal, read_body,
                                refuse)
 from daisy.space.env import env_number
-from daisy.space.signaling import SignalingHub
+from daisy.space.signaling.hub import SignalingHub
 from daisy.files.state_codec import MAX_STATE_BYTES, StateError, decode_state
 
 TOKEN_HEADER = "X-Daisy-Token"
