@@ -154,8 +154,8 @@ const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i
 // an unfinished message holds only the bytes received so far, never what its header claims (the
 // payload is put together once the last chunk arrives); at most maxPending unfinished messages,
 // the oldest abandoned when a new one starts beyond that; at most maxPartialBytes received for
-// unfinished messages together. An abandoned message is reported (onAbandon) so that the link's
-// owner counts it as a bad frame. A completed or dropped msgId is remembered so duplicates are
+// unfinished messages together, the oldest abandoned to make room for a chunk. An abandoned
+// message is reported (onAbandon) so that the link's owner counts it as a bad frame. A completed or dropped msgId is remembered so duplicates are
 // dropped. Chunks may arrive in any order (the in-memory test transport shuffles them).
 export const MAX_PENDING = 8;
 export const MAX_PARTIAL_BYTES = 64 * 1024 * 1024;   // the largest state (~38 MiB) and a gradient beside it
@@ -213,6 +213,15 @@ export class Reassembler {
         throw new FrameError(`chunk ${h.chunkIndex} of message ${h.msgId} disagrees with its first chunk`);
       }
       if (p.got.has(h.chunkIndex)) throw new FrameError(`duplicate chunk ${h.chunkIndex} of message ${h.msgId}`);
+    }
+    // over the byte budget: the oldest other unfinished messages make room (a transfer cut
+    // short must not keep its retry out), then this one alone if it still does not fit
+    for (const old of this.partial.values()) {
+      if (this.heldBytes + h.data.length <= this.maxPartialBytes) break;
+      if (old === p) continue;
+      this.discard(old);
+      this.onAbandon?.(old.h, `message ${old.h.msgId} abandoned unfinished (${old.bytes} of ${old.h.length} bytes): `
+        + `unfinished messages would hold over ${this.maxPartialBytes} bytes`);
     }
     if (this.heldBytes + h.data.length > this.maxPartialBytes) {
       this.discard(p);

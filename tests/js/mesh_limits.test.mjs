@@ -91,21 +91,25 @@ test('450 GROUP_STATE first chunks claiming 39.8 MB each: only the chunks receiv
     + `headers claimed would hold ${(MAX_PENDING * claimed / 2 ** 20).toFixed(0)} MiB`);
 });
 
-test('the byte budget of unfinished messages: a chunk that would pass it drops its message; honest interleaved messages complete', async () => {
+test('the byte budget of unfinished messages: the oldest make room (each reported), a message alone over it is dropped; honest interleaved messages complete', async () => {
   const per = 1024, maxFrame = per + HEADER_BYTES;
-  const re = new Reassembler({ limitFor: () => 1 << 20, maxPartialBytes: 5 * per });
-  const big = (id) => encodeMessage({ type: TYPES.STATE, payload: new Uint8Array(4 * per).fill(id) }, id, maxFrame);
-  const [m1, m2] = [await big(1), await big(2)];
-  // two honest messages, chunks interleaved: 4 + 1 chunks held, then each completes
-  for (const c of [m1[0], m2[0], m1[1], m1[2]]) assert.equal(await re.accept(c), null);
-  assert.equal(re.heldBytes, 4 * per);
-  assert.equal(await re.accept(m2[1]), null);
+  const abandoned = [];
+  const re = new Reassembler({ limitFor: () => 1 << 20, maxPartialBytes: 6 * per, onAbandon: (h, why) => abandoned.push([h.msgId, why]) });
+  const big = (id, chunks) => encodeMessage({ type: TYPES.STATE, payload: new Uint8Array(chunks * per).fill(id) }, id, maxFrame);
+  const [m1, m2, m3] = [await big(1, 4), await big(2, 4), await big(3, 7)];
+  // two honest messages, chunks interleaved: 3 + 2 chunks held, then m1 completes (6 held for a moment)
+  for (const c of [m1[0], m2[0], m1[1], m1[2], m2[1]]) assert.equal(await re.accept(c), null);
   assert.equal(re.heldBytes, 5 * per);
-  // a sixth chunk would pass 5 × per: its message (m2) is dropped and its bytes given back
-  await assert.rejects(re.accept(m2[2]), (err) => err instanceof FrameError && /would hold over 5120 bytes/.test(err.message));
-  assert.equal(re.heldBytes, 3 * per);
-  const done = await re.accept(m1[3]);
-  assert.ok(done && done.message.payload.every((x) => x === 1) && done.message.payload.length === 4 * per);
+  const one = await re.accept(m1[3]);
+  assert.ok(one && one.message.payload.every((x) => x === 1) && one.message.payload.length === 4 * per);
+  assert.equal(re.heldBytes, 2 * per);
+  // m2 stops (a transfer cut short); a retry m3 needs room: m2, the oldest, is abandoned for it
+  for (const c of m3.slice(0, 6)) assert.equal(await re.accept(c), null);
+  assert.deepEqual(abandoned.map(([id]) => id), [2]);
+  assert.match(abandoned[0][1], /message 2 abandoned unfinished \(2048 of 4096 bytes\): unfinished messages would hold over 6144 bytes/);
+  assert.equal(re.heldBytes, 6 * per);
+  // m3 alone passes the budget with its seventh chunk: it is dropped, its bytes given back
+  await assert.rejects(re.accept(m3[6]), (err) => err instanceof FrameError && /message 3 \(STATE\): unfinished messages would hold over 6144 bytes/.test(err.message));
   assert.equal(re.heldBytes, 0);
-  await assert.rejects(re.accept(m2[3]), /duplicate chunk of message 2/);      // m2 was dropped for good
+  await assert.rejects(re.accept(m2[2]), /duplicate chunk of message 2/);      // m2 was dropped for good
 });
