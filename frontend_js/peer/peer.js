@@ -137,7 +137,7 @@ export class Peer {
     on('signal', (m) => this.onSignal(m.from, m.data));
     on('relay', (m) => this.onRelay(m.from, m.data));
     on('rejected', (m) => {
-      // the server's reason says who declined what (daisy/space/signaling.py); say it once
+      // the server's reason says who declined what (daisy/space/signaling/hub.py); say it once
       const why = typeof m.reason === 'string' && m.reason ? m.reason : 'the host declined the request';
       this.set({ rejected: true, message: `Not admitted to room "${this.room}": ${why}. Reload the page to ask again.` });
       this.bus.emit('rejected', m);
