@@ -36,11 +36,9 @@ from .audit import (Evidence, audit_pairs, beacon, cheap_check, contribution_dig
                     slot_messages)
 from .collective import flatten_grads, unflatten
 from .exchange_codec import CodecError, codec_for
-from .hashing import weight_hash
-from .model import loss_and_grads, param_shapes
-from .optim import adam_step
+from .model import param_shapes
 from .reduce import reduce_losses
-from .train import copy_replica
+from .train import Group, copy_replica
 
 KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor")
 MAX_AUDIT_RATE = 64
@@ -124,7 +122,8 @@ def forge(kind: str, factor: float, flat: np.ndarray, seed: int, step: int, slot
 
 # -- the audited run --------------------------------------------------------------------------
 class AuditedRun:
-    """The Group's replicas trained with commitments, audits and removal (module docstring)."""
+    """A Group (daisy/train.py) trained with commitments, audits and removal (module docstring);
+    a removal replaces the Group by one of the survivors, restored to the rollback's state."""
 
     def __init__(self, cfg, group, attack: Attack | None, rate: int):
         self.cfg, self.group, self.attack, self.rate = cfg, group, attack, rate
@@ -143,17 +142,15 @@ class AuditedRun:
         a = self.attack
         return a is not None and pid in a.peers and s >= a.start
 
-    def honest(self, replica, s: int, slot: int):
-        """(loss, flat gradient) of `replica` on the batch (seed, s, slot)."""
-        cfg = self.cfg
-        x, y = self.group.batches.get(s, slot)
-        loss, grads = loss_and_grads(replica.params, cfg, x, y, self.group.mm)
+    def honest(self, trainer, s: int, slot: int):
+        """(loss, flat gradient) of the trainer's replica on the batch (seed, s, slot)."""
+        loss, grads = trainer.local_step(s, slot)
         return loss, flatten_grads(grads, self.shapes)
 
     def contribute(self, s: int, slot: int):
         """What the peer in `slot` sends at step index s: (loss, flat)."""
-        pid, replica = self.ids[slot], self.group.replicas[slot]
-        loss, flat = self.honest(replica, s, slot)
+        pid, trainer = self.ids[slot], self.group.trainers[slot]
+        loss, flat = self.honest(trainer, s, slot)
         if not self.attacking(pid, s) or self.attack.kind == "liar-auditor":
             return loss, flat
         kind, previous = self.attack.kind, self.previous.get(pid, flat)
@@ -161,14 +158,13 @@ class AuditedRun:
         if kind == "stale":
             return loss, previous
         if kind == "otherbatch":
-            return loss, self.honest(replica, s, len(self.ids) + slot)[1]
+            return loss, self.honest(trainer, s, len(self.ids) + slot)[1]
         return loss, forge(kind, self.attack.factor, flat, self.cfg.seed, s, slot)
 
     def recompute(self, s: int, slot: int, P: int) -> bytes:
         """The digest an honest peer recomputes for `slot` at s (from its own pre-step replica;
         every honest replica is the same, the first honest one is used)."""
-        checker = next(r for q, r in zip(self.ids, self.group.replicas) if not self.attacking(q, s))
-        loss, flat = self.honest(checker, s, slot)
+        loss, flat = self.honest(self.group.trainers[self.honest_slot(s)], s, slot)
         return contribution_digest(flat, loss, P, self.cfg.seed, s, slot, self.codec)
 
     def audit(self, s: int, auditor: int, audited: int, committed: bytes, P: int) -> bytes:
@@ -230,8 +226,7 @@ class AuditedRun:
             decoded = [self.codec.decode(ms[k], hi - lo) for ms in messages]
             flat[lo:hi] = self.codec.reduce(decoded, seed=seed, step=s, offset=lo)
         G = unflatten(flat, self.shapes)
-        for r in self.group.replicas:
-            adam_step(r.params, G, r.adam, self.cfg.lr)
+        hashes = [trainer.apply(G)[1] for trainer in self.group.trainers]
         loss = reduce_losses({slot: l for slot, (l, _) in enumerate(sent)})
         self.schedule[s] = P
         for auditor, audited in passed:
@@ -239,7 +234,7 @@ class AuditedRun:
         if passed:
             self.snapshots[s + 1] = copy_replica(self.group.replicas[self.honest_slot(s)])
         self.keep_snapshots()
-        emit.step(s + 1, loss, [weight_hash(r.params) for r in self.group.replicas])
+        emit.step(s + 1, loss, hashes)
 
     def honest_slot(self, s: int) -> int:
         return next(slot for slot, q in enumerate(self.ids) if not self.attacking(q, s))
@@ -263,7 +258,8 @@ class AuditedRun:
             for a in [a for a, t in by.items() if t > back]:
                 del by[a]
         state = self.snapshots[back]
-        self.group.replicas = [copy_replica(state) for _ in self.ids]
+        g = self.group
+        self.group = Group(self.cfg, len(self.ids), g.batches, g.mm, replicas=[copy_replica(state) for _ in self.ids])
         self.keep_snapshots()
         self.recomputed += s - back
         self.schedule = {t: p for t, p in self.schedule.items() if t < back}
@@ -308,7 +304,7 @@ def run_audited(args, cfg, group, out, err) -> int:
     run = AuditedRun(cfg, group, args.attack_spec, args.audit_rate)
     emit = Printer(args.json, out)
     end = cfg.steps if args.stop_after is None else args.stop_after
-    while group.replicas[0].step < end:
+    while run.group.replicas[0].step < end:
         run.step(emit)
         if not emit.agree:
             print("error: replicas diverged; stopping (never fork)", file=err)

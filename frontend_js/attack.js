@@ -8,11 +8,11 @@
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
 // state after that peer's last passed audit and recomputes from there without it.
 import { PURPOSE_ATTACK, draw, key, uniform } from './prng.js';
-import { lossAndGrads, paramShapes } from './model.js';
+import { paramShapes } from './model.js';
 import { flattenGrads, unflatten } from './collective.js';
 import { CodecError, codecFor } from './exchange_codec.js';
 import { reduceLosses } from './reduce.js';
-import { cloneReplica, stepJsonLine } from './train.js';
+import { Group, cloneReplica, stepJsonLine } from './train.js';
 import {
   Evidence, auditPairs, beacon, cheapCheck, contributionDigest, judge, messageBounds,
   messageHashes, referenceNonce, rollbackStep, slotDigest, slotMessages, toHex,
@@ -109,6 +109,8 @@ export function forge(kind, factor, flat, seed, step, slot) {
 }
 
 // ---- the audited run -----------------------------------------------------------------------------
+// A Group (train.js) trained with commitments, audits and removal; a removal replaces the Group by
+// one of the survivors, restored to the rollback's state
 export class AuditedRun {
   constructor(cfg, group, attack, rate) {
     this.cfg = cfg; this.group = group; this.attack = attack; this.rate = rate;
@@ -130,30 +132,27 @@ export class AuditedRun {
     return a !== null && a.peers.includes(pid) && s >= a.start;
   }
 
-  // [loss, flat gradient] of `replica` on the batch (seed, s, slot)
-  async honest(replica, s, slot) {
-    const { cfg, group } = this;
-    const { x, y } = await group.batches.get(s, slot);
-    const r = await lossAndGrads(replica.params, cfg, x, y, cfg.batch, cfg.seq_len, group.backend, group.arena);
+  // [loss, flat gradient] of the trainer's replica on the batch (seed, s, slot)
+  async honest(trainer, s, slot) {
+    const r = await trainer.localStep(s, slot, this.group.arena);
     return [r.loss, flattenGrads(r.grads, this.names)];
   }
 
   // what the peer in `slot` sends at step index s: [loss, flat]
   async contribute(s, slot) {
-    const pid = this.ids[slot], replica = this.group.replicas[slot];
-    const [loss, flat] = await this.honest(replica, s, slot);
+    const pid = this.ids[slot], trainer = this.group.trainers[slot];
+    const [loss, flat] = await this.honest(trainer, s, slot);
     if (!this.attacking(pid, s) || this.attack.kind === 'liar-auditor') return [loss, flat];
     const kind = this.attack.kind, previous = this.previous.has(pid) ? this.previous.get(pid) : flat;
     this.previous.set(pid, flat);
     if (kind === 'stale') return [loss, previous];
-    if (kind === 'otherbatch') return [loss, (await this.honest(replica, s, this.ids.length + slot))[1]];
+    if (kind === 'otherbatch') return [loss, (await this.honest(trainer, s, this.ids.length + slot))[1]];
     return [loss, forge(kind, this.attack.factor, flat, this.cfg.seed, s, slot)];
   }
 
   // the digest an honest peer recomputes for `slot` at s (the first honest replica's)
   async recompute(s, slot, P) {
-    const checker = this.group.replicas[this.honestSlot(s)];
-    const [loss, flat] = await this.honest(checker, s, slot);
+    const [loss, flat] = await this.honest(this.group.trainers[this.honestSlot(s)], s, slot);
     return contributionDigest(flat, loss, P, this.cfg.seed, s, slot, this.codec);
   }
 
@@ -226,14 +225,13 @@ export class AuditedRun {
       flat.set(this.codec.reduce(decoded, { seed: cfg.seed, step: s, offset: lo }), lo);
     });
     const G = unflatten(flat, this.shapes);
-    for (const r of group.replicas) group.backend.adamStep(r.params, G, r.adam, cfg.lr);
+    const hashes = [];
+    for (const trainer of group.trainers) hashes.push((await trainer.apply(G)).hash);
     const loss = reduceLosses(sent.map(([l]) => l));
     this.schedule.set(s, P);
     for (const [auditor, audited] of passed) this.passes.get(this.ids[audited]).set(this.ids[auditor], s + 1);
     if (passed.length) this.snapshots.set(s + 1, cloneReplica(group.replicas[this.honestSlot(s)]));
     this.keepSnapshots();
-    const hashes = [];
-    for (const r of group.replicas) hashes.push(await group.backend.weightHashAsync(r.params));
     emit.step(s + 1, loss, hashes);
   }
 
@@ -259,7 +257,8 @@ export class AuditedRun {
     this.ids.splice(slot, 1);
     for (const by of this.passes.values()) for (const [a, t] of [...by]) if (t > back) by.delete(a);   // passes in the steps undone are void
     const state = this.snapshots.get(back);
-    this.group.replicas = this.ids.map(() => cloneReplica(state));
+    const g = this.group;
+    this.group = new Group(this.cfg, this.ids.length, g.batches, g.backend, this.ids.map(() => cloneReplica(state)));
     this.keepSnapshots();
     this.recomputed += s - back;
     for (const t of [...this.schedule.keys()]) if (t >= back) this.schedule.delete(t);
@@ -302,7 +301,7 @@ export async function runAudited(args, cfg, group, out, err) {
   const run = new AuditedRun(cfg, group, args.attackSpec, args.audit_rate);
   const emit = new Printer(args.json, out);
   const end = args.stop_after === null ? cfg.steps : args.stop_after;
-  while (group.replicas[0].step < end) {
+  while (run.group.replicas[0].step < end) {
     await run.step(emit);
     if (!emit.agree) { err('error: replicas diverged; stopping (never fork)'); return 3; }
   }

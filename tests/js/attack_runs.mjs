@@ -35,7 +35,7 @@ export async function attackedRun({ settings, peers, attack, rate = 1, steps, un
   const group = new Group(cfg, peers, stream, backend);
   const run = new AuditedRun(cfg, group, attack === null ? null : parseAttack(attack), rate);
   const rec = new Recorder();
-  while (group.replicas[0].step < steps && !until(rec)) await run.step(rec);
+  while (run.group.replicas[0].step < steps && !until(rec)) await run.step(rec);
   return { rec, run, cfg };
 }
 
