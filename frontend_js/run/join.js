@@ -17,7 +17,6 @@ import { encodeState, maxStateBytes } from '../state_codec.js';
 import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../peer/roster.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, validHistory, isHash, short } from './record.js';
 import { readPeerState, stateLimit, gradientBytes } from './peer_state.js';
-import { begin } from './loop.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
 export function onJoin(ctl, from, m) {
@@ -326,6 +325,6 @@ function maybeEnter(ctl, jn) {
   clearTimeout(jn.timer);
   ctl.mesh.setLimit(TYPES.STATE, null); ctl.mesh.setLimit(TYPES.FWD, null);
   const d = jn.change.msg;
-  begin(ctl, jn.desc, jn.replica, jn.cfg, jn.c, { collective: jn.change.collective, roster: d.roster, epoch: d.epoch, history: d.history,
+  ctl.begin(jn.desc, jn.replica, jn.cfg, jn.c, { collective: jn.change.collective, roster: d.roster, epoch: d.epoch, history: d.history,
     completed: d.from, hash: jn.hashNow || jn.hash, trainer: jn.trainer, batches: jn.batches, joined: true });
 }

@@ -5,12 +5,13 @@
 // and relays it once, so the whole run stops at one step; the panel names who stopped it.
 import { TYPES } from '../peer/frames.js';
 import { ExchangeError } from '../peer/mesh_collective.js';
-import { Trainer, cloneParams, checkLoss } from '../train.js';
+import { Trainer, checkLoss } from '../train.js';
 import { StepArena } from '../arena.js';
 import { yieldToPage, waitUntil } from '../peer/page_clock.js';
 import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, short, isHash } from './record.js';
 import * as recovery from './recovery.js';
 import * as join from './join.js';
+import { end, alarm, saveUndo, restoreUndo, runView, wakeParked } from './ending.js';
 
 // opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
 // history, completed, hash, trainer, batches} of the run it enters
@@ -43,11 +44,6 @@ export function begin(ctl, desc, replica, cfg, c, opts) {
     console.warn('daisy: the run failed:', err);
     end(ctl, run, 'failed', `The run stopped: ${err.message || err}`, err.message || String(err));
   });
-}
-
-export function runView(run) {
-  return { id: run.desc.runId, roster: run.roster.slice(), topology: run.collective.topology, leader: run.roster[0],
-           epoch: run.epoch, history: run.history.map((e) => e.slice()) };
 }
 
 async function loop(ctl, run) {
@@ -189,7 +185,7 @@ export function setStop(ctl, run, stopAfter, by, reason) {
   ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason, by });
   // an exchange of a step past the stop can never complete: end it now
   if (run.lastSent >= run.stopAfter) run.collective.fail(new ExchangeError('stopped'));
-  if (run.recovery) recovery.wakeParked(ctl, run);
+  if (run.recovery) wakeParked(ctl, run);
 }
 
 export function onStop(ctl, from, m) {
@@ -207,56 +203,3 @@ export function onStop(ctl, from, m) {
   setStop(ctl, run, d.stopAfter, by, `${reason || 'stopped'}${relayed}`);
 }
 
-// A split, a mismatch: this page stops now and says why; every member is told to stop too. The
-// state kept is the last one this page completed (never a forked one: it stops before going on).
-export function alarm(ctl, run, message, error) {
-  if (run.ended) return;
-  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: message, by: ctl.selfId });
-  end(ctl, run, 'stopped', message, error);
-}
-
-// ---- one step of undo -------------------------------------------------------------------------
-function saveUndo(run) {
-  const r = run.replica;
-  if (!run.undo) run.undo = { params: cloneParams(r.params), m: cloneParams(r.adam.m), v: cloneParams(r.adam.v), t: r.adam.t, hash: run.hash, step: run.completed };
-  else {
-    for (const k of Object.keys(r.params)) { run.undo.params[k].set(r.params[k]); run.undo.m[k].set(r.adam.m[k]); run.undo.v[k].set(r.adam.v[k]); }
-    run.undo.t = r.adam.t; run.undo.hash = run.hash; run.undo.step = run.completed;
-  }
-}
-
-export function restoreUndo(ctl, run) {
-  const u = run.undo, r = run.replica;
-  if (!u || u.step !== run.completed - 1) return false;
-  for (const k of Object.keys(r.params)) { r.params[k].set(u.params[k]); r.adam.m[k].set(u.m[k]); r.adam.v[k].set(u.v[k]); }
-  r.adam.t = u.t;
-  run.hashLog.delete(run.completed);
-  run.completed = u.step; run.hash = u.hash;
-  run.lastSent = Math.min(run.lastSent, u.step);
-  run.curve = run.curve.filter(([st]) => st <= u.step);
-  ctl.host.models.step = u.step;
-  ctl.host.show({ step: u.step, hash: u.hash, curve: run.curve });
-  ctl.host.emit('step-undone', { step: u.step, hash: u.hash });
-  return true;
-}
-
-export function end(ctl, run, runState, message, error) {
-  if (run.ended) return;
-  const h = ctl.host;
-  run.ended = true;
-  run.collective.fail(new ExchangeError('the run ended'));
-  run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
-  ctl.dispose(run.collective);
-  if (run.change) ctl.dispose(run.change.collective);
-  if (run.recovery) recovery.wakeParked(ctl, run);
-  if (run.recovery?.promised) ctl.dispose(run.recovery.promised.collective);
-  if (ctl.at === run) ctl.enter('idle', null);
-  ctl.lastRun = run;
-  ctl.joinBackoffUntil = performance.now() + 3000;    // peers still finishing this run look 'training' a moment
-  h.models.step = run.completed;
-  h.models.runEnded(run.replica, runState, error);
-  h.show({ running: false, runState, message, error, step: run.completed, hash: run.hash });
-  h.announce();
-  h.emit('run-ended', { state: runState, step: run.completed, error, message, hash: run.hash, history: run.history.map((e) => e.slice()) });
-  h.stored?.afterRun(run, { state: runState, error });   // stored_run.js
-}

@@ -24,8 +24,8 @@ import { TYPES } from '../peer/frames.js';
 import { ExchangeError } from '../peer/mesh_collective.js';
 import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, scheduleString } from '../peer/roster.js';
 import { waitUntil } from '../peer/page_clock.js';
-import { Recovery, RosterChange, validHistory, isHash, short } from './record.js';
-import { end, alarm, restoreUndo, runView } from './loop.js';
+import { Recovery, RosterChange, validHistory, isHash } from './record.js';
+import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
 
 const goneSet = (run) => new Set(run.gone.keys());
 const live = (run) => run.roster.filter((id) => !run.gone.has(id));
@@ -105,15 +105,6 @@ export async function awaitRecovery(ctl, run) {
   else sendStatus(ctl, run);
   if (run.recovery !== rec || run.ended) return;
   await new Promise((resolve) => rec.waiters.push(resolve));
-}
-
-export function wakeParked(ctl, run) {
-  const rec = run.recovery;
-  if (!rec) return;
-  clearTimeout(rec.timer); clearTimeout(rec.confirmTimer);
-  run.recovery = null;
-  for (const w of rec.waiters) w();
-  ctl.poke();
 }
 
 // ---- acting leader ----------------------------------------------------------------------------
@@ -449,4 +440,3 @@ export function checkForeignFrame(ctl, run, from, m, collective) {
   return true;
 }
 
-export { short };
