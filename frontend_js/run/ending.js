@@ -13,7 +13,7 @@ export function runView(run) {
 // state kept is the last one this page completed (never a forked one: it stops before going on).
 export function alarm(ctl, run, message, error) {
   if (run.ended) return;
-  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: message, by: ctl.selfId });
+  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: message, by: ctl.selfId, alarm: error });
   end(ctl, run, 'stopped', message, error);
 }
 

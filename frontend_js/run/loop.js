@@ -108,7 +108,7 @@ async function loop(ctl, run) {
   if (run.ended) return;
   if (run.stopAfter !== null && run.completed < cfg.steps) {
     const by = run.stopBy && run.stopBy !== ctl.selfId ? ` by ${h.nameOf(run.stopBy)}` : '';
-    end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, '');
+    end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, run.stopAlarm);
     return;
   }
   await finishRun(ctl, run);
@@ -177,12 +177,13 @@ export function stop(ctl, reason = '') {
 
 // every member ends after stopAfter steps; the first word of it is relayed to every member (so
 // a STOP sent to one page stops the run everywhere at one step, never splits it)
-export function setStop(ctl, run, stopAfter, by, reason) {
+export function setStop(ctl, run, stopAfter, by, reason, alarmed = '') {
   if (run.stopAfter !== null && run.stopAfter <= stopAfter) return;
   run.stopAfter = stopAfter;
   run.stopBy = by;
   run.stopReason = reason;
-  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason, by });
+  run.stopAlarm = alarmed;
+  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason, by, ...(alarmed ? { alarm: alarmed } : {}) });
   // an exchange of a step past the stop can never complete: end it now
   if (run.lastSent >= run.stopAfter) run.collective.fail(new ExchangeError('stopped'));
   if (run.recovery) wakeParked(ctl, run);
@@ -200,6 +201,10 @@ export function onStop(ctl, from, m) {
     end(ctl, run, 'stopped', `${reason} — stopped by ${ctl.host.nameOf(by)}${relayed}; this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
     return;
   }
-  setStop(ctl, run, d.stopAfter, by, `${reason || 'stopped'}${relayed}`);
+  // an alarm it reports is its word: the run stops (any member may stop it), nobody is removed
+  const alarmed = ALARMS.has(d.alarm) ? d.alarm : d.mismatch === true ? 'replica mismatch' : '';
+  setStop(ctl, run, d.stopAfter, by, `${reason || 'stopped'}${relayed}`, alarmed);
 }
+
+const ALARMS = new Set(['replica mismatch', 'split alarm']);
 

@@ -152,6 +152,7 @@ export class Run {
     this.peerHashes = new Map(roster.map((id) => [id, hash]));
     this.extra = extra;         // what the model is trained on (kept in files)
     this.stopAfter = null; this.stopReason = ''; this.stopBy = null;   // a STOP: after which step, why, who
+    this.stopAlarm = '';        // the alarm a STOP reported ('replica mismatch' | 'split alarm'), or ''
     this.fins = new Map();      // id -> final hash
     this.undo = null;           // one step of undo {params, m, v, t, hash, step}
     this.ended = false; this.finishing = false;

@@ -58,7 +58,7 @@ export function reaches(ctl, run, id) {
 // observation). -> false when it still reaches one of them (then it does not follow).
 function adoptSilence(ctl, run, upTo, claimant) {
   const seniors = run.roster.slice(0, run.roster.indexOf(upTo)).filter((id) => !run.gone.has(id));
-  if (seniors.some((id) => reaches(ctl, run, id))) return false;
+  if (seniors.includes(ctl.selfId) || seniors.some((id) => reaches(ctl, run, id))) return false;
   for (const id of seniors) run.gone.set(id, `silent here, and ${ctl.host.nameOf(claimant)} acts on its departure`);
   return true;
 }
@@ -82,7 +82,10 @@ export function beginRecovery(ctl, run) {
   voidChange(ctl, run, '');
   run.joiners.clear();            // joiners ask again once the group trains on
   rec.leader = actingLeader(run.roster, goneSet(run));
-  if (rec.promised && !rec.promised.committed) {       // new evidence: the roster in the making is void
+  // new evidence: this device's own proposal in the making is void (it will not commit it); a
+  // roster this device accepted from another stays accepted until a later epoch replaces it
+  // (its leader may commit it: dropping it here would leave this device behind, a split)
+  if (rec.promised && !rec.promised.committed && rec.promised.msg.roster[0] === ctl.selfId) {
     ctl.dispose(rec.promised.collective);
     clearTimeout(rec.promised.timer);
     rec.promised = null;
@@ -203,7 +206,7 @@ function giveUp(ctl, run, rec, why, error = 'split alarm') {
   const at = [...rec.statuses.values()].map((x) => x.completed);
   const stopAfter = Math.min(run.completed, ...at);
   const message = `The run stopped at step ${stopAfter}: ${why}.`;
-  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: message, by: ctl.selfId }, live(run));
+  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: message, by: ctl.selfId, alarm: error }, live(run));
   if (stopAfter < run.completed) restoreUndo(ctl, run);
   end(ctl, run, 'stopped', `${message} This device keeps the state after step ${run.completed} (generate, download and resume still work).`, error);
 }

@@ -25,8 +25,12 @@ import * as model from '../../frontend_js/model.js';
 import * as hashing from '../../frontend_js/hashing.js';
 import * as optim from '../../frontend_js/optim.js';
 import { stream } from './group_runs.mjs';
+import { bestBackend } from '../../frontend_js/engines.js';
 
-export const SETTINGS = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 100 };
+// the fastest backend whose gates pass here (wasm-simd): every backend gives the same bits
+const BACKEND = await bestBackend();
+
+export const SETTINGS = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 2000 };   // tests stop it
 export const DATA_ID = 'builtin:test';
 // timings short enough for tests, long enough for a loaded 2-core machine's event loop
 export const TIMING = { linkWaitMs: 300, acceptWaitMs: 3000, goWaitMs: 3000, finWaitMs: 1500, deadlineMs: 600,
@@ -45,6 +49,7 @@ export class Node {
   constructor(group, id, joinedAt, { timing, faults }) {
     this.group = group; this.id = id; this.joinedAt = joinedAt;
     this.alive = true;
+    this.crashed = false;        // crashed or closed: its JS stopped
     this.state = { runState: 'idle', notes: [] };
     this.steps = new Map();
     this.events = [];
@@ -64,7 +69,7 @@ export class Node {
       announce() {},
       compute: async () => COMPUTE,
       ready: async () => {},
-      backend: () => undefined,
+      backend: () => BACKEND,
       gpu: null,
       dataId: async () => DATA_ID,
       batches: (cfg) => new StreamBatches(stream, cfg),
@@ -127,6 +132,7 @@ export class Group {
   // no goodbye: every link and the server socket end at once; the node's JS stops
   crash(node) {
     node.alive = false;
+    node.crashed = true;
     const run = node.ctl.run;
     if (run) { run.ended = true; run.collective.fail(new ExchangeError('crashed')); }
     node.mesh.receive = () => {};
@@ -179,7 +185,7 @@ export async function referenceHashes(history, steps) {
   const key = JSON.stringify(history);
   let ref = refCache.get(key);
   if (!ref) { ref = { hashes: [], group: null }; refCache.set(key, ref); }
-  if (!ref.group) ref.group = new RefGroup(makeConfig(SETTINGS), peersAt(history, 0), stream);
+  if (!ref.group) ref.group = new RefGroup(makeConfig(SETTINGS), peersAt(history, 0), stream, BACKEND);
   while (ref.hashes.length < steps) {
     const s = ref.hashes.length;
     ref.group.resize(peersAt(history, s));
