@@ -9,7 +9,8 @@
 //
 // Work a joiner can cause is bounded: one state transfer in flight per joiner, at most one per
 // resyncIntervalMs to the same device, a sync not finished within syncDeadlineMs drops the
-// joiner (and its forwarding), a repeated JOIN is dropped (counted toward the flood limit).
+// joiner (and its forwarding); a JOIN while its transfer is pending is dropped (counted toward
+// the flood limit), one during its sync restarts it (the joiner gave up on it).
 import { TYPES } from '../peer/frames.js';
 import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
@@ -24,7 +25,14 @@ export function onJoin(ctl, from, m) {
   if (run.ended || run.roster[0] !== ctl.selfId) return;      // only the leader answers
   const no = (reason) => ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: 0, reason }).catch(() => {});
   if (run.roster.includes(from)) { ctl.mesh.drop(from, m, 'JOIN from a member of the run'); return; }
-  if (run.joiners.has(from)) { ctl.mesh.drop(from, m, 'a repeated JOIN while its sync is under way'); return; }
+  const j = run.joiners.get(from);
+  if (j && j.stage === 'snapshot') { ctl.mesh.drop(from, m, 'a repeated JOIN while its state transfer is pending'); return; }
+  if (j) {
+    // it gave up on the transfer under way: no more forwarding to it; a new transfer goes out at
+    // a boundary, no sooner than resyncIntervalMs after the last one
+    j.stage = 'snapshot'; j.verified = null; j.admitted = null;
+    return;
+  }
   if (d.protocol !== ctl.mesh.version) { no(`protocol v${d.protocol}, the run's v${ctl.mesh.version}`); return; }
   if (d.dataId !== run.desc.dataId) { no(`different training data: the run's is ${run.desc.dataId}, the device's ${String(d.dataId).slice(0, 120)}`); return; }
   if (run.completed + 4 >= run.cfg.steps) { no('the run is about to end'); return; }

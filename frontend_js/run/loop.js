@@ -80,6 +80,9 @@ async function loop(ctl, run) {
       if (!run.recovery) throw err;
       continue;                                       // parks in awaitRecovery, then recomputes
     }
+    if (run.ended) return;
+    if (run.stopAfter !== null && s >= run.stopAfter) break;      // a STOP came while the last frames did: not applied
+    if (run.recovery) continue;
     // the sync guard: every peer's hash after step s (s steps done) must equal ours
     const bad = out.hashes.map((x, i) => [run.roster[i], x]).filter(([, x]) => x !== run.hash);
     for (const [i, x] of out.hashes.entries()) run.peerHashes.set(run.roster[i], x);
@@ -106,6 +109,8 @@ async function loop(ctl, run) {
     if (performance.now() - chunkStart > ctl.t.chunkMs) { await yieldToPage(); chunkStart = performance.now(); }
   }
   if (run.ended) return;
+  // a STOP that arrived while this device applied the step past it: that step is undone
+  if (run.stopAfter !== null && run.completed === run.stopAfter + 1) restoreUndo(ctl, run);
   if (run.stopAfter !== null && run.completed < cfg.steps) {
     const by = run.stopBy && run.stopBy !== ctl.selfId ? ` by ${h.nameOf(run.stopBy)}` : '';
     end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, run.stopAlarm);

