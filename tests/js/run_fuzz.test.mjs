@@ -91,7 +91,7 @@ async function schedule(seed) {
     };
     const events = 1 + r(3);
     for (let e = 0; e < events; e++) {
-      await progress(1 + r(3));
+      await progress(1 + r(2));
       const pool = alive();
       if (!pool.length) break;
       const pick = pool[r(pool.length)];
@@ -113,10 +113,10 @@ async function schedule(seed) {
         LIES[lie](g, liar, victim, target);
       } else if (kind === 'stop') { pick.ctl.stop(); }
     }
-    await progress(2);
+    await progress(1);
     for (const n of alive()) n.ctl.stop();
     const ending = honest().filter((n) => n.alive);
-    await g.until(() => ending.every((n) => n.ctl.phase !== 'running' && n.ctl.phase !== 'proposing'), 'every honest page ends', 6000);
+    await g.until(() => ending.every((n) => !n.alive || (n.ctl.phase !== 'running' && n.ctl.phase !== 'proposing')), 'every honest page ends', 6000);
     // 1. no fork, and the reference
     const hs = honest();
     for (const n of hs) {
