@@ -203,7 +203,9 @@ function answersTimeout(ctl, run, change) {
 // No way on without risking a split: every survivor meets at the last step all completed.
 function giveUp(ctl, run, rec, why, error = 'split alarm') {
   if (run.recovery !== rec || run.ended) return;
-  const at = [...rec.statuses.values()].map((x) => x.completed);
+  // members' positions within one step of this device's (honest ones are; a claimed position
+  // further away is a lie and must not pull the stop out of everyone's reach)
+  const at = [...rec.statuses.values()].map((x) => x.completed).filter((c) => Math.abs(c - run.completed) <= 1);
   const stopAfter = Math.min(run.completed, ...at);
   const message = `The run stopped at step ${stopAfter}: ${why}.`;
   ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: message, by: ctl.selfId, alarm: error }, live(run));

@@ -132,7 +132,8 @@ test('a liar says STATUS {gone: [P1]} to the leader while P1 is linked: nobody i
   // H's every STATUS to L (its own controller's too) says it lost P1
   const sendJson = H.mesh.sendJson.bind(H.mesh);
   H.mesh.sendJson = (to, type, obj, fields) => sendJson(to, type, type === TYPES.STATUS ? { ...obj, gone: [P1.id] } : obj, fields);
-  H.sendJson(L.id, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [P1.id] }, { runId: run.desc.runId, slot: 2 });
+  // a stale position too: it must not pull the stop out of the honest pages' reach
+  H.sendJson(L.id, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: 0, hash: run.hash, gone: [P1.id] }, { runId: run.desc.runId, slot: 2 });
   await assertStoppedTogether(g, [L, P1], new RegExp(`${H.id} reports it lost ${P1.id}, who answers this device`));
   await g.close();
 });
