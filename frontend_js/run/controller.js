@@ -142,7 +142,7 @@ export class RunController {
     const key = epochKey(runId, epoch);
     this.collectives.get(key)?.close();
     const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
-      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false });
+      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed });
     this.collectives.set(key, collective);
     return collective;
   }
