@@ -82,10 +82,12 @@ export function beginRecovery(ctl, run) {
   voidChange(ctl, run, '');
   run.joiners.clear();            // joiners ask again once the group trains on
   rec.leader = actingLeader(run.roster, goneSet(run));
-  // new evidence: this device's own proposal in the making is void (it will not commit it); a
-  // roster this device accepted from another stays accepted until a later epoch replaces it
-  // (its leader may commit it: dropping it here would leave this device behind, a split)
-  if (rec.promised && !rec.promised.committed && rec.promised.msg.roster[0] === ctl.selfId) {
+  // new evidence: this device's own proposal in the making is void (it will not commit it), and
+  // so is one from a proposer this device now has evidence against (it cannot commit it any
+  // more); a roster accepted from a proposer still here stays accepted until a later epoch
+  // replaces it (its leader may commit it: dropping it here would leave this device behind)
+  const proposer = rec.promised?.msg.roster[0];
+  if (rec.promised && !rec.promised.committed && (proposer === ctl.selfId || run.gone.has(proposer))) {
     ctl.dispose(rec.promised.collective);
     clearTimeout(rec.promised.timer);
     rec.promised = null;

@@ -19,7 +19,7 @@ import { draw, key } from '../../frontend_js/prng.js';
 
 const SCHEDULES = Number(process.env.FUZZ_SCHEDULES || 200);
 const SEED = Number(process.env.DAISY_FUZZ_SEED || (Date.now() % 1_000_000));
-const TIMING = { linkWaitMs: 100, acceptWaitMs: 2000, goWaitMs: 2000, finWaitMs: 300, deadlineMs: 400, deadlineSteps: 5,
+const TIMING = { linkWaitMs: 100, acceptWaitMs: 2000, goWaitMs: 2000, finWaitMs: 300, deadlineMs: 1500, deadlineSteps: 5,
   confirmWaitMs: 150, joinWaitMs: 600, syncDeadlineMs: 800, resyncIntervalMs: 100, chunkMs: 25 };
 
 const rngOf = (seed) => { const k = key(0x46555a5a, seed >>> 0); let i = 0; return (n) => draw(k, i++) % n; };
