@@ -28,6 +28,7 @@ def app_url():
 
 RECORD = """() => { window.stepLog = []; window.runStates = [];
     window.daisy.on('step', (e) => window.stepLog.push([e.step, e.hash, e.peers]));
+    window.daisy.on('step-undone', (e) => { window.stepLog = window.stepLog.filter(([s]) => s <= e.step); });
     window.daisy.on('state', (s) => { const last = window.runStates[window.runStates.length - 1];
         const now = s.runState + (s.runState === 'syncing' && s.sync ? ` ${s.sync.pct}` : '');
         if (last !== now) window.runStates.push(now); }); }"""
