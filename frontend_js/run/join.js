@@ -229,9 +229,8 @@ export async function onSync(ctl, from, m) {
   if (jn.change) { ctl.dispose(jn.change.collective); jn.change = null; }
   jn.from = from; jn.desc = d.desc; jn.cfg = cfg; jn.c = c; jn.roster = d.roster; jn.epoch = d.epoch; jn.history = d.history;
   jn.snap = d.step; jn.hash = d.hash; jn.replica = null; jn.trainer = null; jn.completed = null; jn.fwd = new Map(); jn.draining = null;
-  const shapes = c.model.paramShapes(cfg);
-  ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === d.runId ? stateLimit(shapes) : 'STATE for another run'));
-  ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === d.runId ? gradientBytes(shapes) : 'FWD for another run'));
+  ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === d.runId ? stateLimit(c, cfg) : 'STATE for another run'));
+  ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === d.runId ? gradientBytes(c, cfg) : 'FWD for another run'));
   armJoinTimer(ctl, jn, 'the state transfer stalled');
   h.show({ runState: 'syncing', sync: { pct: 0, step: d.step }, message: `syncing (0 %): the state at step ${d.step} from ${h.nameOf(from)}…` });
 }

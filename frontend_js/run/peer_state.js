@@ -1,21 +1,19 @@
 // A peer's state body (state_codec.js), decoded and checked in ONE place: a run's start state
 // (start.js), a joiner's state (join.js) and a group restore (peer/group_state.js) all read
 // untrusted bytes from another page through readPeerState.
-import { decodeState } from '../state_codec.js';
+import { decodeState, MAX_STATE_HEADER_BYTES } from '../state_codec.js';
 import { cloneReplica } from '../train.js';
 
 export class PeerStateError extends Error {}
 
-const LENGTH_PREFIX = 8;                 // the u64 header length that opens every state body
-const STATE_HEADER_BYTES = 64 * 1024;    // = state_codec.js MAX_STATE_HEADER_BYTES
+const LENGTH_PREFIX = 8;                 // the u64 header length that opens every state body (state_codec.js)
 
-const count = (shapes) => shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+// the most a state body of this run's settings may weigh: length prefix, header, weights and
+// both moments (maxStateBytes of state_codec.js is this for the largest settings). c: the compute modules
+export const stateLimit = (c, cfg) => LENGTH_PREFIX + MAX_STATE_HEADER_BYTES + 8 * 3 * c.model.paramCount(cfg);
 
-// the most a state body of these shapes may weigh: length prefix, header, weights and both moments
-export const stateLimit = (shapes) => LENGTH_PREFIX + STATE_HEADER_BYTES + 8 * 3 * count(shapes);
-
-// the values of one flat gradient of these shapes, in bytes (a FWD message)
-export const gradientBytes = (shapes) => 8 * count(shapes);
+// one flat gradient of this run's settings, in bytes (a FWD message)
+export const gradientBytes = (c, cfg) => 8 * c.model.paramCount(cfg);
 
 // payload (Uint8Array) -> {state, replica, hash}. c: the compute modules. expect (each optional):
 //   config: the run's config dict (the state's settings must equal it), step: the step it must be

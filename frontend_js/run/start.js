@@ -159,7 +159,7 @@ export async function onRun(ctl, from, m) {
     dropAccepted(ctl);
     ctl.host.note(`The run from ${ctl.host.nameOf(from)} never started (no GO within ${ctl.t.goWaitMs / 1000} s).`);
   }, ctl.t.goWaitMs);
-  const limit = stateLimit(c.model.paramShapes(cfg));
+  const limit = stateLimit(c, cfg);
   ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? limit : 'STATE for another run'));
   ctl.host.show({ runState: 'joining', message: `Joining the run started by ${ctl.host.nameOf(from)}…` });
   if (d.startStep === 0) {

@@ -6,10 +6,15 @@
 //   2. one lying member: forged STATUS/HALT/ROSTER/FIN/STOP, replays, echoed gradients, a
 //      foreign epoch, repeated JOINs, a sync that never finishes
 //   3. partial partitions: the link A-B cut while both keep C
+//   4. the start: a stopped run resumed through the leader's STATE; the state body's size bound
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Group, SETTINGS, TIMING, TYPES, firstOffReference, sleep } from './run_harness.mjs';
+import { Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
+import { stateLimit } from '../../frontend_js/run/peer_state.js';
+import { maxStateBytes } from '../../frontend_js/state_codec.js';
+import { makeConfig, RANGES } from '../../frontend_js/config.js';
+import { paramShapes, paramCount } from '../../frontend_js/model.js';
 
 // every honest page equals the reference of its own history at every step it completed; two
 // honest pages still alive that both completed a step have the same hash there, unless one raised
@@ -302,3 +307,32 @@ for (const P of [3, 4]) {
     await g.close();
   });
 }
+
+// ---- the start: resuming a stopped run sends the state (STATE, read by readPeerState) -----------
+
+test('a stopped run resumed: the members take the leader\'s STATE and the steps go on as one run', async () => {
+  const { g, nodes } = await startGroup(3, 51);
+  const [a, b, c] = nodes;
+  await g.until(() => a.completed >= 4, '4 steps');
+  a.ctl.stop();
+  const first = await g.ended(nodes);
+  const at = first[0].step;
+  for (const n of nodes) { n.events.length = 0; }
+  await a.ctl.start({ resume: true });
+  await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'resumed everywhere');
+  assert.equal(a.ctl.run.desc.startStep, at);
+  await g.until(() => a.completed >= at + 4, '4 more steps');
+  c.ctl.stop();
+  const ends = await g.ended(nodes);
+  assert.equal(new Set(ends.map((e) => e.hash)).size, 1, g.describe());
+  // one run of 3 peers from step 0: the stop and the resume change no bit
+  const want = await referenceHashes([[0, 3]], ends[0].step);
+  for (const n of nodes) for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}`);
+  await g.close();
+});
+
+test('one bound for a peer\'s state body: the largest settings\' state, 8-byte length prefix included (= state_codec.js)', async () => {
+  const top = makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, RANGES[k][1]])));
+  const c = { config: { makeConfig, RANGES }, model: { paramShapes, paramCount } };
+  assert.equal(stateLimit(c, top), maxStateBytes(c));
+});
