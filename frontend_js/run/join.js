@@ -266,8 +266,8 @@ export function onJoinState(ctl, from, m) {
   jn.batches = ctl.host.batches(jn.cfg, jn.desc.dataId);
   jn.trainer = new Trainer(jn.cfg, jn.replica, jn.batches, ctl.host.backend());
   jn.completed = jn.snap;
-  clearTimeout(jn.timer);
-  armJoinTimer(ctl, jn, 'no roster naming this device');
+  // from now on the leader's silence is the stall: each forwarded step re-arms the wait
+  armJoinTimer(ctl, jn, 'the leader went silent while this device caught up');
   ctl.host.show({ sync: { pct: 100, step: jn.snap }, message: `Synced the state at step ${jn.snap}; catching up with the group…` });
   drainFwd(ctl, jn);
 }
@@ -292,6 +292,7 @@ function drainFwd(ctl, jn) {
       if (ctl.at !== jn) return;
       jn.completed += 1;
       jn.hashNow = applied.hash;
+      armJoinTimer(ctl, jn, 'the leader went silent while this device caught up');
       ctl.mesh.sendJson(jn.from, TYPES.SYNCED, { runId: jn.desc.runId, step: jn.completed, hash: applied.hash }).catch(() => {});
       ctl.host.show({ step: jn.completed, hash: applied.hash, message: `Synced; caught up to step ${jn.completed}…` });
     }
@@ -316,6 +317,7 @@ export function onJoinRoster(ctl, from, m) {
   }
   if (jn.change) ctl.dispose(jn.change.collective);
   jn.change = new RosterChange(d, rosterDigest(d), 'join', ctl.newCollective(jn.desc.runId, d.epoch, d.roster, d.from, jn.cfg, jn.c));
+  armJoinTimer(ctl, jn, 'no GO for the roster naming this device');
   ctl.mesh.sendJson(from, TYPES.ACCEPT, { runId: jn.desc.runId, epoch: d.epoch, digest: jn.change.digest }, { runId: jn.desc.runId }).catch(() => {});
 }
 
