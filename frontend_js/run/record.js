@@ -97,6 +97,7 @@ export class Recovery {
     this.halted = '';           // acting leader: the gone set its last HALT named
     this.timer = null;          // statuses (leader) or the roster (member) not in time
     this.confirmTimer = null;   // too few survivors: the wait for the server's word
+    this.keepAlive = null;      // acting leader: the HALT repeated while the recovery lasts
     this.promised = null;       // member: the RosterChange this device accepted (one per epoch)
     this.deferred = null;       // member: a proposal waiting for the server's word on a departure
   }

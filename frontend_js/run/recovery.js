@@ -119,6 +119,13 @@ function halt(ctl, run, rec) {
   if (rec.halted === key && rec.timer) { tryFinish(ctl, run); return; }
   rec.halted = key;
   ctl.tellAll(run, TYPES.HALT, { runId: run.desc.runId, epoch: rec.epoch, gone }, live(run));
+  // while the recovery lasts (a quorum may wait for the server's word), the HALT goes out again
+  // now and then: the members keep hearing their leader, so a liar cannot pass it off as silent
+  clearInterval(rec.keepAlive);
+  rec.keepAlive = setInterval(() => {
+    if (run.recovery !== rec || run.ended || rec.leader !== ctl.selfId) { clearInterval(rec.keepAlive); return; }
+    ctl.tellAll(run, TYPES.HALT, { runId: run.desc.runId, epoch: rec.epoch, gone: [...run.gone.keys()].sort() }, live(run));
+  }, run.collective.deadlineMs / 3);
   clearTimeout(rec.timer);
   rec.timer = setTimeout(() => statusTimeout(ctl, run, rec), run.collective.deadlineMs);
   tryFinish(ctl, run);
@@ -220,6 +227,7 @@ export function onHalt(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Array.isArray(d.gone) || !Number.isInteger(d.epoch)) { ctl.mesh.drop(from, m, 'HALT for no run of ours'); return; }
   if (d.epoch <= run.epoch) return;                   // a recovery that already ended
+  if (run.recovery && run.recovery.leader === from) return;   // our leader's keep-alive: heard (dispatch)
   // Its `gone` is its claim. This device halts (a stall at most) and reports its position to the
   // sender; it follows the sender's lead only when it cannot vouch for any peer senior to it.
   adoptSilence(ctl, run, from, from);
@@ -281,6 +289,7 @@ export function onRoster(ctl, from, m, final = false) {
     why = 'its P schedule is not this run\'s';
   }
   if (!why && joined.length && from !== run.roster[0]) why = 'only the run\'s leader admits joiners';
+  if (!why && joined.some((id) => !ctl.mesh.isReady(id))) why = `this device has no link to ${joined.filter((id) => !ctl.mesh.isReady(id)).map((id) => h.nameOf(id)).join(', ')}`;
   let wait = null;
   if (!why && dropped.length) {
     const reached = dropped.filter((id) => reaches(ctl, run, id));
