@@ -46,14 +46,14 @@ export function onJoin(ctl, from, m) {
 export function forwardToJoiners(ctl, run, s, flat) {
   const now = performance.now(), h = ctl.host;
   for (const [id, j] of run.joiners) {
-    if (!ctl.mesh.isReady(id) || j.queued > MAX_FWD_QUEUED) { run.joiners.delete(id); continue; }
+    if (!ctl.mesh.isReady(id) || j.queued > MAX_FWD_QUEUED) { dropJoiner(run, id); continue; }
     if (j.stage === 'snapshot') {
       const last = run.transfers.get(id);
       if (last === undefined || now - last >= ctl.t.resyncIntervalMs) sendSync(ctl, run, id, j, now);
       continue;
     }
     if (j.admitted === null && now - j.sentAt > ctl.t.syncDeadlineMs) {
-      run.joiners.delete(id);
+      dropJoiner(run, id);
       const why = `its sync did not finish within ${ctl.t.syncDeadlineMs / 1000} s`;
       ctl.mesh.sendJson(id, TYPES.REFUSE, { runId: 0, reason: why }).catch(() => {});
       h.note(`Stopped syncing ${h.nameOf(id)} in: ${why}.`);
@@ -67,7 +67,13 @@ export function forwardToJoiners(ctl, run, s, flat) {
 
 function queueTo(j, send) {
   j.queued++;
-  j.chain = j.chain.then(send).catch(() => {}).finally(() => { j.queued--; });
+  j.chain = j.chain.then(() => (j.dropped ? null : send())).catch(() => {}).finally(() => { j.queued--; });
+}
+
+function dropJoiner(run, id) {
+  const j = run.joiners.get(id);
+  if (j) j.dropped = true;
+  run.joiners.delete(id);
 }
 
 function sendSync(ctl, run, id, j, now) {
@@ -95,7 +101,7 @@ export function onSynced(ctl, from, m) {
   if (ours !== d.hash) {
     j.resyncs++;
     if (j.resyncs > MAX_RESYNCS) {
-      run.joiners.delete(from);
+      dropJoiner(run, from);
       ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: 0, reason: `its state hashed wrong ${j.resyncs} times after syncing` }).catch(() => {});
       return;
     }

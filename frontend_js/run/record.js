@@ -113,6 +113,7 @@ export class Joiner {
     this.sentAt = 0;            // when its state transfer was sent (the sync deadline runs from it)
     this.chain = Promise.resolve();   // its sends, in order
     this.queued = 0;            // sends queued on the chain
+    this.dropped = false;       // dropped (gone, stalled, past its deadline): its queued sends are skipped
   }
 }
 
