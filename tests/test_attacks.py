@@ -256,9 +256,11 @@ def test_detection_probability_formulas():
 @pytest.mark.slow
 def test_a_minus_1000_member_ends_within_the_margin_of_the_run_without_it():
     """The issue's attack: 3 peers, peer 1 sends -1000 x its gradient from step 39. Final loss
-    (mean of the last 20 steps, as tests/test_convergence.py) within MARGIN of --peers 2."""
-    jobs = {"attacked": lambda: py(["--peers", "3", "--attack", "slot=1,from=39,kind=scale:-1000", "--json"]),
-            "without": lambda: py(["--peers", "2", "--json"])}
+    (mean of the last 20 steps, as tests/test_convergence.py) within MARGIN of --peers 2.
+    Run by the node CLI: its lines equal daisy.train's for every attack kind (the tests above),
+    and it takes a tenth of the reference's time at the default settings (the suite's budget)."""
+    jobs = {"attacked": lambda: js(["--peers", "3", "--attack", "slot=1,from=39,kind=scale:-1000", "--json"]),
+            "without": lambda: js(["--peers", "2", "--json"])}
     with ThreadPoolExecutor(max_workers=2) as pool:
         r = {k: f.result() for k, f in {k: pool.submit(f) for k, f in jobs.items()}.items()}
     assert r["attacked"].returncode == 0 and r["without"].returncode == 0, (r["attacked"].stderr, r["without"].stderr)
