@@ -337,6 +337,15 @@ export class MeshCollective {
 
 // ---- GradStream: one step's GRAD, sent in parts as the backward pass finalizes it ------------
 
+// one turn of the event loop (a message task: setTimeout's would be clamped to 4 ms): the frames'
+// digests (WebCrypto answers in a later task) and the link's sends of the parts posted so far
+// progress there, while the backward pass would otherwise hold the thread to its end
+const yieldToLoop = () => new Promise((resolve) => {
+  const ch = new MessageChannel();
+  ch.port1.onmessage = () => { ch.port1.close(); resolve(); };
+  ch.port2.postMessage(null);
+});
+
 // The slices this page encodes (all-gather: all N values, to every other peer; rsag: shard k to
 // the peer of slot k, ours kept), each as the whole GRAD payload it would send, filled part by part.
 class GradStream {
@@ -361,6 +370,7 @@ class GradStream {
   }
 
   // the sink: the gradient of `name` is final (values are copied: the caller's arrays stay its own)
+  // -> a promise of one event-loop turn when parts were posted (backward waits for it), else null
   grad(name, values) {
     const t = this.index.get(name);
     if (t === undefined) throw new Error(`the streamed exchange has no parameter ${name}`);
@@ -368,13 +378,15 @@ class GradStream {
     this.flat.set(values, this.offsets[t]);
     this.final[t] = 1;
     while (this.frontier > 0 && this.final[this.frontier - 1]) this.frontier--;
-    this.pump(this.frontier === this.final.length ? this.c.N : this.offsets[this.frontier], false);
+    const posted = this.pump(this.frontier === this.final.length ? this.c.N : this.offsets[this.frontier], false);
+    return posted ? yieldToLoop() : null;
   }
 
   // encode and send every part not yet sent whose values [vlo, vhi) are final (vlo >= ready); the
-  // last part (the header's) only when `all`
+  // last part (the header's) only when `all`. -> how many frames were posted
   pump(ready, all) {
     const { codec, seed, slot } = this.c;
+    let posted = 0;
     for (const sl of this.slices) {
       while (sl.next < sl.parts.length - (all ? 0 : 1) && sl.parts[sl.next].vlo >= ready) {
         const index = sl.next++, part = sl.parts[index];
@@ -387,8 +399,10 @@ class GradStream {
         new DataView(frame.buffer).setUint32(0, index, true);
         frame.set(sl.payload.subarray(part.from, part.to), PART_INDEX_BYTES);
         for (const id of sl.to) this.post(id, frame);
+        posted += sl.to.length;
       }
     }
+    return posted;
   }
 
   // after the receiver's earlier parts; a failed send is kept for finish (nothing rejects unheard)
