@@ -102,12 +102,13 @@ export class MeshCollective {
     this.done = startStep - 1;     // the last step exchanged (its late frames are dropped, not stored)
     this.wake = null;              // resolves the waiting exchange when something arrived
     this.failure = null;           // an ExchangeError that ends every exchange
+    this.closed = false;           // close() was called: a streamed GRAD posts no more parts
     this.bytesSent = 0;            // payload bytes sent (the benchmark reads it)
     this.waitMs = 0;               // time spent waiting for peers' frames
     this.unsub = subscribe ? [TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED].map((t) => mesh.on(t, (from, m) => this.onFrame(from, m))) : [];
   }
 
-  close() { for (const u of this.unsub) u(); this.unsub = []; }
+  close() { for (const u of this.unsub) u(); this.unsub = []; this.closed = true; }
 
   // a peer left, a stop arrived, a deadline passed: every pending and later exchange rejects
   fail(err) {
@@ -405,8 +406,10 @@ class GradStream {
     return posted;
   }
 
-  // after the receiver's earlier parts; a failed send is kept for finish (nothing rejects unheard)
+  // after the receiver's earlier parts; a failed send is kept for finish (nothing rejects unheard).
+  // A collective that failed or closed (a departure, the run's end) posts nothing more.
   post(id, frame) {
+    if (this.c.failure || this.c.closed) return;
     const chain = this.chains.get(id).then(() => (this.error ? null : this.c.send(id, TYPES.GRAD_PART, this.step, frame)))
       .catch((err) => { this.error ||= err; });
     this.chains.set(id, chain);

@@ -249,3 +249,28 @@ test('bad GRAD_PART frames are dropped with a reason: an index past the parts, a
   assert.match(b.drops.recent.at(-1), /step 5 is not in flight/);
   for (const col of cs) col.close();
 });
+
+test('a closed or failed collective\'s sink posts no part (a departure or the run\'s end mid-backward)', async () => {
+  const cfg = makeConfig({ ...configToDict(SMALL), exchange: 'f64' });
+  const net = new MemoryNet({ seed: 99, maxFrame: 4096, dup: 0, delay: 0 });
+  const roster = ['a', 'b'];
+  for (const id of roster) net.add(new Mesh({ selfId: id }));
+  net.connectAll();
+  await net.ready();
+  const shapes = paramShapes(cfg);
+  const grads = shapes.map(([name, s]) => [name, new Float64Array(s.reduce((x, y) => x * y, 1)).fill(0.5)]);
+  for (const end of ['close', 'fail']) {
+    const c = new MeshCollective(net.meshes.get('a'), { runId: RUN_ID, roster, selfId: 'a', shapes, exchange: 'f64', deadlineMs: 1000 });
+    const sink = c.beginStep(0);
+    const [first, ...rest] = grads.slice().reverse();
+    await sink.grad(...first);                      // head.weight: its part goes
+    await Promise.all(sink.chains.values());
+    const sent = c.bytesSent;
+    assert.ok(sent > 0, 'the first part was not sent');
+    if (end === 'close') c.close(); else c.fail(new Error('a departure'));
+    for (const [name, g] of rest) await sink.grad(name, g);
+    await Promise.all(sink.chains.values());
+    assert.equal(c.bytesSent, sent, `${end}: parts posted after the collective ended`);
+    c.close();
+  }
+});
