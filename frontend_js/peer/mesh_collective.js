@@ -28,20 +28,24 @@ const bytesToHex = (b) => (b.every((x) => x === 0) ? null : Array.from(b, (x) =>
 // ---- the streamed GRAD's parts (pure; docs/PROTOCOL.md "Streamed GRAD") ---------------------
 
 export const PART_INDEX_BYTES = 4;       // a GRAD_PART: the part's index (u32 LE), then its bytes
+export const MIN_PART_BYTES = 64 * 1024;  // message bytes between two cuts (but the last): each part
+                                          // is a message (digest, frames, a turn of the event loop)
 
-// sizes: the tensors' value counts in canonical order; block: the codec's (codec.block). The
-// backward pass finalizes the tensors in reverse canonical order, so once tensor t is final the
-// values [o_t, N) are; a part may end only on a block boundary. -> the cut points, descending:
-// N, then alignUp(o_t) for t = T-1 … 0 (o_0 = 0), repeats removed.
-export function streamCuts(sizes, block) {
+// sizes: the tensors' value counts in canonical order; codec: the run's. The backward pass
+// finalizes the tensors in reverse canonical order, so once tensor t is final the values [o_t, N)
+// are; a part may end only on a block boundary (codec.block). -> the cut points, descending: N,
+// then c_t = ⌈o_t / block⌉·block for t = T-1 … 1 where the message of [c_t, the last cut) holds at
+// least minPartBytes, then 0. (Every peer of a run uses the default; tests pass a smaller one to all.)
+export function streamCuts(sizes, codec, minPartBytes = MIN_PART_BYTES) {
   const N = sizes.reduce((a, b) => a + b, 0);
   const cuts = [N];
   let o = N;
-  for (let t = sizes.length - 1; t >= 0; t--) {
+  for (let t = sizes.length - 1; t >= 1; t--) {
     o -= sizes[t];
-    const c = Math.min(N, Math.ceil(o / block) * block);
-    if (c < cuts[cuts.length - 1]) cuts.push(c);
+    const c = Math.min(N, Math.ceil(o / codec.block) * codec.block);
+    if (codec.messageBytes(cuts[cuts.length - 1] - c) >= minPartBytes) cuts.push(c);
   }
+  if (cuts[cuts.length - 1] > 0) cuts.push(0);
   return cuts;
 }
 
@@ -75,8 +79,9 @@ export class MeshCollective {
   // subscribe: false when the caller routes the mesh's GRAD/REDUCED frames to onFrame itself
   // (run.js keeps one collective per roster epoch and routes by the frames' run id).
   // exchange, seed: the run's cfg.exchange and cfg.seed (int8's rounding is keyed by the seed)
+  // minPartBytes: the streamed GRAD's smallest part (streamCuts; the same on every peer of a run)
   constructor(mesh, { runId, roster, selfId, shapes, startStep = 0, deadlineMs = 10_000, topology = null, subscribe = true,
-    exchange = 'f64', seed = null }) {
+    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES }) {
     this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId;
     this.shapes = shapes; this.names = shapes.map(([n]) => n);
     this.N = shapes.reduce((n, [, s]) => n + s.reduce((x, y) => x * y, 1), 0);
@@ -89,7 +94,7 @@ export class MeshCollective {
     this.topology = topology || topologyFor(this.P);
     this.bounds = this.topology === 'allgather' ? [0, this.N] : this.codec.shardBounds(this.N, this.P);
     this.sizes = shapes.map(([, s]) => s.reduce((x, y) => x * y, 1));
-    this.cuts = streamCuts(this.sizes, this.codec.block);
+    this.cuts = streamCuts(this.sizes, this.codec, minPartBytes);
     // the parts of every streamed GRAD to us (all-gather: all N values; rsag: our shard)
     this.inParts = this.gradSliceParts(this.topology === 'allgather' ? 0 : this.slot);
     this.deadlineMs = deadlineMs;

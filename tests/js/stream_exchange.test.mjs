@@ -14,7 +14,7 @@ import { Mesh } from '../../frontend_js/peer/mesh.js';
 import { TYPES, encodeMessage } from '../../frontend_js/peer/frames.js';
 import { flattenGrads } from '../../frontend_js/collective.js';
 import { codecFor, CODECS } from '../../frontend_js/exchange_codec.js';
-import { MeshCollective, PART_INDEX_BYTES, gradParts, streamCuts } from '../../frontend_js/peer/mesh_collective.js';
+import { MeshCollective, MIN_PART_BYTES, PART_INDEX_BYTES, gradParts, streamCuts } from '../../frontend_js/peer/mesh_collective.js';
 import { draw, key } from '../../frontend_js/prng.js';
 import { f64Bits } from '../../frontend_js/fixtures.js';
 import { configToDict, makeConfig } from '../../frontend_js/config.js';
@@ -50,13 +50,15 @@ test('parts: every GRAD payload tiled exactly (tail first, header last), cuts on
   const r = stream32(seed);
   for (let trial = 0; trial < 200; trial++) {
     const T = 1 + (r() % 12);
-    const sizes = Array.from({ length: T }, () => 1 + (r() % (r() % 2 ? 40 : 900)));
+    const sizes = Array.from({ length: T }, () => 1 + (r() % (r() % 2 ? 4000 : 40000)));
     const N = sizes.reduce((a, b) => a + b, 0);
     for (const codec of Object.values(CODECS)) {
-      const cuts = streamCuts(sizes, codec.block);
+      const minPart = trial % 2 ? MIN_PART_BYTES : 1 + (r() % 2000);
+      const cuts = streamCuts(sizes, codec, minPart);
       assert.equal(cuts[0], N); assert.equal(cuts.at(-1), 0);
       for (let i = 1; i < cuts.length; i++) {
         assert.ok(cuts[i] < cuts[i - 1] && cuts[i] % codec.block === 0, `seed ${seed} trial ${trial}: cuts ${cuts}`);
+        if (i < cuts.length - 1) assert.ok(codec.messageBytes(cuts[i - 1] - cuts[i]) >= minPart, `seed ${seed} trial ${trial}: a part under the minimum`);
       }
       const P = 1 + (r() % 6);
       const bounds = codec.shardBounds(N, P);
@@ -83,6 +85,7 @@ test('parts: every GRAD payload tiled exactly (tail first, header last), cuts on
 let corpus = null;
 const builtinStream = () => (corpus ||= loadStream(null));
 const SMALL = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 2, heads: 4, steps: 100 });
+const SMALL_PART = 256;         // the tiny model's GRADs in several parts (a run's default: MIN_PART_BYTES)
 
 // P pages training `steps` steps over the memory net; streams(slot) says whether that page streams.
 // Every GRAD payload a receiver assembles from parts is kept (received) to compare with the whole one.
@@ -103,7 +106,7 @@ async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFra
   await Promise.all(roster.map(async (id, slot) => {
     const mesh = net.meshes.get(id);
     const c = new MeshCollective(mesh, { runId: RUN_ID, roster, selfId: id, shapes: paramShapes(cfg), deadlineMs: 5000,
-      exchange: cfg.exchange, seed: cfg.seed, topology });
+      exchange: cfg.exchange, seed: cfg.seed, topology, minPartBytes: SMALL_PART });
     cs[slot] = c;
     for (const type of [TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED]) mesh.setLimit(type, () => c.maxPayload(type));
     const onGrad = c.onGrad.bind(c);
@@ -208,7 +211,7 @@ test('bad GRAD_PART frames are dropped with a reason: an index past the parts, a
   await net.ready();
   const shapes = paramShapes(cfg);
   const cs = roster.map((id) => {
-    const c = new MeshCollective(net.meshes.get(id), { runId: RUN_ID, roster, selfId: id, shapes, exchange: 'int8', seed: cfg.seed, deadlineMs: 3000 });
+    const c = new MeshCollective(net.meshes.get(id), { runId: RUN_ID, roster, selfId: id, shapes, exchange: 'int8', seed: cfg.seed, deadlineMs: 3000, minPartBytes: SMALL_PART });
     for (const type of [TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED]) net.meshes.get(id).setLimit(type, () => c.maxPayload(type));
     return c;
   });
@@ -260,7 +263,7 @@ test('a closed or failed collective\'s sink posts no part (a departure or the ru
   const shapes = paramShapes(cfg);
   const grads = shapes.map(([name, s]) => [name, new Float64Array(s.reduce((x, y) => x * y, 1)).fill(0.5)]);
   for (const end of ['close', 'fail']) {
-    const c = new MeshCollective(net.meshes.get('a'), { runId: RUN_ID, roster, selfId: 'a', shapes, exchange: 'f64', deadlineMs: 1000 });
+    const c = new MeshCollective(net.meshes.get('a'), { runId: RUN_ID, roster, selfId: 'a', shapes, exchange: 'f64', deadlineMs: 1000, minPartBytes: SMALL_PART });
     const sink = c.beginStep(0);
     const [first, ...rest] = grads.slice().reverse();
     await sink.grad(...first);                      // head.weight: its part goes
