@@ -12,7 +12,7 @@
 //     peer W)", which loads it with the model store's checked loader and starts the run from it.
 // The server knows the caller's group from the signaling token of its welcome (X-Daisy-Token):
 // nothing here names a group.
-//   run.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
+//   run/loop.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
 import { encodeState, decodeState } from '../state_codec.js';
 import { errorText } from './model_store.js';
 
@@ -55,9 +55,9 @@ export class StoredRun {
     this.upload(this.snapshot(run, false));
   }
 
-  // after a mismatch or a failure the replica is not the group's state: keep the last good one
+  // after a mismatch, a split alarm or a failure the replica is not the group's state: keep the last good one
   afterRun(run, { state, error } = {}) {
-    if (!this.leads(run) || state === 'failed' || error === 'replica mismatch') return;
+    if (!this.leads(run) || state === 'failed' || error === 'replica mismatch' || error === 'split alarm') return;
     if (run.completed <= run.desc.startStep) return;
     const last = this.queued || this.inFlight || this.stored;
     if (last && last.runId === run.desc.runId && last.step === run.completed) return;

@@ -32,6 +32,11 @@ export function mount(element) {
     <div class="daisy-stored" data-role="stored-box" hidden>
       <button type="button" data-action="resume-stored" data-role="resume-stored"></button>
     </div>
+    <div class="daisy-stored" data-role="restore-box" hidden>
+      <span data-role="restore-text"></span>
+      <button type="button" data-action="restore-load">Load</button>
+      <button type="button" data-action="restore-ignore">Ignore</button>
+    </div>
     <h3>Run</h3>
     <div class="daisy-readouts">
       <div><b>step</b><span data-role="step">–</span></div>
@@ -51,6 +56,8 @@ export function mount(element) {
     if (!button) return;
     try {
       if (button.dataset.action === 'resume-stored') peer.storedRun.resume().catch(() => {});   // the panel shows why
+      else if (button.dataset.action === 'restore-load') peer.restore.accept().catch((err) => peer.set({ error: `Checkpoint refused: ${err.message || err}` }));
+      else if (button.dataset.action === 'restore-ignore') peer.restore.decline();
       else if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
       else peer.reject(button.dataset.peer);
     } catch (err) { $('error').textContent = err.message; }
@@ -68,7 +75,14 @@ export function mount(element) {
     $('requests').tBodies[0].innerHTML = showRequests ? s.requests.map(requestRow).join('') : '';
     const offer = !s.running && s.storedOffer;
     $('stored-box').hidden = !offer;
-    if (offer) $('resume-stored').textContent = `Resume step ${offer.step} of the group's run`;
+    if (offer) {
+      const whose = [offer.runId ? `run ${offer.runId}` : '', offer.writer ? `stored by peer ${offer.writer}` : ''].filter(Boolean).join(', ');
+      $('resume-stored').textContent = `Resume step ${offer.step} of the group's run${whose ? ` (${whose})` : ''}`;
+    }
+    // a group restore offered to a page that holds a model: nothing replaces it without a click
+    const restore = !s.running && s.restoreOffer;
+    $('restore-box').hidden = !restore;
+    if (restore) $('restore-text').textContent = `${restore.name} (${restore.from}) offers step ${restore.step} of ${restore.steps}, hash ${restore.hash.slice(0, 16)}…: `;
     $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
     $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
     $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');
