@@ -9,6 +9,7 @@ import { reduceLosses } from '../reduce.js';
 import { flattenGrads, unflatten, topologyFor } from '../collective.js';
 import { codecFor, CodecError } from '../exchange_codec.js';
 import { TYPES } from './frames.js';
+import { yieldToPage } from './page_clock.js';
 
 // ---- MeshCollective -------------------------------------------------------------------------
 
@@ -343,14 +344,6 @@ export class MeshCollective {
 
 // ---- GradStream: one step's GRAD, sent in parts as the backward pass finalizes it ------------
 
-// one turn of the event loop (a message task: setTimeout's would be clamped to 4 ms): the frames'
-// digests (WebCrypto answers in a later task) and the link's sends of the parts posted so far
-// progress there, while the backward pass would otherwise hold the thread to its end
-const yieldToLoop = () => new Promise((resolve) => {
-  const ch = new MessageChannel();
-  ch.port1.onmessage = () => { ch.port1.close(); resolve(); };
-  ch.port2.postMessage(null);
-});
 
 // The slices this page encodes (all-gather: all N values, to every other peer; rsag: shard k to
 // the peer of slot k, ours kept), each as the whole GRAD payload it would send, filled part by part.
@@ -385,7 +378,9 @@ class GradStream {
     this.final[t] = 1;
     while (this.frontier > 0 && this.final[this.frontier - 1]) this.frontier--;
     const posted = this.pump(this.frontier === this.final.length ? this.c.N : this.offsets[this.frontier], false);
-    return posted ? yieldToLoop() : null;
+    // one turn of the event loop: the frames' digests (WebCrypto answers in a later task) and the
+    // link's sends of the parts posted so far progress there; a CPU backward never yields otherwise
+    return posted ? yieldToPage() : null;
   }
 
   // encode and send every part not yet sent whose values [vlo, vhi) are final (vlo >= ready); the
