@@ -11,7 +11,7 @@
 // Per page and step: compute = Trainer.localStep (forward + backward; streamed: with the parts'
 // encoding, posting and the sink's event-loop turns), exchange = the exchange() call after it
 // (sending what is left, waiting, reducing), step = both.
-//   node bench/bench_stream_exchange.mjs [--steps 16] [--only default|largest] [--exchange f64|int8] [--json]
+//   node bench/bench_stream_exchange.mjs [--steps 16] [--only default|largest] [--exchange f64|int8] [--profile lan|home] [--json]
 import { Worker, isMainThread, parentPort, workerData, MessageChannel } from 'node:worker_threads';
 import { fileURLToPath } from 'node:url';
 
@@ -125,14 +125,14 @@ if (isMainThread) {
   const args = process.argv.slice(2);
   const opt = (name, dflt) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : dflt; };
   const steps = Number(opt('--steps', 10));
-  const only = opt('--only', null), onlyExchange = opt('--exchange', null);
+  const only = opt('--only', null), onlyExchange = opt('--exchange', null), onlyProfile = opt('--profile', null);
   const json = args.includes('--json');
   const cases = [];
   for (const settingsName of Object.keys(SETTINGS)) {
     if (only && only !== settingsName) continue;
     for (const exchange of ['f64', 'int8']) {
       if (onlyExchange && onlyExchange !== exchange) continue;
-      for (const profileName of Object.keys(PROFILES)) cases.push([settingsName, exchange, profileName]);
+      for (const profileName of Object.keys(PROFILES)) if (!onlyProfile || onlyProfile === profileName) cases.push([settingsName, exchange, profileName]);
     }
   }
   const fmt = (x) => x.toFixed(1).padStart(8);
