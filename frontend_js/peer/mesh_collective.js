@@ -77,7 +77,7 @@ export function gradParts(cuts, lo, hi, codec) {
 // flight (this one or the next), exact length, a message the codec decodes; anything else is
 // dropped with a logged reason.
 export class MeshCollective {
-  // subscribe: false when the caller routes the mesh's GRAD/REDUCED frames to onFrame itself
+  // subscribe: false when the caller routes the mesh's GRAD/GRAD_PART/REDUCED frames to onFrame itself
   // (run.js keeps one collective per roster epoch and routes by the frames' run id).
   // exchange, seed: the run's cfg.exchange and cfg.seed (int8's rounding is keyed by the seed)
   // minPartBytes: the streamed GRAD's smallest part (streamCuts; the same on every peer of a run)
