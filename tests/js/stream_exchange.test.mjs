@@ -128,6 +128,10 @@ async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFra
         local = await trainer.localStep(s, slot, arena, c.beginStep(s));
         assert.equal(c.bytesSent, bytes0, `${id} step ${s}: the recomputed local step sent parts again`);
       }
+      if (sink) {
+        // before exchange is called, every part but the header's went out during the backward pass
+        for (const sl of sink.slices) assert.equal(sl.next, sl.parts.length - 1, `${id} step ${s}: parts posted before exchange`);
+      }
       sent[slot][s] = { flat: flattenGrads(local.grads, c.names), loss: local.loss, prevHash: hash };
       const out = await c.exchange(s, roster, slot, local.loss, local.grads, hash);
       assert.deepEqual(out.hashes, roster.map(() => hash), `${id} step ${s}: the peers' previous hashes (sync guard)`);
