@@ -18,7 +18,7 @@ class Config:
     layers: int = 2        # transformer blocks L
     heads: int = 4         # attention heads H; width must be a multiple of heads
     seed: int = 1234       # run seed: init, data slicing and sampling all derive from it
-    exchange: str = "f64"  # how gradients travel between peers: "f64" (exact) or "int8" (1/7.9 the bytes)
+    exchange: str = "int8"  # how gradients travel between peers: "int8" (1/7.9 the bytes; default) or "f64" (exact)
 
     def __post_init__(self):
         validate(self)

@@ -5,7 +5,7 @@ import { VOCAB_SIZE } from './tokenizer.js';
 export { VOCAB_SIZE };
 
 export const DEFAULTS = Object.freeze({
-  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'f64',
+  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'int8',
 });
 
 // the exchange codecs (exchange_codec.js CODECS); daisy/config.py EXCHANGES is the twin

@@ -42,10 +42,12 @@ def test_two_processes_same_sequence():
 
 def test_golden_hash_sequence():
     """Regenerate (after an intended change to the math) with:
-    python -m daisy.train --peers 2 --stop-after 10 --json > tests/golden/train_p2_default_10.jsonl
-    then convert; the JS mirror must agree before a new golden is committed (docs/VERIFICATION.md)."""
+    python -m daisy.train --peers 2 --stop-after 10 --exchange f64 --json > tests/golden/train_p2_default_10.jsonl
+    then convert; the JS mirror must agree before a new golden is committed (docs/VERIFICATION.md).
+    The golden holds the exact exchange (f64), the bits from before the int8 codec became the
+    default; int8 runs are compared with the JS mirror in tests/test_js_mirror.py."""
     golden = json.loads(GOLDEN.read_text())
-    lines = train_json("--peers", "2", "--stop-after", str(len(golden["steps"])))
+    lines = train_json("--peers", "2", "--exchange", "f64", "--stop-after", str(len(golden["steps"])))
     assert len(lines) == len(golden["steps"]), f"the CLI printed {len(lines)} lines, the golden has {len(golden['steps'])}"
     for want, got in zip(golden["steps"], lines):
         assert got["hashes"] == [want["hash"]] * 2, f"step {want['step']}: got {got['hashes']}, golden {want['hash']}"
@@ -57,7 +59,7 @@ def test_human_output_of_a_sharded_group_is_unchanged():
     must be the bytes the trainer printed before the collective seam existed: the golden file
     was written by the pre-seam trainer (commit fbfb110) with the same command."""
     want = (ROOT / "tests" / "golden" / "train_p4_small_5.txt").read_text()
-    out = train_cli("--peers", "4", "--stop-after", "5", "--width", "16", "--heads", "2",
+    out = train_cli("--peers", "4", "--exchange", "f64", "--stop-after", "5", "--width", "16", "--heads", "2",
                     "--seq-len", "16", "--batch", "2", "--layers", "1")
     assert out.returncode == 0, out.stderr
     got_lines, want_lines = out.stdout.splitlines(), want.splitlines()
