@@ -11,6 +11,7 @@ export const TIMING = Object.freeze({
   finWaitMs: 10_000,        // bound on the final hashes
   deadlineMs: 7_000,        // no frame from a needed peer for this long: it is gone (this device's own evidence)
   deadlineSteps: 5,         // ... or for this many of the run's recent step times, if longer
+  reachMs: null,            // heard from within this long, a peer is one this device reaches (null: the deadline)
   confirmWaitMs: 10_000,    // too few survivors for a quorum: wait this long for the server's word
   joinWaitMs: 6_000,        // a joiner asks again when the leader's SYNC or STATE stalls this long
   syncDeadlineMs: 60_000,   // a joiner not in the roster this long after its state was sent is dropped
