@@ -140,7 +140,7 @@ export class Peer {
     on('signal', (m) => this.onSignal(m.from, m.data));
     on('relay', (m) => this.onRelay(m.from, m.data));
     on('rejected', (m) => {
-      // the server's reason says who declined what (daisy/space/signaling.py); say it once
+      // the server's reason says who declined what (daisy/space/signaling/hub.py); say it once
       const why = typeof m.reason === 'string' && m.reason ? m.reason : 'the host declined the request';
       this.set({ rejected: true, message: `Not admitted to room "${this.room}": ${why}. Reload the page to ask again.` });
       this.bus.emit('rejected', m);
@@ -325,10 +325,11 @@ export class Peer {
         this.gpuEngine = engine;
         if (this.cpuBackend) this.gpuBackend = (await import('../engines.js')).withEngine(this.cpuBackend, engine);
         if (engine.status.path === 'gpu') {
-          path = 'gpu';
           reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
-          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps run on the CPU
+          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps
+          // run on the CPU, so the path is the CPU, in the label and in every peer's table alike
           why = engine.route && engine.route.minMacs === Infinity ? 'WebGPU adapter is software' : null;
+          path = why ? 'cpu' : 'gpu';
         } else {
           reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
           why = 'GPU unusable';
@@ -355,9 +356,9 @@ export class Peer {
   async loadDataInfo() {
     try {
       const info = await (await fetch('/data/info')).json();
-      this.set({ dataSource: { source: info.source, reason: info.reason, dataId: info.data_id } });
+      this.set({ dataSource: { source: info.source, summary: info.summary, reason: info.reason, dataId: info.data_id } });
     } catch (err) {
-      this.set({ dataSource: { source: 'unknown', reason: `data route unreachable: ${err.message || err}` } });
+      this.set({ dataSource: { source: 'unknown', summary: 'the data route could not be reached', reason: `${err.message || err}` } });
     }
   }
 
