@@ -65,8 +65,10 @@ export class Proposal {
 
 // Member, start: a RUN accepted, waiting for the STATE (resuming) and GO.
 export class Acceptance {
-  constructor(desc, from, cfg, c, collective) {
-    this.desc = desc; this.from = from; this.cfg = cfg; this.c = c; this.collective = collective;
+  constructor(desc, from) {
+    this.desc = desc; this.from = from;
+    this.cfg = null; this.c = null; this.collective = null;   // once the RUN checked out
+    this.early = null;          // the leader's STATE, when it arrived before the RUN checked out
     this.replica = null;        // the start weights, once built or received and checked
     this.timer = null;          // GO_WAIT
   }
