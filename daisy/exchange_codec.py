@@ -77,6 +77,7 @@ class F64Codec:
     """Any float64 travels as it is (non-finite values too: the step's loss check stops a run
     that diverged, as before the codec existed)."""
     name = "f64"
+    block = 1                   # a slice's message is cut only at multiples of it (streamed GRADs)
 
     def message_bytes(self, n: int) -> int:
         return 8 * n
@@ -152,6 +153,7 @@ def _pack(scales: np.ndarray, codes: np.ndarray) -> bytes:
 
 class Int8Codec:
     name = "int8"
+    block = BLOCK
 
     def message_bytes(self, n: int) -> int:
         return SCALE_BYTES * -(-n // BLOCK) + n

@@ -18,6 +18,8 @@ PURPOSE_DATA = 2
 PURPOSE_SAMPLE = 3
 PURPOSE_EXCHANGE = 4            # a slot's int8 exchange message (daisy.exchange_codec)
 PURPOSE_EXCHANGE_REDUCED = 5    # the re-quantized reduced gradient G
+PURPOSE_AUDIT = 6               # the audit choice (daisy/audit.py)
+PURPOSE_ATTACK = 7              # the attack runner's noise and directions (daisy/attack.py)
 
 
 def mix32(x):

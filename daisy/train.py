@@ -9,6 +9,7 @@ to its own copy and hashes it. Honest replicas print P equal hashes on every lin
     python -m daisy.train --resume run.pt                      # the remaining 200, bit-exactly
     python -m daisy.train --data-url http://127.0.0.1:7860     # the Space's keyed batches
     python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
+    python -m daisy.train --peers 3 --attack "slot=1,from=39,kind=scale:-1000"   # audited (daisy/attack.py)
 
 --roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
@@ -182,6 +183,11 @@ def parse_args(argv):
     ap.add_argument("--json", action="store_true", help="one JSON object per step: step, loss, hashes")
     ap.add_argument("--save", default=None, help="write a .pt checkpoint (peer 0's replica) at the end")
     ap.add_argument("--resume", default=None, help="continue the run of a .pt checkpoint bit-exactly")
+    ap.add_argument("--attack", default=None, metavar="slot=S,from=STEP,kind=KIND",
+                    help="an audited run in which peer S forges its gradient from step index STEP on "
+                         "(daisy/attack.py: kinds, audits, removal)")
+    ap.add_argument("--audit-rate", type=int, default=None,
+                    help="an audited run with this many audits per step, 0..64 (1 with --attack)")
     args = ap.parse_args(argv)
     if args.data is not None and args.data_url is not None:
         ap.error("give --data or --data-url, not both")
@@ -198,6 +204,9 @@ def parse_args(argv):
                          else [(0, 2 if args.peers is None else args.peers)])
     except ValueError as e:
         ap.error(str(e))
+    args.attack_spec = None
+    if args.attack is not None or args.audit_rate is not None:
+        audited_args(ap, args)
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
              "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed,
              "exchange": args.exchange}
@@ -217,7 +226,29 @@ def parse_args(argv):
             check_roster(args.schedule, args.roster, 0, cfg.steps)
         except ValueError as e:
             ap.error(str(e))
+    if args.attack_spec is not None:
+        from .attack import check_attack
+        try:
+            check_attack(args.attack_spec, args.schedule[0][1], cfg.steps)
+        except ValueError as e:
+            ap.error(str(e))
     return args, cfg
+
+
+def audited_args(ap, args) -> None:
+    """--attack / --audit-rate: an audited run (daisy/attack.py) of --peers from step 0."""
+    from .attack import MAX_AUDIT_RATE, parse_attack
+    if args.roster is not None or args.resume is not None or args.save is not None:
+        ap.error("--attack and --audit-rate run --peers P from step 0: drop --roster, --resume and --save")
+    if args.audit_rate is None:
+        args.audit_rate = 1
+    if not 0 <= args.audit_rate <= MAX_AUDIT_RATE:
+        ap.error(f"--audit-rate must be in 0..{MAX_AUDIT_RATE}, got {args.audit_rate}")
+    if args.attack is not None:
+        try:
+            args.attack_spec = parse_attack(args.attack)
+        except ValueError as e:
+            ap.error(str(e))
 
 
 def resume_group(ck, cfg: Config, peers: int, batches):
@@ -268,6 +299,9 @@ def main(argv=None) -> int:
                       f"this run reads {label}", file=sys.stderr)
         else:
             group = Group(cfg, peers_at(args.schedule, 0), batches)
+        if args.audit_rate is not None:
+            from .attack import run_audited
+            return run_audited(args, cfg, group, sys.stdout, sys.stderr)
         rc = train(args, cfg, group, label)
         if isinstance(batches, HttpBatches):
             print(f"data: {batches.wait_summary()}", file=sys.stderr)

@@ -14,6 +14,7 @@ import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJ
 import { bestBackend } from './engines.js';
 import { createThreadedBackend } from './cpu/threads.js';
 import { MAX_THREADS } from './cpu/workers.js';
+import { AttackError, MAX_AUDIT_RATE, checkAttack, parseAttack, runAudited } from './attack.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
@@ -42,11 +43,15 @@ const FLAGS = {
     + 'the same bits for every count). Not a flag of daisy.train. Default: the single-threaded wasm-simd backend'],
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
+  '--attack': ['attack', 'an audited run in which peer S forges its gradient from step index STEP on '
+    + '(frontend_js/attack.js: kinds, audits, removal)', 'slot=S,from=STEP,kind=KIND'],
+  '--audit-rate': ['audit_rate', `an audited run with this many audits per step, 0..${MAX_AUDIT_RATE} (1 with --attack)`],
 };
 const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
        [--layers LAYERS] [--heads HEADS] [--seed SEED] [--exchange CODEC] [--data DATA] [--json] [--save SAVE]
-       [--resume RESUME] [--threads THREADS]`;
+       [--resume RESUME] [--attack slot=S,from=STEP,kind=KIND] [--audit-rate AUDIT_RATE]
+       [--threads THREADS]`;
 
 class UsageError extends Error {}
 
@@ -71,7 +76,8 @@ function pyInt(flag, s) {
 
 // argparse semantics: --flag VALUE or --flag=VALUE, unique prefixes, unknown args reported together
 export function parseArgs(argv) {
-  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null };
+  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null,
+    attack: null, audit_rate: null, attackSpec: null };
   for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed', 'exchange']) args[k] = DEFAULTS[k];
   const unknown = [];
   for (let i = 0; i < argv.length; i++) {
@@ -106,7 +112,7 @@ export function parseArgs(argv) {
     if (flag === '--save' || flag === '--resume') {
       throw new UsageError(`${flag}: checkpoints are not read or written by the JS CLI; use python -m daisy.train ${flag}`);
     }
-    args[dest] = flag === '--data' || flag === '--roster' || flag === '--exchange' ? value : pyInt(flag, value);
+    args[dest] = ['--data', '--roster', '--exchange', '--attack'].includes(flag) ? value : pyInt(flag, value);
   }
   if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
   if (args.peers !== null && args.roster !== null) {
@@ -119,6 +125,7 @@ export function parseArgs(argv) {
     throw new UsageError(`peers (--peers) must be in 1..${MAX_PEERS}, got ${args.peers}`);
   }
   args.schedule = args.roster === null ? [[0, args.peers ?? 2]] : rosterOrUsage(() => parseRoster(args.roster));
+  if (args.attack !== null || args.audit_rate !== null) auditedArgs(args);
   let cfg;
   try {
     cfg = makeConfig({ width: args.width, seq_len: args.seq_len, batch: args.batch, steps: args.steps,
@@ -131,7 +138,29 @@ export function parseArgs(argv) {
     throw new UsageError(`--stop-after must be in 1..${cfg.steps} (the run's steps), got ${args.stop_after}`);
   }
   if (args.roster !== null) rosterOrUsage(() => checkRoster(args.schedule, args.roster, 0, cfg.steps));
+  if (args.attackSpec !== null) attackOrUsage(() => checkAttack(args.attackSpec, args.schedule[0][1], cfg.steps));
   return { args, cfg };
+}
+
+// --attack / --audit-rate: an audited run (attack.js) of --peers from step 0 (daisy/train.py audited_args)
+function auditedArgs(args) {
+  if (args.roster !== null) {
+    throw new UsageError('--attack and --audit-rate run --peers P from step 0: drop --roster, --resume and --save');
+  }
+  if (args.audit_rate === null) args.audit_rate = 1;
+  if (!(args.audit_rate >= 0 && args.audit_rate <= MAX_AUDIT_RATE)) {
+    throw new UsageError(`--audit-rate must be in 0..${MAX_AUDIT_RATE}, got ${args.audit_rate}`);
+  }
+  if (args.attack !== null) args.attackSpec = attackOrUsage(() => parseAttack(args.attack));
+}
+
+function attackOrUsage(f) {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof AttackError) throw new UsageError(e.message);
+    throw e;
+  }
 }
 
 function rosterOrUsage(f) {
@@ -193,6 +222,9 @@ export async function main(argv) {
   }
   const backend = args.threads === null ? await bestBackend() : await createThreadedBackend({ threads: args.threads });
   const group = new Group(cfg, peersAt(args.schedule, 0), stream, backend);
+  if (args.audit_rate !== null) {
+    return runAudited(args, cfg, group, (line) => process.stdout.write(line + '\n'), (line) => process.stderr.write(line + '\n'));
+  }
   const n = args.stop_after === null ? cfg.steps : args.stop_after;
   for (let i = 0; i < n; i++) {
     let r;

@@ -4,6 +4,8 @@
 //   codec.encode(values, {seed, step, slot, offset}) -> Uint8Array   a slot's message
 //   codec.decode(bytes, n) -> Float64Array (n)                 throws CodecError if malformed
 //   codec.shardBounds(N, P) -> the reduce-scatter's P + 1 cut points (int8: on block boundaries)
+//   codec.block                -> 1 (f64) or 256 (int8): a message of values [lo, hi) with lo, hi
+//                                 multiples of it is exactly those bytes of a longer one (streamed GRADs)
 //   codec.reduce(slices in slot order, {seed, step, offset}) -> G
 //     = codec.decode(codec.reduceMessage(...), n)              (the REDUCED payload decoded)
 // A slot's message is a pure function of (its gradient, run seed, step, slot, offset): any peer
@@ -63,6 +65,8 @@ export function slotMean(slices, out = null) {
 // diverged, as before the codec existed)
 class F64Codec {
   get name() { return 'f64'; }
+
+  get block() { return 1; }        // a slice's message is cut only at multiples of it (streamed GRADs)
 
   messageBytes(n) { return 8 * n; }
 
@@ -144,6 +148,8 @@ function quantize(x, k, offset) {
 
 class Int8Codec {
   get name() { return 'int8'; }
+
+  get block() { return BLOCK; }
 
   messageBytes(n) { return SCALE_BYTES * blocksOf(n) + n; }
 

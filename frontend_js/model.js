@@ -264,19 +264,27 @@ async function both(first, second) {
 }
 
 // The gradient of the mean loss w.r.t. every parameter, in canonical order; matmuls that do not
-// depend on each other go through both().
-export async function backward(params, cfg, cache) {
+// depend on each other go through both(). onGrad(name, values), when given, is called as each
+// parameter's gradient becomes final, in the reverse of the canonical order (head.weight first,
+// wte.weight last): the streamed exchange sends what is final while the rest computes
+// (peer/mesh_collective.js beginStep). It must not write into values; it changes no bits. When it
+// returns a promise, backward waits for it (the sink yields to the event loop there, so that its
+// sends make progress during a backward pass that otherwise never yields).
+export async function backward(params, cfg, cache, onGrad = null) {
   const { idx, B, T, caches, xf, nf, dlogits, attScale, be, mem } = cache;
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE;
   const D = Math.floor(C / H), N = B * T, G = B * H;
   const mm = (a, ta, b, tb, batch, M, K, Nn, out = mem.take(batch * M * Nn)) => qmatmulT(be.engine, a, ta, b, tb, batch, M, K, Nn, out);
   const g = {};
+  const final = onGrad ? (name) => onGrad(name, g[name]) : () => null;
   let dxf;
   [g['head.weight'], dxf] = await both(
     mm(dlogits, true, xf, false, 1, V, N, C),                                // (V, C) dlogits^T xf
     mm(dlogits, false, params['head.weight'], false, 1, N, V, C));          // (N, C)
   let dx;
+  await final('head.weight');
   [dx, g['norm_f.weight']] = be.rmsnormBackward(dxf, params['norm_f.weight'], nf, N, C, mem);
+  await final('norm_f.weight');
   for (let l = L - 1; l >= 0; l--) {
     const p = `blocks.${l}.`;
     const { xn1, n1, q, k, v, pr, y, xn2, n2, h, hr } = caches[l];
@@ -291,17 +299,21 @@ export async function backward(params, cfg, cache) {
     [g[p + 'mlp.proj.weight'], dhr] = await both(
       mm(dx, true, hr, false, 1, C, N, 4 * C, g[p + 'mlp.proj.weight']),     // (C, 4C)
       mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C)); // (N, 4C)
+    await final(p + 'mlp.proj.weight');
     const dh = be.reluBackward(dhr, h, mem);                                 // (N, 4C)
     [g[p + 'mlp.fc.weight'], dxn2] = await both(
       mm(dh, true, xn2, false, 1, 4 * C, N, C, g[p + 'mlp.fc.weight']),      // (4C, C)
       mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C));   // (N, C)
+    await final(p + 'mlp.fc.weight');
     [dxb, dgNorm] = be.rmsnormBackward(dxn2, params[p + 'norm2.weight'], n2, N, C, mem);
     g[p + 'norm2.weight'].set(dgNorm);
+    await final(p + 'norm2.weight');
     dx = addInPlace(dx, dxb);                                                // dx is ours alone: add in place
     // attention branch: x += proj(attn(qkv(norm1(x))))
     [g[p + 'attn.proj.weight'], dy] = await both(
       mm(dx, true, y, false, 1, C, N, C, g[p + 'attn.proj.weight']),         // (C, C)
       mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C));    // (N, C)
+    await final(p + 'attn.proj.weight');
     const dyh = splitHeads3(dy, B, T, H, D, mem);                            // (B, H, T, D)
     [dpr, dv] = await both(
       mm(dyh, false, v, true, G, T, D, T),                                   // (B, H, T, T) dyh v^T
@@ -317,15 +329,19 @@ export async function backward(params, cfg, cache) {
     [g[p + 'attn.qkv.weight'], dxn1] = await both(
       mm(dqkv, true, xn1, false, 1, 3 * C, N, C, g[p + 'attn.qkv.weight']),  // (3C, C)
       mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C)); // (N, C)
+    await final(p + 'attn.qkv.weight');
     [dxb, dgNorm] = be.rmsnormBackward(dxn1, params[p + 'norm1.weight'], n1, N, C, mem);
     g[p + 'norm1.weight'].set(dgNorm);
+    await final(p + 'norm1.weight');
     dx = addInPlace(dx, dxb);
     mem.rewind(mark);
   }
   const dwpe = mem.take(T * C);                                              // (T, C) tree over b
   for (let i = 0; i < T * C; i++) dwpe[i] = treeSum(dx, i, B, T * C);
   g['wpe.weight'] = dwpe;
+  await final('wpe.weight');
   g['wte.weight'] = embeddingBackward(dx, idx, V, N, C, mem);                // (V, C)
+  await final('wte.weight');
   const out = {};
   for (const name of Object.keys(params)) out[name] = g[name];
   return out;
@@ -341,8 +357,8 @@ function splitHeads3(dy, B, T, H, D, mem) {
   return out;
 }
 
-// one peer's contribution to a step: {loss (mean over its B*T tokens), grads}
-export async function lossAndGrads(params, cfg, idx, targets, B, T, be, mem = freshF64) {
+// one peer's contribution to a step: {loss (mean over its B*T tokens), grads}; onGrad: backward's
+export async function lossAndGrads(params, cfg, idx, targets, B, T, be, mem = freshF64, onGrad = null) {
   const { loss, cache } = await forward(params, cfg, idx, B, T, targets, be, mem);
-  return { loss, grads: await backward(params, cfg, cache) };
+  return { loss, grads: await backward(params, cfg, cache, onGrad) };
 }

@@ -11,6 +11,8 @@ export const PURPOSE_DATA = 2;
 export const PURPOSE_SAMPLE = 3;
 export const PURPOSE_EXCHANGE = 4;            // a slot's int8 exchange message (exchange_codec.js)
 export const PURPOSE_EXCHANGE_REDUCED = 5;    // the re-quantized reduced gradient G
+export const PURPOSE_AUDIT = 6;               // the audit choice (audit.js)
+export const PURPOSE_ATTACK = 7;              // the attack runner's noise and directions (attack.js)
 
 export function mix32(x) {
   x = x >>> 0;

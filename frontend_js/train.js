@@ -34,11 +34,14 @@ export class Trainer {
     this.backend = checkBackend(backend, 'Trainer');
   }
 
-  // (loss, grads) of this replica on the batch of (seed, step, slot); arrays from `arena`
-  async localStep(step, slot, arena) {
+  // (loss, grads) of this replica on the batch of (seed, step, slot); arrays from `arena`.
+  // sink: optional, {grad(name, values)} told of each gradient as it becomes final (the streamed
+  // exchange: MeshCollective.beginStep); the result is the same either way
+  async localStep(step, slot, arena, sink = null) {
     const cfg = this.cfg;
     const { x, y } = await this.batches.get(step, slot);
-    return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena);
+    const onGrad = sink ? (name, values) => sink.grad(name, values) : null;
+    return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena, onGrad);
   }
 
   // Adam with the group's G, then the hash -> {step (number after it), hash}

@@ -21,7 +21,7 @@
 import { jsSha, createSubtleSha, gateSha } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
-export const PROTOCOL_VERSION = 2;         // 2: membership (ROSTER .. LEAVE)
+export const PROTOCOL_VERSION = 3;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts)
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
@@ -47,6 +47,7 @@ export const TYPES = Object.freeze({
   SYNCED: 18,    // JSON {runId, step, hash}: a joiner's hash after catching up to `step`
   LEAVE: 19,     // JSON {runId, reason}: goodbye: this page is closing
   GROUP_STATE: 20, // binary: a loaded checkpoint's state body (state_codec.js) to the idle group (group_state.js)
+  GRAD_PART: 21, // binary: part index (u32) + bytes of a GRAD's payload, sent while the backward pass runs (mesh_collective.js)
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;

@@ -1,0 +1,314 @@
+"""The audited run and its attacker: python -m daisy.train --peers P --attack SPEC [--audit-rate R]
+(docs/VERIFICATION.md §13). frontend_js/attack.js is the twin; the two print the same lines.
+
+    --attack "slot=1,from=39,kind=scale:-1000"     peer 1 sends -1000 x its gradient from step index 39
+    --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
+    --audit-rate 2                                  two audits per step (default 1; 0 = none)
+
+The attacking peers are named by their slot at the run's start; a peer keeps its id when slots
+renumber after a removal. Kinds (each forged message is committed to honestly, so only an audit
+or a cheap check can catch it):
+    scale:F        F x its gradient                 nan           every value NaN
+    noise          uniform noise of the gradient's max-norm, nothing of the gradient
+    const          one fixed +-1 direction (the same every step) x the gradient's max-norm
+    stale          its gradient of the step it computed before (earlier weights)
+    otherbatch     the gradient of a batch no slot trains on (seed, step, P + slot)
+    mismatch       its gradient with the first value one ulp up: matches its commitment, not its batch
+    liar-auditor   honest gradients; as an auditor it accuses whomever it audits
+
+A step: every slot's messages and commitment; cheap checks; the seeded audits, each recomputed by
+its auditor; a failed audit judged by recomputation removes the audited peer or its accuser; a
+removal rolls the group back to the state after that peer's last passed audit and recomputes
+from there without it (steps recomputed print again; the last line printed for a step is the
+run's). At the end, stderr names the kept timeline's roster: `python -m daisy.train --roster R`
+prints the same last line for every step.
+"""
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import prng
+from .audit import (Evidence, audit_pairs, beacon, cheap_check, contribution_digest, judge,
+                    message_bounds, message_hashes, reference_nonce, rollback_step, slot_digest,
+                    slot_messages)
+from .collective import flatten_grads, unflatten
+from .exchange_codec import CodecError, codec_for
+from .model import param_shapes
+from .reduce import reduce_losses
+from .train import Group, copy_replica
+
+KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor")
+MAX_AUDIT_RATE = 64
+
+
+# -- the attack setting -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attack:
+    peers: tuple          # attacking peer ids (their slots at the run's start)
+    start: int            # the first 0-based step index they attack
+    kind: str             # a name of KINDS ("scale" for scale:F)
+    factor: float         # F of scale:F, else 1.0
+
+
+def parse_attack(text: str) -> Attack:
+    """"slot=1,from=39,kind=scale:-1000" -> Attack; ValueError naming the bad part (the messages
+    are mirrored by frontend_js/attack.js)."""
+    got = {}
+    for part in text.split(","):
+        name, eq, value = part.partition("=")
+        if not eq or name not in ("slot", "from", "kind"):
+            raise ValueError(f"--attack part '{part}' is not slot=S[+S...], from=STEP or kind=KIND")
+        if name in got:
+            raise ValueError(f"--attack names {name} twice")
+        got[name] = value
+    if "slot" not in got or "kind" not in got:
+        raise ValueError("--attack needs slot=S and kind=KIND (from=STEP is 0 unless given)")
+    if re.fullmatch(r"[0-9]{1,2}(\+[0-9]{1,2})*", got["slot"]) is None:
+        raise ValueError(f"--attack slot '{got['slot']}' is not a slot or slots joined by + (e.g. 1 or 1+3)")
+    peers = tuple(int(s) for s in got["slot"].split("+"))
+    if len(set(peers)) != len(peers):
+        raise ValueError(f"--attack slot '{got['slot']}' names a slot twice")
+    start = got.get("from", "0")
+    if re.fullmatch(r"[0-9]{1,9}", start) is None:
+        raise ValueError(f"--attack from '{start}' is not a 0-based step index")
+    kind, factor = got["kind"], 1.0
+    m = re.fullmatch(r"scale:(-?[0-9]{1,9}(\.[0-9]{1,9})?)", kind)
+    if m is not None:
+        kind, factor = "scale", float(m.group(1))
+    elif kind not in KINDS or kind == "scale:F":
+        raise ValueError(f"--attack kind '{kind}' is not one of {', '.join(KINDS)}")
+    return Attack(peers, int(start), kind, factor)
+
+
+def check_attack(attack: Attack, P: int, steps: int) -> None:
+    """The attack fits a run of P peers and `steps` steps; at least one peer stays honest."""
+    for s in attack.peers:
+        if s >= P:
+            raise ValueError(f"--attack slot {s} is outside the group of {P} peers")
+    if len(attack.peers) >= P:
+        raise ValueError(f"--attack names every one of the {P} peers; at least one must be honest")
+    if attack.start >= steps:
+        raise ValueError(f"--attack from {attack.start} is past the run's last step index {steps - 1}")
+
+
+# -- forged gradients (pure: the attacker's honest (flat) and the step's keys in, bytes' values out)
+def max_norm(flat: np.ndarray) -> float:
+    return float(np.max(np.abs(flat)))
+
+
+def forge(kind: str, factor: float, flat: np.ndarray, seed: int, step: int, slot: int) -> np.ndarray:
+    """The forged flat gradient of the kinds that need only the honest one (scale, nan, noise,
+    const, mismatch)."""
+    n = np.arange(len(flat), dtype=np.uint32)
+    if kind == "scale":
+        return flat * factor
+    if kind == "nan":
+        return np.full(len(flat), np.nan)
+    if kind == "noise":
+        u = prng.uniform(prng.key(prng.PURPOSE_ATTACK, seed, step, slot), n)
+        return (2.0 * u - 1.0) * max_norm(flat)
+    if kind == "const":
+        sign = np.where(prng.draw(prng.key(prng.PURPOSE_ATTACK, seed), n) & np.uint32(1), 1.0, -1.0)
+        return sign * max_norm(flat)
+    if kind == "mismatch":
+        out = flat.copy()
+        out[0] = np.nextafter(out[0], np.inf)
+        return out
+    raise ValueError(f"forge: {kind} needs more than the honest gradient")
+
+
+# -- the audited run --------------------------------------------------------------------------
+class AuditedRun:
+    """A Group (daisy/train.py) trained with commitments, audits and removal (module docstring);
+    a removal replaces the Group by one of the survivors, restored to the rollback's state."""
+
+    def __init__(self, cfg, group, attack: Attack | None, rate: int):
+        self.cfg, self.group, self.attack, self.rate = cfg, group, attack, rate
+        self.shapes = param_shapes(cfg)
+        self.codec = codec_for(cfg.exchange)
+        self.ids = list(range(len(group.replicas)))           # peer id of each slot
+        self.passes = {p: {None: 0} for p in self.ids}        # peer -> {auditor: step after its pass}
+        self.excluded_from = {}                               # convicted peer -> step it is left out from
+        self.snapshots = {0: copy_replica(group.replicas[0])}       # step -> state after that step
+        self.schedule = {}                                    # step index -> P (kept timeline)
+        self.previous = {}                                    # attacker id -> its last honest flat
+        self.audits = 0
+        self.recomputed = 0
+
+    def attacking(self, pid: int, s: int) -> bool:
+        a = self.attack
+        return a is not None and pid in a.peers and s >= a.start
+
+    def honest(self, trainer, s: int, slot: int):
+        """(loss, flat gradient) of the trainer's replica on the batch (seed, s, slot)."""
+        loss, grads = trainer.local_step(s, slot)
+        return loss, flatten_grads(grads, self.shapes)
+
+    def contribute(self, s: int, slot: int):
+        """What the peer in `slot` sends at step index s: (loss, flat)."""
+        pid, trainer = self.ids[slot], self.group.trainers[slot]
+        loss, flat = self.honest(trainer, s, slot)
+        if not self.attacking(pid, s) or self.attack.kind == "liar-auditor":
+            return loss, flat
+        kind, previous = self.attack.kind, self.previous.get(pid, flat)
+        self.previous[pid] = flat
+        if kind == "stale":
+            return loss, previous
+        if kind == "otherbatch":
+            return loss, self.honest(trainer, s, len(self.ids) + slot)[1]
+        return loss, forge(kind, self.attack.factor, flat, self.cfg.seed, s, slot)
+
+    def recompute(self, s: int, slot: int, P: int) -> bytes:
+        """The digest an honest peer recomputes for `slot` at s (from its own pre-step replica;
+        every honest replica is the same, the first honest one is used)."""
+        loss, flat = self.honest(self.group.trainers[self.honest_slot(s)], s, slot)
+        return contribution_digest(flat, loss, P, self.cfg.seed, s, slot, self.codec)
+
+    def audit(self, s: int, auditor: int, audited: int, committed: bytes, P: int) -> bytes:
+        """The digest the auditor reports for the audited slot."""
+        self.audits += 1
+        a_pid, d_pid = self.ids[auditor], self.ids[audited]
+        if self.attacking(a_pid, s):
+            if self.attack.kind == "liar-auditor":
+                return hashlib.sha256(b"a false accusation" + committed).digest()
+            if self.attacking(d_pid, s):
+                return committed                              # colluders pass each other
+        return self.recompute(s, audited, P)
+
+    def step(self, emit) -> None:
+        """Compute step index s = the replicas' step: apply it, or remove a peer and roll back."""
+        cfg, s, P = self.cfg, self.group.replicas[0].step, len(self.ids)
+        sent = [self.contribute(s, slot) for slot in range(P)]
+        messages = [self.messages(flat, P, s, slot) for slot, (_, flat) in enumerate(sent)]
+        digests = [slot_digest(s, slot, loss, message_hashes(m))
+                   for slot, ((loss, _), m) in enumerate(zip(sent, messages))]
+        N = len(sent[0][1])
+        for slot, ((loss, _), m) in enumerate(zip(sent, messages)):
+            reason = cheap_check(loss, m, N, P, self.codec)
+            if reason is not None:
+                return self.remove(slot, s, f"gradient from peer {self.ids[slot]} {reason} at step "
+                                            f"{s + 1}: removed", emit)
+        nonces = [reference_nonce(cfg.seed, s, slot) for slot in range(P)]
+        passed = []
+        for auditor, audited in audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces)):
+            reported = self.audit(s, auditor, audited, digests[audited], P)
+            if reported == digests[audited]:
+                passed.append((auditor, audited))
+                continue
+            ev = Evidence(run=str(cfg.seed), step=s, slot=audited, accuser=auditor,
+                          committed=digests[audited].hex(), recomputed=reported.hex())
+            if judge(ev, self.recompute(s, audited, P).hex()) == "audited":
+                why = (f"gradient from peer {self.ids[audited]} did not reproduce at step {s + 1}: "
+                       f"removed (committed {ev.committed[:16]}, recomputed {ev.recomputed[:16]} "
+                       f"by peer {self.ids[auditor]})")
+                return self.remove(audited, s, why, emit)
+            why = (f"peer {self.ids[auditor]} accused peer {self.ids[audited]} at step {s + 1}, "
+                   f"whose gradient reproduced: peer {self.ids[auditor]} removed")
+            return self.remove(auditor, s, why, emit)
+        self.apply(s, sent, messages, passed, emit)
+
+    def messages(self, flat: np.ndarray, P: int, s: int, slot: int) -> list:
+        """The slot's messages; a forged gradient the codec refuses to encode (int8: a value
+        that is not finite or too large) is sent as its raw float64 bytes, as a forger would."""
+        try:
+            return slot_messages(flat, P, self.cfg.seed, s, slot, self.codec)
+        except CodecError:
+            return [flat[lo:hi].astype("<f8").tobytes() for lo, hi in message_bounds(len(flat), P, self.codec)]
+
+    def apply(self, s: int, sent, messages, passed, emit) -> None:
+        """G from the checked messages (daisy.collective.codec_reduce's rule), Adam on every replica."""
+        P, N, seed = len(self.ids), len(sent[0][1]), self.cfg.seed
+        flat = np.zeros(N)
+        for k, (lo, hi) in enumerate(message_bounds(N, P, self.codec)):
+            decoded = [self.codec.decode(ms[k], hi - lo) for ms in messages]
+            flat[lo:hi] = self.codec.reduce(decoded, seed=seed, step=s, offset=lo)
+        G = unflatten(flat, self.shapes)
+        hashes = [trainer.apply(G)[1] for trainer in self.group.trainers]
+        loss = reduce_losses({slot: l for slot, (l, _) in enumerate(sent)})
+        self.schedule[s] = P
+        for auditor, audited in passed:
+            self.passes[self.ids[audited]][self.ids[auditor]] = s + 1
+        if passed:
+            self.snapshots[s + 1] = copy_replica(self.group.replicas[self.honest_slot(s)])
+        self.keep_snapshots()
+        emit.step(s + 1, loss, hashes)
+
+    def honest_slot(self, s: int) -> int:
+        return next(slot for slot, q in enumerate(self.ids) if not self.attacking(q, s))
+
+    def keep_snapshots(self) -> None:
+        """Keep the states a rollback may need: every step some pass (or join) points at."""
+        needed = {t for by in self.passes.values() for t in by.values()}
+        self.snapshots = {t: st for t, st in self.snapshots.items() if t in needed}
+
+    def remove(self, slot: int, s: int, why: str, emit) -> None:
+        """Convict the peer in `slot`: every replica goes back to the state rollback_step names,
+        the later steps are recomputed without it (and without every peer convicted before)."""
+        pid = self.ids[slot]
+        back = rollback_step(pid, self.passes, self.excluded_from)
+        emit.removed(s + 1, pid, why, back)
+        self.excluded_from[pid] = back
+        for c in self.excluded_from:
+            self.excluded_from[c] = min(self.excluded_from[c], back)
+        del self.ids[slot]
+        for by in self.passes.values():               # passes in the steps undone are void
+            for a in [a for a, t in by.items() if t > back]:
+                del by[a]
+        state = self.snapshots[back]
+        g = self.group
+        self.group = Group(self.cfg, len(self.ids), g.batches, g.mm, replicas=[copy_replica(state) for _ in self.ids])
+        self.keep_snapshots()
+        self.recomputed += s - back
+        self.schedule = {t: p for t, p in self.schedule.items() if t < back}
+
+    def roster(self) -> str:
+        """The kept timeline's P per step as a --roster schedule ("0:3,38:2")."""
+        out, last = [], None
+        for t in sorted(self.schedule):
+            if self.schedule[t] != last:
+                out.append(f"{t}:{self.schedule[t]}")
+                last = self.schedule[t]
+        return ",".join(out)
+
+
+# -- the CLI's output -------------------------------------------------------------------------
+class Printer:
+    """The lines of an audited run: the usual step lines, and one line per removal."""
+
+    def __init__(self, as_json: bool, out):
+        self.as_json, self.out = as_json, out
+        self.agree = True             # the last step's replicas all had one hash
+
+    def step(self, step: int, loss: float, hashes: list) -> None:
+        if self.as_json:
+            line = json.dumps({"step": step, "loss": loss, "hashes": hashes})
+        else:
+            agree = "agree" if len(set(hashes)) == 1 else "DISAGREE"
+            line = f"step {step:5d}  loss {loss:.4f}  hash {hashes[0][:16]}  ({len(hashes)} peers {agree})"
+        print(line, file=self.out, flush=True)
+        self.agree = len(set(hashes)) == 1
+
+    def removed(self, step: int, peer: int, why: str, back: int) -> None:
+        if self.as_json:
+            line = json.dumps({"event": "removed", "step": step, "peer": peer, "why": why, "rollback_to": back})
+        else:
+            line = f"audit: {why}; rolled back to step {back}"
+        print(line, file=self.out, flush=True)
+
+
+def run_audited(args, cfg, group, out, err) -> int:
+    """python -m daisy.train --attack/--audit-rate: train to the run's end (or --stop-after)."""
+    run = AuditedRun(cfg, group, args.attack_spec, args.audit_rate)
+    emit = Printer(args.json, out)
+    end = cfg.steps if args.stop_after is None else args.stop_after
+    while run.group.replicas[0].step < end:
+        run.step(emit)
+        if not emit.agree:
+            print("error: replicas diverged; stopping (never fork)", file=err)
+            return 3
+    print(f"audit: {run.audits} audits, {run.recomputed} steps recomputed; the run's roster: "
+          f"{run.roster()}", file=err)
+    return 0

@@ -1,0 +1,218 @@
+"""Audited gradients: the pure rules (docs/VERIFICATION.md §13). frontend_js/audit.js is the twin.
+
+A slot's contribution to step s is a pure function of (weights, batch key, step, slot, run
+seed), so any honest peer can recompute it and demand byte equality:
+
+    messages    the exact bytes the slot sends: the exchange codec's messages of its gradient
+                (daisy/exchange_codec.py), one in the all-gather topology, one per shard in
+                reduce-scatter
+    commitment  SHA-256 of each message, and the slot's digest over its step, slot, loss and
+                those hashes (sent with the gradient)
+    cheap check a message of the wrong size, a non-finite loss or value: evidence by itself
+    audit       the seeded choice of (auditor, audited) pairs from the run seed, the step and a
+                beacon over every digest and every peer's revealed nonce, so no peer knows the
+                choice before its commitment is sent; the auditor recomputes and compares
+    evidence    (run, step, slot, accuser, committed, recomputed): every honest peer recomputes;
+                the audited slot is removed if its digest does not reproduce, else the accuser
+"""
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import prng
+from .collective import ALL_GATHER, topology_for
+from .exchange_codec import CodecError
+
+COMMIT_TAG = b"daisy-commit-v1"
+BEACON_TAG = b"daisy-beacon-v1"
+NONCE_TAG = b"daisy-audit-nonce-v1"
+DEFAULT_AUDIT_RATE = 1          # audits per step in the group (a run setting)
+
+
+# -- the messages a slot contributes (the exchange codec's, daisy/exchange_codec.py) -------------
+def message_bounds(N: int, P: int, codec) -> list:
+    """[(lo, hi)] of the flat gradient each message of a slot carries: the whole gradient in
+    the all-gather topology, shard k of codec.shard_bounds(N, P) in reduce-scatter."""
+    if topology_for(P) == ALL_GATHER:
+        return [(0, N)]
+    b = codec.shard_bounds(N, P)
+    return [(b[k], b[k + 1]) for k in range(P)]
+
+
+def slot_messages(flat: np.ndarray, P: int, seed: int, step: int, slot: int, codec) -> list:
+    """The messages slot `slot` sends at `step` in a group of P: [bytes] in message order, each
+    the codec's encode of its slice (offset = the slice's first index)."""
+    return [codec.encode(flat[lo:hi], seed=seed, step=step, slot=slot, offset=lo)
+            for lo, hi in message_bounds(len(flat), P, codec)]
+
+
+# -- commitments --------------------------------------------------------------------------------
+def message_hashes(messages: list) -> list:
+    """SHA-256 of each message (32 bytes each): a receiver checks the bytes it got against it."""
+    return [hashlib.sha256(m).digest() for m in messages]
+
+
+def slot_digest(step: int, slot: int, loss: float, hashes: list) -> bytes:
+    """The slot's commitment for the step: SHA-256(tag, step u32le, slot u32le, loss f64le,
+    each message hash in message order). Binding step and slot makes an old commitment useless."""
+    h = hashlib.sha256(COMMIT_TAG)
+    h.update(struct.pack("<IId", step, slot, loss))
+    for x in hashes:
+        h.update(x)
+    return h.digest()
+
+
+def contribution_digest(flat: np.ndarray, loss: float, P: int, seed: int, step: int, slot: int,
+                        codec) -> bytes:
+    """What an auditor recomputes: the digest of (loss, flat) as slot `slot` must send it."""
+    return slot_digest(step, slot, loss, message_hashes(slot_messages(flat, P, seed, step, slot, codec)))
+
+
+# -- cheap checks: evidence by itself -----------------------------------------------------------
+def cheap_check(loss: float, messages: list, N: int, P: int, codec):
+    """None if the slot's messages have the codec's sizes and decode, and every value and the
+    loss are finite; else the reason (the words of the panel)."""
+    bounds = message_bounds(N, P, codec)
+    if len(messages) != len(bounds):
+        return f"has {len(messages)} messages, the group needs {len(bounds)}"
+    for m, (lo, hi) in zip(messages, bounds):
+        if len(m) != codec.message_bytes(hi - lo):
+            return f"is {len(m)} bytes where {codec.message_bytes(hi - lo)} are due"
+    if not np.isfinite(loss):
+        return "has a loss that is not finite"
+    for m, (lo, hi) in zip(messages, bounds):
+        try:
+            values = codec.decode(m, hi - lo)
+        except CodecError as e:
+            return f"is malformed ({e})"
+        if not np.isfinite(values).all():
+            return "is not finite"
+    return None
+
+
+# -- the audit choice ---------------------------------------------------------------------------
+def reference_nonce(seed: int, step: int, slot: int) -> bytes:
+    """The reference run's stand-in for a peer's secret nonce of a step (a page draws 32 random
+    bytes and sends SHA-256 of them with its commitment, the bytes themselves after every
+    commitment of the step arrived)."""
+    return hashlib.sha256(NONCE_TAG + struct.pack("<III", seed, step, slot)).digest()
+
+
+def nonce_commitment(nonce: bytes) -> bytes:
+    return hashlib.sha256(nonce).digest()
+
+
+def beacon(digests: list, nonces: list) -> bytes:
+    """SHA-256(tag, every slot's digest in slot order, every slot's nonce in slot order)."""
+    h = hashlib.sha256(BEACON_TAG)
+    for d in digests:
+        h.update(d)
+    for n in nonces:
+        h.update(n)
+    return h.digest()
+
+
+def audit_pairs(seed: int, step: int, P: int, rate: int, beacon_bytes: bytes) -> list:
+    """[(auditor, audited)] of the step: min(rate, P) distinct audited slots (a partial
+    Fisher-Yates shuffle), each with an auditor drawn from the other P - 1 slots. No audits
+    when P = 1. k = key(PURPOSE_AUDIT, seed, step, the beacon's 8 little-endian u32 words)."""
+    if P < 2:
+        return []
+    k = prng.key(prng.PURPOSE_AUDIT, seed, step, *struct.unpack("<8I", beacon_bytes))
+    slots, pairs = list(range(P)), []
+    for a in range(min(rate, P)):
+        j = a + prng.draw(k, a) % (P - a)
+        slots[a], slots[j] = slots[j], slots[a]
+        audited = slots[a]
+        auditor = (audited + 1 + prng.draw(k, P + a) % (P - 1)) % P
+        pairs.append((auditor, audited))
+    return pairs
+
+
+# -- evidence -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evidence:
+    """A failed audit as broadcast: the run, the step (0-based index), the audited slot, the
+    accusing slot, the audited slot's committed digest and the accuser's recomputed one (hex)."""
+    run: str
+    step: int
+    slot: int
+    accuser: int
+    committed: str
+    recomputed: str
+
+
+def judge(evidence: Evidence, reproduced: str) -> str:
+    """Who is removed, given the digest the checking peer recomputed itself for the audited
+    slot: "audited" when the committed digest does not reproduce, else "accuser" (a false
+    accusation). The accuser's own claimed hash decides nothing."""
+    return "audited" if reproduced != evidence.committed else "accuser"
+
+
+def trusted_step(passes: dict, convicted) -> int:
+    """The state after the last step whose audit of a peer was passed by an auditor never
+    convicted. passes: {auditor id: the step after the latest audit of the peer it passed}, with
+    the peer's join under the auditor None (the run's start: 0). A convicted auditor's passes
+    prove nothing (two colluders pass each other)."""
+    return max(t for a, t in passes.items() if a is None or a not in convicted)
+
+
+def rollback_step(peer, passes: dict, excluded_from: dict) -> int:
+    """The step a conviction of `peer` rolls the group back to. passes: {peer id: its passes (as
+    trusted_step)}; excluded_from: {each peer convicted before: the step from which the kept
+    run leaves it out}. The peer's contributions after its trusted step were never checked; and
+    its conviction voids the passes it gave, so a peer convicted before whose trusted step now
+    falls below where it was left out takes the group back there too."""
+    convicted = set(excluded_from) | {peer}
+    back = trusted_step(passes[peer], convicted)
+    for c, since in excluded_from.items():
+        back = min(back, trusted_step(passes[c], convicted)) if trusted_step(passes[c], convicted) < since else back
+    return back
+
+
+# -- reduce-scatter: an owner's reduced shard ---------------------------------------------------
+def check_reduced_shard(slices: list, committed_hashes: list, reduced: np.ndarray, n: int, codec,
+                        seed: int, step: int, offset: int):
+    """The audit of a shard owner: `slices` are the P messages of its shard [offset, offset + n)
+    it received (its transcript, slot order), `committed_hashes` each slot's committed hash of
+    that message, and `reduced` the reduced shard it sent, as decoded (n float64 values). None
+    if codec.reduce of the transcript reproduces it bit for bit, else the reason."""
+    for s, (m, h) in enumerate(zip(slices, committed_hashes)):
+        if hashlib.sha256(m).digest() != h:
+            return f"its transcript's slice of slot {s} is not the one slot {s} committed to"
+    out = codec.reduce([codec.decode(m, n) for m in slices], seed=seed, step=step, offset=offset)
+    if out.astype("<f8").tobytes() != np.ascontiguousarray(reduced, dtype="<f8").tobytes():
+        return "its reduced shard did not reproduce"
+    return None
+
+
+# -- what the audits buy: detection per step ---------------------------------------------------
+def detection_probability(P: int, rate: int, cheaters: int = 1, liar: bool = False) -> float:
+    """The chance that a step's audits catch a lie, when `cheaters` of the P slots forge their
+    gradients and pass each other's audits (liar=False), or when one slot is a lying auditor
+    (liar=True: it is caught when it audits anyone). Audited slots: a uniform r-subset, r =
+    min(rate, P); each audit's auditor uniform over the other P - 1 slots (audit_pairs)."""
+    from math import comb
+    r = min(rate, P)
+    if P < 2 or r == 0:
+        return 0.0
+    if liar:                     # the liar audits nobody: each audit avoids it, it may be audited
+        q = (P - 2) / (P - 1)
+        return 1.0 - ((r / P) * q ** (r - 1) + (1 - r / P) * q ** r)
+    c = cheaters                 # no catch: every audited cheater has a colluding auditor
+    miss = sum(comb(c, j) * comb(P - c, r - j) / comb(P, r) * ((c - 1) / (P - 1)) ** j
+               for j in range(0, min(c, r) + 1))
+    return 1.0 - miss
+
+
+def expected_steps(p: float) -> float:
+    """Mean steps from the first forged step to its detection (geometric: 1/p)."""
+    return 1.0 / p
+
+
+def median_steps(p: float) -> int:
+    """Median of the same: the least n with 1 - (1 - p)^n >= 1/2."""
+    from math import ceil, log
+    return 1 if p >= 1.0 else max(1, ceil(log(0.5) / log(1.0 - p)))

@@ -1,0 +1,310 @@
+// The audited run and its attacker, mirroring daisy/attack.py (docs/VERIFICATION.md §13):
+//   node frontend_js/cli.mjs --peers P --attack "slot=1,from=39,kind=scale:-1000" [--audit-rate R]
+// prints the lines of python -m daisy.train with the same flags. The attacking peers are named by
+// their slot at the run's start and keep their ids when slots renumber. Kinds: scale:F, nan,
+// noise, const, stale, otherbatch, mismatch, liar-auditor (daisy/attack.py says what each sends);
+// slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
+// commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
+// by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
+// state after that peer's last passed audit and recomputes from there without it.
+import { PURPOSE_ATTACK, draw, key, uniform } from './prng.js';
+import { paramShapes } from './model.js';
+import { flattenGrads, unflatten } from './collective.js';
+import { CodecError, codecFor } from './exchange_codec.js';
+import { reduceLosses } from './reduce.js';
+import { Group, cloneReplica, stepJsonLine } from './train.js';
+import {
+  Evidence, auditPairs, beacon, cheapCheck, contributionDigest, judge, messageBounds,
+  messageHashes, referenceNonce, rollbackStep, slotDigest, slotMessages, toHex,
+} from './audit.js';
+import { Sha256 } from './hashing.js';
+
+export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor'];
+export const MAX_AUDIT_RATE = 64;
+
+// ---- the attack setting ---------------------------------------------------------------------------
+export class AttackError extends Error {}
+
+export class Attack {
+  constructor(peers, start, kind, factor) {
+    this.peers = peers;     // attacking peer ids (their slots at the run's start)
+    this.start = start;     // the first 0-based step index they attack
+    this.kind = kind;       // a name of KINDS ('scale' for scale:F)
+    this.factor = factor;   // F of scale:F, else 1
+    Object.freeze(this);
+  }
+}
+
+// "slot=1,from=39,kind=scale:-1000" -> Attack; AttackError with daisy/attack.py's messages
+export function parseAttack(text) {
+  const got = new Map();
+  for (const part of text.split(',')) {
+    const eq = part.indexOf('=');
+    const name = eq < 0 ? part : part.slice(0, eq);
+    if (eq < 0 || !['slot', 'from', 'kind'].includes(name)) {
+      throw new AttackError(`--attack part '${part}' is not slot=S[+S...], from=STEP or kind=KIND`);
+    }
+    if (got.has(name)) throw new AttackError(`--attack names ${name} twice`);
+    got.set(name, part.slice(eq + 1));
+  }
+  if (!got.has('slot') || !got.has('kind')) throw new AttackError('--attack needs slot=S and kind=KIND (from=STEP is 0 unless given)');
+  const slot = got.get('slot');
+  if (!/^[0-9]{1,2}(\+[0-9]{1,2})*$/.test(slot)) {
+    throw new AttackError(`--attack slot '${slot}' is not a slot or slots joined by + (e.g. 1 or 1+3)`);
+  }
+  const peers = slot.split('+').map(Number);
+  if (new Set(peers).size !== peers.length) throw new AttackError(`--attack slot '${slot}' names a slot twice`);
+  const start = got.has('from') ? got.get('from') : '0';
+  if (!/^[0-9]{1,9}$/.test(start)) throw new AttackError(`--attack from '${start}' is not a 0-based step index`);
+  let kind = got.get('kind'), factor = 1;
+  const m = /^scale:(-?[0-9]{1,9}(\.[0-9]{1,9})?)$/.exec(kind);
+  if (m) { kind = 'scale'; factor = Number(m[1]); }
+  else if (!KINDS.includes(kind) || kind === 'scale:F') throw new AttackError(`--attack kind '${kind}' is not one of ${KINDS.join(', ')}`);
+  return new Attack(Object.freeze(peers), Number(start), kind, factor);
+}
+
+// the attack fits a run of P peers and `steps` steps; at least one peer stays honest
+export function checkAttack(attack, P, steps) {
+  for (const s of attack.peers) if (s >= P) throw new AttackError(`--attack slot ${s} is outside the group of ${P} peers`);
+  if (attack.peers.length >= P) throw new AttackError(`--attack names every one of the ${P} peers; at least one must be honest`);
+  if (attack.start >= steps) throw new AttackError(`--attack from ${attack.start} is past the run's last step index ${steps - 1}`);
+}
+
+// ---- forged gradients ------------------------------------------------------------------------------
+export function maxNorm(flat) {
+  let m = 0;
+  for (let i = 0; i < flat.length; i++) m = Math.max(m, Math.abs(flat[i]));
+  return m;
+}
+
+// the next float64 above x (numpy's nextafter(x, inf)) for finite x
+function nextUp(x) {
+  if (x === 0) return Number.MIN_VALUE;
+  const dv = new DataView(new ArrayBuffer(8));
+  dv.setFloat64(0, x);
+  const bits = dv.getBigUint64(0);
+  dv.setBigUint64(0, x > 0 ? bits + 1n : bits - 1n);
+  return dv.getFloat64(0);
+}
+
+// the forged flat gradient of the kinds that need only the honest one
+export function forge(kind, factor, flat, seed, step, slot) {
+  const N = flat.length;
+  if (kind === 'scale') return flat.map((v) => v * factor);
+  if (kind === 'nan') return new Float64Array(N).fill(NaN);
+  if (kind === 'noise') {
+    const k = key(PURPOSE_ATTACK, seed, step, slot), m = maxNorm(flat);
+    return Float64Array.from({ length: N }, (_, i) => (2.0 * uniform(k, i) - 1.0) * m);
+  }
+  if (kind === 'const') {
+    const k = key(PURPOSE_ATTACK, seed), m = maxNorm(flat);
+    return Float64Array.from({ length: N }, (_, i) => ((draw(k, i) & 1) ? 1.0 : -1.0) * m);
+  }
+  if (kind === 'mismatch') {
+    const out = Float64Array.from(flat);
+    out[0] = nextUp(out[0]);
+    return out;
+  }
+  throw new Error(`forge: ${kind} needs more than the honest gradient`);
+}
+
+// ---- the audited run -----------------------------------------------------------------------------
+// A Group (train.js) trained with commitments, audits and removal; a removal replaces the Group by
+// one of the survivors, restored to the rollback's state
+export class AuditedRun {
+  constructor(cfg, group, attack, rate) {
+    this.cfg = cfg; this.group = group; this.attack = attack; this.rate = rate;
+    this.shapes = paramShapes(cfg);
+    this.codec = codecFor(cfg.exchange);
+    this.names = this.shapes.map(([n]) => n);
+    this.ids = group.replicas.map((_, slot) => slot);             // peer id of each slot
+    this.passes = new Map(this.ids.map((p) => [p, new Map([[null, 0]])]));   // peer -> auditor -> step after its pass
+    this.excludedFrom = new Map();                               // convicted peer -> step it is left out from
+    this.snapshots = new Map([[0, cloneReplica(group.replicas[0])]]);   // step -> state after it
+    this.schedule = new Map();                                   // step index -> P (kept timeline)
+    this.previous = new Map();                                   // attacker id -> its last honest flat
+    this.audits = 0;
+    this.recomputed = 0;
+  }
+
+  attacking(pid, s) {
+    const a = this.attack;
+    return a !== null && a.peers.includes(pid) && s >= a.start;
+  }
+
+  // [loss, flat gradient] of the trainer's replica on the batch (seed, s, slot)
+  async honest(trainer, s, slot) {
+    const r = await trainer.localStep(s, slot, this.group.arena);
+    return [r.loss, flattenGrads(r.grads, this.names)];
+  }
+
+  // what the peer in `slot` sends at step index s: [loss, flat]
+  async contribute(s, slot) {
+    const pid = this.ids[slot], trainer = this.group.trainers[slot];
+    const [loss, flat] = await this.honest(trainer, s, slot);
+    if (!this.attacking(pid, s) || this.attack.kind === 'liar-auditor') return [loss, flat];
+    const kind = this.attack.kind, previous = this.previous.has(pid) ? this.previous.get(pid) : flat;
+    this.previous.set(pid, flat);
+    if (kind === 'stale') return [loss, previous];
+    if (kind === 'otherbatch') return [loss, (await this.honest(trainer, s, this.ids.length + slot))[1]];
+    return [loss, forge(kind, this.attack.factor, flat, this.cfg.seed, s, slot)];
+  }
+
+  // the digest an honest peer recomputes for `slot` at s (the first honest replica's)
+  async recompute(s, slot, P) {
+    const [loss, flat] = await this.honest(this.group.trainers[this.honestSlot(s)], s, slot);
+    return contributionDigest(flat, loss, P, this.cfg.seed, s, slot, this.codec);
+  }
+
+  // the digest the auditor reports for the audited slot
+  async audit(s, auditor, audited, committed, P) {
+    this.audits++;
+    const aPid = this.ids[auditor], dPid = this.ids[audited];
+    if (this.attacking(aPid, s)) {
+      if (this.attack.kind === 'liar-auditor') {
+        const h = new Sha256();
+        h.update(Uint8Array.from('a false accusation', (c) => c.charCodeAt(0))); h.update(committed);
+        return h.digest();
+      }
+      if (this.attacking(dPid, s)) return committed;               // colluders pass each other
+    }
+    return this.recompute(s, audited, P);
+  }
+
+  // compute step index s = the replicas' step: apply it, or remove a peer and roll back
+  async step(emit) {
+    const { cfg, group } = this;
+    const s = group.replicas[0].step, P = this.ids.length;
+    group.arena.reset();
+    const sent = [];
+    for (let slot = 0; slot < P; slot++) sent.push(await this.contribute(s, slot));
+    const messages = sent.map(([, flat], slot) => this.messages(flat, P, s, slot));
+    const digests = sent.map(([loss], slot) => slotDigest(s, slot, loss, messageHashes(messages[slot])));
+    const N = sent[0][1].length;
+    for (let slot = 0; slot < P; slot++) {
+      const reason = cheapCheck(sent[slot][0], messages[slot], N, P, this.codec);
+      if (reason !== null) return this.remove(slot, s, `gradient from peer ${this.ids[slot]} ${reason} at step ${s + 1}: removed`, emit);
+    }
+    const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, s, slot));
+    const passed = [];
+    for (const [auditor, audited] of auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces))) {
+      const reported = toHex(await this.audit(s, auditor, audited, digests[audited], P));
+      const committed = toHex(digests[audited]);
+      if (reported === committed) { passed.push([auditor, audited]); continue; }
+      const ev = new Evidence({ run: String(cfg.seed), step: s, slot: audited, accuser: auditor, committed, recomputed: reported });
+      if (judge(ev, toHex(await this.recompute(s, audited, P))) === 'audited') {
+        const why = `gradient from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: removed `
+          + `(committed ${ev.committed.slice(0, 16)}, recomputed ${ev.recomputed.slice(0, 16)} by peer ${this.ids[auditor]})`;
+        return this.remove(audited, s, why, emit);
+      }
+      const why = `peer ${this.ids[auditor]} accused peer ${this.ids[audited]} at step ${s + 1}, `
+        + `whose gradient reproduced: peer ${this.ids[auditor]} removed`;
+      return this.remove(auditor, s, why, emit);
+    }
+    return this.apply(s, sent, messages, passed, emit);
+  }
+
+  // the slot's messages; a forged gradient the codec refuses to encode (int8: a value that is not
+  // finite or too large) is sent as its raw float64 bytes, as a forger would
+  messages(flat, P, s, slot) {
+    try {
+      return slotMessages(flat, P, this.cfg.seed, s, slot, this.codec);
+    } catch (e) {
+      if (!(e instanceof CodecError)) throw e;
+      return messageBounds(flat.length, P, this.codec).map(([lo, hi]) => new Uint8Array(Float64Array.from(flat.subarray(lo, hi)).buffer));
+    }
+  }
+
+  // G from the checked messages (collective.js codecReduce's rule), Adam on every replica
+  async apply(s, sent, messages, passed, emit) {
+    const { cfg, group } = this;
+    const P = this.ids.length, N = sent[0][1].length;
+    const flat = new Float64Array(N);
+    messageBounds(N, P, this.codec).forEach(([lo, hi], k) => {
+      const decoded = messages.map((ms) => this.codec.decode(ms[k], hi - lo));
+      flat.set(this.codec.reduce(decoded, { seed: cfg.seed, step: s, offset: lo }), lo);
+    });
+    const G = unflatten(flat, this.shapes);
+    const hashes = [];
+    for (const trainer of group.trainers) hashes.push((await trainer.apply(G)).hash);
+    const loss = reduceLosses(sent.map(([l]) => l));
+    this.schedule.set(s, P);
+    for (const [auditor, audited] of passed) this.passes.get(this.ids[audited]).set(this.ids[auditor], s + 1);
+    if (passed.length) this.snapshots.set(s + 1, cloneReplica(group.replicas[this.honestSlot(s)]));
+    this.keepSnapshots();
+    emit.step(s + 1, loss, hashes);
+  }
+
+  honestSlot(s) {
+    return this.ids.findIndex((q) => !this.attacking(q, s));
+  }
+
+  // keep the states a rollback may need: every step some pass (or join) points at
+  keepSnapshots() {
+    const needed = new Set();
+    for (const by of this.passes.values()) for (const t of by.values()) needed.add(t);
+    for (const t of [...this.snapshots.keys()]) if (!needed.has(t)) this.snapshots.delete(t);
+  }
+
+  // convict the peer in `slot`: every replica goes back to the state rollbackStep names, the later
+  // steps are recomputed without it (and without every peer convicted before)
+  remove(slot, s, why, emit) {
+    const pid = this.ids[slot];
+    const back = rollbackStep(pid, this.passes, this.excludedFrom);
+    emit.removed(s + 1, pid, why, back);
+    this.excludedFrom.set(pid, back);
+    for (const [c, since] of this.excludedFrom) this.excludedFrom.set(c, Math.min(since, back));
+    this.ids.splice(slot, 1);
+    for (const by of this.passes.values()) for (const [a, t] of [...by]) if (t > back) by.delete(a);   // passes in the steps undone are void
+    const state = this.snapshots.get(back);
+    const g = this.group;
+    this.group = new Group(this.cfg, this.ids.length, g.batches, g.backend, this.ids.map(() => cloneReplica(state)));
+    this.keepSnapshots();
+    this.recomputed += s - back;
+    for (const t of [...this.schedule.keys()]) if (t >= back) this.schedule.delete(t);
+  }
+
+  // the kept timeline's P per step as a --roster schedule ("0:3,38:2")
+  roster() {
+    const out = [];
+    let last = null;
+    for (const t of [...this.schedule.keys()].sort((a, b) => a - b)) {
+      if (this.schedule.get(t) !== last) { out.push(`${t}:${this.schedule.get(t)}`); last = this.schedule.get(t); }
+    }
+    return out.join(',');
+  }
+}
+
+// ---- the CLI's output ------------------------------------------------------------------------------
+export class Printer {
+  constructor(asJson, out) {
+    this.asJson = asJson; this.out = out;
+    this.agree = true;            // the last step's replicas all had one hash
+  }
+
+  step(step, loss, hashes) {
+    this.agree = new Set(hashes).size === 1;
+    this.out(this.asJson ? stepJsonLine({ step, loss, hashes })
+      : `step ${String(step).padStart(5)}  loss ${loss.toFixed(4)}  hash ${hashes[0].slice(0, 16)}  `
+        + `(${hashes.length} peers ${this.agree ? 'agree' : 'DISAGREE'})`);
+  }
+
+  removed(step, peer, why, back) {
+    this.out(this.asJson
+      ? `{"event": "removed", "step": ${step}, "peer": ${peer}, "why": ${JSON.stringify(why)}, "rollback_to": ${back}}`
+      : `audit: ${why}; rolled back to step ${back}`);
+  }
+}
+
+// cli.mjs --attack/--audit-rate: train to the run's end (or --stop-after); out, err: line writers
+export async function runAudited(args, cfg, group, out, err) {
+  const run = new AuditedRun(cfg, group, args.attackSpec, args.audit_rate);
+  const emit = new Printer(args.json, out);
+  const end = args.stop_after === null ? cfg.steps : args.stop_after;
+  while (run.group.replicas[0].step < end) {
+    await run.step(emit);
+    if (!emit.agree) { err('error: replicas diverged; stopping (never fork)'); return 3; }
+  }
+  err(`audit: ${run.audits} audits, ${run.recomputed} steps recomputed; the run's roster: ${run.roster()}`);
+  return 0;
+}
