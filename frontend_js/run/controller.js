@@ -92,7 +92,7 @@ export class RunController {
     // gradient frames go to the collective of their run and epoch (run id + epoch in the header),
     // and are accepted only at its sizes; a frame of this run for an epoch or roster this device
     // never accepted is the split alarm (recovery.js)
-    for (const type of [TYPES.GRAD, TYPES.REDUCED]) {
+    for (const type of [TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED]) {
       this.mesh.on(type, (from, m) => this.routeGradient(from, m));
       this.mesh.setLimit(type, (hd) => this.gradientLimit(type, hd));
     }
