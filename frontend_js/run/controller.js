@@ -31,6 +31,7 @@
 import { TYPES } from '../peer/frames.js';
 import { MeshCollective } from '../peer/mesh_collective.js';
 import { epochKey } from '../peer/roster.js';
+import { maxStateBytes } from '../state_codec.js';
 import { TIMING, NO_FAULTS } from './record.js';
 import * as startP from './start.js';
 import * as loopP from './loop.js';
@@ -78,6 +79,7 @@ export class RunController {
     this.collectives = new Map();// frame run id (run id + epoch) -> MeshCollective
     this.pokes = new Set();      // waiters woken when a roster change or recovery moves on
     this.endedWaiters = new Set();
+    host.compute().then((c) => { this.maxStateBytes = maxStateBytes(c); }, () => {});   // known before a peer's STATE can come
     for (const [type, byPhase] of Object.entries(HANDLERS)) {
       this.mesh.on(Number(type), (from, m) => this.dispatch(Number(type), byPhase, from, m));
     }
@@ -90,7 +92,7 @@ export class RunController {
     // gradient frames go to the collective of their run and epoch (run id + epoch in the header),
     // and are accepted only at its sizes; a frame of this run for an epoch or roster this device
     // never accepted is the split alarm (recovery.js)
-    for (const type of [TYPES.GRAD, TYPES.REDUCED]) {
+    for (const type of [TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED]) {
       this.mesh.on(type, (from, m) => this.routeGradient(from, m));
       this.mesh.setLimit(type, (hd) => this.gradientLimit(type, hd));
     }

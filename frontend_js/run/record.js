@@ -11,6 +11,7 @@ export const TIMING = Object.freeze({
   finWaitMs: 10_000,        // bound on the final hashes
   deadlineMs: 7_000,        // no frame from a needed peer for this long: it is gone (this device's own evidence)
   deadlineSteps: 5,         // ... or for this many of the run's recent step times, if longer
+  reachMs: null,            // heard from within this long, a peer is one this device reaches (null: the deadline)
   confirmWaitMs: 10_000,    // too few survivors for a quorum: wait this long for the server's word
   joinWaitMs: 6_000,        // a joiner asks again when the leader's SYNC or STATE stalls this long
   syncDeadlineMs: 60_000,   // a joiner not in the roster this long after its state was sent is dropped
@@ -64,8 +65,10 @@ export class Proposal {
 
 // Member, start: a RUN accepted, waiting for the STATE (resuming) and GO.
 export class Acceptance {
-  constructor(desc, from, cfg, c, collective) {
-    this.desc = desc; this.from = from; this.cfg = cfg; this.c = c; this.collective = collective;
+  constructor(desc, from) {
+    this.desc = desc; this.from = from;
+    this.cfg = null; this.c = null; this.collective = null;   // once the RUN checked out
+    this.early = null;          // the leader's STATE, when it arrived before the RUN checked out
     this.replica = null;        // the start weights, once built or received and checked
     this.timer = null;          // GO_WAIT
   }

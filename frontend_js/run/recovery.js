@@ -47,10 +47,11 @@ export function evidence(ctl, run, id, why, confirmed = false) {
 }
 
 // Whether this device can vouch that `id` is here: its link is up, it has no evidence against it,
-// and it heard from it within a deadline.
+// and it heard from it within a deadline (reachMs).
+const reachMs = (ctl, run) => ctl.t.reachMs ?? run.collective.deadlineMs;
 export function reaches(ctl, run, id) {
   const heard = run.heard.get(id);
-  return !run.gone.has(id) && ctl.mesh.isReady(id) && heard !== undefined && performance.now() - heard < run.collective.deadlineMs;
+  return !run.gone.has(id) && ctl.mesh.isReady(id) && heard !== undefined && performance.now() - heard < reachMs(ctl, run);
 }
 
 // Another member acts on a departure this device has no evidence of: the peers senior to
@@ -296,7 +297,7 @@ export function onRoster(ctl, from, m, final = false) {
     const confirmed = new Set([...run.confirmed, ...ctl.serverGone]);
     if (reached.length) {
       why = `it drops ${reached.map((id) => h.nameOf(id)).join(', ')}, who this device still reaches`;
-      wait = run.collective.deadlineMs / 2;
+      wait = reachMs(ctl, run) / 2;
     } else if (!mayGoOn(run.roster, new Set(dropped), confirmed)) {
       why = 'too few devices stay for a quorum and the server did not confirm the others left';
       wait = ctl.t.confirmWaitMs;

@@ -133,6 +133,11 @@ export async function onRun(ctl, from, m) {
       dropAccepted(ctl);
     } else { refuse(ctl, from, runId, 'this device already accepted another run'); return; }
   }
+  // this device considers the run from now on (a STATE may follow at once: it is kept, at the
+  // largest allowed size, until the RUN checked out)
+  const acc = new Acceptance(d, from);
+  ctl.enter('accepted', acc);
+  if (ctl.maxStateBytes) ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? ctl.maxStateBytes : 'STATE for another run'));
   let why = null, cfg = null;
   const c = await ctl.host.compute().catch((e) => { why = e.message; return null; });
   try {
@@ -147,13 +152,15 @@ export async function onRun(ctl, from, m) {
     const mine = await ctl.host.dataId();
     if (d.dataId !== mine) throw new Error(`different training data: the leader's is ${String(d.dataId).slice(0, 120)}, this device's ${mine}`);
   } catch (err) {
+    if (ctl.at !== acc) return;                       // superseded meanwhile
     refuse(ctl, from, runId, err.message);
+    dropAccepted(ctl);
     ctl.host.note(`Declined a run from ${ctl.host.nameOf(from)}: ${err.message}`);
     return;
   }
-  if (ctl.phase !== 'idle') { refuse(ctl, from, runId, 'this device is busy'); return; }   // changed while we awaited
-  const acc = new Acceptance(d, from, cfg, c, ctl.newCollective(d.runId, 0, d.roster, d.startStep, cfg, c));
-  ctl.enter('accepted', acc);
+  if (ctl.at !== acc) return;                         // superseded meanwhile (a competing RUN, a STOP)
+  acc.cfg = cfg; acc.c = c;
+  acc.collective = ctl.newCollective(d.runId, 0, d.roster, d.startStep, cfg, c);
   acc.timer = setTimeout(() => {
     if (ctl.at !== acc) return;
     dropAccepted(ctl);
@@ -165,12 +172,17 @@ export async function onRun(ctl, from, m) {
   if (d.startStep === 0) {
     acc.replica = freshReplica(c, cfg);
     answerRun(ctl, acc);
-  }       // else: ACCEPT once its STATE arrived and checked out (onStartState)
+  } else if (acc.early) {                             // else: ACCEPT once its STATE arrived and checked out
+    const early = acc.early;
+    acc.early = null;
+    onStartState(ctl, from, early);
+  }
 }
 
 export function onStartState(ctl, from, m) {
   const acc = ctl.at;
-  if (acc.from !== from || m.runId !== acc.desc.runId || acc.replica) { ctl.mesh.drop(from, m, 'STATE for no accepted run'); return; }
+  if (acc.from !== from || m.runId !== acc.desc.runId || acc.replica || acc.early) { ctl.mesh.drop(from, m, 'STATE for no accepted run'); return; }
+  if (!acc.c) { acc.early = m; return; }             // the RUN is still being checked
   ctl.mesh.setLimit(TYPES.STATE, null);
   try {
     acc.replica = readPeerState(m.payload, acc.c, { config: acc.desc.config, step: acc.desc.startStep }).replica;

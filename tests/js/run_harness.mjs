@@ -142,6 +142,7 @@ export class Group {
 
   // the page closes: goodbye first, then the same
   leave(node) {
+    node.crashed = true;         // its page is closing: its last steps are no one's
     node.ctl.goodbye();
     setTimeout(() => this.crash(node), 5);
   }
