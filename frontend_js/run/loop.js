@@ -62,8 +62,10 @@ async function loop(ctl, run) {
     run.arena.reset();
     const slot = run.slot;
     // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
-    const local = h.gpu ? await h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena))
-      : await run.trainer.localStep(s, slot, run.arena);
+    // the GRAD's parts go out as the backward pass finalizes them (docs/PROTOCOL.md "Streamed GRAD")
+    const sink = ctl.t.streamGrads ? run.collective.beginStep(s) : null;
+    const local = h.gpu ? await h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
+      : await run.trainer.localStep(s, slot, run.arena, sink);
     if (run.ended) return;
     if (run.recovery) continue;                     // a departure while we computed: recompute
     if (run.stopAfter !== null && s >= run.stopAfter) break;

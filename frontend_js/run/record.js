@@ -17,6 +17,7 @@ export const TIMING = Object.freeze({
   syncDeadlineMs: 60_000,   // a joiner not in the roster this long after its state was sent is dropped
   resyncIntervalMs: 5_000,  // at most one state transfer to the same joiner this often
   chunkMs: 25,              // train at most this long before yielding to the page
+  streamGrads: true,        // send the GRAD in parts during the backward pass (MeshCollective.beginStep)
 });
 
 // The injected fault plan: test hooks, never read from globals by the controller.

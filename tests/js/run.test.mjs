@@ -216,6 +216,7 @@ test('a liar echoes each side its own gradient: the sync guard stops every hones
   await g.until(() => L.completed >= 3, '3 steps');
   // from now on H's gradient to each peer is that peer's own (received by H for the same step)
   const mine = new Map();
+  for (const n of [L, P1, H]) n.ctl.t.streamGrads = false;   // whole GRADs to echo (honest pages take either)
   H.mesh.on(TYPES.GRAD, (from, m) => mine.set(`${from}:${m.step}`, m.payload));
   const send = H.mesh.send.bind(H.mesh);
   H.mesh.send = async (to, msg) => {
