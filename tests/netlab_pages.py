@@ -48,10 +48,15 @@ class LabPages:
         return self
 
     def __exit__(self, *exc):
+        self.close_all()
+        self.pw.stop()
+
+    def close_all(self) -> None:
+        """Close every page's browser (each page says goodbye to the server as it goes)."""
         for b in self.browsers:
             with contextlib.suppress(Exception):
                 b.close()
-        self.pw.stop()
+        self.browsers.clear()
 
     def open(self, i: int, url: str, label: str, cpu: int | None = None):
         """Page i (behind lab link i) on url, its browser pinned to `cpu` when given."""
