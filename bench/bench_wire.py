@@ -11,6 +11,7 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
   wait        exchange wait: mesh.stats().waitMs over the steady part (sampled at step --skip and
               at the last step), mean over the pages, as a share of the step and in ms
   B/peer/step mesh.stats().bytesSent / steps on the leader
+  data wait   mesh.stats().dataWaitMs likewise (the step waiting for its batch from the app)
   scaling     group tokens/s / (the page alone's tokens/s), tokens/s = P * batch * seq_len / ms
   hashes      every page ends on one hash (the run is stopped at --steps, so the last step may be
               N or N+1: the pages' hashes must agree)
@@ -18,6 +19,7 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py                                   # the whole matrix (long)
     python bench/bench_wire.py --profiles home --peers 2 --settings default --steps 20
     python bench/bench_wire.py --exchange f64,int8               # once the codec's setting exists
+    python bench/bench_wire.py --lanes 1,8                       # connections per pair, compared in one run
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
 """
 from __future__ import annotations
@@ -69,42 +71,45 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
     lead = benches[0]
     ts = [lead["t"][str(k)] for k in range(1, steps + 1)]
     steady = [b - a for a, b in zip(ts, ts[1:])][skip:] or [b - a for a, b in zip(ts, ts[1:])] or [ts[0] - lead["runStart"]]
-    waits = []
+    waits, dwaits = [], []
     for b in benches:
-        a, e = b["at"] or {"now": b["runStart"], "waitMs": 0}, b["end"]
+        a, e = b["at"] or {"now": b["runStart"], "waitMs": 0, "dataWaitMs": 0}, b["end"]
         span = e["now"] - a["now"]
         waits.append((e["waitMs"] - a["waitMs"]) / span if span > 0 else 0.0)
+        dwaits.append((e["dataWaitMs"] - a["dataWaitMs"]) / span if span > 0 else 0.0)
     end = lead["end"]
-    return {"ms": statistics.median(steady), "wait": statistics.mean(waits),
+    return {"ms": statistics.median(steady), "wait": statistics.mean(waits), "dwait": statistics.mean(dwaits),
             "bytes": end["bytesSent"] / max(1, end["steps"]), "wall": wall, "step": finals[0]["step"],
             "engine": finals[0].get("engine"), "topology": end.get("topology")}
 
 
-def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps, timeout_ms, pin: bool, gpu: str) -> dict:
+def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps, timeout_ms, pin: bool, gpu: str,
+               lanes: int | None = None) -> dict:
     n = cores()
     cpus = [i % n for i in range(P)] if pin else None
-    group = room_group(pages, room_url(base, f"&gpu={gpu}"), list(range(P)), cpus)
+    hook = f"window.__daisyTest = {{lanes: {int(lanes)}}};" if lanes else None
+    group = room_group(pages, room_url(base, f"&gpu={gpu}"), list(range(P)), cpus, hook)
     try:
         runs = [run_group(group, settings, exchange, steps, skip, timeout_ms) for _ in range(reps)]
     finally:
         pages.close_all()
         time.sleep(0.5)                   # the goodbyes reach the server before the next group
-    med = {k: statistics.median(r[k] for r in runs) for k in ("ms", "wait", "bytes", "wall")}
+    med = {k: statistics.median(r[k] for r in runs) for k in ("ms", "wait", "dwait", "bytes", "wall")}
     return {**med, "ms_runs": [round(r["ms"], 1) for r in runs], "engine": runs[0]["engine"],
             "topology": runs[0]["topology"], "tok_s": P * settings["batch"] * settings["seq_len"] * 1000 / med["ms"]}
 
 
 def row_line(r: dict) -> str:
     wait_ms = r["wait"] * r["ms"]
-    return (f"| {r['profile']} | {r['settings']} | {r['exchange']} | {r['P']} | {r['topology'] or '—'} | "
+    return (f"| {r['profile']} | {r['settings']} | {r['exchange']} | {r['lanes']} | {r['P']} | {r['topology'] or '—'} | "
             f"{r['ms']:.0f} ({', '.join(map(str, r['ms_runs']))}) | {r['compute_ms']:.0f} | "
-            f"{wait_ms:.0f} ({100 * r['wait']:.0f} %) | {r['bytes']:,.0f} | {r['tok_s']:.0f} | "
+            f"{wait_ms:.0f} ({100 * r['wait']:.0f} %) | {100 * r['dwait']:.1f} % | {r['bytes']:,.0f} | {r['tok_s']:.0f} | "
             f"{r['alone_tok_s']:.0f} | {r['tok_s'] / r['alone_tok_s']:.2f}× | {r['load']} |")
 
 
-HEADER = ("| profile | settings | exchange | P | topology | ms/step (runs) | compute alone, ms/step | exchange wait, ms (share) "
-          "| B sent /peer/step | group tok/s | one page alone, tok/s | scaling | load avg |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| profile | settings | exchange | lanes | P | topology | ms/step (runs) | compute alone, ms/step | exchange wait, ms (share) "
+          "| data wait | B sent /peer/step | group tok/s | one page alone, tok/s | scaling | load avg |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:
@@ -117,6 +122,8 @@ def main() -> None:
     ap.add_argument("--large-steps", type=int, default=6)
     ap.add_argument("--skip", type=int, default=3, help="steps left out of ms/step and wait (warm-up)")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--lanes", default="", help="comma-separated connections per pair to compare, e.g. 1,8 "
+                    "(window.__daisyTest.lanes; empty: the page's LANES)")
     ap.add_argument("--gpu", default="off", help="the pages' ?gpu= (off: the CPU path, one engine for every row)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
@@ -124,6 +131,7 @@ def main() -> None:
     profiles = args.profiles.split(",")
     peers = [int(x) for x in args.peers.split(",")]
     exchanges = args.exchange.split(",") if args.exchange else [None]
+    lane_counts = [int(x) for x in args.lanes.split(",")] if args.lanes else [None]
     print(f"cores {cores()}, load {load()}, |g| f64 default {8 * n_params(DEFAULT):,} B, large {8 * n_params(LARGE):,} B",
           flush=True)
     T0, rows = time.monotonic(), []
@@ -140,12 +148,15 @@ def main() -> None:
                         alone = bench_case(pages, base, 1, settings, exchange, steps, skip, args.reps, timeout, not args.no_pin, args.gpu)
                         print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1, **alone}), flush=True)
                         for P in peers:
-                            r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout, not args.no_pin, args.gpu)
-                            row = {"profile": prof, "settings": name, "exchange": exchange or "default", "P": P, **r,
-                                   "compute_ms": alone["ms"], "alone_tok_s": alone["tok_s"], "load": load()}
-                            rows.append(row)
-                            print(json.dumps(row), flush=True)
-                            print(row_line(row), flush=True)
+                            for lanes in lane_counts:
+                                r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout,
+                                               not args.no_pin, args.gpu, lanes)
+                                row = {"profile": prof, "settings": name, "exchange": exchange or "default",
+                                       "lanes": lanes or "default", "P": P, **r, "compute_ms": alone["ms"],
+                                       "alone_tok_s": alone["tok_s"], "load": load()}
+                                rows.append(row)
+                                print(json.dumps(row), flush=True)
+                                print(row_line(row), flush=True)
                 print(f"router counters ({prof}): {json.dumps(lab.stats())}", flush=True)
     print(HEADER)
     for r in rows:

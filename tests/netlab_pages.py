@@ -58,13 +58,16 @@ class LabPages:
                 b.close()
         self.browsers.clear()
 
-    def open(self, i: int, url: str, label: str, cpu: int | None = None):
-        """Page i (behind lab link i) on url, its browser pinned to `cpu` when given."""
+    def open(self, i: int, url: str, label: str, cpu: int | None = None, init_script: str | None = None):
+        """Page i (behind lab link i) on url, its browser pinned to `cpu` when given;
+        init_script: JavaScript run before the page's own (test hooks)."""
         browser = self.pw.chromium.launch(
             executable_path=self.lab.chromium(i, cpu), timeout=30_000,
             args=[*FLAGS, f"--unsafely-treat-insecure-origin-as-secure={self.base}"])
         self.browsers.append(browser)
         context = browser.new_context(permissions=["camera", "microphone"])
+        if init_script:
+            context.add_init_script(init_script)
         page = context.new_page()
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
         page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))
@@ -91,14 +94,15 @@ def room_url(base: str, query: str = "") -> str:
     return f"{base}/?room=lab-{secrets.token_hex(6)}{query}"
 
 
-def room_group(pages: LabPages, url: str, indices: list[int], cpus: list | None = None) -> list:
+def room_group(pages: LabPages, url: str, indices: list[int], cpus: list | None = None,
+               init_script: str | None = None) -> list:
     """Pages for lab links `indices` in the room of `url` (the first hosts and approves the
     others), all linked to each other -> the pages."""
     cpus = cpus or [None] * len(indices)
-    group = [pages.open(indices[0], url, f"p{indices[0]}", cpus[0])]
+    group = [pages.open(indices[0], url, f"p{indices[0]}", cpus[0], init_script)]
     wait_state(group[0], "s.role === 'host'", "room host")
     for i, cpu in zip(indices[1:], cpus[1:]):
-        guest = pages.open(i, url, f"p{i}", cpu)
+        guest = pages.open(i, url, f"p{i}", cpu, init_script)
         admit(group[0], guest)
         group.append(guest)
     for page in group:
