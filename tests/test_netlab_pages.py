@@ -50,6 +50,7 @@ def test_home_pair_trains_the_reference_and_a_far_page_joins_mid_run():
         a.evaluate("window.daisy.stop()")
         labels = ((a, "home-a"), (b, "home-b"), (c, "far-c"))
         finals = [ended(p, f"{label} stopped", RUN_MS) for p, label in labels]
+        logs = {label: final_hashes(p, label) for p, label in labels}
         router = lab.stats()
         problems = list(pages.problems)
 
@@ -62,12 +63,11 @@ def test_home_pair_trains_the_reference_and_a_far_page_joins_mid_run():
     assert history == [[0, 2], entered] and entered[0] >= 10, history
     assert all(s["run"]["history"] == history for s in finals), [s["run"]["history"] for s in finals]
     want = reference_hashes(SETTINGS, finals[0]["step"], roster=schedule(history))
-    for page, label in labels:
-        got = final_hashes(page, label)
+    for label, got in logs.items():
         if label.startswith("home"):
             assert sorted(got) == list(range(1, finals[0]["step"] + 1)), f"{label}: steps {sorted(got)[:3]}.."
         assert_reference(label, got, want)
-    assert sorted(final_hashes(c, "far-c"))[0] == entered[0] + 1
+    assert sorted(logs["far-c"])[0] == entered[0] + 1
     # the links really were lossy: the router dropped packets on the way
     assert sum(d["lost"] for d in router["up"] + router["down"]) > 0, router
     assert not problems, "console errors:\n" + "\n".join(problems)
