@@ -22,7 +22,8 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 from daisy.config import Config  # noqa: E402
-from daisy.train import Group, HttpBatches  # noqa: E402
+from daisy.batch_source import HttpBatches  # noqa: E402
+from daisy.train import Group  # noqa: E402
 from tests.test_data import DataServer  # noqa: E402
 from tests.testhub import TestHub, shard_path, write_fineweb_shard  # noqa: E402
 
@@ -34,10 +35,11 @@ def run(tmp, hub, name, server_steps, client_steps, peers, steps):
                                     "DAISY_DATA_PREFETCH_STEPS": str(server_steps)})
     try:
         server.wait_up(time.monotonic() + 60)
-        server.get("/data/info")                        # listing + commit: not part of a step
+        data_id = server.get("/data/info").json()["data_id"]   # listing + commit: not part of a step
         hub.reset_counts()
-        batches = HttpBatches(server.url, prefetch_steps=client_steps)
-        group = Group(Config(), peers, batches)
+        cfg = Config()
+        batches = HttpBatches(cfg, server.url, data_id=data_id, ahead=client_steps)
+        group = Group(cfg, peers, batches)
         step_s, waits = [], []
         for _ in range(steps):
             n = len(batches.waits_s)

@@ -5,14 +5,14 @@
 //                DAISY_BENCH_SMALL=1 node bench/bench_gpu_unit.mjs   (correctness and time only)
 // Sections, each written to $OUT/gpu_unit_results.json when done:
 //   gate      gateF64 (every emulated operation vs JS float64, the unit vs units.js) per GEMM kernel
-//   bugs      the f64 bug corpus (kernels/bugs/f64_*.wgsl): each must fail the gate
+//   bugs      the f64 bug corpus (tests/gpu/mutants.js F64_MUTANTS): each must fail the gate
 //   calls     the largest settings' unit shapes: ms per call, GPU unit vs wasm CPU, bits compared
 //   steps     training steps (train20.dsyf's stream, 2 peers) at the largest settings (width 128,
 //             seq 128, batch 32, 2 layers) and the default: ms per 2-peer step on the GPU unit
 //             and on the wasm CPU engine, rounds alternating, every step's hashes compared
 // Fixtures: `python -m daisy.fixtures fixtures_out` beforehand (DAISY_FIXTURES to move it).
 import { createRequire } from 'node:module';
-import { writeFileSync, mkdirSync, readdirSync } from 'node:fs';
+import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
 const require = createRequire(import.meta.url);
@@ -23,6 +23,7 @@ const gpu = create([]);
 const { GpuF64Unit, gateF64 } = await import('../frontend_js/gpu/f64.js');
 const { createBackends } = await import('../frontend_js/engines.js');
 const { makeConfig } = await import('../frontend_js/config.js');
+const { F64_MUTANTS, mutantUrl } = await import('../tests/gpu/mutants.js');
 const { loadFixture, runSteps, median, onEngine, ConcurrentPeersGroup } = await import('./h200/steps.mjs');
 
 const SMALL = process.env.DAISY_BENCH_SMALL === '1';
@@ -70,13 +71,11 @@ await section('gate', async () => {
 });
 
 await section('bugs', async () => {
-  const dir = new URL('../tests/gpu/bugs/', import.meta.url);
-  const files = readdirSync(dir).filter((f) => f.startsWith('f64_')).sort();
   const out = [];
-  for (const f of files) {
-    const u = await GpuF64Unit.create(device, { lib: new URL(f, dir).href, gemm: GEMM, tuning: TUNING });
+  for (const m of F64_MUTANTS) {
+    const u = await GpuF64Unit.create(device, { lib: await mutantUrl(m), gemm: GEMM, tuning: TUNING });
     const g = await gateF64(u, { random: SMALL ? 512 : 2048 });
-    out.push({ bug: f, rejected: !g.ok, reason: g.reason });
+    out.push({ bug: m.id, rejected: !g.ok, reason: g.reason });
     u.destroy();
   }
   return { results: out, allRejected: out.every((r) => r.rejected) };

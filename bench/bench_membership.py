@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from daisy.config import Config                                          # noqa: E402
-from daisy.model import param_shapes                                      # noqa: E402
+from daisy.model import param_count                                       # noqa: E402
 from tests.app_server import open_peer, running_app, state, wait_state    # noqa: E402
 from tests.page_browser import chromium_pages                             # noqa: E402
 
@@ -84,7 +84,7 @@ def main():
             for name, settings in SETTINGS.items():
                 if args.only and name != args.only:
                     continue
-                n = sum(int(__import__("numpy").prod(s)) for s in param_shapes(Config(**settings)).values())
+                n = param_count(Config(**settings))
                 got = [one(browser, base, settings) for _ in range(args.reps)]
                 med = [statistics.median(x) for x in zip(*got)]
                 rows.append((name, n, med, got))

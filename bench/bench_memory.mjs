@@ -8,8 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { makeConfig } from '../frontend_js/config.js';
 import { Group } from '../frontend_js/train.js';
 import { bestBackend } from '../frontend_js/engines.js';
-import { createThreadedBackend } from '../frontend_js/threads.js';
-import { createUnitWorkersBackend } from '../frontend_js/unit_workers.js';
+import { createThreadedBackend } from '../frontend_js/cpu/threads.js';
+import { createUnitWorkersBackend } from '../frontend_js/cpu/unit_workers.js';
 import { loadStream } from '../frontend_js/cli.mjs';
 import { CONFIGS } from './profile_cpu_step.mjs';
 

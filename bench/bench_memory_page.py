@@ -29,8 +29,8 @@ RUN_JS = """async ([backend, settings, steps]) => {
   const { Group } = await import('/frontend_js/train.js');
   const { textStream } = await import('/frontend_js/data.js');
   let be;
-  if (backend === 'threads') be = await (await import('/frontend_js/threads.js')).createThreadedBackend({ threads: 2 });
-  else if (backend === 'workers') be = await (await import('/frontend_js/unit_workers.js')).createUnitWorkersBackend({ threads: 2 });
+  if (backend === 'threads') be = await (await import('/frontend_js/cpu/threads.js')).createThreadedBackend({ threads: 2 });
+  else if (backend === 'workers') be = await (await import('/frontend_js/cpu/unit_workers.js')).createUnitWorkersBackend({ threads: 2 });
   else be = await (await import('/frontend_js/engines.js')).bestBackend();
   const stream = textStream('the quick brown fox jumps over the lazy dog. '.repeat(4000));
   const g = new Group(makeConfig(settings), 1, stream, be);

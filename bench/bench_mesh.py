@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from daisy.config import Config                                          # noqa: E402
-from daisy.model import param_shapes                                      # noqa: E402
+from daisy.model import param_count                                       # noqa: E402
 from tests.app_server import open_peer, running_app, state, wait_state    # noqa: E402
 from tests.page_browser import chromium_pages                             # noqa: E402
 
@@ -59,13 +59,7 @@ RECORD = """([skip, stopAt]) => {
 
 def n_params(settings: dict) -> int:
     keys = {k: v for k, v in settings.items() if k in ("width", "seq_len", "batch", "layers", "heads")}
-    total = 0
-    for shape in param_shapes(Config(**keys)).values():
-        n = 1
-        for d in shape:
-            n *= d
-        total += n
-    return total
+    return param_count(Config(**keys))
 
 
 def load() -> str:

@@ -11,7 +11,7 @@
 import { makeConfig } from '../frontend_js/config.js';
 import { Group } from '../frontend_js/train.js';
 import { bestBackend, makeBackend } from '../frontend_js/engines.js';
-import { createThreadedBackend } from '../frontend_js/threads.js';
+import { createThreadedBackend } from '../frontend_js/cpu/threads.js';
 import { loadStream } from '../frontend_js/cli.mjs';
 
 export const CONFIGS = {

@@ -30,12 +30,24 @@ The sharded reduce (docs/VERIFICATION.md §8):
              s = 1..P-1 (ascending); acc / P.  P = 1: g_0 / 1 = g_0, the same bits.
 The reduce is elementwise, so concatenating the reduced shards gives reduce_gradients of the
 whole gradients bit for bit, for any P and N (tested: tests/test_collective.py).
+
+The exchange codec (the run setting `exchange`, daisy/exchange_codec.py) says how a slot's
+contribution and a reduced shard travel. Whatever the topology, G is computed as
+    for each shard [lo, hi) of codec.shard_bounds(N, P) (all-gather: the one shard [0, N)):
+        d_s  = codec.decode(codec.encode(flat_s[lo:hi], seed, step, slot s, offset lo))
+        G[lo:hi] = codec.reduce([d_0, ..., d_{P-1}], seed, step, offset lo)
+f64 decodes to the values sent, so G is reduce_gradients' bits as above; int8 quantizes in
+blocks at fixed positions of the flat gradient, keyed by the index, so both topologies give the
+same G (the int8 shard bounds fall on block boundaries). P = 1 goes through the codec too: a
+run's math does not depend on how many peers it has. frontend_js/collective.js's
+SimulatedCollective and peer/mesh_collective.js follow the same rule.
 """
 from collections import OrderedDict
 
 import numpy as np
 
-from .reduce import reduce_gradients, reduce_losses
+from .exchange_codec import codec_for, even_bounds, slot_mean
+from .reduce import reduce_losses
 
 ALL_GATHER, REDUCE_SCATTER = "allgather", "rsag"
 
@@ -66,17 +78,16 @@ def unflatten(flat: np.ndarray, shapes: dict) -> "OrderedDict[str, np.ndarray]":
     return out
 
 
-def shard_bounds(N: int, P: int) -> list:
-    """The P + 1 cut points of N values into P shards: [floor(k*N/P) for k = 0..P]."""
-    if P < 1 or N < 0:
-        raise ValueError(f"need P >= 1 and N >= 0, got P={P}, N={N}")
-    return [(k * N) // P for k in range(P + 1)]
+shard_bounds = even_bounds       # the f64 cut: [floor(k*N/P) for k = 0..P] (exchange_codec.py)
 
 
 def reduce_shard(slices_by_slot: dict) -> np.ndarray:
     """{slot: (n,) float64 slice of that slot's flat gradient} -> the reduced slice, by the
     rule of daisy.reduce (slots exactly 0..P-1, summed ascending, then / P)."""
-    return reduce_gradients({slot: {"shard": s} for slot, s in slices_by_slot.items()})["shard"]
+    slots = sorted(slices_by_slot)
+    if slots != list(range(len(slots))) or not slots:
+        raise ValueError(f"slots must be 0..P-1, got {slots}")
+    return slot_mean([slices_by_slot[s] for s in slots])
 
 
 def sharded_reduce(flats_by_slot: dict) -> np.ndarray:
@@ -87,6 +98,19 @@ def sharded_reduce(flats_by_slot: dict) -> np.ndarray:
     b = shard_bounds(N, P)
     return np.concatenate([reduce_shard({s: f[b[k]:b[k + 1]] for s, f in flats_by_slot.items()})
                            for k in range(P)])
+
+
+def codec_reduce(codec, flats: list, *, seed: int, step: int, topology: str) -> np.ndarray:
+    """flats: each slot's (N,) flat gradient in slot order -> G by the codec, shard by shard as
+    the mesh computes it (all-gather: one shard of N)."""
+    N, P = len(flats[0]), len(flats)
+    bounds = [0, N] if topology == ALL_GATHER else codec.shard_bounds(N, P)
+    G = np.empty(N)
+    for lo, hi in zip(bounds, bounds[1:]):
+        decoded = [codec.decode(codec.encode(f[lo:hi], seed=seed, step=step, slot=s, offset=lo), hi - lo)
+                   for s, f in enumerate(flats)]
+        G[lo:hi] = codec.reduce(decoded, seed=seed, step=step, offset=lo)
+    return G
 
 
 # -- SimulatedCollective ----------------------------------------------------------------------
@@ -116,10 +140,13 @@ class _Step:
 
 class SimulatedCollective:
     """P replicas in one process. topology None = topology_for(P): the CLI reduces 4+ peers
-    shard by shard, as the mesh does, and fewer peers whole; both give reduce_gradients' bits."""
+    shard by shard, as the mesh does, and fewer peers whole; both give the same bits.
+    exchange: the run's codec name (Config.exchange); seed: the run seed (keys int8's rounding)."""
 
-    def __init__(self, shapes: dict, topology: str | None = None):
+    def __init__(self, shapes: dict, *, seed: int = 0, exchange: str = "f64", topology: str | None = None):
         self.shapes = shapes
+        self.seed = seed
+        self.codec = codec_for(exchange)
         self.topology = topology
         self.pending: _Step | None = None
 
@@ -139,12 +166,12 @@ class SimulatedCollective:
             raise ValueError(f"step {step}: slot {slot} posted twice")
         p.losses[slot], p.grads[slot] = loss, grads
         if len(p.grads) == P:
-            p.out = (reduce_losses(p.losses), self._reduce(p.grads))
+            p.out = (reduce_losses(p.losses), self._reduce(step, p.grads))
         return ExchangeHandle(p)
 
-    def _reduce(self, grads_by_slot: dict):
-        topology = self.topology or topology_for(len(grads_by_slot))
-        if topology == ALL_GATHER:
-            return reduce_gradients(grads_by_slot)
-        flats = {s: flatten_grads(g, self.shapes) for s, g in grads_by_slot.items()}
-        return unflatten(sharded_reduce(flats), self.shapes)
+    def _reduce(self, step: int, grads_by_slot: dict):
+        P = len(grads_by_slot)
+        flats = [flatten_grads(grads_by_slot[s], self.shapes) for s in range(P)]
+        G = codec_reduce(self.codec, flats, seed=self.seed, step=step,
+                         topology=self.topology or topology_for(P))
+        return unflatten(G, self.shapes)

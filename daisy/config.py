@@ -1,6 +1,7 @@
 """The one config of a run: the starter's settings, applied to the whole group.
 
-Every field is an int so a config is exact on every wire and in every file.
+Every field is an int so a config is exact on every wire and in every file, but `exchange`: the
+name of the gradient exchange codec (daisy/exchange_codec.py), one of EXCHANGES.
 """
 from dataclasses import dataclass, fields, asdict
 
@@ -17,6 +18,7 @@ class Config:
     layers: int = 2        # transformer blocks L
     heads: int = 4         # attention heads H; width must be a multiple of heads
     seed: int = 1234       # run seed: init, data slicing and sampling all derive from it
+    exchange: str = "f64"  # how gradients travel between peers: "f64" (exact) or "int8" (1/7.9 the bytes)
 
     def __post_init__(self):
         validate(self)
@@ -57,6 +59,10 @@ RANGES = {
 }
 
 
+# the exchange codecs (daisy/exchange_codec.py CODECS); frontend_js/config.js EXCHANGES is the twin
+EXCHANGES = ("f64", "int8")
+
+
 class ConfigError(ValueError):
     """A setting is out of range or inconsistent; the message names it."""
 
@@ -68,5 +74,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{label} ({name}) must be an integer, got {v!r}")
         if not lo <= v <= hi:
             raise ConfigError(f"{label} ({name}) must be in {lo}..{hi}, got {v}")
+    if cfg.exchange not in EXCHANGES:
+        raise ConfigError(f"gradient exchange (exchange) must be one of {', '.join(EXCHANGES)}, "
+                          f"got {cfg.exchange!r}")
     if cfg.width % cfg.heads:
         raise ConfigError(f"model width ({cfg.width}) must be a multiple of heads ({cfg.heads})")

@@ -20,14 +20,19 @@ class DataError(ValueError):
     """The data file cannot be used; the message says why."""
 
 
-def builtin_documents() -> list:
-    text = BUILTIN_CORPUS.read_text(encoding="utf-8")
+def corpus_documents(text: str) -> list:
+    """A corpus file's text -> its documents: separated by DOC_SEPARATOR, blank ones dropped, each
+    without its leading and trailing newlines (the one rule: the CLI and the Space's data route)."""
     return [d.strip("\n") for d in text.split(DOC_SEPARATOR) if d.strip()]
 
 
-def builtin_stream() -> np.ndarray:
+def builtin_documents(path=BUILTIN_CORPUS) -> list:
+    return corpus_documents(Path(path).read_text(encoding="utf-8"))
+
+
+def builtin_stream(path=BUILTIN_CORPUS) -> np.ndarray:
     """The built-in corpus as one uint16 token stream (documents each followed by EOT)."""
-    return encode_documents(builtin_documents())
+    return encode_documents(builtin_documents(path))
 
 
 def parquet_stream(path) -> np.ndarray:

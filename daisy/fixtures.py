@@ -19,6 +19,11 @@ Files written (tensor order inside each):
     backward.dsyf  the same params, x, y, then grad.<name> for every param
     train20.dsyf   stream (n,) u16 (the token stream), loss (20,) f64; meta.hashes (20 lists of
                    P hex hashes), meta.peers; config is the run's config
+    exchange.dsyf  per codec c and case i (meta.cases: codec, seed, step, slot, offset, P):
+                   {c}.{i}.values (n,) f64, {c}.{i}.message (bytes) i8, {c}.{i}.decoded (n,) f64;
+                   per reduce case j: {c}.reduce{j}.slices (P, n) f64, {c}.reduce{j}.message i8,
+                   {c}.reduce{j}.G (n,) f64; meta.malformed: [{codec, n, hex, error}] (the
+                   decoder's exact message); meta.train_int8: P=4 rsag hashes of 5 steps
 Regenerate after any intended change to the math; the mirrors' tests tell you when.
 """
 import json
@@ -33,6 +38,7 @@ from .config import Config
 from .model import forward, init_params, loss_and_grads
 from .train import Group
 from .units import epilogue, gemm_i8, quantize_cols, quantize_rows
+from .exchange_codec import BLOCK, CodecError, codec_for
 
 MAGIC = b"DSYF"
 VERSION = 1
@@ -98,6 +104,70 @@ def unit_cases():
     return cases
 
 
+def exchange_values(rng, n):
+    """Gradient-like values of many magnitudes, with the codec's corners: a zero block, -0,
+    subnormals, a block of ties (x * 127 / s an integer + 1/2), values near the 2^64 bound."""
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-40, 10, n).astype(np.float64))
+    if n > 3 * BLOCK:
+        x[:BLOCK] = 0.0
+        x[BLOCK] = -0.0
+        x[BLOCK + 1:BLOCK + 9] = [5e-324, -5e-324, 1e-310, 2.0 ** -1074 * 3, 1e-45, -1e-40, 2.0 ** -149, 0.0]
+        tie = 2 * BLOCK
+        x[tie:tie + BLOCK] = (np.arange(BLOCK) % 255 - 127 + 0.5) / 127.0      # s = 1: y = k + 1/2
+        x[tie] = 1.0
+        x[3 * BLOCK] = 1.8e19                                                  # s < 2^64
+    return x
+
+
+def exchange_fixture(out):
+    rng = np.random.default_rng(20261204)       # fixture inputs only; never in the step
+    tensors, cases, reduces = [], [], []
+    for name in ("f64", "int8"):
+        codec = codec_for(name)
+        for i, (n, seed, step, slot, offset) in enumerate([(1, 1234, 0, 0, 0), (255, 7, 3, 1, 512),
+                                                           (1000, 1234, 299, 5, 0), (5000, 2**32 - 1, 9, 63, 2**20)]):
+            x = exchange_values(rng, n)
+            msg = codec.encode(x, seed=seed, step=step, slot=slot, offset=offset)
+            tensors += [(f"{name}.{i}.values", x), (f"{name}.{i}.message", np.frombuffer(msg, dtype=np.int8)),
+                        (f"{name}.{i}.decoded", codec.decode(msg, n))]
+            cases.append({"codec": name, "i": i, "seed": seed, "step": step, "slot": slot, "offset": offset})
+        for j, (P, n, offset) in enumerate([(1, 300, 0), (3, 1000, 256), (5, 2049, 4096)]):
+            slices = np.stack([codec.decode(codec.encode(exchange_values(rng, n), seed=11, step=j, slot=s,
+                                                         offset=offset), n) for s in range(P)])
+            msg = codec.reduce_message(list(slices), seed=11, step=j, offset=offset)
+            tensors += [(f"{name}.reduce{j}.slices", slices),
+                        (f"{name}.reduce{j}.message", np.frombuffer(msg, dtype=np.int8)),
+                        (f"{name}.reduce{j}.G", codec.reduce(list(slices), seed=11, step=j, offset=offset))]
+            reduces.append({"codec": name, "j": j, "P": P, "seed": 11, "step": j, "offset": offset})
+    malformed = []
+    good = codec_for("int8").encode(exchange_values(rng, 300), seed=1, step=1, slot=0, offset=0)
+    bad_scale = bytearray(good)
+    bad_scale[260 + 3] |= 0x80                             # block 1's scale negative
+    inf_scale = bytearray(good)
+    inf_scale[0:4] = np.array([np.inf], dtype="<f4").tobytes()
+    big_scale = bytearray(good)
+    big_scale[0:4] = np.array([2.0 ** 64], dtype="<f4").tobytes()
+    code_128 = bytearray(good)
+    code_128[4 + 17] = 0x80
+    zero_scale = bytearray(good)
+    zero_scale[0:4] = bytes(4)
+    for codec, n, msg in [("int8", 300, good[:-1]), ("int8", 301, good), ("int8", 300, bytes(bad_scale)),
+                          ("int8", 300, bytes(inf_scale)), ("int8", 300, bytes(big_scale)),
+                          ("int8", 300, bytes(code_128)), ("int8", 300, bytes(zero_scale)),
+                          ("f64", 3, bytes(23))]:
+        try:
+            codec_for(codec).decode(msg, n)
+            raise AssertionError("a malformed case decoded")
+        except CodecError as e:
+            malformed.append({"codec": codec, "n": n, "hex": msg.hex(), "error": str(e)})
+    cfg = Config(width=16, heads=4, seq_len=16, batch=2, layers=1, steps=100, exchange="int8")
+    group = Group(cfg, 4, data.builtin_stream())
+    train = [group.step()[2][0] for _ in range(5)]
+    write_fixture(out / "exchange.dsyf", "exchange", tensors,
+                  {"cases": cases, "reduces": reduces, "malformed": malformed, "block": BLOCK,
+                   "train_int8": {"config": cfg.to_dict(), "peers": 4, "hashes": train}})
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -139,7 +209,8 @@ def main(argv=None) -> int:
     write_fixture(out / "train20.dsyf", "train", [("stream", stream), ("loss", np.array(losses))],
                   {"peers": peers, "steps": steps, "hashes": hashes,
                    "loss_bits": [f64_bits(l) for l in losses]}, cfg.to_dict())
-    print(f"wrote units, forward, backward, train20 fixtures (version {VERSION}) to {out}")
+    exchange_fixture(out)
+    print(f"wrote units, forward, backward, train20, exchange fixtures (version {VERSION}) to {out}")
     return 0
 
 

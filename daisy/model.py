@@ -41,6 +41,11 @@ def param_shapes(cfg: Config) -> "OrderedDict[str, tuple]":
     return shapes
 
 
+def param_count(cfg: Config) -> int:
+    """How many parameters the model of cfg has (every tensor of param_shapes): the one count."""
+    return sum(int(np.prod(shape)) for shape in param_shapes(cfg).values())
+
+
 def init_bound(name: str, shape: tuple, cfg: Config) -> float:
     """Half-width of the uniform init. 0 means the constant 1.0 (norm gains)."""
     if name.endswith("norm1.weight") or name.endswith("norm2.weight") or name == "norm_f.weight":

@@ -42,8 +42,3 @@ def adam_step(params, grads, state, lr: float):
         state["m"][name], state["v"][name] = m, v
         params[name] = w - lr * ((m / bc1) / (np.sqrt(v / bc2) + EPS))
     state["t"] = t
-
-
-def sgd_step(params, grads, lr: float):
-    for name, w in params.items():
-        params[name] = w - lr * grads[name]

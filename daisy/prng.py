@@ -16,6 +16,8 @@ GOLDEN = 0x9E3779B9
 PURPOSE_INIT = 1
 PURPOSE_DATA = 2
 PURPOSE_SAMPLE = 3
+PURPOSE_EXCHANGE = 4            # a slot's int8 exchange message (daisy.exchange_codec)
+PURPOSE_EXCHANGE_REDUCED = 5    # the re-quantized reduced gradient G
 
 
 def mix32(x):

@@ -17,25 +17,22 @@ replica 0 (weights, Adam m, v, t), what a joining device receives; where P shrin
 slots are dropped. --peers N is the schedule "0:N" (docs/VERIFICATION.md, "Roster schedule").
 
 A step, per replica: local step (loss, grads on its own batch) -> collective.exchange(...) ->
-the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash. Where a slot's batch
-comes from is a BatchSource: StreamBatches (a token stream in memory: the built-in corpus or
---data) or HttpBatches (the Space's GET /data/batch, with a bounded prefetch of the next steps).
+the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash: Trainer.local_step,
+then Trainer.apply with G (twin of frontend_js/train.js). Where a slot's batch comes from is a
+BatchSource (daisy/batch_source.py): StreamBatches (a token stream in memory: the built-in corpus
+or --data) or HttpBatches (the Space's GET /data/batch, with a bounded prefetch of the next steps
+and the outage wait).
 """
 import argparse
 import copy
 import json
 import re
 import sys
-import threading
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from . import data
+from .batch_source import BatchError, HttpBatches, StreamBatches, data_info
 from .collective import SimulatedCollective
 from .config import Config, ConfigError
 from .hashing import weight_hash
@@ -44,130 +41,6 @@ from .optim import adam_init, adam_step
 from .units import qmatmul
 
 MAX_PEERS = 64
-PREFETCH_STEPS = 4          # HttpBatches asks for this many steps ahead of the one it serves
-                            # (bench/bench_data_prefetch.py: 2 still waited ~0.2 s per 30 steps
-                            # on a 100 ms hub, 4 waited ~0)
-PREFETCH_WORKERS = 4        # at most this many batch requests in flight
-HTTP_TIMEOUT_S = 60         # a cold FineWeb-Edu row group can take a while on a slow hub
-
-
-# -- where a slot's batch comes from -----------------------------------------------------------
-class BatchError(data.DataError):
-    """A batch cannot be had (server unreachable, HTTP error, data changed); the message says why."""
-
-
-class StreamBatches:
-    """Batches of a token stream in memory, by daisy.data.get_batch."""
-
-    def __init__(self, stream: np.ndarray):
-        self.stream = stream
-
-    def get(self, seed: int, step: int, slot: int, B: int, T: int):
-        """-> x (B, T), y (B, T) int64 token ids of the batch (seed, step, slot)."""
-        return data.get_batch(self.stream, seed, step, slot, B, T)
-
-    def check(self, seq_len: int) -> None:
-        data.batch_starts(len(self.stream), 0, 0, 0, 1, seq_len)     # stream long enough?
-
-    def close(self) -> None:
-        pass
-
-
-class HttpBatches:
-    """The Space's keyed batches: GET {base_url}/data/batch?seed=&step=&slot=&batch=&seq_len=
-    answers B*(T+1) little-endian uint16 tokens, rows row-major (daisy/space/datastream.py).
-
-    Serving (seed, step, slot) also asks for steps step+1..step+PREFETCH_STEPS of that slot in
-    the background (a pool of PREFETCH_WORKERS threads, so at most that many requests in
-    flight; answers kept until taken, keys of earlier steps dropped), so a step does not wait
-    on the network. Every batch must carry the data id /data/info gave (X-Daisy-Data-Id): a
-    server that switched corpora mid-run stops the run instead of silently changing the data."""
-
-    def __init__(self, base_url: str, *, prefetch_steps: int = PREFETCH_STEPS,
-                 workers: int = PREFETCH_WORKERS, timeout_s: float = HTTP_TIMEOUT_S):
-        self.base_url = base_url.rstrip("/")
-        self.prefetch_steps, self.timeout_s = prefetch_steps, timeout_s
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="daisy-batch")
-        self.inflight = {}            # (seed, step, slot, B, T) -> Future of (x, y)
-        self.lock = threading.Lock()
-        self.waits_s: list[float] = []  # per get(): time the caller waited for its batch
-        self.info = self._get_json("/data/info")
-        self.data_id = self.info.get("data_id")
-        if not self.data_id:
-            raise BatchError(f"the data server at {self.base_url} has no data to serve: "
-                             f"{self.info.get('error') or self.info.get('reason') or 'no data_id'}")
-
-    def _open(self, path: str, params: dict | None = None):
-        url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        try:
-            return urllib.request.urlopen(url, timeout=self.timeout_s)
-        except urllib.error.HTTPError as e:
-            body = e.read().decode("utf-8", "replace")
-            try:
-                message = json.loads(body)["error"]
-            except (ValueError, KeyError, TypeError):
-                message = " ".join(body.split())[:200] or e.reason
-            raise BatchError(f"the data server answered HTTP {e.code} to {path}: {message}") from None
-        except (urllib.error.URLError, OSError) as e:
-            why = getattr(e, "reason", None) or e
-            raise BatchError(f"cannot reach the data server at {self.base_url}: {why}") from None
-
-    def _get_json(self, path: str) -> dict:
-        with self._open(path) as r:
-            try:
-                return json.loads(r.read())
-            except ValueError:
-                raise BatchError(f"{self.base_url}{path} did not answer JSON: is it a DaisyChain "
-                                 f"server?") from None
-
-    def _fetch(self, key):
-        seed, step, slot, B, T = key
-        with self._open("/data/batch", dict(seed=seed, step=step, slot=slot, batch=B, seq_len=T)) as r:
-            got_id, body = r.headers.get("X-Daisy-Data-Id"), r.read()
-            reason = r.headers.get("X-Daisy-Fallback-Reason")
-        if got_id != self.data_id:
-            raise BatchError(f"the data server's data changed during the run: batch {key[:3]} "
-                             f"is {got_id}, the run started on {self.data_id}"
-                             + (f" ({reason})" if reason else ""))
-        if len(body) != 2 * B * (T + 1):
-            raise BatchError(f"batch {key[:3]}: {len(body)} bytes, expected {2 * B * (T + 1)}")
-        return data.split_rows(np.frombuffer(body, dtype="<u2"), B, T)
-
-    def _future(self, key):
-        # callers hold self.lock
-        f = self.inflight.get(key)
-        if f is None:
-            f = self.inflight[key] = self.pool.submit(self._fetch, key)
-        return f
-
-    def get(self, seed: int, step: int, slot: int, B: int, T: int):
-        """-> x (B, T), y (B, T) int64 token ids of the batch (seed, step, slot)."""
-        key = (seed, step, slot, B, T)
-        with self.lock:
-            f = self._future(key)
-            for ahead in range(1, self.prefetch_steps + 1):
-                self._future((seed, step + ahead, slot, B, T))
-            # batches of this slot at or before this step are never asked for again
-            for k in [k for k in self.inflight if k[2] == slot and k[1] <= step]:
-                del self.inflight[k]
-        t0 = time.perf_counter()
-        try:
-            return f.result()
-        finally:
-            self.waits_s.append(time.perf_counter() - t0)
-
-    def wait_summary(self) -> str:
-        w = self.waits_s
-        if not w:
-            return "no batches fetched"
-        return (f"{len(w)} batches, waited {sum(w) * 1e3:.0f} ms in all "
-                f"(max {max(w) * 1e3:.0f} ms, first {w[0] * 1e3:.0f} ms)")
-
-    def check(self, seq_len: int) -> None:
-        pass                          # the server validates every request
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Replica:
@@ -185,39 +58,64 @@ def copy_replica(r: Replica) -> Replica:
     return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam))
 
 
+class Trainer:
+    """One replica's training step (twin of frontend_js/train.js Trainer): local_step on its own
+    batch with its own weights, then apply the group's G. batches: a BatchSource
+    (daisy/batch_source.py); mm: the INT8 unit's matmul."""
+
+    def __init__(self, cfg: Config, replica: Replica, batches, mm=qmatmul):
+        self.cfg, self.replica, self.batches, self.mm = cfg, replica, batches, mm
+
+    def local_step(self, step: int, slot: int):
+        """(loss, grads) of this replica on the batch of (seed, step, slot)."""
+        x, y = self.batches.get(step, slot)                               # (B, T) each
+        return loss_and_grads(self.replica.params, self.cfg, x, y, self.mm)
+
+    def apply(self, G):
+        """Adam with the group's G, then the hash -> (step number after it, hash)."""
+        adam_step(self.replica.params, G, self.replica.adam, self.cfg.lr)
+        return self.replica.step, weight_hash(self.replica.params)
+
+
+def check_loss(loss: float, step: int) -> None:
+    if not np.isfinite(loss):
+        raise FloatingPointError(f"loss became {loss} at step {step}: lower the learning rate")
+
+
 class Group:
     """P replicas training in lockstep; `batches` is a BatchSource or a token stream."""
 
     def __init__(self, cfg: Config, peers: int, batches, mm=qmatmul, replicas=None):
         self.cfg, self.mm = cfg, mm
-        self.batches = StreamBatches(batches) if isinstance(batches, np.ndarray) else batches
+        self.batches = StreamBatches(batches, cfg) if isinstance(batches, np.ndarray) else batches
         if replicas is None:
             params = init_params(cfg)
             replicas = [Replica(copy.deepcopy(params), adam_init(params)) for _ in range(peers)]
         self.replicas = replicas
-        self.collective = SimulatedCollective(param_shapes(cfg))
+        self.trainers = [Trainer(cfg, r, self.batches, mm) for r in replicas]
+        self.collective = SimulatedCollective(param_shapes(cfg), seed=cfg.seed, exchange=cfg.exchange)
 
     def resize(self, peers: int) -> None:
         """Slots 0..peers-1 from now on: a new slot gets a copy of replica 0 (weights, Adam m, v,
         t), what a joining device receives; shrinking drops the highest slots."""
         grown = [copy_replica(self.replicas[0]) for _ in range(peers - len(self.replicas))]
         self.replicas = self.replicas[:peers] + grown
+        self.trainers = self.trainers[:peers] + [Trainer(self.cfg, r, self.batches, self.mm) for r in grown]
 
     def step(self):
         """Run one step; returns (step number after it, group loss, [hash per peer])."""
-        cfg, s = self.cfg, self.replicas[0].step
-        roster = list(range(len(self.replicas)))       # slot i = replica i
+        s = self.replicas[0].step
+        roster = list(range(len(self.trainers)))       # slot i = replica i
         handles = []
-        for slot, r in enumerate(self.replicas):       # each peer's local step
-            x, y = self.batches.get(cfg.seed, s, slot, cfg.batch, cfg.seq_len)   # (B, T) each
-            loss_i, grads_i = loss_and_grads(r.params, cfg, x, y, self.mm)
+        for slot, t in enumerate(self.trainers):       # each peer's local step
+            loss_i, grads_i = t.local_step(s, slot)
             handles.append(self.collective.exchange(s, roster, slot, loss_i, grads_i))
-        for r, h in zip(self.replicas, handles):
+        applied = []
+        for t, h in zip(self.trainers, handles):
             loss, G = h.result()                       # the same bits for every slot
-            adam_step(r.params, G, r.adam, cfg.lr)
-        if not np.isfinite(loss):
-            raise FloatingPointError(f"loss became {loss} at step {s + 1}: lower the learning rate")
-        return s + 1, loss, [weight_hash(r.params) for r in self.replicas]
+            applied.append(t.apply(G))
+        check_loss(loss, s + 1)
+        return s + 1, loss, [hash_ for _, hash_ in applied]
 
 
 # -- the roster schedule: how many peers compute each step -----------------------------------
@@ -273,6 +171,8 @@ def parse_args(argv):
     ap.add_argument("--layers", type=int, default=None, help="transformer blocks, 1..8 (2)")
     ap.add_argument("--heads", type=int, default=None, help="attention heads, 1..8 (4)")
     ap.add_argument("--seed", type=int, default=None, help="run seed, 0..2^32-1 (1234)")
+    ap.add_argument("--exchange", default=None, metavar="CODEC",
+                    help="how gradients travel between peers: f64 or int8 (f64; daisy/exchange_codec.py)")
     ap.add_argument("--data", default=None, help="a parquet file with a 'text' column (default: built-in corpus)")
     ap.add_argument("--data-url", default=None, metavar="http://HOST:PORT",
                     help="train on the keyed batches of a DaisyChain server's /data/batch (the "
@@ -299,7 +199,8 @@ def parse_args(argv):
     except ValueError as e:
         ap.error(str(e))
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
-             "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed}
+             "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed,
+             "exchange": args.exchange}
     given = {k: v for k, v in flags.items() if v is not None}
     if args.resume is not None:
         if given:
@@ -319,40 +220,43 @@ def parse_args(argv):
     return args, cfg
 
 
-def load_group(path, peers: int, batches):
-    """A group of `peers` replicas, each restored from the checkpoint at path."""
-    from .files.checkpoint import load_checkpoint
-    ck = load_checkpoint(path)
-    cfg = Config.from_dict(ck.config)
+def resume_group(ck, cfg: Config, peers: int, batches):
+    """A group of `peers` replicas, each restored from the checkpoint ck."""
     replicas = [copy_replica(Replica(ck.params, ck.adam)) for _ in range(peers)]
-    return cfg, Group(cfg, peers, batches, replicas=replicas), ck
+    return Group(cfg, peers, batches, replicas=replicas)
 
 
-def open_batches(args):
+def open_batches(args, cfg: Config):
     """The run's BatchSource and its label (kept in checkpoints): --data-url, --data or builtin."""
     if args.data_url is not None:
-        batches = HttpBatches(args.data_url)
-        if args.data_id is not None and batches.data_id != args.data_id:
-            batches.close()
-            raise BatchError(f"the data server at {args.data_url} serves {batches.data_id}, "
-                             f"not {args.data_id} (--data-id)")
-        info = batches.info
-        print(f"data: {batches.data_id} from {args.data_url} (source {info.get('source')}"
+        info = data_info(args.data_url)
+        data_id = info.get("data_id")
+        if not data_id:
+            raise BatchError("data_unavailable", f"the data server at {args.data_url} has no data to serve: "
+                                                 f"{info.get('error') or info.get('reason') or 'no data_id'}")
+        if args.data_id is not None and data_id != args.data_id:
+            raise BatchError("data_changed", f"the data server at {args.data_url} serves {data_id}, "
+                                             f"not {args.data_id} (--data-id)")
+        print(f"data: {data_id} from {args.data_url} (source {info.get('source')}"
               + (f", {info['reason']}" if info.get("reason") else "") + ")", file=sys.stderr)
-        return batches, batches.data_id
+        return HttpBatches(cfg, args.data_url, data_id=data_id), data_id
     if args.data is not None:
-        return StreamBatches(data.parquet_stream(args.data)), data_label(args.data)
-    return StreamBatches(data.builtin_stream()), data_label(None)
+        return StreamBatches(data.parquet_stream(args.data), cfg), data_label(args.data)
+    return StreamBatches(data.builtin_stream(), cfg), data_label(None)
 
 
 def main(argv=None) -> int:
     args, cfg = parse_args(sys.argv[1:] if argv is None else argv)
-    from .files.checkpoint import CheckpointError
+    from .files.checkpoint import CheckpointError, load_checkpoint
     batches = None
     try:
-        batches, label = open_batches(args)
+        ck = None
         if args.resume is not None:
-            cfg, group, ck = load_group(args.resume, 1, batches)    # train() sets the roster's P
+            ck = load_checkpoint(args.resume)
+            cfg = Config.from_dict(ck.config)
+        batches, label = open_batches(args, cfg)
+        if ck is not None:
+            group = resume_group(ck, cfg, 1, batches)                  # train() sets the roster's P
             if args.roster is not None:
                 try:
                     check_roster(args.schedule, args.roster, group.replicas[0].step, cfg.steps)
@@ -364,7 +268,6 @@ def main(argv=None) -> int:
                       f"this run reads {label}", file=sys.stderr)
         else:
             group = Group(cfg, peers_at(args.schedule, 0), batches)
-        batches.check(cfg.seq_len)
         rc = train(args, cfg, group, label)
         if isinstance(batches, HttpBatches):
             print(f"data: {batches.wait_summary()}", file=sys.stderr)

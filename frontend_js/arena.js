@@ -13,7 +13,7 @@
 // (doubling overshot by up to 100%: TEST_RESULTS "Memory"), and the next steps reuse the same
 // chunks in the same order; reset() merges them into one of the peak size only when they hold
 // more than 1.5x the peak.
-// A backend may place the chunks elsewhere (threads.js: in the worker pool's shared memory, so its
+// A backend may place the chunks elsewhere (cpu/threads.js: in the worker pool's shared memory, so its
 // kernels read and write the arrays in place): new StepArena({ chunk(n), drop(chunk) }).
 const MIN_CHUNK = 1 << 16;                         // doubles (512 KB)
 const MERGE_ABOVE = 1.5;                           // reset() merges chunks holding more than this x the peak
@@ -30,13 +30,13 @@ export class StepArena {
 
   reset() {
     // merge only an arena that holds much more than its peak: a merge allocates the peak anew
-    // while the old chunks are still held (plain buffers until the GC runs; in threads.js's shared
+    // while the old chunks are still held (plain buffers until the GC runs; in cpu/threads.js's shared
     // memory, a block that may not fit where the old ones were), so it would raise the high-water
     // mark that it is meant to lower
     if (this.chunks.length > 1 && this.capacity > MERGE_ABOVE * this.peak) {
       const peak = Math.max(this.peak, MIN_CHUNK);
       for (const c of this.chunks) this.dropChunk(c);
-      this.chunks.splice(0, this.chunks.length, this.newChunk(peak));   // the same array (threads.js holds it)
+      this.chunks.splice(0, this.chunks.length, this.newChunk(peak));   // the same array (cpu/threads.js holds it)
     }
     this.index = 0; this.offset = 0; this.used = 0; this.peak = 0;
   }
@@ -72,7 +72,7 @@ export class StepArena {
 export const freshF64 = { take: (n) => new Float64Array(n), zeros: (n) => new Float64Array(n), mark: () => null, rewind: () => {} };
 
 // an allocator whose first array is `out` and the rest from `mem`: a row piece takes its result
-// first and its scratch after (model.js, engines.js, threads.js), so it writes its result where
+// first and its scratch after (model.js, engines.js, cpu/threads.js), so it writes its result where
 // the caller already holds it (model.js keeps what backward needs below its temporaries)
 export const into = (out, mem) => {
   let given = false;

@@ -12,12 +12,14 @@ import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { bestBackend } from './engines.js';
-import { createThreadedBackend, MAX_THREADS } from './threads.js';
+import { createThreadedBackend } from './cpu/threads.js';
+import { MAX_THREADS } from './cpu/workers.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
 
-// flag -> [dest, help, metavar?]; every flag but --json takes one int (or, for --data, a path)
+// flag -> [dest, help, metavar?]; every flag but --json takes one int (or, for --data, a path;
+// --roster, a schedule; --exchange, a codec name)
 const FLAGS = {
   '--peers': ['peers', `simulated peers, 1..${MAX_PEERS} (2)`],
   '--roster': ['roster', 'peers per step: "0:2,10:3" = steps 0..9 on 2 peers, from 10 on 3 (a new replica '
@@ -31,18 +33,19 @@ const FLAGS = {
   '--layers': ['layers', 'transformer blocks, 1..8 (2)'],
   '--heads': ['heads', 'attention heads, 1..8 (4)'],
   '--seed': ['seed', 'run seed, 0..2^32-1 (1234)'],
+  '--exchange': ['exchange', 'how gradients travel between peers: f64 or int8 (f64; exchange_codec.js)', 'CODEC'],
   '--data': ['data', 'a token file (*.u16, *.bin, *.tokens: raw little-endian uint16 ids) or a UTF-8 '
     + 'text file (documents separated by two blank lines, as the built-in corpus); parquet is not '
     + 'read by the JS CLI (default: built-in corpus)'],
   '--json': ['json', 'one JSON object per step: step, loss, hashes'],
-  '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/threads.js; `
+  '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/cpu/threads.js; `
     + 'the same bits for every count). Not a flag of daisy.train. Default: the single-threaded wasm-simd backend'],
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
 };
 const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
-       [--layers LAYERS] [--heads HEADS] [--seed SEED] [--data DATA] [--json] [--save SAVE]
+       [--layers LAYERS] [--heads HEADS] [--seed SEED] [--exchange CODEC] [--data DATA] [--json] [--save SAVE]
        [--resume RESUME] [--threads THREADS]`;
 
 class UsageError extends Error {}
@@ -69,7 +72,7 @@ function pyInt(flag, s) {
 // argparse semantics: --flag VALUE or --flag=VALUE, unique prefixes, unknown args reported together
 export function parseArgs(argv) {
   const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null };
-  for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed']) args[k] = DEFAULTS[k];
+  for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed', 'exchange']) args[k] = DEFAULTS[k];
   const unknown = [];
   for (let i = 0; i < argv.length; i++) {
     const tok = argv[i];
@@ -103,7 +106,7 @@ export function parseArgs(argv) {
     if (flag === '--save' || flag === '--resume') {
       throw new UsageError(`${flag}: checkpoints are not read or written by the JS CLI; use python -m daisy.train ${flag}`);
     }
-    args[dest] = flag === '--data' || flag === '--roster' ? value : pyInt(flag, value);
+    args[dest] = flag === '--data' || flag === '--roster' || flag === '--exchange' ? value : pyInt(flag, value);
   }
   if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
   if (args.peers !== null && args.roster !== null) {
@@ -119,7 +122,7 @@ export function parseArgs(argv) {
   let cfg;
   try {
     cfg = makeConfig({ width: args.width, seq_len: args.seq_len, batch: args.batch, steps: args.steps,
-      lr_x1000: args.lr, layers: args.layers, heads: args.heads, seed: args.seed });
+      lr_x1000: args.lr, layers: args.layers, heads: args.heads, seed: args.seed, exchange: args.exchange });
   } catch (e) {
     if (e instanceof ConfigError) throw new UsageError(e.message);
     throw e;

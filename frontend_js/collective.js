@@ -11,7 +11,11 @@
 //     shard to every other peer: 2(P-1)/P |g| bytes sent per peer per step.
 // The reduce is elementwise (reduce.js), so both give the bits of reduceGradients on the whole
 // gradient, whatever the order in which frames arrive.
+// The exchange codec (the run setting `exchange`, exchange_codec.js) says how a slot's
+// contribution and a reduced shard travel; G is computed shard by shard as codecReduce says,
+// in both topologies and for P = 1 too (daisy/collective.py explains why it is the same G).
 import { reduceLosses } from './reduce.js';
+import { codecFor, evenBounds, slotMean } from './exchange_codec.js';
 
 // ---- the flat gradient and its shards (docs/VERIFICATION.md "Sharded reduce") ---------------
 
@@ -37,26 +41,25 @@ export function unflatten(flat, shapes) {
   return out;
 }
 
-// shard k of P over N values: [floor(k*N/P), floor((k+1)*N/P))
-export function shardBounds(N, P) {
-  const b = [];
-  for (let k = 0; k <= P; k++) b.push(Math.floor((k * N) / P));
-  return b;
-}
+// the f64 cut: shard k of P over N values is [floor(k*N/P), floor((k+1)*N/P))
+export const shardBounds = evenBounds;
 
 // slices[s] (Float64Array, one per slot 0..P-1, equal lengths) -> the reduce of reduce.js:
-//   acc = g_0; acc = acc + g_s for s = 1..P-1; acc / P   (P = 1: g_0 unchanged)
-export function reduceShard(slices, out = null) {
-  const P = slices.length;
-  if (P === 1) return slices[0];
-  const acc = out || new Float64Array(slices[0].length);
-  acc.set(slices[0]);
-  for (let s = 1; s < P; s++) {
-    const g = slices[s];
-    for (let i = 0; i < acc.length; i++) acc[i] = acc[i] + g[i];
+//   acc = g_0; acc = acc + g_s for s = 1..P-1; acc / P   (P = 1: g_0's bits)
+export const reduceShard = slotMean;
+
+// flats: each slot's (N) flat gradient in slot order -> G by the codec, shard by shard as the
+// mesh computes it (all-gather: one shard of N)
+export function codecReduce(codec, flats, { seed, step, topology }) {
+  const N = flats[0].length, P = flats.length;
+  const bounds = topology === 'allgather' ? [0, N] : codec.shardBounds(N, P);
+  const G = new Float64Array(N);
+  for (let k = 0; k + 1 < bounds.length; k++) {
+    const lo = bounds[k], hi = bounds[k + 1];
+    const decoded = flats.map((f, slot) => codec.decode(codec.encode(f.subarray(lo, hi), { seed, step, slot, offset: lo }), hi - lo));
+    G.set(codec.reduce(decoded, { seed, step, offset: lo }), lo);
   }
-  for (let i = 0; i < acc.length; i++) acc[i] = acc[i] / P;
-  return acc;
+  return G;
 }
 
 export const topologyFor = (P) => (P <= 3 ? 'allgather' : 'rsag');
@@ -64,29 +67,37 @@ export const topologyFor = (P) => (P <= 3 ? 'allgather' : 'rsag');
 // ---- SimulatedCollective --------------------------------------------------------------------
 
 // P replicas in one process: exchange() resolves once every slot of the step has posted.
+// topology null = topologyFor(P): 4+ peers are reduced shard by shard, as the mesh does; exchange:
+// the run's codec name (cfg.exchange); seed: the run seed (keys int8's rounding).
 export class SimulatedCollective {
-  constructor(shapes) {
+  constructor(shapes, { seed = 0, exchange = 'f64', topology = null } = {}) {
     this.shapes = shapes;
     this.names = shapes.map(([n]) => n);
-    this.pending = null;      // {step, P, losses[], flats[], waiters[]}
+    this.seed = seed;
+    this.codec = codecFor(exchange);
+    this.topology = topology;
+    this.pending = null;      // {step, P, losses[], flats[], got, waiters[], out}
   }
 
+  // post slot's (loss, grads) of `step`; roster lists the step's peers in slot order
   exchange(step, roster, slot, loss, grads) {
     const P = roster.length;
-    if (!this.pending || this.pending.step !== step) {
-      this.pending = { step, P, losses: new Array(P), flats: new Array(P), got: 0, waiters: [] };
+    if (!(slot >= 0 && slot < P)) throw new RangeError(`slot ${slot} is outside the roster of ${P} peers`);
+    let p = this.pending;
+    if (!p || p.step !== step || p.out) {
+      if (p && !p.out) throw new Error(`step ${step} posted while step ${p.step} still waits for slots`);
+      p = this.pending = { step, P, losses: new Array(P), flats: new Array(P), got: 0, waiters: [], out: null };
     }
-    const p = this.pending;
-    if (p.flats[slot]) throw new Error(`slot ${slot} posted twice at step ${step}`);
+    if (p.P !== P) throw new RangeError(`step ${step}: roster of ${P} peers, but the step began with ${p.P}`);
+    if (p.flats[slot]) throw new RangeError(`step ${step}: slot ${slot} posted twice`);
     p.losses[slot] = loss;
     p.flats[slot] = flattenGrads(grads, this.names);
     p.got++;
     const done = new Promise((resolve) => p.waiters.push(resolve));
     if (p.got === P) {
-      const flat = reduceShard(p.flats);
-      const out = { loss: reduceLosses(p.losses), grads: unflatten(flat, this.shapes) };
-      this.pending = null;
-      for (const w of p.waiters) w(out);
+      const G = codecReduce(this.codec, p.flats, { seed: this.seed, step, topology: this.topology || topologyFor(P) });
+      p.out = { loss: reduceLosses(p.losses), grads: unflatten(G, this.shapes) };
+      for (const w of p.waiters) w(p.out);
     }
     return done;
   }

@@ -1,12 +1,15 @@
-// The one config of a run, mirroring daisy/config.py: every field an int, validated on creation
-// with the same messages.
+// The one config of a run, mirroring daisy/config.py: every field an int but `exchange` (the
+// gradient exchange codec's name, exchange_codec.js), validated on creation with the same messages.
 import { VOCAB_SIZE } from './tokenizer.js';
 
 export { VOCAB_SIZE };
 
 export const DEFAULTS = Object.freeze({
-  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234,
+  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'f64',
 });
+
+// the exchange codecs (exchange_codec.js CODECS); daisy/config.py EXCHANGES is the twin
+export const EXCHANGES = Object.freeze(['f64', 'int8']);
 
 // name -> [min, max, what it is]; validate() reads it. The twin of daisy/config.py RANGES (the
 // bounds of the page's sliders, of the Python validator and of state_codec.py): change both.
@@ -37,6 +40,9 @@ export function validate(cfg) {
     }
     if (!(lo <= v && v <= hi)) throw new ConfigError(`${label} (${name}) must be in ${lo}..${hi}, got ${v}`);
   }
+  if (!EXCHANGES.includes(cfg.exchange)) {
+    throw new ConfigError(`gradient exchange (exchange) must be one of ${EXCHANGES.join(', ')}, got ${pyRepr(cfg.exchange)}`);
+  }
   if (cfg.width % cfg.heads) {
     throw new ConfigError(`model width (${cfg.width}) must be a multiple of heads (${cfg.heads})`);
   }
@@ -55,7 +61,7 @@ export function makeConfig(settings = {}) {
   });
 }
 
-// the wire form: exactly the eight int fields, in Python's field order
+// the wire form: exactly the fields of DEFAULTS, in Python's field order
 export function configToDict(cfg) {
   const d = {};
   for (const k of Object.keys(DEFAULTS)) d[k] = cfg[k];

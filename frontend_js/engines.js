@@ -1,4 +1,5 @@
-// The compute backends, chosen and gated here and nowhere else (docs/ARCHITECTURE.md "Compute").
+// The compute backends' parts, gated here and nowhere else (docs/ARCHITECTURE.md "Compute"); which
+// CPU backend a page runs (threads, unit workers or this module's best) is cpu/registry.js's choice.
 // A backend is one frozen value, handed whole to the trainer, the model and the generator:
 //   name          the GEMM engine's name ('wasm-simd', 'cpu', 'webgpu-packed', ...)
 //   engine        the INT8 unit's integer engine (units.js: gemm, gemmBT and/or a fused qmatmulT)
@@ -9,8 +10,8 @@
 //                 sha and shaAsync, hashing.js's {name, hexOf(parts)})
 //   parts         which implementation the other parts run: {rows, adam, sha, shaAsync}
 //   newArena()    a StepArena (arena.js) for a trainer's step arrays, where this backend wants them
-//                 (the threaded backend's are in its workers' shared memory; threads.js)
-//   threads       how many threads a step's kernels run on (1 but for threads.js's backend)
+//                 (the threaded backend's are in its workers' shared memory; cpu/threads.js)
+//   threads       how many threads a step's kernels run on (1 but for cpu/threads.js's and cpu/unit_workers.js's)
 //   notes         why a part is not its fast version (empty when every part is)
 // Families, best first: 'wasm-simd' (the WebAssembly SIMD GEMM, row kernels and Adam, each used
 // only after its gate against the JS mirror passed) and 'cpu' (the scalar GEMM and the JS mirror
@@ -24,6 +25,7 @@ import { jsSha, paramBytes, createWasmSha, createSubtleSha, gateSha } from './ha
 import * as model from './model.js';
 import * as optim from './optim.js';
 import { freshF64, StepArena } from './arena.js';
+import { sameBits, firstDiff } from './bits.js';
 
 const ROW_PIECES = ['rmsnorm', 'rmsnormBackward', 'causalSoftmax', 'softmaxBackward', 'relu', 'reluBackward', 'crossEntropy'];
 export const JS_ROWS = Object.freeze(Object.fromEntries(ROW_PIECES.map((k) => [k, model[k]])));
@@ -129,8 +131,6 @@ function gateValues(n, seed, withSpecials) {
   }
   return x;
 }
-const sameBits = (a, b) => (a === b && (a !== 0 || Object.is(a, b))) || (a !== a && b !== b);
-const firstDiff = (got, want) => { for (let i = 0; i < want.length; i++) if (!sameBits(got[i], want[i])) return i; return -1; };
 
 // the wasm float kernels (wasm_float.js) -> null, or the first disagreement of their row pieces
 // with model.js's in words

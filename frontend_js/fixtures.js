@@ -2,6 +2,8 @@
 // defined in daisy/fixtures.py), from an ArrayBuffer: works in node and in browsers.
 //   bytes 0..3 magic "DSYF", 4..7 u32 version, 8..11 u32 header length H, then H bytes of JSON,
 //   zero padding to a multiple of 8, then the tensors (each at its offset from the data start).
+import { LITTLE_ENDIAN } from './host.js';
+
 export const FIXTURE_VERSION = 1;
 const MAGIC = 'DSYF';
 const ARRAYS = { f64: Float64Array, i32: Int32Array, i8: Int8Array, u16: Uint16Array };
@@ -30,7 +32,6 @@ export function readFixture(buffer, name = 'fixture') {
   return { header, tensors };
 }
 
-const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 function swapped(raw, Arr) {
   const w = Arr.BYTES_PER_ELEMENT, out = new Uint8Array(raw.length);
   for (let i = 0; i < raw.length; i += w) for (let j = 0; j < w; j++) out[i + j] = raw[i + w - 1 - j];

@@ -5,7 +5,8 @@
 // compress function in WebAssembly (createWasmSha) and WebCrypto's native digest (createSubtleSha,
 // asynchronous, only in secure contexts). A sha is {name, hexOf(parts)}: parts, Uint8Arrays of
 // one message, -> the hex digest (or a Promise of it).
-import { Module, local, block, loop, br, br_if, i32, LITTLE_ENDIAN_HOST } from './wasm_asm.js';
+import { LITTLE_ENDIAN } from './host.js';
+import { Module, local, block, loop, br, br_if, i32 } from './wasm_asm.js';
 
 const K256 = new Int32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -104,7 +105,7 @@ export class Sha256 {
 // Float64Array -> its little-endian bytes (a view on little-endian hosts, a swapped copy otherwise)
 export function f64LeBytes(a) {
   const bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  if (LITTLE_ENDIAN_HOST) return bytes;
+  if (LITTLE_ENDIAN) return bytes;
   const out = new Uint8Array(bytes.length);
   for (let i = 0; i < bytes.length; i += 8) for (let j = 0; j < 8; j++) out[i + j] = bytes[i + 7 - j];
   return out;
@@ -197,7 +198,7 @@ export function weightHash(params) {
 // -> the wasm compress as a sha; throws when WebAssembly is missing (engines.js gates it)
 export function createWasmSha() {
   if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
-  if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm SHA-256 assumes a little-endian host');
+  if (!LITTLE_ENDIAN) throw new Error('the wasm SHA-256 assumes a little-endian host');
   const inst = new WebAssembly.Instance(new WebAssembly.Module(shaWasmBytes()), {});
   const ws = { mem: inst.exports.mem, sha: inst.exports.sha };
   return { name: 'wasm', hexOf: (parts) => wasmHashParts(ws, parts) };

@@ -31,6 +31,9 @@ export function paramShapes(cfg) {
   return shapes;
 }
 
+// how many parameters the model of cfg has (every tensor of paramShapes): the one count
+export const paramCount = (cfg) => paramShapes(cfg).reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+
 // half-width of the uniform init; 0 means the constant 1.0 (norm gains)
 export function initBound(name, shape, cfg) {
   if (name.endsWith('norm1.weight') || name.endsWith('norm2.weight') || name === 'norm_f.weight') return 0.0;

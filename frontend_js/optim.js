@@ -37,10 +37,3 @@ export function adamStep(params, grads, state, lr) {
   }
   state.t = t;
 }
-
-export function sgdStep(params, grads, lr) {
-  for (const name of Object.keys(params)) {
-    const w = params[name], g = grads[name];
-    for (let i = 0; i < w.length; i++) w[i] = w[i] - lr * g[i];
-  }
-}

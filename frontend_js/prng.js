@@ -9,6 +9,8 @@ export const GOLDEN = 0x9e3779b9;
 export const PURPOSE_INIT = 1;
 export const PURPOSE_DATA = 2;
 export const PURPOSE_SAMPLE = 3;
+export const PURPOSE_EXCHANGE = 4;            // a slot's int8 exchange message (exchange_codec.js)
+export const PURPOSE_EXCHANGE_REDUCED = 5;    // the re-quantized reduced gradient G
 
 export function mix32(x) {
   x = x >>> 0;

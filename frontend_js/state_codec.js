@@ -5,18 +5,20 @@
 //   decodeState(buf, {makeConfig, paramShapes}) -> loadState's form
 // decodeState reads untrusted bytes: it checks every length against the config before it
 // builds a view, and reads the JSON header under a size bound.
+// Not under a files/ folder like its twin: daisy/files/ holds Python's file formats (checkpoint,
+// safetensors, kit); the page reads no files, so its one format sits beside the mirror it serves.
+import { LITTLE_ENDIAN } from './host.js';
+
 export const STATE_FORMAT = 'daisychain-state';
 export const STATE_VERSION = 1;
 export const MAX_STATE_HEADER_BYTES = 64 * 1024;
 const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
-const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 
 // The largest state body any allowed settings make (= daisy/files/state_codec.py MAX_STATE_BYTES):
 // a bound checked before a peer's body is allocated. c: {config, model} (the compute modules).
 export function maxStateBytes(c) {
   const top = c.config.makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, c.config.RANGES[k][1]])));
-  const values = c.model.paramShapes(top).reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
-  return 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * values;
+  return 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * c.model.paramCount(top);
 }
 
 // shapes [[name, shape]] (model.paramShapes) and a replica -> ArrayBuffer. m and v null: weights only.

@@ -26,7 +26,8 @@ export class Replica {
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
   { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
 
-// One replica's training step. batches: a BatchSource (batch_source.js); backend: engines.js.
+// One replica's training step (Python: local_step, apply). batches: a BatchSource (batch_source.js);
+// backend: engines.js.
 export class Trainer {
   constructor(cfg, replica, batches, backend = referenceBackend) {
     this.cfg = cfg; this.replica = replica; this.batches = batches;
@@ -64,7 +65,7 @@ export class Group {
     }
     this.replicas = replicas;
     this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
-    this.collective = new SimulatedCollective(paramShapes(cfg));
+    this.collective = new SimulatedCollective(paramShapes(cfg), { seed: cfg.seed, exchange: cfg.exchange });
     this.arena = this.backend.newArena();   // every array of a step; reused by the next step
   }
 
@@ -91,7 +92,7 @@ export class Group {
       }
     } catch (e) {
       this.arena = this.backend.newArena();   // a failed step's arrays are never handed out again
-      this.collective = new SimulatedCollective(paramShapes(this.cfg));
+      this.collective = new SimulatedCollective(paramShapes(this.cfg), { seed: this.cfg.seed, exchange: this.cfg.exchange });
       throw e;
     }
     const outs = await Promise.all(reduced);

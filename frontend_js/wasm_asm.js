@@ -24,10 +24,6 @@ const vec = (items) => [...uleb(items.length), ...items.flat()];
 const section = (id, body) => [id, ...uleb(body.length), ...body];
 const f64Bytes = (x) => { const b = new Uint8Array(8); new DataView(b.buffer).setFloat64(0, x, true); return [...b]; };
 
-// the kernels read and write their memory through typed-array views, which use the host's byte
-// order, while wasm memory is little-endian: they are offered on little-endian hosts only
-export const LITTLE_ENDIAN_HOST = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
-
 export const TYPES = { i32: 0x7f, i64: 0x7e, f32: 0x7d, f64: 0x7c, v128: 0x7b };
 
 // --- instructions -------------------------------------------------------------------------------
@@ -126,7 +122,7 @@ const parseVars = (spec) => (spec ? spec.trim().split(/\s+/) : []).map((v) => {
 // distinct signatures in order of first use; exports are the memory, then the exported
 // functions in the order added. bytes({ sharedMaxPages }) assembles the same code over an
 // imported shared memory instead (import "env" "mem", limits shared, minPages..sharedMaxPages,
-// re-exported as 'mem'): the form worker threads instantiate over one memory (threads.js).
+// re-exported as 'mem'): the form worker threads instantiate over one memory (cpu/threads.js).
 export class Module {
   constructor({ minPages = 1 } = {}) {
     this.minPages = minPages;

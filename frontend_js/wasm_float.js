@@ -5,6 +5,7 @@
 // float64 operations. Written with the assembler of wasm_asm.js. rowPieces and adamUpdate wrap
 // the kernels in their twins' signatures; engines.js gates them against the twins before a
 // backend uses them.
+import { LITTLE_ENDIAN } from './host.js';
 import { EXP_COEFFS, EXP_MIN, EXP_MAX, INV_LN2, LN2_HI, LN2_LO } from './detmath.js';
 import { exp, log, treeSum } from './detmath.js';
 import * as ADAM from './optim.js';     // B1, OMB1, B2, OMB2, EPS, powInt
@@ -12,7 +13,7 @@ import { NORM_EPS } from './model.js';
 import { freshF64 } from './arena.js';
 import {
   Module, local, block, loop, br, br_if, if_, return_, call, select, i32, i64, f64, v128, V128_ZERO,
-  i32x4, i64x2, f64x2, whileStep, forRange, addr8, LITTLE_ENDIAN_HOST,
+  i32x4, i64x2, f64x2, whileStep, forRange, addr8,
 } from './wasm_asm.js';
 
 const splatF = (x) => [f64.const(x), f64x2.splat];
@@ -217,7 +218,7 @@ floatModule.func('reluBack', { params: 'h dy out n', locals: 'i n1' }, (L) => [
 
 // the module's bytes
 export const floatWasm = () => floatModule.bytes();
-// the same module over an imported shared memory of at most maxPages (threads.js)
+// the same module over an imported shared memory of at most maxPages (cpu/threads.js)
 export const floatWasmShared = (maxPages) => floatModule.bytes({ sharedMaxPages: maxPages });
 
 // byte offsets of consecutive f64 regions of the given lengths, each with 2 doubles of padding
@@ -243,7 +244,7 @@ export function createFloatKernels() {
   if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
   const bytes = floatWasm();
   if (!WebAssembly.validate(bytes)) throw new Error('WebAssembly SIMD is not supported here');
-  if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm float kernels assume a little-endian host');
+  if (!LITTLE_ENDIAN) throw new Error('the wasm float kernels assume a little-endian host');
   const ex = new WebAssembly.Instance(new WebAssembly.Module(bytes), {}).exports;
   return {
     // src (R*W) -> dst (R*W, written); returns a view of the row stats valid until the next call

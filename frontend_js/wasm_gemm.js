@@ -9,10 +9,12 @@
 // wrap mod 2^32 and the true total fits int32 (K <= MAX_K), so no float and no rounding anywhere.
 // engines.js gates it (gateEngine, gateUnit below: random, ragged and extreme inputs against
 // the scalar engine) and does not offer it when it disagrees or WebAssembly SIMD is missing.
+import { LITTLE_ENDIAN } from './host.js';
+import { sameBits } from './bits.js';
 import { cpuEngine, MAX_K, quantizeRows, quantizeCols, epilogue } from './units.js';
 import {
   Module, local, loop, br_if, if_, return_, select, i32, f64, v128, V128_ZERO, i8x16, i16x8, i32x4, f64x2,
-  whileStep, forRange, addr8, LITTLE_ENDIAN_HOST,
+  whileStep, forRange, addr8,
 } from './wasm_asm.js';
 
 const gemmModule = new Module();
@@ -278,7 +280,7 @@ gemmModule.func('pack8', { params: 'src dst n', locals: 'k' }, (L) => [
 gemmModule.func('qcolsLd', { params: 'xPtr qPtr sPtr batch R K Rp Kp ld', locals: QCOLS_LOCALS }, qcolsBody('ld'));
 
 export const GEMM_WASM = gemmModule.bytes();
-// the same module over an imported shared memory of at most maxPages (threads.js)
+// the same module over an imported shared memory of at most maxPages (cpu/threads.js)
 export const gemmWasmShared = (maxPages) => gemmModule.bytes({ sharedMaxPages: maxPages });
 
 // --- the engine -------------------------------------------------------------------------------
@@ -288,7 +290,7 @@ export const gemmWasmShared = (maxPages) => gemmModule.bytes({ sharedMaxPages: m
 export function createWasmEngine() {
   if (typeof WebAssembly === 'undefined') throw new Error('WebAssembly is not available');
   if (!WebAssembly.validate(GEMM_WASM)) throw new Error('WebAssembly SIMD is not supported here');
-  if (!LITTLE_ENDIAN_HOST) throw new Error('the wasm engine assumes a little-endian host');
+  if (!LITTLE_ENDIAN) throw new Error('the wasm engine assumes a little-endian host');
   const inst = new WebAssembly.Instance(new WebAssembly.Module(GEMM_WASM), {});
   const { mem, gemm: kernel, qrows, qcols, qcolsLd, epi } = inst.exports;
   const ensure = (bytes) => {
@@ -330,7 +332,7 @@ export function createWasmEngine() {
     // the same float operations as quantizeRows/quantizeCols/epilogue, the same integer GEMM.
     // r0, r1: only A's logical rows [r0, r1) of every batch, so the result is (nb, r1 - r0, N) —
     // each row's codes, scale and products are the whole unit's (every step is per row or exact),
-    // which unit_workers.js's slices rely on. The result is copied out of wasm memory into `out`
+    // which cpu/unit_workers.js's slices rely on. The result is copied out of wasm memory into `out`
     // when given, else into a fresh array.
     qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined, r0 = 0, r1 = m) {
       if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
@@ -432,7 +434,6 @@ const transposeF64 = (x, nb, R, Cc) => {
   for (let b = 0; b < nb; b++) for (let i = 0; i < R; i++) for (let j = 0; j < Cc; j++) t[b * R * Cc + j * R + i] = x[b * R * Cc + i * Cc + j];
   return t;
 };
-const sameBits = (x, y) => x === y && (x !== 0 || Object.is(x, y)) || (x !== x && y !== y);
 
 // The unit gate's cases, all four transpose cases per shape: [what, qmatmulT's arguments, the JS
 // unit's result (units.js quantizers, scalar GEMM, epilogue)]
@@ -463,7 +464,7 @@ export function gateUnit(engine) {
   return null;
 }
 
-// the same gate for an engine whose qmatmulT answers later (unit_workers.js)
+// the same gate for an engine whose qmatmulT answers later (cpu/unit_workers.js)
 export async function gateUnitAsync(engine) {
   for (const [what, args, want] of unitGateCases()) {
     const bad = unitMismatch(what, await engine.qmatmulT(...args), want);

@@ -17,7 +17,6 @@ import pytest
 
 from daisy import data, prng
 from daisy.space.datastream import MAX_TOKENS, PICK_ROW_GROUP
-from daisy.tokenizer import encode_documents
 from tests.app_server import free_port
 from tests.testhub import TestHub, rowgroup_tokens, shard_path, write_fineweb_shard
 
@@ -259,9 +258,7 @@ def test_disk_cache_stays_within_its_bound(world):
                                           ("e404", "HTTP 404"), ("e500", "HTTP 500")])
 def test_hub_failures_fall_back_to_builtin(world, name, reason):
     server = world["servers"][name]
-    with open(world["builtin"], encoding="utf-8") as f:
-        docs = [d.strip("\n") for d in f.read().split(data.DOC_SEPARATOR) if d.strip()]
-    stream = encode_documents(docs)
+    stream = data.builtin_stream(world["builtin"])         # the route reads it by daisy.data's rule
     info = server.get("/data/info").json()
     assert info["source"] == "builtin" and reason in info["reason"], info
     assert info["total_tokens"] == len(stream) and info["shards"] == 1
@@ -321,6 +318,7 @@ def test_bad_requests_get_a_clear_400_and_the_server_stays_up(world):
         assert r.status_code == 400, (path, params, r.status_code, r.text)
         body = r.json()
         assert body["parameter"] == parameter and parameter in body["error"] and words in body["error"], (params, body)
+        assert body["code"] == "bad_parameter", body          # clients decide on the code, not the words
     assert a.proc.poll() is None
     assert a.get("/data/info").json()["source"] == "fineweb-edu"
     assert tokens_of(a.get("/data/window", shard=0, rg=0, offset=0, length=4)).shape == (4,)

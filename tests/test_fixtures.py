@@ -18,7 +18,7 @@ def test_fixtures_are_deterministic_and_complete(tmp_path):
         r = subprocess.run([sys.executable, "-m", "daisy.fixtures", str(d)], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
-    for name in ("units.dsyf", "forward.dsyf", "backward.dsyf", "train20.dsyf"):
+    for name in ("units.dsyf", "forward.dsyf", "backward.dsyf", "train20.dsyf", "exchange.dsyf"):
         x, y = (a / name).read_bytes(), (b / name).read_bytes()
         assert x[:4] == MAGIC
         if x != y:

@@ -3,8 +3,9 @@
 1. `python -m daisy.fixtures DIR`, then `node --test tests/js/` with DAISY_FIXTURES=DIR: units,
    one forward, one backward, 20 training steps' hashes; the wasm engine's gates (tests/js/).
 2. `python -m daisy.train ... --json` and `node frontend_js/cli.mjs ... --json` for 20 steps print
-   identical lines (P=1, P=3, one non-default config, a --roster schedule, node on 2 threads; the
-   text lines of a --roster run too); bad settings and bad schedules give the same error message.
+   identical lines (P=1, P=3, one non-default config, a --roster schedule, node on 2 threads, the
+   int8 exchange at the defaults and through a --roster schedule; the text lines of a --roster run
+   too); bad settings and bad schedules give the same error message.
 The Python and node processes run concurrently to keep the suite inside its time budget.
 """
 import shutil
@@ -27,10 +28,15 @@ CLI_CASES = {
     # churn: grows to 4 peers (the sharded reduce), shrinks to 1, grows again
     "roster": ["--roster", "0:2,5:4,12:1,15:3", "--steps", "100", "--stop-after", "20", "--batch", "2",
                "--seq-len", "16"],
-    # node on 2 threads (frontend_js/threads.js; --threads is node's only) at a size whose largest
+    # node on 2 threads (frontend_js/cpu/threads.js; --threads is node's only) at a size whose largest
     # units and row pieces are split between the threads
     "threads2": ["--peers", "2", "--steps", "100", "--stop-after", "20", "--width", "64", "--seq-len", "64",
                  "--batch", "4", "--layers", "1"],
+    # the int8 exchange (daisy/exchange_codec.py): the default settings, and churn through both
+    # topologies (2 -> 5 peers: rsag; 5 -> 3: all-gather; 3 -> 4: rsag)
+    "int8": ["--exchange", "int8", "--peers", "2", "--steps", "100", "--stop-after", "20"],
+    "int8_roster": ["--exchange", "int8", "--roster", "0:2,4:5,9:3,13:4", "--steps", "100", "--stop-after", "20",
+                    "--batch", "2", "--seq-len", "16"],
 }
 JS_ONLY_ARGS = {"threads2": ["--threads", "2"]}
 # the text lines too (they say the peer count of each step)
@@ -43,6 +49,7 @@ BAD_ARGS = [
     ["--roster", ""], ["--roster", "0:2,x:3"], ["--roster", "0:1234567890"], ["--roster", "0:65"],
     ["--roster", "0:2,5:3,5:2"], ["--roster", "1:2"], ["--roster", "0:2,100:3", "--steps", "100"],
     ["--roster", "0:2", "--peers", "2"], ["--r", "0:2"], ["--roster", "-1:2"],
+    ["--exchange", "int4"], ["--exchange", "F64"],
 ]
 # node's own flag: bad values exit 2 with a message naming it
 BAD_JS_ONLY = {("--threads", "0"): "threads (--threads) must be in 1..16, got 0",

@@ -6,7 +6,7 @@ import numpy as np
 from daisy.config import Config
 from daisy.hashing import weight_hash
 from daisy.model import init_params, loss_and_grads
-from daisy.optim import adam_init, adam_step, sgd_step
+from daisy.optim import adam_init, adam_step
 from bits import assert_same_bits
 
 CFG = Config(width=16, heads=2, seq_len=16, batch=4, layers=1, seed=9)
@@ -37,6 +37,12 @@ def test_replicas_with_same_gradients_stay_bit_identical():
             for r in replicas[1:]:
                 assert_same_bits(r[name], replicas[0][name], name)
     assert states[0]["t"] == 8
+
+
+def sgd_step(params, grads, lr: float):
+    """Plain SGD: the baseline Adam must beat (the trainer itself has only Adam)."""
+    for name, w in params.items():
+        params[name] = w - lr * grads[name]
 
 
 def train(step_fn, n=60):

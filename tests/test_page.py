@@ -106,7 +106,7 @@ def test_widgets_ranges_defaults_and_peer(servers, pages):
     detail = page.evaluate("document.querySelector('#daisy-peer [data-role=\"path-detail\"]').textContent")
     assert s["pathReason"] in detail, (detail, s["pathReason"])
     # the page is cross-origin isolated (the app's COOP/COEP headers), so its CPU backend runs on
-    # every core the browser reports (frontend_js/threads.js), and the label says how many
+    # every core the browser reports (frontend_js/cpu/threads.js), and the label says how many
     assert page.evaluate("crossOriginIsolated") is True, "the page is not cross-origin isolated"
     cores = min(page.evaluate("navigator.hardwareConcurrency"), 16)
     assert s["threads"] == ({"count": cores, "shared": True, "reason": None} if cores > 1
@@ -303,7 +303,7 @@ def test_settings_outside_the_sliders_are_refused_by_name(servers, pages):
 def test_a_page_framed_by_another_site_runs_its_units_on_workers_and_offers_its_own_tab(servers, pages, tmp_path):
     # the Space inside huggingface.co's iframe: the parent sends no isolation headers, so the
     # framed page has no SharedArrayBuffer; its INT8 units run on unit workers (copied buffers,
-    # frontend_js/unit_workers.js), it says why, and links to itself in a tab of its own
+    # frontend_js/cpu/unit_workers.js), it says why, and links to itself in a tab of its own
     from tests.browser import static_server
     base = servers["main"]
     (tmp_path / "index.html").write_text('<!doctype html><link rel="icon" href="data:,">'

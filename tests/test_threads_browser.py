@@ -1,9 +1,9 @@
-"""The threaded CPU backend (frontend_js/threads.js) in headless Chromium: Web Workers over one
+"""The threaded CPU backend (frontend_js/cpu/threads.js) in headless Chromium: Web Workers over one
 shared WebAssembly.Memory. A cross-origin isolated page (COOP same-origin + COEP require-corp,
 what the app's page needs to use it) trains 3 steps at the tiny settings on 2 threads with every
 call split and gets the single-threaded wasm-simd backend's hashes; a page without the headers
 is told why threads are unavailable, createThreadedBackend refuses with that reason, and its INT8
-units run on 2 unit workers with copied buffers (frontend_js/unit_workers.js) with the same hashes."""
+units run on 2 unit workers with copied buffers (frontend_js/cpu/unit_workers.js) with the same hashes."""
 from tests.browser import static_server
 
 ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
@@ -12,9 +12,10 @@ TRAIN_JS = """async () => {
   const { makeConfig } = await import('/frontend_js/config.js');
   const { Group } = await import('/frontend_js/train.js');
   const { bestBackend } = await import('/frontend_js/engines.js');
-  const T = await import('/frontend_js/threads.js');
+  const T = await import('/frontend_js/cpu/threads.js');
+  const W = await import('/frontend_js/cpu/workers.js');
   const { textStream } = await import('/frontend_js/data.js');
-  const out = { isolated: self.crossOriginIsolated, why: T.threadsUnavailable(), threads: await T.defaultThreads() };
+  const out = { isolated: self.crossOriginIsolated, why: T.threadsUnavailable(), threads: await W.defaultThreads() };
   if (out.why) out.refused = await T.createThreadedBackend({ threads: 2 }).then(() => null, (e) => e.message);
   const stream = textStream('the quick brown fox jumps over the lazy dog. '.repeat(200));
   const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4 });
@@ -25,7 +26,7 @@ TRAIN_JS = """async () => {
   };
   out.want = await run(await bestBackend());
   if (out.why) {
-    const U = await import('/frontend_js/unit_workers.js');
+    const U = await import('/frontend_js/cpu/unit_workers.js');
     const be = await U.createUnitWorkersBackend({ threads: 2, minUnitMacs: 0 });
     out.got = await run(be);
     out.engine = be.name;

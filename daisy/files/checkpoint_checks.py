@@ -233,9 +233,15 @@ def checkpoint_from_top(top) -> Checkpoint:
     if not isinstance(raw_cfg, dict):
         raise CheckpointError(f"config must be a dict, found {type(raw_cfg).__name__}")
     for k, v in raw_cfg.items():   # before daisy.config, whose messages show the values
+        if k == "exchange":         # the one string setting: daisy.config checks its value
+            if not isinstance(v, str) or len(v) > 16:
+                raise CheckpointError(f"config setting exchange must be a codec name, found {excerpt(v)}")
+            continue
         if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or \
                 v.bit_length() > 64:
             raise CheckpointError(f"config setting {short_name(k)} must be an integer, found {excerpt(v)}")
+    # a checkpoint written before the exchange setting existed trained with f64 (its default then)
+    raw_cfg = {"exchange": "f64", **raw_cfg}
     absent = [f.name for f in dataclasses.fields(Config) if f.name not in raw_cfg]
     if absent:
         raise CheckpointError(f"config is missing setting(s): {', '.join(absent)}")

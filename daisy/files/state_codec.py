@@ -1,7 +1,8 @@
 """The *state body*: one replica (weights, optionally Adam's moments) as compact bytes.
 
 The page sends its replica to the model routes (daisy/space/model_routes.py) in this form and gets a loaded
-checkpoint back in it; frontend_js/state_codec.js is its JS twin (one module per language).
+checkpoint back in it; frontend_js/state_codec.js is its JS twin (one module per language; here
+under files/ with the other file formats, there beside the mirror: the page reads no files).
 
     bytes 0..7     u64 LE  N = length of the header (a multiple of 8: JSON padded with spaces)
     bytes 8..8+N   UTF-8 JSON header:
@@ -25,6 +26,7 @@ import numpy as np
 from daisy.config import RANGES, Config, ConfigError
 from daisy.hashing import weight_hash
 from daisy.files.checkpoint import param_shapes   # a Config or a config dict -> canonical shapes
+from daisy.model import param_count
 
 STATE_FORMAT = "daisychain-state"
 STATE_VERSION = 1
@@ -33,13 +35,9 @@ PARTS_FULL = ("model", "optim.m", "optim.v")
 MAX_STATE_HEADER = 64 * 1024
 
 
-def _largest_config_values() -> int:
-    top = Config(**{name: RANGES[name][1] for name in ("width", "seq_len", "layers", "heads")})
-    return sum(int(np.prod(s)) for s in param_shapes(top).values())
-
-
 # the largest settings' full state (~38 MiB) plus the header: a bigger body is refused unread
-MAX_STATE_BYTES = 8 + MAX_STATE_HEADER + 8 * len(PARTS_FULL) * _largest_config_values()
+MAX_STATE_BYTES = 8 + MAX_STATE_HEADER + 8 * len(PARTS_FULL) * param_count(
+    Config(**{name: RANGES[name][1] for name in ("width", "seq_len", "layers", "heads")}))
 
 
 class StateError(ValueError):

@@ -66,7 +66,8 @@ Routes (make_data_router):
                        built-in corpus by file name only), cache and prefetch counters
     GET /data/window?shard=&rg=&offset=&length=     -> application/octet-stream
     GET /data/batch?seed=&step=&slot=&batch=&seq_len= -> application/octet-stream
-Bad parameters -> 400 {"error": "...", "parameter": name}; data unavailable -> 503 {"error"}.
+Bad parameters -> 400 {"error": "...", "code": "bad_parameter", "parameter": name}; data unavailable ->
+503 {"error", "code": "data_unavailable"} (ERROR_CODES).
 
 Standalone server (tests, bench): python -m daisy.space.datastream --host 127.0.0.1 --port 7861
 """
@@ -109,6 +110,11 @@ class DataRequestError(ValueError):
 
 class DataUnavailable(RuntimeError):
     """Neither the hub nor the built-in corpus can serve (e.g. built-in file missing)."""
+
+
+# an error answer's JSON `code`: a client decides on it, never on the message's words (a 503
+# with a code is the app's answer, one without it a proxy's: daisy/batch_source.py retries those)
+ERROR_CODES = {DataRequestError: "bad_parameter", DataUnavailable: "data_unavailable"}
 
 
 def describe_hub_error(exc: BaseException) -> str:
@@ -607,9 +613,10 @@ def make_data_router(source: DataSource):
         try:
             return tokens_response(fn(**_int_params(query, names)))
         except DataRequestError as exc:
-            return JSONResponse({"error": str(exc), "parameter": exc.parameter}, status_code=400)
+            return JSONResponse({"error": str(exc), "code": ERROR_CODES[DataRequestError], "parameter": exc.parameter},
+                                status_code=400)
         except DataUnavailable as exc:
-            return JSONResponse({"error": str(exc)}, status_code=503)
+            return JSONResponse({"error": str(exc), "code": ERROR_CODES[DataUnavailable]}, status_code=503)
 
     @router.get("/info")
     def data_info():

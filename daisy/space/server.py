@@ -17,7 +17,7 @@ Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
 Gradio owns /static and /assets, so our files live under their own prefixes.
 
 Every HTTP response carries the cross-origin isolation headers (CrossOriginIsolation): an
-isolated page has SharedArrayBuffer, which the threaded CPU backend needs (frontend_js/threads.js).
+isolated page has SharedArrayBuffer, which the threaded CPU backend needs (frontend_js/cpu/threads.js).
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ export const TYPES = Object.freeze({
   GO: 5,         // JSON {runId}: everyone accepted; step `startStep` begins
   STOP: 6,       // JSON {runId, stopAfter, reason}: the run ends after step stopAfter (1-based count)
   FIN: 7,        // JSON {runId, step, hash}: the final hash after the last step
-  STATE: 8,      // binary: the run's start state (state_codec.js), when it resumes a checkpoint
+  STATE: 8,      // binary: a replica's state (state_codec.js): the start state of a resumed run, and a joiner's sync after SYNC
   GRAD: 10,      // binary: prevHash (32) + loss (f64) + gradient values (f64 LE)
   REDUCED: 11,   // binary: the owner's reduced shard (f64 LE)
   // membership (docs/ARCHITECTURE.md "Membership")

@@ -280,46 +280,16 @@ export class Peer {
     this.note(`Not linked to ${this.nameOf(from)}: ${reason}.`);
   }
 
-  // the fastest CPU backend whose gates passed, made once: where the device has more than one
-  // core, the threaded one (threads.js: every part on every core, one shared memory) when the page
-  // is cross-origin isolated, else the unit workers (unit_workers.js: the INT8 unit on every core
-  // with copied buffers, the rest on one); else engines.js bestBackend(); undefined without
-  // engines.js (the trainer's and the generator's default then: the JS mirror). All give the same
-  // bits. this.s.threads = {count, shared, reason}: how many threads, whether in shared memory, and
-  // why not (null when every part runs on every core).
+  // the fastest CPU backend whose gates passed, made once: cpu/registry.js picks it and says why
+  // (this.s.threads = {count, shared, reason}); undefined without the registry (the trainer's and
+  // the generator's default then: the JS mirror). All give the same bits.
   loadCpuBackend() {
     this.cpuBackendMade ??= (async () => {
-      if (!this.modules.has('engines.js')) return undefined;
-      let reason = 'threads.js is missing';
-      if (this.modules.has('threads.js')) {
-        try {
-          const threads = await import('../threads.js');
-          const n = await threads.defaultThreads();
-          reason = threads.threadsUnavailable() || (n < 2 ? 'this device reports one core' : null);
-          if (!reason) {
-            const backend = await threads.createThreadedBackend({ threads: n });
-            this.set({ threads: { count: n, shared: true, reason: null } });
-            return backend;
-          }
-          if (n >= 2 && this.modules.has('unit_workers.js')) {
-            const why = reason;
-            try {
-              const backend = await (await import('../unit_workers.js')).createUnitWorkersBackend({ threads: n });
-              this.set({ threads: { count: n, shared: false, reason: `${why}: the INT8 units run on ${n} threads with copied buffers, the row kernels on one` } });
-              return backend;
-            } catch (err) {
-              reason = `${why}; the unit workers failed: ${err.message || err}`;
-              console.warn('daisy:', reason);
-            }
-          }
-        } catch (err) {
-          reason = `the threaded backend failed: ${err.message || err}`;
-          console.warn('daisy:', reason);
-        }
-      }
-      this.set({ threads: { count: 1, shared: false, reason } });
+      if (!this.modules.has('cpu/registry.js')) return undefined;
       try {
-        return await (await import('../engines.js')).bestBackend();
+        const picked = await (await import('../cpu/registry.js')).pickCpuBackend({ has: (path) => this.modules.has(path) });
+        this.set({ threads: picked.threads });
+        return picked.backend;
       } catch (err) {
         console.warn('daisy: no CPU backend:', err);
         return undefined;

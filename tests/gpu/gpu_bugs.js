@@ -1,9 +1,10 @@
-// The bug corpus driver: deliberately broken GEMM kernels (tests/gpu/bugs/*.wgsl) and one broken
-// host packer, each modelling a real failure class. Each goes through the same boot gates and
+// The bug corpus driver: deliberately broken GEMM kernels (tests/gpu/mutants.js: patches applied to
+// the live kernels now) and one broken host packer, each modelling a real failure class. Each goes through the same boot gates and
 // training-time audits as the real kernels (frontend_js/gpu/gpu.js); every one must be rejected, and
 // the real kernels, run the same way, must never be (0 false alarms).
 import { createGpuEngine, GEMM_KERNELS, GpuFault, PACKED_FEATURE, packRowsI8 } from '../../frontend_js/gpu/gpu.js';
 import { gateOperands } from '../../frontend_js/gpu/gpu_gates.js';
+import { GEMM_MUTANTS, mutantUrl } from './mutants.js';
 
 // Wrong byte order when packing: B's lanes big-endian (b0<<24 | b1<<16 | ...) while A's and the
 // kernel's are little-endian, so lane l of A meets lane 3-l of B. (Consistent reversal of both
@@ -22,23 +23,12 @@ function transposeI8(q, batch, K, N) {   // (batch, K, N) -> (batch, N, K)
   return t;
 }
 
-const P = PACKED_FEATURE;
-// the broken kernels live beside this file (test-only: the server does not serve them)
-const bugFile = (name) => new URL(`./bugs/${name}`, import.meta.url).href;
-
-// id, kernel spec, failure class (the kernels' headers say more)
+// id, kernel spec, failure class: the mutants (their specs made when the corpus runs, from the
+// kernels as they are then) and the host packer
+const NEEDS = { 'gemm_packed.wgsl': PACKED_FEATURE, 'gemm_portable.wgsl': undefined };
 export const BUG_CORPUS = [
-  { id: 'sign_extension', spec: { file: bugFile('sign_extension.wgsl') }, failure: 'sign extension lost when unpacking int8' },
-  { id: 'unsigned_dot', spec: { file: bugFile('unsigned_dot.wgsl'), needs: P }, failure: 'signedness lost in the packed path (dot4U8Packed)' },
-  { id: 'ragged_edge', spec: { file: bugFile('ragged_edge.wgsl'), needs: P }, failure: 'wrong tile edge on ragged shapes (store guard misses c < N)' },
-  { id: 'missing_barrier', spec: { file: bugFile('missing_barrier.wgsl'), needs: P }, failure: 'missing workgroupBarrier after staging tiles' },
-  { id: 'int16_saturation', spec: { file: bugFile('int16_saturation.wgsl'), needs: P }, failure: 'integer saturation in a narrow (int16) accumulator' },
-  { id: 'f32_accumulate', spec: { file: bugFile('f32_accumulate.wgsl') }, failure: 'float accumulation, exact only below 2^24' },
-  { id: 'fma_accumulate', spec: { file: bugFile('fma_accumulate.wgsl') }, failure: 'FMA contraction in a float path' },
-  { id: 'subnormal_flush', spec: { file: bugFile('subnormal_flush.wgsl'), needs: P }, failure: 'subnormal flush to zero (int bits through an f32 op)' },
-  { id: 'k_off_by_one', spec: { file: bugFile('k_off_by_one.wgsl'), needs: P }, failure: 'off-by-one in the K loop' },
-  { id: 'byte_order_pack', spec: { file: 'gemm_packed.wgsl', needs: P }, packB: packColsBigEndian, failure: 'wrong byte order when packing (host side)' },
-  { id: 'bad_after_n', spec: { file: bugFile('bad_after_n.wgsl'), needs: P, stateful: true }, failure: 'goes bad only after N dispatches' },
+  ...GEMM_MUTANTS.map((m) => ({ id: m.id, mutant: m, spec: { needs: NEEDS[m.kernel], stateful: m.stateful }, failure: m.failure })),
+  { id: 'byte_order_pack', spec: { file: 'gemm_packed.wgsl', needs: PACKED_FEATURE }, packB: packColsBigEndian, failure: 'wrong byte order when packing (host side)' },
 ];
 
 // Training-like GEMM calls after boot (the default model's shapes, smaller batch).
@@ -85,7 +75,8 @@ export async function runBugCorpus({ gpu, device, info, kernelBase, calls = 24, 
   for (const bug of BUG_CORPUS) {
     if (only && !only.includes(bug.id)) continue;
     if (bug.spec.needs && !langs.has(bug.spec.needs)) { results.push({ id: bug.id, failure: bug.failure, caughtBy: 'unsupported', reason: `needs ${bug.spec.needs}` }); continue; }
-    results.push(await trial(bug.id, bug.failure, bug.spec, { gpu, device, info, kernelBase, calls, auditEvery, checksum, packB: bug.packB, log }));
+    const spec = bug.mutant ? { ...bug.spec, file: await mutantUrl(bug.mutant) } : bug.spec;   // a stale patch throws here
+    results.push(await trial(bug.id, bug.failure, spec, { gpu, device, info, kernelBase, calls, auditEvery, checksum, packB: bug.packB, log }));
   }
   return results;
 }

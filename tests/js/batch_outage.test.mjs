@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 
-import { HttpBatches } from '../../frontend_js/batch_source.js';
+import { BatchError, HttpBatches } from '../../frontend_js/batch_source.js';
 
 const CFG = { seed: 0, batch: 2, seq_len: 16, steps: 1 };      // steps 1: no prefetch of later steps
 const BODY = Buffer.from(Uint16Array.from({ length: CFG.batch * (CFG.seq_len + 1) }, (_, i) => i % 250).buffer);
@@ -82,4 +82,22 @@ test('a restarted server with other data stops the run at once, naming both ids'
     await assert.rejects(source.get(0, 0), /the server now serves builtin-other, the run trains on builtin-test/);
     assert.equal(calls, 1, 'a changed data id was retried');
   } finally { await server.close(); }
+});
+
+test('the answer\'s code decides the retry, never its words: a refused parameter once, the app\'s own 503 a bounded number of times', async () => {
+  for (const [status, code, calls] of [[400, 'bad_parameter', 1], [503, 'data_unavailable', 3]]) {
+    let n = 0;
+    const server = http.createServer((req, res) => {
+      n++;
+      res.writeHead(status, { 'X-Daisy-Data-Id': DATA_ID, 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ error: `the ${code} words`, code }));
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { source, events } = batches(server.address().port);
+      await assert.rejects(source.get(0, 0), (e) => e instanceof BatchError && e.code === code && /HTTP \d+ to \/data\/batch: the .* words/.test(e.message));
+      assert.equal(n, calls, `${code}: ${n} requests`);
+      assert.deepEqual(events, [], `${code} was taken for an outage`);
+    } finally { server.closeAllConnections(); await new Promise((done) => server.close(done)); }
+  }
 });

@@ -4,10 +4,9 @@
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group } from '../../frontend_js/train.js';
 import { textStream } from '../../frontend_js/data.js';
+import { firstDiff } from '../../frontend_js/bits.js';
 
 export const stream = textStream(Array.from({ length: 40 }, (_, i) => `document ${i}: the quick brown fox jumps over the lazy dog. `.repeat(6)).join('\n\n\n'));
-
-export const sameBits = (a, b) => Object.is(a, b) || (a !== a && b !== b);
 
 // -> {hashes: [per step], group}
 export async function run(settings, backend, steps) {
@@ -23,7 +22,7 @@ export function firstMismatch(got, want, what) {
   if (s < 0) return null;
   const pg = got.group.replicas[0].params, pw = want.group.replicas[0].params;
   for (const name of Object.keys(pw)) {
-    const i = pw[name].findIndex((v, k) => !sameBits(v, pg[name][k]));
+    const i = firstDiff(pg[name], pw[name]);
     if (i >= 0) return `${what}: step ${s + 1} hash ${got.hashes[s]} vs ${want.hashes[s]}; after the last step ${name}[${i}] = ${pg[name][i]} vs ${pw[name][i]}`;
   }
   return `${what}: step ${s + 1} hash ${got.hashes[s]} vs ${want.hashes[s]} (weights equal after the last step)`;

@@ -81,7 +81,8 @@ test('the cycle check finds and names a cycle (real files, multi-line and dynami
 // (and the GPU engine's modules and the frame codec: their choices belong to their owners too)
 const BACKEND_MODULES = ['engines.js', 'model.js', 'optim.js', 'hashing.js', 'wasm_float.js', 'wasm_gemm.js',
   'units.js', 'train.js', 'generate.js', 'gpu/gpu.js', 'gpu/device.js', 'gpu/gemm_kernel.js', 'gpu/wasm_host.js',
-  'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'peer/frames.js'];
+  'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'peer/frames.js', 'host.js', 'bits.js',
+  'cpu/registry.js', 'cpu/workers.js', 'cpu/threads.js', 'cpu/thread_jobs.js', 'cpu/unit_workers.js'];
 
 test('no module-level mutable state in the backend modules', () => {
   const found = [];
@@ -105,4 +106,16 @@ test('the numeric core imports nothing from peer/', () => {
     const bad = [...reach(f)].filter((g) => g.startsWith('peer/'));
     assert.deepEqual(bad, [], `${f} reaches ${bad.join(', ')}`);
   }
+});
+
+// one place picks the CPU backend (docs/ARCHITECTURE.md "Compute"): the page reaches the worker
+// backends only through cpu/registry.js, and neither worker backend imports the other
+test('the page picks its CPU backend only through cpu/registry.js', () => {
+  const graph = importGraph(FRONTEND);
+  assert.ok(graph.get('peer/peer.js').includes('cpu/registry.js'), 'the walker missed peer/peer.js\'s import(\'../cpu/registry.js\')');
+  const backends = ['cpu/threads.js', 'cpu/unit_workers.js'];
+  const bad = [...graph].filter(([f]) => f.startsWith('peer/') || f.startsWith('gpu/'))
+    .flatMap(([f, deps]) => deps.filter((g) => backends.includes(g)).map((g) => `${f} -> ${g}`));
+  assert.deepEqual(bad, [], `a backend chosen outside cpu/registry.js: ${bad.join(', ')}`);
+  for (const [a, b] of [backends, [...backends].reverse()]) assert.ok(!graph.get(a).includes(b), `${a} imports ${b}: shared pieces belong in cpu/workers.js`);
 });

@@ -3,7 +3,8 @@
 // delivers frames shuffled, duplicated and delayed, all from a seeded PRNG.
 //   1. the frame codec (frames.js): header layout, chunking, reassembly, duplicates
 //   2. MeshCollective's reduce equals reduceGradients bit for bit, P = 1..7, both topologies
-//   3. 2- and 4-peer training over the mesh equals Group (the CLI's SimulatedCollective path)
+//   3. 2- and 4-peer training over the mesh equals Group (the CLI's SimulatedCollective path),
+//      f64 and int8 (exchange_codec.js), both topologies
 //   4. bad frames: each dropped with a logged reason, no replica diverges; floods, deadlines
 // Tests named "BUG:" pin a defect in frontend_js (see the comment above each).
 // MESH_TEST_TIMES=1 prints the time of each reduce case.
@@ -15,12 +16,13 @@ import { MemoryNet } from './memory_links.mjs';
 import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/peer/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, NO_SLOT, PROTOCOL_VERSION, Reassembler,
   TYPES, createFrameSha, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/peer/frames.js';
-import { flattenGrads, topologyFor } from '../../frontend_js/collective.js';
+import { codecReduce, flattenGrads, topologyFor } from '../../frontend_js/collective.js';
+import { codecFor } from '../../frontend_js/exchange_codec.js';
 import { ExchangeError, MeshCollective } from '../../frontend_js/peer/mesh_collective.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
 import { draw, key } from '../../frontend_js/prng.js';
 import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
-import { makeConfig } from '../../frontend_js/config.js';
+import { configToDict, makeConfig } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
 import { jsSha, weightHash } from '../../frontend_js/hashing.js';
@@ -31,6 +33,7 @@ import { loadStream } from '../../frontend_js/cli.mjs';
 
 const HASH_BYTES = 32;
 const RUN_ID = 0x2a17;
+const RUN_SEED = 1234;            // the run seed an int8 collective keys its rounding with
 const tick = () => new Promise((r) => setImmediate(r));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function until(cond, what, ms = 2000) {
@@ -103,14 +106,14 @@ function wire(mesh, c, { strictRun = true } = {}) {
 
 // P meshes p0..p{P-1} (the roster) and `outsiders` (linked meshes not in the run), all linked
 async function makeRun({ P, topology = null, seed = 1, maxFrame = 1200, dup = 0.05, delay = 0.15, shapes,
-  outsiders = [], deadlineMs = 5000, strictRun = true }) {
+  outsiders = [], deadlineMs = 5000, strictRun = true, exchange = 'f64' }) {
   const net = new MemoryNet({ seed, maxFrame, dup, delay });
   const roster = Array.from({ length: P }, (_, s) => `p${s}`);
   for (const id of [...roster, ...outsiders]) net.add(new Mesh({ selfId: id }));
   net.connectAll();
   await net.ready();
   const cs = roster.map((id) => {
-    const c = new MeshCollective(net.meshes.get(id), { runId: RUN_ID, roster, selfId: id, shapes, deadlineMs, topology });
+    const c = new MeshCollective(net.meshes.get(id), { runId: RUN_ID, roster, selfId: id, shapes, deadlineMs, topology, exchange, seed: RUN_SEED });
     wire(net.meshes.get(id), c, { strictRun });
     return c;
   });
@@ -408,9 +411,12 @@ test('reduce over the mesh: the wire carries header + payload bytes, nothing els
 let corpus = null;
 const builtinStream = () => (corpus ||= loadStream(null));
 
-for (const [P, maxFrame] of [[2, 1200], [4, 64 * 1024]]) {
-  test(`training over the mesh: ${P} peers, 5 tiny steps, hashes equal Group(cfg, ${P}) (maxFrame ${maxFrame})`, async () => {
-    const cfg = TINY, stream = builtinStream(), steps = 5;
+// [P, maxFrame, exchange, topology]: P=3 forced to rsag against the Group's all-gather shows that
+// int8's G does not depend on the topology
+for (const [P, maxFrame, exchange, topology] of [[2, 1200, 'f64', null], [4, 64 * 1024, 'f64', null],
+  [2, 1200, 'int8', null], [4, 64 * 1024, 'int8', null], [3, 4096, 'int8', 'rsag']]) {
+  test(`training over the mesh: ${P} peers${topology ? ` (${topology})` : ''}, ${exchange}, 5 tiny steps, hashes equal Group(cfg, ${P}) (maxFrame ${maxFrame})`, async () => {
+    const cfg = makeConfig({ ...configToDict(TINY), exchange }), stream = builtinStream(), steps = 5;
     const group = new Group(cfg, P, stream);
     const want = [];
     for (let i = 0; i < steps; i++) want.push(await group.step());
@@ -426,7 +432,8 @@ for (const [P, maxFrame] of [[2, 1200], [4, 64 * 1024]]) {
     const got = roster.map(() => []);
     await Promise.all(roster.map(async (id, slot) => {
       const mesh = net.meshes.get(id);
-      const c = new MeshCollective(mesh, { runId: RUN_ID, roster, selfId: id, shapes: paramShapes(cfg), deadlineMs: 5000 });
+      const c = new MeshCollective(mesh, { runId: RUN_ID, roster, selfId: id, shapes: paramShapes(cfg), deadlineMs: 5000,
+        exchange: cfg.exchange, seed: cfg.seed, topology });
       wire(mesh, c);
       const trainer = new Trainer(cfg, new Replica(cloneParams(params), adamInit(params)), batches);
       const arena = new StepArena();
@@ -539,6 +546,45 @@ for (const [P, topology] of [[4, 'rsag'], [3, 'allgather']]) {
     await expectDrop(run, 'p1', 'p0', await good(0), /GRAD step 1 from p1: step 0 is not in flight \(expecting 2 or 3\)/);
     await runSteps(run, 3, 4, { seed: 61, label: 'after the past' });
     assert.ok(run.net.meshes.get('p0').isReady('p1'), 'p1 was disconnected for a handful of bad frames');
+  });
+}
+
+// int8: a GRAD or REDUCED of the right length whose codec message is malformed is dropped with the
+// decoder's reason (exchange_codec.js), and the run goes on with the honest frames
+for (const [P, topology] of [[4, 'rsag'], [2, 'allgather']]) {
+  test(`bad frames (int8, P=${P} ${topology}): a malformed codec message is dropped with the decoder's reason`, async () => {
+    const run = await makeRun({ P, seed: 80 + P, shapes: ODD_SHAPES, exchange: 'int8' });
+    const codec = codecFor('int8'), c0 = run.cs[0], n = c0.gradValues();
+    const honest = codec.encode(new Float64Array(n).fill(0.25), { seed: RUN_SEED, step: 0, slot: 1, offset: 0 });
+    const grad = (fn) => { const m = Uint8Array.from(honest); fn(new DataView(m.buffer), m); const p = new Uint8Array(HASH_BYTES + 8 + m.length); p.set(m, HASH_BYTES + 8); return p; };
+    const send = (payload, type = TYPES.GRAD) => frames({ type, slot: 1, step: 0, payload });
+    await expectDrop(run, 'p1', 'p0', await send(grad((dv) => dv.setFloat32(0, -1, true))), /GRAD refused: block 0: scale \(float32 bits 0xbf800000\) is out of range/);
+    await expectDrop(run, 'p1', 'p0', await send(grad((dv) => dv.setFloat32(0, Infinity, true))), /GRAD refused: block 0: scale \(float32 bits 0x7f800000\) is out of range/);
+    await expectDrop(run, 'p1', 'p0', await send(grad((dv, m) => { m[4 + 3] = 0x80; })), /GRAD refused: block 0: code -128 at index 3/);
+    await expectDrop(run, 'p1', 'p0', await send(grad((dv) => dv.setFloat32(0, 0, true))), /GRAD refused: block 0: scale 0 with a non-zero code at index 0/);
+    const f64Sized = await send(new Uint8Array(HASH_BYTES + 8 + 8 * n));        // an f64 GRAD in an int8 run: each chunk refused
+    await expectDrop(run, 'p1', 'p0', f64Sized, new RegExp(`GRAD of ${HASH_BYTES + 8 + 8 * n} bytes is over its limit of ${HASH_BYTES + 8 + codec.messageBytes(n)}`), f64Sized.length);
+    if (topology === 'rsag') {
+      const red = codec.encode(new Float64Array(c0.shardValues(1)).fill(1), { seed: RUN_SEED, step: 0, slot: 0, offset: c0.bounds[1] });
+      red[2] = 0xc0; red[3] = 0x7f;                            // a NaN scale
+      await expectDrop(run, 'p1', 'p0', await send(red, TYPES.REDUCED), /REDUCED refused: block 0: scale \(float32 bits 0x7fc0\w+\) is out of range/);
+    }
+    // the honest run: every replica's G is the Group's rule (codecReduce) for 3 steps
+    const inputs = [];
+    const results = await Promise.all(run.cs.map(async (c, s) => {
+      const outs = [];
+      for (let step = 0; step < 3; step++) {
+        const grads = Object.fromEntries(run.shapes.map(([name, shape], t) => [name, Float64Array.from({ length: shape.reduce((x, y) => x * y, 1) }, (_, i) => Math.sin(1 + i + 7 * t + 13 * s + 101 * step) * 2 ** -(s + step))]));
+        (inputs[step] ||= [])[s] = grads;
+        outs.push(await c.exchange(step, run.roster, s, 1.5 + s, grads, hexHash(step, s)));
+      }
+      return outs;
+    }));
+    const names = run.shapes.map(([nm]) => nm);
+    for (let step = 0; step < 3; step++) {
+      const want = codecReduce(codec, inputs[step].map((g) => flattenGrads(g, names)), { seed: RUN_SEED, step, topology: 'allgather' });
+      for (let s = 0; s < P; s++) assertSameF64(`int8 ${topology} step ${step} slot ${s}`, results[s][step].flat, want);
+    }
   });
 }
 

@@ -1,4 +1,4 @@
-// The threaded CPU backend (frontend_js/threads.js): the same bits on 1, 2 and 4 threads as the
+// The threaded CPU backend (frontend_js/cpu/threads.js): the same bits on 1, 2 and 4 threads as the
 // JS mirror (referenceBackend) and the wasm-simd backend, step by step, at the tiny test settings
 // with every call split (routing thresholds 0), at odd shapes (odd width, T not a multiple of 4:
 // the pieces that fall back), and at one mid size with the default routing. A mismatch names the
@@ -6,9 +6,11 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { createThreadedBackend, defaultThreads, MAX_THREADS } from '../../frontend_js/threads.js';
+import { createThreadedBackend } from '../../frontend_js/cpu/threads.js';
+import { defaultThreads, MAX_THREADS } from '../../frontend_js/cpu/workers.js';
 import { referenceBackend, bestBackend, JS_ROWS } from '../../frontend_js/engines.js';
-import { run, firstMismatch, sameBits, TINY, ODD } from './group_runs.mjs';
+import { run, firstMismatch, TINY, ODD } from './group_runs.mjs';
+import { sameBits } from '../../frontend_js/bits.js';
 import { StepArena } from '../../frontend_js/arena.js';
 
 const pools = [];

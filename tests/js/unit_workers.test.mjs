@@ -1,4 +1,4 @@
-// The INT8 unit on workers that share nothing (frontend_js/unit_workers.js: the CPU path of a page
+// The INT8 unit on workers that share nothing (frontend_js/cpu/unit_workers.js: the CPU path of a page
 // that is not cross-origin isolated): the JS mirror's (referenceBackend) hashes on 1, 2 and 4
 // threads at every step, at the tiny settings and at odd shapes with every unit split (whole
 // batches for attention, rows of A for the linear layers, A^T's columns in backward), and at a mid
@@ -8,7 +8,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { createUnitWorkersBackend } from '../../frontend_js/unit_workers.js';
+import { createUnitWorkersBackend } from '../../frontend_js/cpu/unit_workers.js';
 import { referenceBackend } from '../../frontend_js/engines.js';
 import { run, firstMismatch, TINY, ODD } from './group_runs.mjs';
 

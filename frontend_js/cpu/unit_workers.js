@@ -14,17 +14,10 @@
 // kernels, Adam and the hash stay on the caller (their API is synchronous). Slower than the shared
 // pool (the copies, and one thread for the row kernels), faster than one thread at large sizes
 // (TEST_RESULTS.md, "Threads").
-import { makeBackend, createBackends } from './engines.js';
-import { gateUnitAsync } from './wasm_gemm.js';
-import { MAX_K } from './units.js';
-import { MAX_THREADS, MIN_UNIT_MACS, defaultThreads, split, startWorker } from './threads.js';
-
-// -> null, or why unit workers cannot run here
-export function unitWorkersUnavailable() {
-  const isNode = typeof process !== 'undefined' && !!(process.versions && process.versions.node);
-  if (!isNode && typeof Worker === 'undefined') return 'Web Workers are not available';
-  return null;
-}
+import { makeBackend, createBackends } from '../engines.js';
+import { gateUnitAsync } from '../wasm_gemm.js';
+import { MAX_K } from '../units.js';
+import { MAX_THREADS, MIN_UNIT_MACS, defaultThreads, split, startWorker, workersUnavailable } from './workers.js';
 
 // A's logical rows [r0, r1) of every batch from A (nb, M, K) into out (nb, rows, K)
 function rowsOf(out, a, nb, m, kk, r0, r1) {
@@ -128,7 +121,7 @@ export async function createUnitWorkersBackend({ threads, minUnitMacs = MIN_UNIT
   if (!(Number.isInteger(threadCount) && threadCount >= 1 && threadCount <= MAX_THREADS)) {
     throw new RangeError(`threads must be an integer in 1..${MAX_THREADS}, got ${threadCount}`);
   }
-  const why = unitWorkersUnavailable();
+  const why = workersUnavailable();
   if (why) throw new Error(why);
   const base = (await createBackends()).find((b) => b.name === 'wasm-simd');
   if (!base) throw new Error('the unit workers need the wasm-simd backend, which is not available here');

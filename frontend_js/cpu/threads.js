@@ -11,47 +11,26 @@
 // and write them in place; an array from elsewhere (weights, a fresh array) is staged through a
 // scratch block. Small calls stay on the caller (route by size); the route changes no bit either.
 // SharedArrayBuffer is required: always in Node; in a page only when it is cross-origin isolated.
-import { makeBackend, createBackends } from './engines.js';
-import { gemmWasmShared, gateUnit } from './wasm_gemm.js';
-import { floatWasmShared, rowPieces } from './wasm_float.js';
-import { MAX_K } from './units.js';
-import { NORM_EPS } from './model.js';
-import { log, exp, treeSum } from './detmath.js';
-import { StepArena, freshF64 } from './arena.js';
+import { makeBackend, createBackends } from '../engines.js';
+import { gemmWasmShared, gateUnit } from '../wasm_gemm.js';
+import { floatWasmShared, rowPieces } from '../wasm_float.js';
+import { MAX_K } from '../units.js';
+import { NORM_EPS } from '../model.js';
+import { log, exp, treeSum } from '../detmath.js';
+import { StepArena, freshF64 } from '../arena.js';
 import { KERNEL_ID as K, CTL, STOP, controlBytes, writeSlot } from './thread_jobs.js';
+import { MAX_THREADS, MIN_UNIT_MACS, defaultThreads, split, startWorker, workersUnavailable } from './workers.js';
 
-export const MAX_THREADS = 16;
 const PAGE = 65536, MAX_PAGES = 32768;            // 2 GiB of address space at most, grown on demand
 const GUARD = 64;                                 // bytes after every block: the kernels' pair/quad loops read past an end
-// below these sizes a call stays on the caller: a job's dispatch and wake-ups cost tens of
-// microseconds, and at the default settings (largest unit 2.1M MACs) two threads measured slower
-// than one (TEST_RESULTS.md, "Threads"); every unit and row piece of the largest settings is above
-export const MIN_UNIT_MACS = 1 << 22, MIN_ROW_ELEMENTS = 1 << 17;
-
-const isNode = typeof process !== 'undefined' && !!(process.versions && process.versions.node);
-
-// the default thread count: every core the device reports, at most MAX_THREADS
-export async function defaultThreads() {
-  let n = 1;
-  if (isNode) n = (await import('node:os')).availableParallelism();
-  else if (typeof navigator !== 'undefined' && navigator.hardwareConcurrency) n = navigator.hardwareConcurrency;
-  return Math.max(1, Math.min(MAX_THREADS, n));
-}
+// below this size a row piece stays on the caller (MIN_UNIT_MACS: the same for a unit, workers.js)
+export const MIN_ROW_ELEMENTS = 1 << 17;
 
 // -> null, or why threads cannot run here
 export function threadsUnavailable() {
   if (typeof SharedArrayBuffer === 'undefined') return 'SharedArrayBuffer is not available (the page is not cross-origin isolated)';
   if (typeof Atomics === 'undefined') return 'Atomics is not available';
-  if (!isNode && typeof Worker === 'undefined') return 'Web Workers are not available';
-  return null;
-}
-
-// count items -> parts+1 boundaries, each part a multiple of `align` but the last
-export function split(count, parts, align = 1) {
-  const units = Math.ceil(count / align), out = [0];
-  for (let t = 1; t < parts; t++) out.push(Math.min(count, Math.floor((units * t) / parts) * align));
-  out.push(count);
-  return out;
+  return workersUnavailable();
 }
 
 // first-fit allocator over the shared memory (offsets in bytes, 64-byte aligned, each block
@@ -176,48 +155,6 @@ class Pool {
     for (const w of this.workers) w.terminate();
     this.workers = [];
   }
-}
-
-// a module worker of `url` (a Node worker_thread or a browser Worker), sent `init`; resolves once
-// its first message says {ready: true} (rejects with its {error} or start failure) ->
-// {post(message, transfer), onMessage(f), onFail(f), hold(on), terminate()}; a Node worker keeps
-// the process alive only while held (hold(true): answers are awaited). threads.js's pool and
-// unit_workers.js both start theirs here.
-export async function startWorker(url, init) {
-  const listeners = new Set(), fails = new Set();
-  const deliver = (m) => { for (const f of [...listeners]) f(m); };
-  const fail = (e) => { for (const f of [...fails]) f(e); };
-  let w, post;
-  if (isNode) {
-    const { Worker } = await import('node:worker_threads');
-    w = new Worker(url);
-    w.on('message', deliver);
-    w.on('error', fail);
-    w.on('messageerror', () => fail(new Error('a message from the worker could not be decoded')));
-    post = (m, transfer) => w.postMessage(m, transfer);
-  } else {
-    w = new Worker(url, { type: 'module' });
-    w.onmessage = (e) => deliver(e.data);
-    w.onerror = (e) => { e.preventDefault?.(); fail(new Error(e.message || 'the worker failed')); };
-    w.onmessageerror = () => fail(new Error('a message from the worker could not be decoded'));
-    post = (m, transfer) => w.postMessage(m, transfer || []);
-  }
-  try {
-    await new Promise((resolve, reject) => {
-      const first = (m) => {
-        listeners.delete(first); fails.delete(reject);
-        if (m && m.ready) resolve(); else reject(new Error((m && m.error) || 'the worker did not start'));
-      };
-      listeners.add(first); fails.add(reject);
-      post(init);
-    });
-  } catch (err) {
-    w.terminate();
-    throw new Error(`a worker of ${url.pathname.split('/').pop()} failed to start: ${err.message || err}`);
-  }
-  const hold = (on) => { if (isNode) { if (on) w.ref(); else w.unref(); } };
-  hold(false);
-  return { post, onMessage: (f) => listeners.add(f), onFail: (f) => fails.add(f), hold, terminate: () => w.terminate() };
 }
 
 // a worker of thread_worker.js, started and ready -> {onError(f), terminate()}

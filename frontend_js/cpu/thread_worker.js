@@ -5,8 +5,7 @@
 //   control[DONE] += 1 and wake the caller. A trap sets control[ERR] to 1 + its slot and says why.
 // The layout of the control block and the kernel ids: thread_jobs.js (one table for both sides).
 import { KERNELS, CTL, slotCalls } from './thread_jobs.js';
-
-const isNode = typeof process !== 'undefined' && !!(process.versions && process.versions.node);
+import { IS_NODE } from '../host.js';
 
 function serve({ memory, gemmModule, floatModule, control, slot }, post) {
   const env = { env: { mem: memory } };
@@ -39,7 +38,7 @@ function serve({ memory, gemmModule, floatModule, control, slot }, post) {
   }
 }
 
-if (isNode) {
+if (IS_NODE) {
   const { parentPort } = await import('node:worker_threads');
   parentPort.once('message', (msg) => { serve(msg, (m) => parentPort.postMessage(m)); parentPort.close(); });
 } else {

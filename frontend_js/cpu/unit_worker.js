@@ -8,9 +8,8 @@
 // init: {faultForTests}: 'flip': the worker flips the lowest bit of every result (tests prove the
 // caller's gate refuses such a worker); 'die-after:N': it throws out of its N-th job's handler,
 // uncaught, as a crashing worker would (tests prove the caller computes its slice instead).
-import { createWasmEngine, gateEngine, gateUnit } from './wasm_gemm.js';
-
-const isNode = typeof process !== 'undefined' && !!(process.versions && process.versions.node);
+import { createWasmEngine, gateEngine, gateUnit } from '../wasm_gemm.js';
+import { IS_NODE } from '../host.js';
 
 function serve(init, post, onJob) {
   let engine, bad;
@@ -41,7 +40,7 @@ function serve(init, post, onJob) {
   });
 }
 
-if (isNode) {
+if (IS_NODE) {
   const { parentPort } = await import('node:worker_threads');
   parentPort.once('message', (init) => serve(init, (m, t) => parentPort.postMessage(m, t), (f) => parentPort.on('message', f)));
 } else {

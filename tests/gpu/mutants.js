@@ -1,0 +1,102 @@
+// The GPU bug corpus as patches of the live kernels: each mutant is {id, kernel, edits: [[find,
+// replace], ...], failure (the class of bug it models), mustFail (how the tests must catch it)},
+// applied to the kernel as it is now when a test runs, so a mutant always tests today's kernel.
+// Each `find` must occur exactly once in the kernel (after the edits before it): a kernel that
+// changed under a mutant fails the test that uses it, naming the mutant and the text it looks for
+// (tests/js/gpu_mutants.test.mjs checks every patch without a GPU). Test-only: the app never
+// serves this file.
+import { loadText } from '../../frontend_js/gpu/device.js';
+
+const MAX_STORE = 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }';
+
+// the GEMM kernels' mutants (tests/gpu/gpu_bugs.js runs them through the boot gates and audits)
+export const GEMM_MUTANTS = [
+  { id: 'sign_extension', kernel: 'gemm_portable.wgsl', failure: 'sign extension lost when unpacking int8',
+    mustFail: 'the gate (any negative value: lane() masks the byte, -1 reads as 255)',
+    edits: [['fn lane(w: u32, l: u32) -> i32 { return bitcast<i32>(w << (24u - 8u * l)) >> 24u; }',
+      'fn lane(w: u32, l: u32) -> i32 { return i32((w >> (8u * l)) & 0xffu); }   // BUG: zero-extends']] },
+  { id: 'unsigned_dot', kernel: 'gemm_packed.wgsl', failure: 'signedness lost in the packed path (dot4U8Packed)',
+    mustFail: 'the gate (any negative value)',
+    edits: [['acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);', 'acc[i * MAX_R + j] += i32(dot4U8Packed(a[i], w[j]));   // BUG: unsigned lanes']] },
+  { id: 'ragged_edge', kernel: 'gemm_packed.wgsl', failure: 'wrong tile edge on ragged shapes (store guard misses c < N)',
+    mustFail: 'the gate (ragged N: columns past N of a ragged tile overwrite the next row)',
+    edits: [[MAX_STORE, 'if (r < P.M) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }   // BUG: no column guard']] },
+  { id: 'missing_barrier', kernel: 'gemm_packed.wgsl', failure: 'missing workgroupBarrier after staging tiles',
+    mustFail: 'the gate (any shape; SwiftShader runs a workgroup\'s lanes in groups that reach the reads early)',
+    edits: [['    workgroupBarrier();\n    for (var kw = 0u; kw < TK; kw++) {',
+      '    // BUG: workgroupBarrier() missing: threads read tiles others have not written yet\n    for (var kw = 0u; kw < TK; kw++) {']] },
+  { id: 'int16_saturation', kernel: 'gemm_packed.wgsl', failure: 'integer saturation in a narrow (int16) accumulator',
+    mustFail: 'the gate (extreme values: 3*127^2 > 32767)',
+    edits: [['acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);',
+      'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4I8Packed(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
+  { id: 'f32_accumulate', kernel: 'gemm_portable.wgsl', failure: 'float accumulation, exact only below 2^24',
+    mustFail: 'the gate (K=4096 at +-127: |acc| = 66,064,384 > 2^24)',
+    edits: [['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'],
+      ['acc[i * MAX_R + j] += dot4(a[i], w[j]);', 'acc[i * MAX_R + j] += f32(dot4(a[i], w[j]));'],
+      ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }']] },
+  { id: 'fma_accumulate', kernel: 'gemm_portable.wgsl', failure: 'FMA contraction in a float path',
+    mustFail: 'the gate (K=4096 at +-127; fused on the H200, unfused on SwiftShader, inexact above 2^24 either way)',
+    edits: [['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'],
+      ['acc[i * MAX_R + j] += dot4(a[i], w[j]);',
+        'for (var l = 0u; l < 4u; l++) { acc[i * MAX_R + j] = fma(f32(lane(a[i], l)), f32(lane(w[j], l)), acc[i * MAX_R + j]); }   // BUG: fma'],
+      ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }']] },
+  { id: 'subnormal_flush', kernel: 'gemm_packed.wgsl', failure: 'subnormal flush to zero (int bits through an f32 op)',
+    mustFail: 'the gate (small positive sums flush to 0 where the GPU flushes subnormals: SwiftShader, the H200)',
+    edits: [[MAX_STORE, 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = bitcast<i32>(bitcast<f32>(acc[i * MAX_R + j]) + f32(P.K4 >> 31u)); }   // BUG: int bits through an f32 add']] },
+  { id: 'k_off_by_one', kernel: 'gemm_packed.wgsl', failure: 'off-by-one in the K loop',
+    mustFail: 'the gate (any shape with K > 0: the guard k < K4 - 1 drops the last K word of every row of A)',
+    edits: [['if (row0 + r < P.M && k0 + kw < P.K4) { v = A[', 'if (row0 + r < P.M && k0 + kw + 1u < P.K4) { v = A[']] },
+  { id: 'bad_after_n', kernel: 'gemm_packed.wgsl', failure: 'goes bad only after N dispatches', stateful: true,
+    mustFail: 'an audit during training (it passes the boot gates by construction: from dispatch BAD_AFTER on, every output is off by one)',
+    edits: [['@group(0) @binding(3) var<uniform> P: Params;\n',
+      '@group(0) @binding(3) var<uniform> P: Params;\n@group(0) @binding(4) var<storage, read_write> S: array<atomic<u32>>;   // dispatch counter\n'
+      + 'override BAD_AFTER: u32 = 40u;   // dispatches before it goes bad (more than the gates run)\n'],
+      ['var acc: array<i32, MAX_R * MAX_R>;     // zero-initialised\n', 'var acc: array<i32, MAX_R * MAX_R>;     // zero-initialised\n  let dispatches = atomicLoad(&S[0]);\n'],
+      [`      ${MAX_STORE}\n    }\n  }\n`,
+        '      var v = acc[i * MAX_R + j];\n      if (dispatches >= BAD_AFTER) { v += 1; }   // BUG: goes stale after BAD_AFTER dispatches\n'
+        + '      if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = v; }\n    }\n  }\n'
+        + '  if (all(lid == vec3<u32>(0u)) && all(wid == vec3<u32>(0u))) { atomicAdd(&S[0], 1u); }\n']] },
+];
+
+// the f64 library's mutants (tests/test_webgpu_f64.py: gateF64 must reject each)
+export const F64_MUTANTS = [
+  { id: 'f64_div_no_sticky', failure: 'a wrong sticky bit: the division ignores its non-zero remainder',
+    edits: [['  if (!u64_zero(rem)) { q.x = q.x | 1u; }                         // sticky\n', '']] },
+  { id: 'f64_jam_lost', failure: 'a wrong sticky bit: right shifts (alignment in +/-, denormalization) drop the bits shifted out',
+    edits: [['  if (!u64_eq(u64_shl(r, s), a)) { r.x = r.x | 1u; }\n', '']] },
+  { id: 'f64_lost_carry', failure: 'a lost carry: the 128-bit product drops the carry out of its second word',
+    edits: [['vec2<u32>(hl.y, 0u)), vec2<u32>(w1.y, 0u));', 'vec2<u32>(hl.y, 0u)), vec2<u32>(0u, 0u));']] },
+  { id: 'f64_mul_no_sticky', failure: 'a wrong sticky bit: the product ignores its low 64 bits',
+    edits: [['  if (!u64_zero(p.lo)) { sig.x = sig.x | 1u; }                    // sticky\n', '']] },
+  { id: 'f64_rint_ties_up', failure: 'rint rounds half away from zero (Math.round-like) instead of half to even',
+    edits: [['let up = u64_lt(half, rem) || (u64_eq(rem, half) && (ip.x & 1u) == 1u);', 'let up = u64_lt(half, rem) || u64_eq(rem, half);']] },
+  { id: 'f64_ties_away', failure: 'ties away from zero: an exactly half-way result is rounded up instead of to the even neighbour',
+    edits: [['  if (round_bits == 0x200u) { sig.x = sig.x & ~1u; }   // exactly half: to even\n', '']] },
+  { id: 'f64_truncate', failure: 'rounding by truncation: the half-ULP increment before the shift is gone',
+    edits: [['  sig = u64_shr(u64_add(sig, vec2<u32>(0x200u, 0u)), 10u);\n  if (round_bits == 0x200u) { sig.x = sig.x & ~1u; }   // exactly half: to even\n',
+      '  sig = u64_shr(sig, 10u);\n']] },
+].map((m) => ({ kernel: 'f64_lib.wgsl', mustFail: 'the f64 gate (frontend_js/gpu/f64.js gateF64)', ...m }));
+
+export class StaleMutant extends Error {}
+
+// a mutant and its kernel's text now -> the mutated text; throws StaleMutant naming the mutant and
+// the edit whose `find` does not occur exactly once
+export function applyMutant(mutant, text) {
+  let out = text;
+  mutant.edits.forEach(([find, replace], i) => {
+    const at = out.indexOf(find), again = at < 0 ? -1 : out.indexOf(find, at + 1);
+    if (at < 0 || again >= 0) {
+      throw new StaleMutant(`mutant ${mutant.id}: edit ${i + 1} looks for ${JSON.stringify(find.slice(0, 80))}, which occurs `
+        + `${at < 0 ? 'nowhere' : 'more than once'} in kernels/${mutant.kernel}: the kernel changed; update the patch in tests/gpu/mutants.js`);
+    }
+    out = out.slice(0, at) + replace + out.slice(at + find.length);
+  });
+  return `// MUTANT ${mutant.id} of kernels/${mutant.kernel} (tests/gpu/mutants.js): ${mutant.failure}\n${out}`;
+}
+
+// the mutated kernel as a blob: URL, which a kernel spec's `file` and the f64 unit's `lib` take
+// (a page or Node); the live kernel is read from kernels/ beside tests/
+export async function mutantUrl(mutant) {
+  const text = await loadText(new URL(`../../kernels/${mutant.kernel}`, import.meta.url));
+  return URL.createObjectURL(new Blob([applyMutant(mutant, text)], { type: 'text/plain' }));
+}
