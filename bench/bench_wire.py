@@ -65,7 +65,8 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
         finals.append(state(page))
     wall = time.monotonic() - t0
     for s in finals:
-        assert s["runState"] in ("done", "stopped") and s["step"] >= steps, (s["runState"], s["step"], s.get("message"))
+        if s["runState"] not in ("done", "stopped") or s["step"] < steps:
+            return {"failed": f"{s['runState']} at step {s['step']}: {s.get('message')}"}
     assert len({s["hash"] for s in finals}) == 1, [s["hash"][:16] for s in finals]
     benches = [page.evaluate("window.bench") for page in group]
     lead = benches[0]
@@ -94,12 +95,18 @@ def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps,
     finally:
         pages.close_all()
         time.sleep(0.5)                   # the goodbyes reach the server before the next group
+    failed = [r["failed"] for r in runs if "failed" in r]
+    if failed:                            # a run that did not finish is a result too (a row saying why)
+        return {"failed": failed[0], "runs_failed": len(failed)}
     med = {k: statistics.median(r[k] for r in runs) for k in ("ms", "wait", "dwait", "bytes", "wall")}
     return {**med, "ms_runs": [round(r["ms"], 1) for r in runs], "engine": runs[0]["engine"],
             "topology": runs[0]["topology"], "tok_s": P * settings["batch"] * settings["seq_len"] * 1000 / med["ms"]}
 
 
 def row_line(r: dict) -> str:
+    if "failed" in r:
+        return (f"| {r['profile']} | {r['settings']} | {r['exchange']} | {r['lanes']} | {r['P']} | — | "
+                f"failed ({r['runs_failed']} of the runs): {r['failed'][:160]} | | | | | | | | {r['load']} |")
     wait_ms = r["wait"] * r["ms"]
     return (f"| {r['profile']} | {r['settings']} | {r['exchange']} | {r['lanes']} | {r['P']} | {r['topology'] or '—'} | "
             f"{r['ms']:.0f} ({', '.join(map(str, r['ms_runs']))}) | {r['compute_ms']:.0f} | "
@@ -152,8 +159,8 @@ def main() -> None:
                                 r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout,
                                                not args.no_pin, args.gpu, lanes)
                                 row = {"profile": prof, "settings": name, "exchange": exchange or "default",
-                                       "lanes": lanes or "default", "P": P, **r, "compute_ms": alone["ms"],
-                                       "alone_tok_s": alone["tok_s"], "load": load()}
+                                       "lanes": lanes or "default", "P": P, **r, "compute_ms": alone.get("ms"),
+                                       "alone_tok_s": alone.get("tok_s"), "load": load()}
                                 rows.append(row)
                                 print(json.dumps(row), flush=True)
                                 print(row_line(row), flush=True)
