@@ -65,11 +65,13 @@ def test_round_trips_follow_the_profiles():
         finally:
             echo_app.kill(), echo_far.kill()
             echo_app.wait(), echo_far.wait()
-    got = {"home": statistics.median(home), "far": statistics.median(far), "home<->far": statistics.median(pair)}
-    print("median round trips (ms):", got)
-    assert 38 <= got["home"] <= 60, got
-    assert 118 <= got["far"] <= 145, got
-    assert 158 <= got["home<->far"] <= 190, got
+    # the delay is never beaten (every probe >= the profile's round trip, less timer slack); the
+    # fastest probe is near it (a loaded machine delays some probes, rarely all of them)
+    want = {"home": 40, "far": 120, "home<->far": 160}
+    for name, got in (("home", home), ("far", far), ("home<->far", pair)):
+        print(f"{name}: round trips min {min(got):.1f}, median {statistics.median(got):.1f} ms (profile {want[name]})")
+        assert len(got) >= len(home) // 2, f"{name}: most probes were lost"
+        assert want[name] - 1 <= min(got) <= want[name] + 40, (name, min(got))
 
 
 def test_rate_is_capped_each_way():
@@ -86,8 +88,10 @@ def test_rate_is_capped_each_way():
     mbps = {"up": up["bytes"] * 8 / up["seconds"] / 1e6, "down": down["bytes"] * 8 / down["seconds"] / 1e6}
     print("measured Mbit/s (limits 20 up, 60 down):", mbps)
     assert up["bytes"] == 4_000_000 and down["bytes"] == 10_000_000
-    assert 10 <= mbps["up"] <= 21, mbps          # IP headers count against the limit too: never above
-    assert 25 <= mbps["down"] <= 63, mbps
+    # the limit is never passed (IP headers count against it too); well under it only on a
+    # starved machine, so the lower bounds are loose
+    assert 6 <= mbps["up"] <= 21, mbps
+    assert 12 <= mbps["down"] <= 63, mbps
 
 
 def test_loss_is_near_the_set_probability():
