@@ -13,9 +13,11 @@ import uvicorn
 # Gradio's usage analytics would phone home on a machine that may have no network at all.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from daisy.space.server import create_app  # noqa: E402  (after the environment default above)
-from daisy.space.connguard import ConnectionGuard, guarded_protocol  # noqa: E402
-from daisy.space.signaling import SignalingConfig, trusted_proxies_from_env  # noqa: E402
+from daisy.space.connguard import ConnectionGuard, guarded_protocol, guarded_ws_protocol  # noqa: E402
+from daisy.space.addresses import trusted_proxies_from_env  # noqa: E402
+from daisy.space.signaling.config import SignalingConfig  # noqa: E402
 from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: E402
+from uvicorn.protocols.websockets.auto import AutoWebSocketsProtocol  # noqa: E402
 
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 7860
@@ -72,6 +74,7 @@ def uvicorn_settings(env=os.environ) -> dict:
     guard = ConnectionGuard.from_env(env, trusted=trusted)
     return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None,
             "http": guarded_protocol(AutoHTTPProtocol, guard),
+            "ws": guarded_ws_protocol(AutoWebSocketsProtocol, guard),
             "timeout_keep_alive": 5,                # idle keep-alive connections
             "h11_max_incomplete_event_size": 16 * 1024,   # request line + headers
             "limit_concurrency": guard.total,       # HTTP requests beyond it get 503

@@ -1,4 +1,4 @@
-"""The attacks of issue 13, bounded, against `python app.py` on 127.0.0.1: what each costs the
+"""The attacks of issues 13 and 19, bounded, against `python app.py` on 127.0.0.1: what each costs the
 server (CPU seconds of the server and its child processes, peak RSS) and what honest users see
 meanwhile (p99 of a room pair's relay round trip, of GET /js/peer/ui.js and of GET /data/info).
 
@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -265,6 +266,115 @@ async def checkpoint_dag(port):
     return "answers: " + ", ".join(f"{k} x{codes.count(k)}" for k in sorted(set(codes)))
 
 
+# stored-run bodies of the attacked tree (its own state codec), steps 1..STORE_STEPS: made in
+# main() before the attack processes fork
+STORE_STEPS = 15
+STORE_BODIES: list[bytes] = []
+
+
+def state_bodies(tree: str) -> list[bytes]:
+    """Tiny whole state bodies at steps 1..STORE_STEPS, encoded by `tree`'s own code."""
+    code = ("import sys, numpy as np\n"
+            "from daisy.config import Config\n"
+            "from daisy.hashing import weight_hash\n"
+            "from daisy.model import param_shapes\n"
+            "from daisy.files.state_codec import encode_state\n"
+            "cfg = Config(width=16, seq_len=16, batch=2, layers=1, heads=4, steps=100, seed=3)\n"
+            "rng = np.random.default_rng(1)\n"
+            "p = {n: rng.standard_normal(s) for n, s in param_shapes(cfg).items()}\n"
+            f"for step in range(1, {STORE_STEPS} + 1):\n"
+            "    b = encode_state(config=cfg, step=step, params=p, adam_m=p, adam_v=p, adam_t=step,\n"
+            "                     weight_hash=weight_hash(p))\n"
+            "    sys.stdout.buffer.write(len(b).to_bytes(8, 'little') + b)\n")
+    raw = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, check=True).stdout
+    bodies, at = [], 0
+    while at < len(raw):
+        n = int.from_bytes(raw[at:at + 8], "little")
+        bodies.append(raw[at + 8:at + 8 + n])
+        at += 8 + n
+    return bodies
+
+
+async def signal_token(port: int, xff: str):
+    """A /signal socket whose client is `xff` (loopback is a trusted proxy) -> (socket, token)."""
+    ws = await connect(f"ws://127.0.0.1:{port}/signal", additional_headers={"X-Forwarded-For": xff})
+    return ws, json.loads(await ws.recv())["token"]
+
+
+async def slow_uploads(port):
+    """Two stored-run uploads from two other groups, each declaring 1 MB and sending 1 byte/s,
+    while the victim group's leader stores its run every second for 14 s."""
+    victim_ws, victim = await signal_token(port, "203.0.113.60")
+    slow = [await signal_token(port, xff) for xff in ("198.51.100.61", "198.51.100.62")]
+
+    async def trickle(token, xff):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /api/group-run?run=9&final=0 HTTP/1.1\r\nHost: x\r\nX-Daisy-Token: {token}\r\n"
+                     f"X-Forwarded-For: {xff}\r\nContent-Length: 1000000\r\n\r\n".encode())
+        answer = asyncio.create_task(reader.read(200))
+        t0 = time.perf_counter()
+        for _ in range(15):
+            writer.write(b"\0")
+            done, _ = await asyncio.wait({answer}, timeout=1.0)
+            if done:
+                writer.close()
+                status = answer.result().split(b"\r\n", 1)[0].decode().removeprefix("HTTP/1.1 ")
+                return f"{status} after {time.perf_counter() - t0:.0f} s"
+        writer.close()
+        answer.cancel()
+        return "still held after 15 s"
+
+    async def victim_stores():
+        codes = []
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            await asyncio.sleep(0.5)                    # the slow uploads hold their slots first
+            for step, body in enumerate(STORE_BODIES[:14], 1):
+                r = await c.post(f"/api/group-run?run=1&final=0", content=body,
+                                 headers={"X-Daisy-Token": victim, "X-Forwarded-For": "203.0.113.60"})
+                codes.append(str(r.status_code))
+                await asyncio.sleep(1)
+        return codes
+
+    *held, codes = await asyncio.gather(*(trickle(t, x) for (_, t), x in zip(slow, ("198.51.100.61", "198.51.100.62"))),
+                                        victim_stores())
+    for ws, _ in [(victim_ws, None), *slow]:
+        ws.transport.abort()
+    stores = ", ".join(f"{k} x{codes.count(k)}" for k in sorted(set(codes)))
+    return f"victim's 14 stores: {stores}; the slow uploads: {'; '.join(held)}"
+
+
+async def proxied_sockets(port):
+    """One client behind the trusted proxy (loopback) opens /signal sockets as fast as 8
+    workers go for 8 s, keeping those admitted; then 5 other clients try to connect."""
+    kept, closes = [], {}
+    stop = time.perf_counter() + 8
+
+    async def worker():
+        while time.perf_counter() < stop:
+            try:
+                ws = await connect(f"ws://127.0.0.1:{port}/signal", open_timeout=3,
+                                   additional_headers={"X-Forwarded-For": "203.0.113.80"})
+                json.loads(await asyncio.wait_for(ws.recv(), 3))
+                kept.append(ws)
+            except Exception as e:  # noqa: BLE001
+                code = getattr(getattr(e, "rcvd", None), "code", type(e).__name__)
+                closes[code] = closes.get(code, 0) + 1
+    await asyncio.gather(*(worker() for _ in range(8)))
+    others = 0
+    for i in range(5):
+        try:
+            ws = await connect(f"ws://127.0.0.1:{port}/signal", open_timeout=3,
+                               additional_headers={"X-Forwarded-For": f"198.51.100.{90 + i}"})
+            others += json.loads(await asyncio.wait_for(ws.recv(), 3))["type"] == "welcome"
+            ws.transport.abort()
+        except Exception:  # noqa: BLE001
+            pass
+    for ws in kept:
+        ws.transport.abort()
+    refused = ", ".join(f"{k}: {v:,}" for k, v in sorted(closes.items(), key=lambda kv: str(kv[0])))
+    return f"the client: {len(kept)} admitted, refused {refused}; then 5 other clients: {others} admitted"
+
+
 def _attack_in_child(name: str, port: int) -> str:
     """Runs in a separate process: the attacker's own CPU (compressing 15 MB frames, opening
     sockets) must not stall the honest probes' event loop and pass for server latency."""
@@ -273,10 +383,12 @@ def _attack_in_child(name: str, port: int) -> str:
 
 ATTACKS = [("hello flood", hello_flood), ("room-code probing", join_probe),
            ("idle / half-header TCP", idle_sockets), ("compressed 15 MB frames", big_frames),
+           ("slow stored-run uploads", slow_uploads), ("sockets behind the proxy", proxied_sockets),
            ("checkpoint DAG upload", checkpoint_dag)]
 
 
 async def main_async(args):
+    STORE_BODIES[:] = state_bodies(args.tree)
     with tempfile.TemporaryDirectory(prefix="daisy-attacks-") as tmp, \
             app_process(tmp, "attacks", {"HF_HUB_OFFLINE": "1"}, tree=args.tree) as (proc, base):
         await attack_all(args, proc, int(base.rsplit(":", 1)[1]))

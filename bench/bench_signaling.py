@@ -1,7 +1,7 @@
 """Signaling load benchmark: N concurrent clients on loopback, grouped into rooms (host approves
 everyone) and network groups (X-Forwarded-For), all relaying to their group-mates.
 
-Per run: a fresh server subprocess (uvicorn, daisy.space.signaling.make_app), clients in this process.
+Per run: a fresh server subprocess (uvicorn, daisy.space.signaling.routes.make_app), clients in this process.
 Reports relay latency p50/p99 (send -> receive, one clock), delivered messages/s, server RSS
 (/proc/PID/status), and counts of dropped, duplicated and misrouted messages. Median of --runs.
 
@@ -31,7 +31,7 @@ SECTION = "## Signaling load"
 COMPRESSION = "deflate"  # what browsers offer; --no-deflate turns it off
 
 
-APPS = {"daisy": ["daisy.space.signaling:make_app"],  # the real server
+APPS = {"daisy": ["daisy.space.signaling.routes:make_app"],  # the real server
         "bare": ["--app-dir", "bench", "bench_signaling:make_bare_app"]}  # the baseline
 
 

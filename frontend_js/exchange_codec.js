@@ -9,6 +9,7 @@
 // A slot's message is a pure function of (its gradient, run seed, step, slot, offset): any peer
 // can recompute it (gradient audits), churn needs no hidden per-peer state.
 import { key, mix32, PURPOSE_EXCHANGE, PURPOSE_EXCHANGE_REDUCED } from './prng.js';
+import { LITTLE_ENDIAN } from './host.js';
 
 export const BLOCK = 256;            // values per int8 block (a slice's last block may be shorter)
 export const SCALE_BYTES = 4;        // float32 little-endian, before the block's codes
@@ -57,8 +58,6 @@ export function slotMean(slices, out = null) {
   for (let i = 0; i < acc.length; i++) acc[i] = acc[i] / P;
   return acc;
 }
-
-const LITTLE_ENDIAN = new Uint8Array(new Float64Array([1]).buffer)[7] === 0x3f;
 
 // any float64 travels as it is (non-finite values too: the step's loss check stops a run that
 // diverged, as before the codec existed)

@@ -115,9 +115,21 @@ def test_bad_or_untimely_group_states_are_refused_and_change_nothing(app_url, pa
         now = state(a)
         assert (now["hash"], now["step"], now["config"], now["runState"]) == \
             (before["hash"], before["step"], before["config"], "loaded"), label
-    # the same bytes as a good state, sent by a page: taken (every refusal above was its check)
-    b.evaluate(SEND_JS, [sa["peerId"], b64(good), 0])
-    wait_state(a, f"s.hash === {json.dumps(ck.weight_hash)} && s.step === {ck.step}", "a took the good state")
+    # the same bytes as a good state, sent by a page: a holds a model, so it is an offer (every
+    # refusal above was its check); nothing replaces a model without its user's click: Ignore
+    # keeps it, Load takes the offer
+    sb = state(b)
+    for click in ("Ignore", "Load"):
+        b.evaluate(SEND_JS, [sa["peerId"], b64(good), 0])
+        wait_state(a, f"s.restoreOffer && s.restoreOffer.step === {ck.step}", f"a is offered the state ({click})")
+        offer = state(a)["restoreOffer"]
+        assert offer["from"] == sb["peerId"] and offer["hash"] == ck.weight_hash, offer
+        a.get_by_text(f"offers step {ck.step} of 10000, hash {ck.weight_hash[:16]}").wait_for(timeout=5_000)
+        now = state(a)
+        assert (now["hash"], now["step"]) == (before["hash"], before["step"]), "an offer changed the model"
+        a.get_by_role("button", name=click, exact=True).click()
+        wait_state(a, "!s.restoreOffer", f"{click}: the offer is gone")
+    wait_state(a, f"s.hash === {json.dumps(ck.weight_hash)} && s.step === {ck.step}", "a took the good state on Load")
     assert state(a)["totalSteps"] == 10000
     # during a run: a resumes its new state with b; a GROUP_STATE then is refused, the run goes on
     a.evaluate("window.daisy.start()")

@@ -12,8 +12,10 @@ import pytest
 from websockets.asyncio.client import connect
 
 import app
-from daisy.space.signaling import SignalingConfig, SignalingHub, make_app
-from signal_client import SignalClient, compressed_frames_attack
+from daisy.space.signaling.config import SignalingConfig
+from daisy.space.signaling.hub import SignalingHub
+from daisy.space.signaling.routes import make_app
+from signal_client import Clients, SignalClient, compressed_frames_attack
 from test_hardening_signaling import serve
 
 ENV = {"DAISY_TRUSTED_PROXIES": "none", "DAISY_HEADER_TIMEOUT_S": "0.5",
@@ -82,6 +84,32 @@ def test_connections_per_address_are_capped(caplog):
             assert get_ok(port)   # slots come back when the connections go
         lines = [r for r in caplog.records if "one address" in r.getMessage()]
         assert len(lines) == 1
+
+
+def test_sockets_per_client_count_the_client_behind_a_trusted_proxy():
+    """The finding: 2,048 WebSockets from one client behind a trusted proxy filled the global
+    cap (the per-address cap counted the proxy, which is exempt). Here the cap is 16 in all and
+    5 per client: one client behind the proxy opens 5, its next 15 are closed 4429 at once, and
+    10 other clients behind the same proxy still get in."""
+    env = {**ENV, "DAISY_TRUSTED_PROXIES": "127.0.0.1", "DAISY_HEADER_TIMEOUT_S": "5",
+           "DAISY_MAX_CONN_PER_ADDR": "5", "DAISY_MAX_CONN": "16"}
+    hub = SignalingHub(SignalingConfig.from_env({**env, "DAISY_PING_S": "5"}))
+
+    async def run(url):
+        async with Clients(url) as c:
+            for _ in range(5):
+                await c.open(xff="203.0.113.70")
+            for _ in range(15):
+                over = await SignalClient.open(url, xff="203.0.113.70", expect_welcome=False)
+                code, reason = await over.wait_closed()
+                assert code == 4429 and "too many connections from your address" in reason, (code, reason)
+            others = [await c.open(xff=f"198.51.100.{i}") for i in range(10)]
+            assert all(o.welcome["peerId"] for o in others)
+            assert dict(hub.sockets.open) == {"203.0.113.70": 5, **{f"198.51.100.{i}": 1 for i in range(10)}}
+
+    with serve(make_app(hub), **app.uvicorn_settings(env)) as url:
+        asyncio.run(asyncio.wait_for(run(url), 30))
+    assert not hub.sockets.open, "a closed socket kept its count"
 
 
 def test_websocket_keeps_its_slot_and_gives_it_back():

@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from daisy.space.signaling import (SignalingConfig, SignalingHub, client_ip, make_app,
-                             trusted_proxies_from_env, _networks)
+from daisy.space.addresses import client_ip, networks, trusted_proxies_from_env
+from daisy.space.signaling.config import SignalingConfig
+from daisy.space.signaling.hub import SignalingHub
+from daisy.space.signaling.routes import make_app
 from signal_client import Clients, SignalClient, async_test, serve_in_thread as serve
 
 
@@ -57,7 +59,7 @@ def test_client_ip_rules():
     class H(dict):
         def getlist(self, k):
             return self.get(k, [])
-    lo = _networks(("127.0.0.1",))
+    lo = networks(("127.0.0.1",))
     assert str(client_ip(H({"x-forwarded-for": ["1.2.3.4"]}), "127.0.0.1", ())) == "127.0.0.1"
     assert str(client_ip(H({"x-forwarded-for": ["1.2.3.4, 5.6.7.8"]}), "127.0.0.1", lo)) == "5.6.7.8"
     # several header lines are one list; garbage stops the walk at the last good address
@@ -147,7 +149,7 @@ async def test_non_finite_numbers_are_refused_not_relayed():
 
 @async_test
 async def test_group_size_is_capped_with_a_clear_close_code():
-    from daisy.space.signaling import CLOSE_GROUP_FULL
+    from daisy.space.signaling.messages import CLOSE_GROUP_FULL
     with serve(make_app(hub(max_group=4))) as url:
         async with Clients(url) as c:
             four = [await c.open(xff="203.0.113.22") for _ in range(4)]
@@ -230,7 +232,7 @@ async def test_room_join_attempts_are_rate_limited_the_same_whether_or_not_the_r
     """The finding: 300 codes/s could be probed. Here: 10 joins a minute per address (burst
     10); the 11th attempt is refused 4429 with the same reason for an existing room and for a
     code nobody uses."""
-    from daisy.space.signaling import CLOSE_TOO_MANY_JOINS
+    from daisy.space.signaling.messages import CLOSE_TOO_MANY_JOINS
     with serve(make_app(hub(join_per_min=10))) as url:
         async with Clients(url) as c:
             await c.open(room="real-room")  # 1 of the burst of 10
@@ -250,7 +252,8 @@ async def test_room_join_attempts_are_rate_limited_the_same_whether_or_not_the_r
 @async_test
 async def test_create_a_room_gives_an_unguessable_code():
     import httpx
-    from daisy.space.signaling import ROOM_CODE, make_room_router
+    from daisy.space.signaling.messages import ROOM_CODE
+    from daisy.space.signaling.routes import make_room_router
     app = make_app(hub())
     app.include_router(make_room_router())
     with serve(app) as url:

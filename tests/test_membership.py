@@ -28,6 +28,7 @@ def app_url():
 
 RECORD = """() => { window.stepLog = []; window.runStates = [];
     window.daisy.on('step', (e) => window.stepLog.push([e.step, e.hash, e.peers]));
+    window.daisy.on('step-undone', (e) => { window.stepLog = window.stepLog.filter(([s]) => s <= e.step); });
     window.daisy.on('state', (s) => { const last = window.runStates[window.runStates.length - 1];
         const now = s.runState + (s.runState === 'syncing' && s.sync ? ` ${s.sync.pct}` : '');
         if (last !== now) window.runStates.push(now); }); }"""
@@ -87,27 +88,6 @@ def stop_group(pages_labels, settings=SETTINGS, after: int = 5) -> list[dict]:
 
 # ---- joining --------------------------------------------------------------------------------
 
-def test_a_device_that_opens_mid_run_is_synced_in_and_trains_the_reference(app_url, pages):
-    a, b = open_group(pages, app_url + "/", 2)
-    for p in (a, b):
-        record(p)
-    a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
-    wait_state(a, "s.running && s.step >= 10", "10 steps", RUN_MS)
-    c = open_peer(pages, app_url + "/", "c")
-    record(c)
-    wait_state(c, "s.running && s.runState === 'training'", "c synced in", 60_000)
-    sc = state(c)
-    entered = sc["run"]["history"][-1]
-    assert entered[1] == 3 and entered[0] >= 10, sc["run"]["history"]
-    finals = stop_group([(a, "a"), (b, "b"), (c, "c")])
-    assert finals[0]["run"]["history"] == [[0, 2], entered], finals[0]["run"]["history"]
-    seen = c.evaluate("window.runStates")
-    assert any(x.startswith("syncing") for x in seen) and seen.index("training") > 0, seen
-    # the joiner's first contributed step is the one the roster named; it computed every later one
-    steps = sorted(final_hashes(c, "c"))
-    assert steps[0] == entered[0] + 1 and steps[-1] == finals[0]["step"], steps[:3]
-
-
 def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     """The leader's next state is tampered in transit (the digest catches it), then the joiner's
     state goes wrong after its own checks (the leader catches its hash and re-syncs it); a second
@@ -121,6 +101,10 @@ def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     c = open_peer(pages, app_url + "/", "c", init_script="window.__daisyTest = {corruptNextSync: true};")
     record(c)
     wait_state(c, "s.running && s.runState === 'training'", "c synced in after the retries", 90_000)
+    seen = c.evaluate("window.runStates")
+    assert any(x.startswith("syncing") for x in seen) and seen.index("training") > 0, seen
+    entered = state(c)["run"]["history"][-1]
+    assert entered[1] == 3 and entered[0] >= 5, state(c)["run"]["history"]
     notes = " ".join(state(a)["notes"])
     assert "re-syncing" in notes, state(a)["notes"]
     drops = c.evaluate("window.daisy.mesh.drops()")
@@ -131,47 +115,37 @@ def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     wait_state(d, "s.running && s.runState === 'training'", "d synced in after the cut", 90_000)
     assert any("stalled" in n or "asking again" in n for n in state(d)["notes"]), state(d)["notes"]
     stop_group([(a, "a"), (b, "b"), (c, "c"), (d, "d")])
+    # the joiner's first contributed step is the one the roster named; it computed every later one
+    steps = sorted(final_hashes(c, "c"))
+    assert steps[0] == entered[0] + 1, steps[:3]
 
 
 # ---- leaving and crashing ---------------------------------------------------------------------
 
-def test_a_closed_page_and_a_crashed_page_are_recomputed_without(app_url, pages):
-    a, b = open_peer(pages, app_url + "/", "a"), open_peer(pages, app_url + "/", "b")
-    c = open_peer(pages, app_url + "/", "c")
-    d = open_peer(pages, app_url + "/", "d")
-    group = [a, b, c, d]
+def test_the_leader_closes_its_page_then_a_member_crashes_the_group_goes_on(app_url, pages):
+    """Only a browser shows these: a page's goodbye on `pagehide` and a crashed page's links
+    ending. The next senior peer leads on; both departed steps are recomputed without them."""
+    group = [open_peer(pages, app_url + "/", label) for label in "abcd"]
     for p in group:
         linked(p, [o for o in group if o is not p])
         record(p)
-    a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
-    assert state(a)["run"]["topology"] in ("rsag", "allgather")
-    wait_state(a, "s.running && s.step >= 15", "15 steps", RUN_MS)
-    d.context.close()                                     # goodbye
-    wait_state(a, "s.run && s.run.roster.length === 3", "d removed", 20_000)
-    wait_state(a, "s.running && s.step >= 25", "25 steps", RUN_MS)
-    c.evaluate("window.daisy.testing.crash()")            # no goodbye: links and socket just end
-    wait_state(a, "s.run && s.run.roster.length === 2", "c removed", 30_000)
-    finals = stop_group([(a, "a"), (b, "b")])
-    hist = finals[0]["run"]["history"]
-    assert [p for _, p in hist] == [4, 3, 2] and hist[1][0] >= 15 and hist[2][0] >= 25, hist
-
-
-def test_the_leader_leaves_and_the_next_senior_peer_leads_on(app_url, pages):
-    group = open_group(pages, app_url + "/", 3)
-    for p in group:
-        record(p)
-    a, b, c = group
+    a = group[0]
     a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
     roster = state(a)["run"]["roster"]
+    by_id = {state(p)["peerId"]: (p, label) for p, label in zip(group, "abcd")}
     wait_state(a, "s.running && s.step >= 10", "10 steps", RUN_MS)
-    by_id = {state(p)["peerId"]: (p, label) for p, label in zip(group, "abc")}
-    a.context.close()                                     # the leader's page closes
-    rest = [by_id[i] for i in roster[1:]]
-    new_leader = roster[1]
-    for p, _ in rest:
-        wait_state(p, f"s.run && s.run.leader === '{new_leader}'", "the next senior peer leads", 30_000)
+    a.context.close()                                     # the leader's page closes: goodbye
+    lead, _ = by_id[roster[1]]
+    wait_state(lead, f"s.run && s.run.roster.length === 3 && s.run.leader === '{roster[1]}'", "the next senior peer leads", 30_000)
+    wait_state(lead, "s.running && s.step >= 20", "20 steps", RUN_MS)
+    crashed, _ = by_id[roster[3]]
+    crashed.evaluate("window.daisy.testing.crash()")      # no goodbye: links and socket just end
+    wait_state(lead, "s.run && s.run.roster.length === 2", "the crashed page removed", 30_000)
+    rest = [by_id[i] for i in roster[1:3]]
     finals = stop_group(rest)
-    assert all(s["run"]["roster"] == roster[1:] for s in finals), [s["run"]["roster"] for s in finals]
+    hist = finals[0]["run"]["history"]
+    assert [p for _, p in hist] == [4, 3, 2] and hist[1][0] >= 10 and hist[2][0] >= 20, hist
+    assert all(s["run"]["roster"] == roster[1:3] for s in finals), [s["run"]["roster"] for s in finals]
 
 
 def test_a_frozen_peer_in_a_two_device_group_stops_it_without_a_split(app_url, pages):
@@ -189,3 +163,69 @@ def test_a_frozen_peer_in_a_two_device_group_stops_it_without_a_split(app_url, p
     want = reference_hashes(settings, sa["step"], peers=2)
     assert sa["hash"] == want[-1], f"kept state at step {sa['step']}: {sa['hash']} vs reference {want[-1]}"
     b.context.close()
+
+
+# ---- one lying member (docs/PROTOCOL.md "One lying member") -----------------------------------
+
+# a JSON frame from this page to `to`, made with the page's own frame codec (a hostile page can
+# send anything its links carry)
+SEND_JSON_JS = """async ([to, type, obj, runId, slot]) => {
+  const f = await window.daisy.mesh.frames();
+  const chunks = await f.encodeMessage({ type: f.TYPES[type], slot, runId, step: 0, payload: f.jsonPayload(obj) },
+                                       0x7fff0000 + Math.floor(Math.random() * 1e6), 64 * 1024);
+  for (const c of chunks) await window.daisy.mesh.sendRaw(to, c);
+}"""
+
+
+def test_a_member_that_tells_each_side_the_other_is_gone_forks_nothing(app_url, pages):
+    """The two-faced attempt: h tells the leader that b is gone and b that the leader is gone,
+    while both are linked. No fork: either one run goes on (b still in it, equal hashes) or every
+    honest page stops with the alarm naming the liar's claim."""
+    a, b, h = open_group(pages, app_url + "/", 3)
+    for p in (a, b):
+        record(p)
+    a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
+    wait_state(b, "s.running && s.step >= 5", "training", RUN_MS)
+    ia, ib, sh = state(a)["peerId"], state(b)["peerId"], state(h)
+    run = sh["run"]
+    for to, gone in ((ia, ib), (ib, ia)):
+        status = {"runId": run["id"], "epoch": run["epoch"], "completed": sh["step"], "hash": sh["hash"], "gone": [gone]}
+        h.evaluate(SEND_JSON_JS, [to, "STATUS", status, run["id"], 2])
+        h.evaluate(SEND_JSON_JS, [to, "HALT", {"runId": run["id"], "epoch": run["epoch"] + 1, "gone": [gone]}, run["id"], 2])
+    at = state(a)["step"]
+    wait_state(a, f"!s.running || s.step >= {at + 10}", "the run goes on or stops", RUN_MS)
+    if state(a)["running"]:
+        finals = stop_group([(a, "a"), (b, "b")])
+        assert all(ib in s["run"]["roster"] for s in finals)
+    else:
+        finals = [ended(p, label) for p, label in ((a, "a"), (b, "b"))]
+        for s in finals:
+            assert s["runState"] == "stopped" and s["error"] in ("split alarm", "replica mismatch"), s["message"]
+        assert any(sh["peerId"] in s["message"] for s in finals), [s["message"] for s in finals]
+        assert finals[0]["step"] == finals[1]["step"] and finals[0]["hash"] == finals[1]["hash"], finals
+        want = reference_hashes(SETTINGS, finals[0]["step"], roster=schedule(finals[0]["run"]["history"]))
+        for page, label in ((a, "a"), (b, "b")):
+            assert_reference(label, final_hashes(page, label), want)
+    for s in finals:
+        assert [p for _, p in s["run"]["history"]] == [3], s["run"]["history"]
+
+
+def test_a_forged_eviction_of_a_linked_peer_is_refused_and_named(app_url, pages):
+    """h sends the leader a roster of itself alone, and b a roster without the leader: both
+    refuse, say so on the panel, and the run goes on with all three."""
+    a, b, h = open_group(pages, app_url + "/", 3)
+    for p in (a, b, h):
+        record(p)
+    a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
+    wait_state(b, "s.running && s.step >= 5", "training", RUN_MS)
+    ia, ib, sh = state(a)["peerId"], state(b)["peerId"], state(h)
+    run, at = sh["run"], sh["step"]
+    base = {"runId": run["id"], "epoch": run["epoch"] + 1, "base": run["epoch"], "from": at, "joined": [], "reason": "forged"}
+    h.evaluate(SEND_JSON_JS, [ia, "ROSTER", {**base, "roster": [sh["peerId"]], "left": [ia, ib], "history": [[0, 1]]}, run["id"], 2])
+    h.evaluate(SEND_JSON_JS, [ib, "ROSTER", {**base, "roster": [sh["peerId"], ib], "left": [ia], "history": [[0, 2]]}, run["id"], 2])
+    name_h = sh["name"]
+    wait_state(a, f"s.notes.some((n) => n.startsWith('Refused a new roster from {name_h}') && n.includes('drops this device'))", "a refuses, named")
+    wait_state(b, f"s.notes.some((n) => n.startsWith('Refused a new roster from {name_h}'))", "b refuses, named")
+    wait_state(a, f"s.running && s.step >= {at + 10}", "the run goes on", RUN_MS)
+    finals = stop_group([(a, "a"), (b, "b"), (h, "h")])
+    assert [p for _, p in finals[0]["run"]["history"]] == [3]

@@ -235,7 +235,8 @@ BAD_FRAMES_JS = """async ([to, runId, slot, gradBytes]) => {
   for (let i = 0; i < 60; i++) await send(new Uint8Array(80).fill(i));          sent.push('flood');
   await send(new Uint8Array([1, 2, 3, 4, 5]));                                   sent.push('truncated');
   await send(new Uint8Array(200).fill(0x41));                                    sent.push('bad magic');
-  for (const c of await grad({ runId: (runId + 1) >>> 0 })) await send(c);      sent.push('wrong run id');
+  // another run (run id + 1 would be this run's next epoch: the split alarm, tests/js/run.test.mjs)
+  for (const c of await grad({ runId: (runId + 100000) >>> 0 })) await send(c); sent.push('wrong run id');
   for (const c of await grad({ step: step + 50 })) await send(c);               sent.push('wrong step');
   for (const c of await grad({}, gradBytes - 8)) await send(c);
   for (const c of await grad({ step: step + 1 }, gradBytes - 8)) await send(c); sent.push('wrong length');

@@ -68,6 +68,7 @@ def test_offline_app_starts_and_says_why(servers):
     info = httpx.get(base + "/data/info", timeout=10).json()
     assert info["source"] == "builtin", info
     assert "offline" in info["reason"], info
+    assert info["summary"] == "the Space runs offline (HF_HUB_OFFLINE): using the built-in corpus", info
     js = httpx.get(base + "/js/peer/ui.js", timeout=5)
     assert js.status_code == 200 and "javascript" in js.headers["content-type"], js.headers
     for r in (page, js):                      # cross-origin isolation: SharedArrayBuffer for threads
@@ -75,7 +76,7 @@ def test_offline_app_starts_and_says_why(servers):
         assert r.headers.get("cross-origin-embedder-policy") == "credentialless", r.headers
     assert "export function mount" in js.text
     assert httpx.get(base + "/js/nope.js", timeout=5).status_code == 404
-    for test_only in ("/js/gpu_bugs.js", "/js/b2b.js", "/kernels/bugs/sign_extension.wgsl"):
+    for test_only in ("/js/gpu_bugs.js", "/js/b2b.js", "/js/mutants.js", "/kernels/does_not_compile.wgsl"):
         assert httpx.get(base + test_only, timeout=5).status_code == 404, f"{test_only} is test-only code"
 
 
@@ -127,18 +128,44 @@ def test_widgets_ranges_defaults_and_peer(servers, pages):
     panel = page.inner_text("#daisy-peer")
     assert "Peers" in panel and s["name"] in panel and "no run yet" in panel, panel
 
-    # no network: the page says the built-in corpus serves, and why
-    page.wait_for_function("document.querySelector('#daisy-data-status').innerText.includes('built-in')",
-                           timeout=WAIT_MS)
-    status = page.inner_text("#daisy-data-status")
-    assert "built-in corpus" in status and "unreachable" in status, status
-
     # widgets that need a model say so while there is none
     page.get_by_role("button", name="Generate").click()
     page.wait_for_function(f"document.querySelector('#gen-output textarea').value === {json.dumps(NO_MODEL)}",
                            timeout=WAIT_MS)
     page.get_by_role("button", name="Download checkpoint (.pt)").click()
     assert NO_MODEL in page.inner_text("#model-status")
+
+
+def test_offline_the_data_line_says_what_it_means_and_the_detail_opens_from_it(servers, pages):
+    # no network (the main server's HF_ENDPOINT answers nothing): the line says what that means,
+    # the raw exception opens from it, as the compute line's reason does; the panel says the same
+    page = open_peer(pages, servers["main"] + "/", "data")
+    page.wait_for_function("!!document.querySelector('#daisy-data-status details summary')", timeout=WAIT_MS)
+    meaning = "the Hub could not be reached: using the built-in corpus"
+    assert page.inner_text("#daisy-data-status summary") == f"Training data: {meaning}"
+    shown = page.inner_text("#daisy-data-status")
+    assert "ConnectError" not in shown and "unreachable:" not in shown, shown
+    page.click("#daisy-data-status summary")
+    page.wait_for_function("document.querySelector('#daisy-data-status details').open", timeout=WAIT_MS)
+    assert "unreachable: ConnectError" in page.inner_text("#daisy-data-status"), page.inner_text("#daisy-data-status")
+    readout = '#daisy-peer [data-role="data"]'
+    page.wait_for_function(f"document.querySelector('{readout}').textContent !== 'checking…'", timeout=WAIT_MS)
+    assert page.inner_text(readout) == meaning
+    detail = page.evaluate("document.querySelector('#daisy-peer [data-role=\"data-detail\"]').textContent")
+    assert detail.startswith("unreachable: ConnectError"), detail
+
+
+def test_a_software_adapter_is_the_cpu_in_the_peer_table_as_in_the_compute_line(servers, pages):
+    # WebGPU here is SwiftShader, a software adapter: its steps run on the CPU, and both the
+    # compute line and the path column of the peer table say so
+    page = open_peer(pages, servers["main"] + "/", "path")
+    wait_state(page, "s.path !== null", "compute path decided")
+    s = state(page)
+    assert page.evaluate("!!navigator.gpu") and s["pathLabel"].endswith("WebGPU adapter is software"), s["pathLabel"]
+    assert s["path"] == "cpu" and s["pathLabel"].startswith("CPU ("), (s["path"], s["pathLabel"])
+    cell = f'#daisy-peer tr[data-peer="{s["peerId"]}"] td:nth-child(2)'
+    page.wait_for_function(f"(document.querySelector('{cell}') || {{}}).textContent === 'CPU'", timeout=WAIT_MS)
+    assert page.inner_text('#daisy-peer [data-role="path"]').split(" ")[0] == page.inner_text(cell) == "CPU"
 
 
 def test_two_pages_on_one_machine_share_a_group(servers, pages):

@@ -14,12 +14,14 @@ import socket
 import httpx
 import pytest
 
-from daisy.space.signaling import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLICY, CLOSE_REJECTED,
-                             CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG,
-                             CLOSE_TOO_MANY_JOINS, DEFAULT_ICE_SERVERS, SignalingConfig,
-                             SignalingHub, TOKEN, make_app, make_signaling_router, network_key,
-                             peer_id_of)
-from daisy.space import signaling
+from daisy.space.addresses import network_key
+from daisy.space.signaling import groups
+from daisy.space.signaling.config import DEFAULT_ICE_SERVERS, SignalingConfig
+from daisy.space.signaling.groups import TOKEN, peer_id_of
+from daisy.space.signaling.hub import SignalingHub
+from daisy.space.signaling.messages import (CLOSE_BAD_ROOM, CLOSE_IDLE, CLOSE_LEFT, CLOSE_POLICY, CLOSE_REJECTED,
+                                            CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG, CLOSE_TOO_MANY_JOINS)
+from daisy.space.signaling.routes import make_app, make_signaling_router
 from signal_client import Clients, SignalClient, async_test, serve_in_thread
 from websockets.asyncio.client import connect
 
@@ -370,7 +372,7 @@ async def test_a_token_whose_id_a_live_seat_holds_gets_a_new_identity(base, monk
         elsewhere = await c.open(xff="203.0.113.64", token=a.welcome["token"])
         assert elsewhere.id != a.id and elsewhere.welcome["token"] != a.welcome["token"]
         # another token with the same id (a preimage; feasible here with 3-hex-digit ids only)
-        monkeypatch.setattr(signaling, "PEER_ID_HEX", 3)
+        monkeypatch.setattr(groups, "PEER_ID_HEX", 3)
         b = await c.open(xff="203.0.113.65")
         twin = next(t for i in range(1 << 20) if (t := f"{i:032d}") != b.welcome["token"]
                     and peer_id_of(t) == b.id)
@@ -592,3 +594,18 @@ async def test_welcome_pushes_configured_ice_servers():
         client = await SignalClient.open(url)
         assert client.welcome["iceServers"] == servers
         await client.close()
+
+
+def test_importing_the_signaling_modules_builds_nothing():
+    """Importing reads no environment and touches no logger: a bad DAISY_* value only fails
+    when an app is built, and uvicorn's loggers get the redaction from the app builders."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import logging, daisy.space.signaling.routes, daisy.space.group_run\n"
+            "assert not any(logging.getLogger(n).filters for n in ('uvicorn.access', 'uvicorn.error'))\n"
+            "from daisy.space.signaling.routes import make_app\n"
+            "try:\n    make_app()\nexcept ValueError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "", "DAISY_PING_S": "soon"}, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and "DAISY_PING_S" in out.stdout, out.stdout + out.stderr

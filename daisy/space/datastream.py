@@ -37,9 +37,13 @@ Keys (the same key always gives the same bytes for one `data_id`):
     The built-in corpus is one shard with one row group (its whole stream), so a built-in
     batch equals daisy.data.get_batch(builtin_stream(), seed, step, slot, B, T) bit for bit.
 
+Sources. HubSource (the hub) and BuiltinSource (the built-in corpus: one shard, one row group)
+answer one interface (data_id, num_shards, num_row_groups, is_cached, row_group_tokens, info);
+DataSource is the fallback around them and serves the keyed requests on the active one.
+
 Fallback. When the hub is offline (HF_HUB_OFFLINE=1), unreachable, answers an error, or lists
 no parquet file, the source switches to the built-in corpus (daisy/corpus/builtin.txt, or env
-DAISY_DATA_BUILTIN; documents separated by "\\n\\n\\n", read as daisy.data does). The switch
+DAISY_DATA_BUILTIN; its documents by daisy.data.corpus_documents, the CLI's rule). The switch
 is sticky for the process so the whole group keeps seeing one corpus; every response says which
 source served it (X-Daisy-Source, X-Daisy-Fallback-Reason, X-Daisy-Data-Id; /data/info `source`
 and `reason`).
@@ -61,7 +65,8 @@ it, while different row groups download in parallel (a peer's own prefetch of it
 HttpBatches, thereby overlaps several hub round trips).
 
 Routes (make_data_router):
-    GET /data/info     source, reason, dataset, config, revision (requested), commit (resolved;
+    GET /data/info     source, reason (why it fell back), summary (what that means, in words),
+                       dataset, config, revision (requested), commit (resolved;
                        null for builtin), data_id, shards, shard_files (paths in the repo; the
                        built-in corpus by file name only), cache and prefetch counters
     GET /data/window?shard=&rg=&offset=&length=     -> application/octet-stream
@@ -117,19 +122,43 @@ class DataUnavailable(RuntimeError):
 ERROR_CODES = {DataRequestError: "bad_parameter", DataUnavailable: "data_unavailable"}
 
 
+def hub_error_kind(exc: BaseException) -> str:
+    """Which kind of hub failure exc is: offline, unreachable, hub_error, not_found or other."""
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+    if isinstance(exc, OfflineModeIsEnabled):
+        return "offline"
+    if isinstance(exc, HfHubHTTPError):
+        return "hub_error"
+    if type(exc).__module__.startswith("httpx"):     # connection refused, DNS, timeouts
+        return "unreachable"
+    if isinstance(exc, FileNotFoundError):
+        return "not_found"
+    return "other"
+
+
 def describe_hub_error(exc: BaseException) -> str:
     """One line saying why the hub could not serve: offline, unreachable, or an HTTP error."""
-    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
     msg = " ".join(str(exc).split())[:160]
-    if isinstance(exc, OfflineModeIsEnabled):
+    kind = hub_error_kind(exc)
+    if kind == "offline":
         return "offline: HF_HUB_OFFLINE is set"
-    if isinstance(exc, HfHubHTTPError):
+    if kind == "hub_error":
         return f"hub error: HTTP {exc.response.status_code}"
-    if type(exc).__module__.startswith("httpx"):     # connection refused, DNS, timeouts
+    if kind == "unreachable":
         return f"unreachable: {type(exc).__name__}: {msg}"
-    if isinstance(exc, FileNotFoundError):
+    if kind == "not_found":
         return f"not found: {msg}"
     return f"{type(exc).__name__}: {msg}"
+
+
+# what a fallback means, in words for the page (/data/info `summary`); the detail is `reason`
+FALLBACK_SUMMARIES = {
+    "offline": "the Space runs offline (HF_HUB_OFFLINE): using the built-in corpus",
+    "unreachable": "the Hub could not be reached: using the built-in corpus",
+    "hub_error": "the Hub answered with an error: using the built-in corpus",
+    "not_found": "FineWeb-Edu was not found on the Hub: using the built-in corpus",
+    "other": "the Hub could not serve FineWeb-Edu: using the built-in corpus",
+}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -232,6 +261,11 @@ class MemoryCache:
         with self.lock:
             return key in self.items
 
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+            self.bytes = 0
+
     def put(self, key: str, arr: np.ndarray) -> None:
         with self.lock:
             if key in self.items:
@@ -243,54 +277,21 @@ class MemoryCache:
                 self.bytes -= old.nbytes
 
 
-class DataSource:
-    """FineWeb-Edu row groups from the hub, else the built-in corpus; see the module docstring."""
+class HubSource:
+    """FineWeb-Edu row groups from the hub at one pinned commit (module docstring: Source, Pinning,
+    Caches). open() resolves the revision and lists the shards, raising on any hub failure."""
+    name = "fineweb-edu"
+    remote = True                            # reads cost hub round trips: worth prefetching
 
-    def __init__(self, *, endpoint: str | None = None, revision: str | None = None,
-                 cache_dir: str | None = None, cache_mb: int | None = None,
-                 mem_mb: int | None = None, builtin_path: str | None = None,
-                 prefetch_steps: int | None = None):
-        self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
-        self.revision = revision or os.environ.get("DAISY_DATA_REVISION") or REVISION
-        self.commit: str | None = None       # the revision's commit sha, once resolved online
-        self.builtin_path = builtin_path or os.environ.get("DAISY_DATA_BUILTIN") or str(data.BUILTIN_CORPUS)
-        cache_dir = cache_dir or os.environ.get("DAISY_DATA_CACHE_DIR") or os.path.expanduser("~/.cache/daisy/data")
-        self.disk = DiskCache(cache_dir, (cache_mb if cache_mb is not None else _env_int("DAISY_DATA_CACHE_MB", 256)) << 20)
-        self.memory = MemoryCache((mem_mb if mem_mb is not None else _env_int("DAISY_DATA_MEM_MB", 64)) << 20)
-        self.fetch_lock = threading.Lock()   # guards setup and the switch to builtin
-        # One lock per footer / row group: the same one is fetched once however many requests
-        # (and the prefetch worker) want it, while different ones download in parallel.
-        self.key_locks: dict[str, threading.Lock] = {}
-        self.key_locks_guard = threading.Lock()
-        self.ready = False
-        self.source = "fineweb-edu"
-        self.reason: str | None = None
+    def __init__(self, endpoint: str | None, revision: str, disk: DiskCache, memory: MemoryCache, locks: "KeyLocks"):
+        self.endpoint, self.revision = endpoint, revision
+        self.disk, self.memory, self.locks = disk, memory, locks
+        self.commit: str | None = None       # the revision's commit sha, once resolved
         self.fs = None
         self.shards: list[str] = []          # paths in repo, sorted
         self.footers: dict[int, object] = {} # shard -> pyarrow FileMetaData
-        self.builtin: np.ndarray | None = None   # the built-in corpus' token stream
-        steps = prefetch_steps if prefetch_steps is not None else _env_int("DAISY_DATA_PREFETCH_STEPS", PREFETCH_STEPS)
-        self.prefetcher = Prefetcher(self, steps) if steps > 0 else None
 
-    # -- setup and fallback -----------------------------------------------------------------
-    def start(self) -> None:
-        """Resolve the revision and list the shards now, in the background, so the first peer's
-        request does not pay for it (requests that come earlier wait for the same setup)."""
-        threading.Thread(target=self._ensure_ready, name="daisy-data-setup", daemon=True).start()
-
-    def _ensure_ready(self) -> None:
-        if self.ready:
-            return
-        with self.fetch_lock:
-            if self.ready:
-                return
-            try:
-                self._list_hub()
-            except Exception as exc:        # any hub failure: serve the built-in corpus
-                self._fall_back(describe_hub_error(exc))
-            self.ready = True
-
-    def _list_hub(self) -> None:
+    def open(self) -> None:
         from huggingface_hub import HfApi, HfFileSystem
         # Pin: every read below goes to this commit, whatever the branch does later. expand=["sha"]:
         # only the commit, not the listing of every file of the dataset (thousands for FineWeb-Edu).
@@ -311,56 +312,21 @@ class DataSource:
     def _root(self) -> str:
         return f"datasets/{DATASET}@{self.commit}/"
 
-    def _fall_back(self, reason: str) -> None:
-        self.source, self.reason = "builtin", reason
-        self.memory = MemoryCache(self.memory.limit)   # hub arrays are no use any more
-
-    def _load_builtin(self) -> np.ndarray:
-        if self.builtin is None:
-            try:
-                with open(self.builtin_path, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as exc:
-                raise DataUnavailable(f"built-in corpus {self._builtin_name()} unreadable: {exc.strerror}") from exc
-            # the same document rule as daisy.data.builtin_documents
-            docs = [d.strip("\n") for d in text.split(data.DOC_SEPARATOR) if d.strip()]
-            if not docs:
-                raise DataUnavailable(f"built-in corpus {self._builtin_name()} has no documents")
-            self.builtin = encode_documents(docs)
-            self.builtin_id = "builtin:" + hashlib.sha256(text.encode()).hexdigest()[:16] + ":" + TOKENIZER_ID
-        return self.builtin
-
-    def _builtin_name(self) -> str:
-        """The built-in corpus by file name: answers never show the server's paths."""
-        return os.path.basename(self.builtin_path)
-
     @property
     def data_id(self) -> str:
-        if self.source == "builtin":
-            self._load_builtin()
-            return self.builtin_id
         return f"{DATASET}@{self.commit}:{CONFIG}:{TEXT_COLUMN}:{TOKENIZER_ID}"
 
-    # -- shape of the data ------------------------------------------------------------------
     def num_shards(self) -> int:
-        self._ensure_ready()
-        return 1 if self.source == "builtin" else len(self.shards)
+        return len(self.shards)
 
     def num_row_groups(self, shard: int) -> int:
-        self._ensure_ready()
-        if self.source == "builtin":
-            return 1
         return self._footer(shard).num_row_groups
-
-    def _lock_for(self, key: str) -> threading.Lock:
-        with self.key_locks_guard:
-            return self.key_locks.setdefault(key, threading.Lock())
 
     def _footer(self, shard: int):
         meta = self.footers.get(shard)
         if meta is None:
             import pyarrow.parquet as pq
-            with self._lock_for(f"footer/{self.data_id}/{shard}"):
+            with self.locks.lock(f"footer/{self.data_id}/{shard}"):
                 meta = self.footers.get(shard)           # another thread may have read it
                 if meta is None:
                     with self._open(shard) as f:
@@ -377,22 +343,10 @@ class DataSource:
         return f"{self.data_id}/{self.shards[shard]}/{rg}"
 
     def is_cached(self, shard: int, rg: int) -> bool:
-        """Whether row group rg of shard is in memory or on disk (no hub read needed)."""
-        if self.source == "builtin":
-            return True
         key = self._row_group_key(shard, rg)
         return key in self.memory or key in self.disk
 
-    def pick_row_group(self, seed: int, step: int, slot: int) -> tuple[int, int]:
-        """(shard, rg) of the batch (seed, step, slot): the rule of the module docstring."""
-        choice = prng.key(prng.PURPOSE_DATA, seed, step, slot, PICK_ROW_GROUP)
-        shard = prng.draw(choice, 0) % self.num_shards()
-        return shard, prng.draw(choice, 1) % self.num_row_groups(shard)
-
     def row_group_tokens(self, shard: int, rg: int) -> np.ndarray:
-        """The token stream of one row group (callers validate shard and rg)."""
-        if self.source == "builtin":
-            return self._load_builtin()
         key = self._row_group_key(shard, rg)
         arr = self.memory.get(key)
         if arr is None:
@@ -405,7 +359,7 @@ class DataSource:
     def _fetch_row_group(self, shard: int, rg: int, key: str) -> np.ndarray:
         import pyarrow.parquet as pq
         meta = self._footer(shard)
-        with self._lock_for(key):
+        with self.locks.lock(key):
             # another thread may have fetched it meanwhile (memory only when over the disk limit)
             cached = self.memory.get(key)
             if cached is None:
@@ -419,23 +373,180 @@ class DataSource:
             self.disk.put(key, arr)
         return arr
 
+    def info(self) -> dict:
+        return {"commit": self.commit, "data_id": self.data_id, "shards": len(self.shards),
+                "shard_files": list(self.shards),
+                "row_groups": {str(s): m.num_row_groups for s, m in sorted(self.footers.items())},
+                "total_tokens": None}    # unknown until every row group was read
+
+
+class BuiltinSource:
+    """The built-in corpus (daisy/corpus/builtin.txt, or another file) as one shard with one row
+    group, its documents by daisy.data's rule; read on first use."""
+    name = "builtin"
+    remote = False
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lock = threading.Lock()
+        self.tokens: np.ndarray | None = None
+        self.id: str | None = None
+
+    def _load(self) -> np.ndarray:
+        with self.lock:
+            if self.tokens is None:
+                try:
+                    with open(self.path, encoding="utf-8") as f:
+                        text = f.read()
+                except OSError as exc:
+                    raise DataUnavailable(f"built-in corpus {self.file_name()} unreadable: {exc.strerror}") from exc
+                docs = data.corpus_documents(text)
+                if not docs:
+                    raise DataUnavailable(f"built-in corpus {self.file_name()} has no documents")
+                self.tokens = encode_documents(docs)
+                self.id = "builtin:" + hashlib.sha256(text.encode()).hexdigest()[:16] + ":" + TOKENIZER_ID
+        return self.tokens
+
+    def file_name(self) -> str:
+        """The corpus by file name: answers never show the server's paths."""
+        return os.path.basename(self.path)
+
+    @property
+    def data_id(self) -> str:
+        self._load()
+        return self.id
+
+    def num_shards(self) -> int:
+        return 1
+
+    def num_row_groups(self, shard: int) -> int:
+        return 1
+
+    def is_cached(self, shard: int, rg: int) -> bool:
+        return True
+
+    def row_group_tokens(self, shard: int, rg: int) -> np.ndarray:
+        return self._load()
+
+    def info(self) -> dict:
+        try:
+            tokens = self._load()
+        except DataUnavailable as exc:
+            return {"commit": None, "data_id": None, "shards": 0, "shard_files": [], "row_groups": {},
+                    "total_tokens": 0, "error": str(exc)}
+        return {"commit": None, "data_id": self.id, "shards": 1, "shard_files": [self.file_name()],
+                "row_groups": {"0": 1}, "total_tokens": int(len(tokens))}
+
+
+class KeyLocks:
+    """One lock per footer / row group: the same one is fetched once however many requests (and
+    the prefetch worker) want it, while different ones download in parallel."""
+
+    def __init__(self):
+        self.locks: dict[str, threading.Lock] = {}
+        self.guard = threading.Lock()
+
+    def lock(self, key: str) -> threading.Lock:
+        with self.guard:
+            return self.locks.setdefault(key, threading.Lock())
+
+
+class DataSource:
+    """The data route's source: the hub (HubSource) with the built-in corpus (BuiltinSource) as
+    its fallback, a switch made once and kept for the process (module docstring, Fallback). The
+    keyed requests (window, batch) run on whichever is active, through the one interface both
+    have: data_id, num_shards, num_row_groups, is_cached, row_group_tokens, info."""
+
+    def __init__(self, *, endpoint: str | None = None, revision: str | None = None,
+                 cache_dir: str | None = None, cache_mb: int | None = None,
+                 mem_mb: int | None = None, builtin_path: str | None = None,
+                 prefetch_steps: int | None = None):
+        cache_dir = cache_dir or os.environ.get("DAISY_DATA_CACHE_DIR") or os.path.expanduser("~/.cache/daisy/data")
+        disk = DiskCache(cache_dir, (cache_mb if cache_mb is not None else _env_int("DAISY_DATA_CACHE_MB", 256)) << 20)
+        memory = MemoryCache((mem_mb if mem_mb is not None else _env_int("DAISY_DATA_MEM_MB", 64)) << 20)
+        self.hub = HubSource(endpoint or os.environ.get("HF_ENDPOINT") or None,
+                             revision or os.environ.get("DAISY_DATA_REVISION") or REVISION, disk, memory, KeyLocks())
+        self.builtin = BuiltinSource(builtin_path or os.environ.get("DAISY_DATA_BUILTIN") or str(data.BUILTIN_CORPUS))
+        self.active: HubSource | BuiltinSource = self.hub
+        self.reason: str | None = None       # why it fell back, once it did (the detail)
+        self.summary: str | None = None      # what that means (FALLBACK_SUMMARIES)
+        self.setup_lock = threading.Lock()   # guards setup and the switch to builtin
+        self.ready = False
+        steps = prefetch_steps if prefetch_steps is not None else _env_int("DAISY_DATA_PREFETCH_STEPS", PREFETCH_STEPS)
+        self.prefetcher = Prefetcher(self, steps) if steps > 0 else None
+
+    # -- setup and fallback -----------------------------------------------------------------
+    def start(self) -> None:
+        """Resolve the revision and list the shards now, in the background, so the first peer's
+        request does not pay for it (requests that come earlier wait for the same setup)."""
+        threading.Thread(target=self._ensure_ready, name="daisy-data-setup", daemon=True).start()
+
+    def _ensure_ready(self) -> None:
+        if self.ready:
+            return
+        with self.setup_lock:
+            if self.ready:
+                return
+            try:
+                self.hub.open()
+            except Exception as exc:        # any hub failure: serve the built-in corpus
+                self._fall_back(exc, describe_hub_error(exc))
+            self.ready = True
+
+    def _fall_back(self, exc: BaseException, reason: str) -> None:
+        # callers hold self.setup_lock
+        self.active, self.reason = self.builtin, reason
+        self.summary = FALLBACK_SUMMARIES[hub_error_kind(exc)]
+        self.hub.memory.clear()              # hub arrays are no use any more
+
+    @property
+    def source(self) -> str:
+        return self.active.name
+
+    @property
+    def data_id(self) -> str:
+        return self.active.data_id
+
+    # -- shape of the data ------------------------------------------------------------------
+    def num_shards(self) -> int:
+        self._ensure_ready()
+        return self.active.num_shards()
+
+    def num_row_groups(self, shard: int) -> int:
+        self._ensure_ready()
+        return self.active.num_row_groups(shard)
+
+    def is_cached(self, shard: int, rg: int) -> bool:
+        """Whether row group rg of shard is in memory or on disk (no hub read needed)."""
+        return self.active.is_cached(shard, rg)
+
+    def row_group_tokens(self, shard: int, rg: int) -> np.ndarray:
+        """The token stream of one row group (callers validate shard and rg)."""
+        return self.active.row_group_tokens(shard, rg)
+
+    def pick_row_group(self, seed: int, step: int, slot: int) -> tuple[int, int]:
+        """(shard, rg) of the batch (seed, step, slot): the rule of the module docstring."""
+        choice = prng.key(prng.PURPOSE_DATA, seed, step, slot, PICK_ROW_GROUP)
+        shard = prng.draw(choice, 0) % self.num_shards()
+        return shard, prng.draw(choice, 1) % self.num_row_groups(shard)
+
     # -- keyed requests ---------------------------------------------------------------------
     def _serve(self, pick) -> Tokens:
-        """Run pick() on the current source; on a hub failure switch to builtin and retry once."""
+        """Run pick() on the active source; on a hub failure switch to builtin and retry once."""
         self._ensure_ready()
-        if self.source != "builtin":
+        if self.active is self.hub:
             try:
                 return pick()
             except (DataRequestError, DataUnavailable):
                 raise
             except Exception as exc:
-                with self.fetch_lock:
-                    if self.source != "builtin":
-                        self._fall_back("hub failed while streaming: " + describe_hub_error(exc))
+                with self.setup_lock:
+                    if self.active is self.hub:
+                        self._fall_back(exc, "hub failed while streaming: " + describe_hub_error(exc))
         return pick()
 
     def _result(self, tokens: np.ndarray, shard: int, rg: int) -> Tokens:
-        return Tokens(tokens, self.source, self.reason, self.data_id, shard, rg)
+        return Tokens(tokens, self.active.name, self.reason, self.active.data_id, shard, rg)
 
     def window(self, shard: int, rg: int, offset: int, length: int) -> Tokens:
         _check("offset", offset, 0, None)
@@ -470,31 +581,21 @@ class DataSource:
             rows = starts[:, None] + np.arange(seq_len + 1, dtype=np.int64)[None, :]         # (B, T+1)
             return self._result(stream[rows].reshape(-1), shard, rg)
         out = self._serve(pick)
-        if self.prefetcher is not None and out.source != "builtin":
+        if self.prefetcher is not None and self.active.remote:
             self.prefetcher.after_batch(seed, step, slot)      # enqueue only: never waits
         return out
 
     def info(self) -> dict:
         self._ensure_ready()
         # no server paths here (cache folder, built-in corpus location): a public route
-        out = {"source": self.source, "reason": self.reason, "dataset": DATASET, "config": CONFIG,
-               "revision": self.revision, "commit": self.commit if self.source != "builtin" else None,
-               "column": TEXT_COLUMN, "tokenizer": TOKENIZER_ID, "eot": EOT, "max_tokens": MAX_TOKENS,
-               "cache": {"bytes": self.disk.total_bytes(), "limit_bytes": self.disk.limit,
-                         "memory_bytes": self.memory.bytes, "memory_limit_bytes": self.memory.limit},
-               "prefetch": self.prefetcher.counts() if self.prefetcher is not None else {"steps": 0}}
-        if self.source == "builtin":
-            try:
-                tokens = self._load_builtin()
-                out.update(data_id=self.builtin_id, shards=1, shard_files=[self._builtin_name()],
-                           row_groups={"0": 1}, total_tokens=int(len(tokens)))
-            except DataUnavailable as exc:
-                out.update(data_id=None, shards=0, shard_files=[], row_groups={}, total_tokens=0, error=str(exc))
-        else:
-            out.update(data_id=self.data_id, shards=len(self.shards), shard_files=list(self.shards),
-                       row_groups={str(s): m.num_row_groups for s, m in sorted(self.footers.items())},
-                       total_tokens=None)    # unknown until every row group was read
-        return out
+        hub = self.hub
+        return {"source": self.source, "reason": self.reason, "summary": self.summary, "dataset": DATASET, "config": CONFIG,
+                "revision": hub.revision, "column": TEXT_COLUMN, "tokenizer": TOKENIZER_ID, "eot": EOT,
+                "max_tokens": MAX_TOKENS,
+                "cache": {"bytes": hub.disk.total_bytes(), "limit_bytes": hub.disk.limit,
+                          "memory_bytes": hub.memory.bytes, "memory_limit_bytes": hub.memory.limit},
+                "prefetch": self.prefetcher.counts() if self.prefetcher is not None else {"steps": 0},
+                **self.active.info()}
 
 
 class Prefetcher:
@@ -547,7 +648,7 @@ class Prefetcher:
 
     def _warm(self, key: tuple) -> None:
         src = self.source
-        if src.source == "builtin":
+        if not src.active.remote:
             return
         shard, rg = src.pick_row_group(*key)
         if src.is_cached(shard, rg):

@@ -8,20 +8,23 @@ The run's leader POSTs its replica (the state body, daisy/files/state_codec.py) 
 the end; a page that is alone in its group asks whether a state is stored and may load it.
 Who may read or write a group's run is decided ONLY by the caller's signaling identity: the
 `token` of its `/signal` welcome, sent in the X-Daisy-Token header (a header, so no log line
-carries it), maps to a seat of the SignalingHub and so to that seat's group. A group named by
-the client is never believed: no route takes one.
+carries it), maps to a seat of the SignalingHub and so to that seat's group and peer id. A group
+or writer named by the client is never believed: no route takes one.
 
 Routes (docs/PROTOCOL.md "The stored run (HTTP)"):
-    POST /api/group-run        state body with Adam's moments -> {stored info}
-    GET  /api/group-run/info   {"stored": false} or {"stored": true, step, steps, ...}
+    POST /api/group-run?run=ID&final=0|1   state body with Adam's moments -> {stored info}
+    GET  /api/group-run/info   {"stored": false} or {"stored": true, step, steps, run_id, writer, final, ...}
     GET  /api/group-run        the state body (404 when the group has none)
 Refusals are JSON {"error": message naming the problem}: 401 no or unknown token, 403 a room
-member the host has not approved, 400 a bad body, 413 too large, 503 busy.
+member the host has not approved, 400 a bad body or query, 408 a body too slow, 409 a write the
+run's rules refuse (write_refusal) or an upload of the group already in progress, 413 too large,
+429 an upload from the same address in progress, 503 busy.
 
 Memory only: a Space's disk is ephemeral, and a restart ends every run's peers anyway.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import OrderedDict
@@ -31,15 +34,17 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from daisy.space.bodies import BodyTooLarge, read_body, refuse
+from daisy.space.bodies import (DEFAULT_PACE, BodyIncomplete, BodyTooLarge, Pace, incomplete_refusal, read_body,
+                               refuse)
 from daisy.space.env import env_number
-from daisy.space.signaling import SignalingHub
+from daisy.space.signaling.hub import SignalingHub
 from daisy.files.state_codec import MAX_STATE_BYTES, StateError, decode_state
 
 TOKEN_HEADER = "X-Daisy-Token"
 DEFAULT_MAX_RUNS = 64              # groups with a stored run
 DEFAULT_MAX_MB = 256               # all stored bodies together (the largest settings' is ~38 MiB)
-DEFAULT_MAX_UPLOADS = 2            # uploads read and checked at once (each up to MAX_STATE_BYTES)
+DEFAULT_UPLOAD_BYTES = 2 * MAX_STATE_BYTES   # bodies being uploaded, all together (bytes received)
+MAX_RUN_ID = 0xFFFFFFFF            # a run id is the mesh's: a u32 other than 0 (docs/PROTOCOL.md)
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,63 @@ class StoredRun:
     config: dict
     weight_hash: str
     saved_at: int                  # unix time, ms
+    run_id: int                    # the mesh's run id (RUN's runId)
+    writer: str                    # the peer id of the seat whose token stored it
+    final: bool                    # its run ended: only a new run replaces it
 
     def info(self) -> dict:
         return {"stored": True, "step": self.step, "steps": self.config["steps"],
                 "weight_hash": self.weight_hash, "config": dict(self.config),
-                "saved_at": self.saved_at, "bytes": len(self.body)}
+                "saved_at": self.saved_at, "bytes": len(self.body),
+                "run_id": self.run_id, "writer": self.writer, "final": self.final}
+
+
+@dataclass(frozen=True)
+class Write:
+    """What an upload claims (run id, final) and who makes it (the writer's peer id, from its token)."""
+    run_id: int
+    writer: str
+    final: bool
+
+
+def write_refusal(stored: StoredRun | None, write: Write, step: int | None,
+                  writer_present: bool) -> str | None:
+    """Why `write` may not replace `stored` (None: it may). step None: the body is not read yet
+    (checked again once it is). writer_present: the stored run's writer still holds a connected
+    seat in the group, on the signaling server's word. The rules (docs/PROTOCOL.md "The stored
+    run (HTTP)"): no stored run; the same run from its writer, step only growing, final set once;
+    the same run from another member once its writer left; a new run once the stored one is
+    final, its writer left, or from that writer itself."""
+    if stored is None:
+        return None
+    if write.run_id != stored.run_id:
+        # its own writer starting another run: a page runs one run at a time, so the stored
+        # one has ended (a failed run stores no final state)
+        if stored.final or not writer_present or write.writer == stored.writer:
+            return None
+        return (f"the group's stored run {stored.run_id} has not ended and its writer "
+                f"{stored.writer} is still in the group: run {write.run_id} may replace it only "
+                "once it is final or its writer has left")
+    if stored.final:
+        return (f"run {stored.run_id} has ended (its final state is stored at step {stored.step}): "
+                "only a new run may replace it")
+    if write.writer != stored.writer and writer_present:
+        return (f"run {stored.run_id} is stored by {stored.writer}, which is still in the group: "
+                "another member may store it only once that writer has left")
+    if step is not None and not (step > stored.step or (step == stored.step and write.final)):
+        return (f"step {step} of run {stored.run_id} is not past the stored step {stored.step}: "
+                "a run's stored step only grows")
+    return None
+
+
+def parse_write(query, writer: str) -> Write | str:
+    """The upload's query (run=ID&final=0|1) -> its Write, or why it is malformed."""
+    run, final = query.get("run", ""), query.get("final", "0")
+    if not (run.isdigit() and len(run) <= 10 and 0 < int(run) <= MAX_RUN_ID):
+        return f"run= must be the run's id, a whole number in 1..{MAX_RUN_ID}, got {run[:20]!r}"
+    if final not in ("0", "1"):
+        return f"final= must be 0 or 1, got {final[:20]!r}"
+    return Write(run_id=int(run), writer=writer, final=final == "1")
 
 
 class GroupRunStore:
@@ -93,7 +150,7 @@ class GroupRunStore:
         return self.runs.get(key)
 
 
-def checked_run(body: bytes) -> StoredRun:
+def checked_run(body: bytes, write: Write) -> StoredRun:
     """A state body -> the StoredRun to keep, or StateError naming what is wrong. The body
     must be whole (weights and both Adam moments) and carry its weight hash; decode_state
     recomputes the hash over the weights and refuses a mismatch."""
@@ -104,19 +161,68 @@ def checked_run(body: bytes) -> StoredRun:
     if state["adam_t"] != step:
         raise StateError(f"the state's Adam step count ({state['adam_t']}) differs from its step ({step})")
     return StoredRun(body=bytes(body), step=step, config=cfg, weight_hash=state["weight_hash"],
-                     saved_at=int(time.time() * 1000))
+                     saved_at=int(time.time() * 1000), run_id=write.run_id, writer=write.writer,
+                     final=write.final)
+
+
+class UploadBusy(Exception):
+    """The bodies being uploaded hold the whole byte budget: retry."""
+
+
+class UploadGate:
+    """The uploads being read and checked now: one per group, one per client address, and
+    max_bytes of bodies together, counted as they arrive (a header's claim reserves nothing,
+    so an upload trickling in holds only what it sent)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_UPLOAD_BYTES):
+        self.max_bytes = max_bytes
+        self.groups: set[str] = set()
+        self.addresses: set[str] = set()
+        self.held = 0                                # bytes received by the uploads in progress
+
+    def refusal(self, group: str, address: str) -> JSONResponse | None:
+        if group in self.groups:
+            return refuse(409, "another upload of this group's run is in progress: retry",
+                          {"Retry-After": "2"})
+        if address in self.addresses:
+            return refuse(429, "another upload from your address is in progress: retry",
+                          {"Retry-After": "2"})
+        return None
+
+    @contextlib.contextmanager
+    def slot(self, group: str, address: str):
+        """Holds the group's and the address's slot; yields take(n), which counts n more bytes
+        received (UploadBusy over the budget). Everything is given back on exit."""
+        taken = 0
+
+        def take(n: int) -> None:
+            nonlocal taken
+            if self.held + n > self.max_bytes:
+                raise UploadBusy("busy, retry: other groups' runs are being stored")
+            self.held += n
+            taken += n
+
+        self.groups.add(group)
+        self.addresses.add(address)
+        try:
+            yield take
+        finally:
+            self.held -= taken
+            self.groups.discard(group)
+            self.addresses.discard(address)
 
 
 def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None, *,
-                          max_uploads: int = DEFAULT_MAX_UPLOADS) -> APIRouter:
-    """The stored-run routes over `hub` (whose seats say who is in which group) and `store`
-    (from the environment when None)."""
+                          gate: UploadGate | None = None, pace: Pace = DEFAULT_PACE) -> APIRouter:
+    """The stored-run routes over `hub` (whose seats say who is in which group and who is still
+    there) and `store` (from the environment when None); uploads pass `gate` and are read at
+    `pace`."""
     router = APIRouter()
     store = store or GroupRunStore.from_env()
-    uploading: set[str] = set()                      # groups whose upload is being read now
+    gate = gate or UploadGate()
 
-    def group_of(request: Request) -> str | JSONResponse:
-        """The caller's group key, from its signaling token only; or the refusal."""
+    def seat_of(request: Request):
+        """The caller's seat, from its signaling token only; or the refusal."""
         token = request.headers.get(TOKEN_HEADER)
         if not token:
             return refuse(401, f"no signaling token: send the token of this page's /signal "
@@ -128,37 +234,48 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
         if not seat.admitted:
             return refuse(403, "this device waits for the room host's approval: only approved "
                                "members may read or store the room's run")
-        return seat.group.key
+        return seat
 
     def stored_run(request: Request) -> StoredRun | None | JSONResponse:
         """The caller's group's stored run (None when it has none), or the caller's refusal."""
-        key = group_of(request)
-        return key if isinstance(key, JSONResponse) else store.get(key)
+        seat = seat_of(request)
+        return seat if isinstance(seat, JSONResponse) else store.get(seat.group.key)
+
+    def refusal(key: str, write: Write, step: int | None) -> JSONResponse | None:
+        stored = store.get(key)
+        why = write_refusal(stored, write, step, stored is not None and hub.present(key, stored.writer))
+        return refuse(409, why) if why else None
 
     @router.post("/api/group-run")
     async def upload(request: Request):
-        key = group_of(request)
-        if isinstance(key, JSONResponse):
-            return key
-        # refused before the body is read: a crowd of uploads cannot fill memory
-        if key in uploading:
-            return refuse(409, "another upload of this group's run is in progress: retry",
-                          {"Retry-After": "2"})
-        if len(uploading) >= max_uploads:
-            return refuse(503, "busy, retry: other groups' runs are being stored",
-                          {"Retry-After": "5"})
-        uploading.add(key)
-        try:
-            # the largest settings' state, or less when the whole store is smaller
-            body = await read_body(request, min(MAX_STATE_BYTES, store.max_bytes))
-            run = await run_in_threadpool(checked_run, body)      # hashing ~13 MB at most
+        seat = seat_of(request)
+        if isinstance(seat, JSONResponse):
+            return seat
+        key = seat.group.key
+        write = parse_write(request.query_params, seat.id)
+        if isinstance(write, str):
+            return refuse(400, write)
+        # refused before the body is read: the run's rules, then the upload slots
+        address = hub.address_of(request)
+        if (no := refusal(key, write, None) or gate.refusal(key, address)) is not None:
+            return no
+        with gate.slot(key, address) as take:
+            try:
+                # the largest settings' state, or less when the whole store is smaller
+                body = await read_body(request, min(MAX_STATE_BYTES, store.max_bytes), pace, take)
+                run = await run_in_threadpool(checked_run, body, write)      # hashing ~13 MB at most
+            except BodyTooLarge as e:
+                return refuse(413, str(e))
+            except BodyIncomplete as e:
+                return incomplete_refusal(e)
+            except UploadBusy as e:
+                return refuse(503, str(e), {"Retry-After": "5", "Connection": "close"})
+            except StateError as e:
+                return refuse(400, str(e))
+            # again with the step, and the writer's presence now (it may have left meanwhile)
+            if (no := refusal(key, write, run.step)) is not None:
+                return no
             store.put(key, run)
-        except BodyTooLarge as e:
-            return refuse(413, str(e))
-        except StateError as e:
-            return refuse(400, str(e))
-        finally:
-            uploading.discard(key)
         return run.info()
 
     @router.get("/api/group-run/info")
@@ -177,7 +294,7 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
             return refuse(404, "no stored run for this group")
         return Response(run.body, media_type="application/octet-stream",
                         headers={"X-Daisy-Weight-Hash": run.weight_hash, "X-Daisy-Step": str(run.step),
+                                 "X-Daisy-Run-Id": str(run.run_id), "X-Daisy-Writer": run.writer,
                                  "Cache-Control": "no-store"})
 
-    router.store, router.uploading = store, uploading       # for tests and status readouts
     return router

@@ -25,7 +25,8 @@ from fastapi.responses import JSONResponse, Response
 from daisy.files.checkpoint import DEFAULT_MAX_BYTES, CheckpointError, load_checkpoint, save_checkpoint, save_safetensors
 from daisy.files.kit import KitError, render_kit
 from daisy.files.state_codec import MAX_STATE_BYTES, StateError, decode_state, encode_state
-from daisy.space.bodies import BodyTooLarge as _BodyTooLarge, read_body as _read_body, refuse as _refuse
+from daisy.space.bodies import (BodyIncomplete as _BodyIncomplete, BodyTooLarge as _BodyTooLarge,
+                                incomplete_refusal as _incomplete_refusal, read_body as _read_body, refuse as _refuse)
 from daisy.space.sandbox import ParseBusy, ParseSandbox
 from daisy.tokenizer import TOKENIZER_ID
 
@@ -80,6 +81,8 @@ def make_model_router(sandbox: ParseSandbox | None = None) -> APIRouter:
             return await run_in_threadpool(make, body)
         except _BodyTooLarge as e:
             return _refuse(413, str(e))
+        except _BodyIncomplete as e:
+            return _incomplete_refusal(e)
         except (StateError, CheckpointError, KitError) as e:
             return _refuse(400, str(e))
 

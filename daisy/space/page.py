@@ -76,11 +76,16 @@ def peer_panel_html() -> str:
 
 
 def data_status_text(source: DataSource) -> str:
-    """One line for the page: which corpus the Space serves, and why when it fell back."""
+    """One line for the page: which corpus the Space serves. After a fallback the line says what it
+    means (/data/info `summary`) and the reason opens from it, as the compute line's does."""
     info = source.info()
     if info["source"] == "builtin":
-        why = info.get("error") or info.get("reason") or "no reason given"
-        return f"**Training data:** built-in corpus (FineWeb-Edu unavailable: {why})"
+        if info.get("error"):
+            summary, detail = "no training data: the built-in corpus cannot be read", info["error"]
+        else:
+            summary, detail = info.get("summary") or "using the built-in corpus", info.get("reason") or "no reason given"
+        return (f'<details class="daisy-data-details"><summary><b>Training data:</b> {html.escape(summary)}</summary>'
+                f"{html.escape(detail)}</details>")
     commit = f", commit `{info['commit'][:12]}`" if info.get("commit") else ""
     return (f"**Training data:** FineWeb-Edu `{info['dataset']}` ({info['config']}, "
             f"revision `{info['revision']}`{commit}), streamed by row group")

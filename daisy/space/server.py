@@ -4,7 +4,7 @@ model routes, the browser peer's static files and the Gradio page.
     create_app() -> FastAPI        used by app.py (uvicorn) and by the tests
 
 Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
-    /signal        WebSocket signaling          daisy.space.signaling
+    /signal        WebSocket signaling          daisy.space.signaling (routes, hub)
     /data/...      training data                daisy.space.datastream
     /js/...        frontend_js/ (ES modules)    the browser peer
     /kernels/...   kernels/ (WGSL)              loaded by frontend_js at run time
@@ -12,7 +12,7 @@ Routes (first match wins, so Gradio's catch-all mount at "/" comes last):
                    the model routes             daisy.space.model_routes
     /api/group-run, /api/group-run/info
                    the group's stored run       daisy.space.group_run
-    /api/room      a new room code              daisy.space.signaling
+    /api/room      a new room code              daisy.space.signaling.routes
     /              the Gradio Blocks page       daisy.space.page
 Gradio owns /static and /assets, so our files live under their own prefixes.
 
@@ -29,7 +29,10 @@ from daisy.space.datastream import DataSource, make_data_router
 from daisy.space.group_run import make_group_run_router
 from daisy.space.model_routes import make_model_router
 from daisy.space.page import JS_DIR, JS_PREFIX, ROOT, build_page
-from daisy.space.signaling import SignalingHub, make_room_router, make_signaling_router
+from daisy.space.signaling.config import SignalingConfig
+from daisy.space.signaling.hub import SignalingHub
+from daisy.space.signaling.redaction import install_log_redaction
+from daisy.space.signaling.routes import make_room_router, make_signaling_router
 
 KERNELS_DIR = ROOT / "kernels"
 KERNELS_PREFIX = "/kernels"
@@ -65,14 +68,15 @@ class CrossOriginIsolation:
 
 def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | None = None) -> FastAPI:
     """The whole Space as one ASGI app (hub and data source built from the environment when
-    not given)."""
+    not given). The one hub serves /signal and tells the stored-run routes who is where."""
     if data_source is None:
         data_source = DataSource()
         data_source.start()          # pin the data's commit at start-up, not on the first request
+    hub = hub or SignalingHub(SignalingConfig.from_env())
+    install_log_redaction()
     app = FastAPI(title="DaisyChain-Web")
-    signal_router = make_signaling_router(hub)
-    app.include_router(signal_router)
-    app.include_router(make_group_run_router(signal_router.hub))   # its callers' groups: the hub's seats
+    app.include_router(make_signaling_router(hub))
+    app.include_router(make_group_run_router(hub))     # its callers' groups: the hub's seats
     app.include_router(make_room_router())
     app.include_router(make_data_router(data_source))
     app.include_router(make_model_router())

@@ -149,23 +149,42 @@ export function parseHeader(bytes) {
 
 const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 
-// Chunks from one sender -> whole, digest-checked messages. Bounded: a message's size must be
-// allowed for its type (limitFor) before its buffer is allocated; at most maxPending partial
-// messages (the oldest is dropped); a completed msgId is remembered so duplicates are dropped.
+// Chunks from one sender -> whole, digest-checked messages. Bounded (docs/PROTOCOL.md "Mesh
+// limits"): a message's size must be allowed for its type (limitFor) before anything is kept;
+// an unfinished message holds only the bytes received so far, never what its header claims (the
+// payload is put together once the last chunk arrives); at most maxPending unfinished messages,
+// the oldest abandoned when a new one starts beyond that; at most maxPartialBytes received for
+// unfinished messages together, the oldest abandoned to make room for a chunk. An abandoned
+// message is reported (onAbandon) so that the link's owner counts it as a bad frame. A completed or dropped msgId is remembered so duplicates are
+// dropped. Chunks may arrive in any order (the in-memory test transport shuffles them).
+export const MAX_PENDING = 8;
+export const MAX_PARTIAL_BYTES = 64 * 1024 * 1024;   // the largest state (~38 MiB) and a gradient beside it
+
 export class Reassembler {
-  constructor({ limitFor, maxPending = 8, remember = 512, onProgress = null, sha = jsSha } = {}) {
+  constructor({ limitFor, maxPending = MAX_PENDING, maxPartialBytes = MAX_PARTIAL_BYTES, remember = 512,
+    onProgress = null, onAbandon = null, sha = jsSha } = {}) {
     this.limitFor = limitFor;          // (header) -> max payload bytes for it, or a string: why refused
     this.onProgress = onProgress;      // (header, bytes so far) after each chunk of a multi-chunk message
+    this.onAbandon = onAbandon;        // (header, reason) when an unfinished message is dropped to make room
     this.sha = sha;                    // the digest's SHA-256 (see "digest")
     this.maxPending = maxPending;
+    this.maxPartialBytes = maxPartialBytes;
     this.remember = remember;
-    this.partial = new Map();          // msgId -> {h, buf, got: Set of chunk indexes, bytes}
+    this.partial = new Map();          // msgId -> {h, chunks: [{offset, data}], got: Set of chunk indexes, bytes}
+    this.heldBytes = 0;                // payload bytes held by the unfinished messages together
     this.done = new Set();             // msgIds completed or dropped (bounded, insertion order)
   }
 
   forget(msgId) {
     this.done.add(msgId);
     if (this.done.size > this.remember) this.done.delete(this.done.values().next().value);
+  }
+
+  // drop an unfinished message: its bytes are given back and its msgId remembered
+  discard(p) {
+    this.partial.delete(p.h.msgId);
+    this.heldBytes -= p.bytes;
+    this.forget(p.h.msgId);
   }
 
   // -> {message} when a message completes, null while partial; throws FrameError when dropped
@@ -177,46 +196,63 @@ export class Reassembler {
       const limit = this.limitFor(h);
       if (typeof limit === 'string') throw new FrameError(limit);
       if (h.length > limit) throw new FrameError(`${typeName(h.type)} of ${h.length} bytes is over its limit of ${limit}`);
-      const per = h.chunkCount === 1 ? h.length : null;
-      if (per !== null && h.data.length !== h.length) throw new FrameError(`single-chunk message of ${h.length} bytes carries ${h.data.length}`);
-      if (this.partial.size >= this.maxPending) {
-        const oldest = this.partial.keys().next().value;
-        this.partial.delete(oldest);
-        this.forget(oldest);
+      if (h.chunkCount === 1 && h.data.length !== h.length) throw new FrameError(`single-chunk message of ${h.length} bytes carries ${h.data.length}`);
+      if (h.chunkCount > 1 && this.partial.size >= this.maxPending) {
+        const oldest = this.partial.values().next().value;
+        this.discard(oldest);
+        this.onAbandon?.(oldest.h, `message ${oldest.h.msgId} abandoned unfinished (${oldest.bytes} of ${oldest.h.length} bytes): `
+          + `over ${this.maxPending} unfinished messages`);
       }
-      p = { h, buf: new Uint8Array(h.length), got: new Set(), bytes: 0 };
+      p = { h, chunks: [], got: new Set(), bytes: 0 };
       this.partial.set(h.msgId, p);
     } else {
       const a = p.h;
       if (a.type !== h.type || a.runId !== h.runId || a.step !== h.step || a.slot !== h.slot
           || a.length !== h.length || a.chunkCount !== h.chunkCount || !sameBytes(a.digest, h.digest)) {
-        this.partial.delete(h.msgId); this.forget(h.msgId);
+        this.discard(p);
         throw new FrameError(`chunk ${h.chunkIndex} of message ${h.msgId} disagrees with its first chunk`);
       }
       if (p.got.has(h.chunkIndex)) throw new FrameError(`duplicate chunk ${h.chunkIndex} of message ${h.msgId}`);
     }
-    p.buf.set(h.data, h.offset);
+    // over the byte budget: the oldest other unfinished messages make room (a transfer cut
+    // short must not keep its retry out), then this one alone if it still does not fit
+    for (const old of this.partial.values()) {
+      if (this.heldBytes + h.data.length <= this.maxPartialBytes) break;
+      if (old === p) continue;
+      this.discard(old);
+      this.onAbandon?.(old.h, `message ${old.h.msgId} abandoned unfinished (${old.bytes} of ${old.h.length} bytes): `
+        + `unfinished messages would hold over ${this.maxPartialBytes} bytes`);
+    }
+    if (this.heldBytes + h.data.length > this.maxPartialBytes) {
+      this.discard(p);
+      throw new FrameError(`message ${h.msgId} (${typeName(h.type)}): unfinished messages would hold over `
+        + `${this.maxPartialBytes} bytes`);
+    }
+    p.chunks.push({ offset: h.offset, data: h.data });  // a view: each received frame is its own buffer
     p.got.add(h.chunkIndex);
     p.bytes += h.data.length;
+    this.heldBytes += h.data.length;
     if (p.got.size < h.chunkCount) {
       if (p.bytes >= h.length && h.length > 0) {
-        this.partial.delete(h.msgId); this.forget(h.msgId);
+        this.discard(p);
         throw new FrameError(`message ${h.msgId}: chunks overlap (${p.bytes} bytes before the last chunk)`);
       }
       this.onProgress?.(p.h, p.bytes);
       return null;
     }
-    this.partial.delete(h.msgId); this.forget(h.msgId);
+    this.discard(p);
     if (p.bytes !== h.length) throw new FrameError(`message ${h.msgId}: chunks carry ${p.bytes} bytes, the header says ${h.length}`);
-    const digest = await messageDigest(p.h.identity, p.buf, this.sha);
+    const payload = new Uint8Array(h.length);
+    for (const c of p.chunks) payload.set(c.data, c.offset);
+    const digest = await messageDigest(p.h.identity, payload, this.sha);
     if (!sameBytes(digest, p.h.digest)) {
       const err = new FrameError(`message ${h.msgId} (${typeName(h.type)}): digest mismatch`);
       err.type = h.type;               // the receiver may ask for the message again
       throw err;
     }
-    const m = { type: h.type, slot: h.slot, runId: h.runId, step: h.step, msgId: h.msgId, payload: p.buf };
+    const m = { type: h.type, slot: h.slot, runId: h.runId, step: h.step, msgId: h.msgId, payload };
     if (JSON_TYPES.has(h.type)) {
-      try { m.json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(p.buf)); } catch (e) {
+      try { m.json = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(payload)); } catch (e) {
         throw new FrameError(`${typeName(h.type)} payload is not JSON`);
       }
       if (!m.json || typeof m.json !== 'object' || Array.isArray(m.json)) throw new FrameError(`${typeName(h.type)} payload is not a JSON object`);

@@ -1,18 +1,21 @@
 // Restoring the group from one checkpoint (docs/ARCHITECTURE.md "Group restore"): a checkpoint
 // loaded on one device while the group is idle goes to every linked admitted peer as one
 // GROUP_STATE message (the state body of state_codec.js with the Adam moments); each receiver
-// checks it and adopts it exactly as its own load would (ModelStore.loadState), so Start on ANY
-// device of the group then resumes the run from the file's step.
+// checks it (run/peer_state.js readPeerState). A page that holds no model adopts it at once
+// (ModelStore.loadState), so one person can restore a fresh group; a page that holds a model gets
+// an offer on its panel ("peer X offers step N, hash …: Load / Ignore") and keeps its own model
+// until its user clicks Load: nothing replaces a model without its user's click.
 //
 //   sender (ModelStore.load succeeded, no run)     each linked admitted peer
-//   GROUP_STATE {state body, runId 0}        ──►   idle? admitted sender? decodeState (bounded),
-//                                                  settings (makeConfig), weight hash recomputed
-//                                                  -> loadState; else refused with a note
+//   GROUP_STATE {state body, runId 0}        ──►   idle? admitted sender? readPeerState (bounded,
+//                                                  settings, Adam moments, weight hash recomputed)
+//                                                  -> no model: loadState; a model: the offer
 //
 // Nothing comes back: a receiver that refuses keeps its state, and a resumed run sends the
-// leader's STATE to every member anyway (run.js), so a refusal can never fork a run.
+// leader's STATE to every member anyway (run/start.js), so a refusal can never fork a run.
 import { TYPES } from './frames.js';
-import { decodeState, maxStateBytes } from '../state_codec.js';
+import { maxStateBytes } from '../state_codec.js';
+import { readPeerState } from '../run/peer_state.js';
 
 const short = (h) => (h ? h.slice(0, 16) : '(none)');
 
@@ -21,9 +24,13 @@ export class GroupRestore {
     this.peer = peer;
     this.mesh = mesh;
     this.maxBytes = null;      // the largest allowed settings' full state, once compute loaded
-    peer.loadCompute().then((c) => { if (!c.error) peer.maxStateBytes = this.maxBytes = maxStateBytes(c); });
+    this.offered = null;       // {from, state}: the latest offer to a page that holds a model (one kept)
+    Object.assign(peer.s, { restoreOffer: null });   // {from, name, step, steps, hash}: the panel's Load / Ignore
+    peer.loadCompute().then((c) => { if (!c.error) this.maxBytes = maxStateBytes(c); });
     mesh.setLimit(TYPES.GROUP_STATE, (h) => this.limit(h));
     mesh.on(TYPES.GROUP_STATE, (from, m) => { this.receive(from, m); });
+    // a run or another model takes the page's place: the offer is void
+    for (const event of ['run-started', 'model-loaded']) peer.bus.on(event, () => this.decline());
   }
 
   // What a GROUP_STATE may weigh, decided from its first chunk before anything is allocated:
@@ -71,20 +78,36 @@ export class GroupRestore {
       if (!sender || sender.role === 'pending') { refuse('not an admitted member of this group'); return; }
       if (p.runs.busy) { refuse('a run is going on this device'); return; }
       const c = await p.compute();
-      const st = decodeState(ownBuffer(m.payload), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
-      if (!st.m || !st.v) throw new Error('the state has no Adam moments');
-      if (!st.weightHash) throw new Error('the state carries no weight hash');
-      // loadState checks settings, sizes and the recomputed hash before it changes anything
-      const r = await p.models.loadState(st);
-      p.note(`Loaded from ${sender.name}'s file: step ${r.step}, hash ${short(r.hash)}…`);
+      const { state, hash } = readPeerState(m.payload, c, { needWeightHash: true });
+      if (p.runs.busy) { refuse('a run is going on this device'); return; }
+      if (!p.models.has()) {
+        // loadState checks settings, sizes and the recomputed hash before it changes anything
+        const r = await p.models.loadState(state);
+        p.note(`Loaded from ${sender.name}'s file: step ${r.step}, hash ${short(r.hash)}…`);
+        return;
+      }
+      const cfg = c.config.makeConfig(state.config);
+      this.offered = { from, state };
+      p.set({ restoreOffer: { from, name: sender.name, step: state.step, steps: cfg.steps, hash } });
+      p.note(`${sender.name} offers its checkpoint (step ${state.step}, hash ${short(hash)}…): Load or Ignore; this device keeps its own model until then.`);
     } catch (err) {
       refuse(err.message || String(err));
     }
   }
-}
 
-// a message payload as its own ArrayBuffer (decodeState views it; a copy only when shared)
-function ownBuffer(u8) {
-  return u8.byteOffset === 0 && u8.byteLength === u8.buffer.byteLength
-    ? u8.buffer : u8.buffer.slice(u8.byteOffset, u8.byteOffset + u8.byteLength);
+  // the panel's Load (window.daisy.acceptRestore()): the offered state replaces this page's model
+  async accept() {
+    const offer = this.offered;
+    if (!offer) throw new Error('no checkpoint is offered');
+    this.decline();
+    const r = await this.peer.models.loadState(offer.state);
+    this.peer.note(`Loaded the checkpoint ${this.peer.nameOf(offer.from)} offered: step ${r.step}, hash ${short(r.hash)}…`);
+    return r;
+  }
+
+  // the panel's Ignore (window.daisy.declineRestore()): the model stays as it is
+  decline() {
+    this.offered = null;
+    if (this.peer.s.restoreOffer) this.peer.set({ restoreOffer: null });
+  }
 }

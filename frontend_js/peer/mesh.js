@@ -10,8 +10,10 @@
 //
 // A peer's frames are handled one after another in arrival order (a message is dispatched only
 // after every earlier one of that peer). Nothing from a peer is trusted: a frame that fails a
-// check is dropped with a reason (drop log, `drop` listeners); a peer that keeps sending bad
-// frames (MAX_BAD_FRAMES within BAD_WINDOW_MS) is disconnected.
+// check is dropped with a reason (drop log, `drop` listeners); so is a valid frame that serves
+// nothing (a repeated HELLO, a message abandoned unfinished: frames.js Reassembler); a peer that
+// keeps sending such frames (MAX_BAD_FRAMES within BAD_WINDOW_MS) is disconnected. An unfinished
+// message holds only the bytes received (docs/PROTOCOL.md "Mesh limits").
 import { FrameError, HEADER_BYTES, JSON_TYPES, MAX_JSON_BYTES, PROTOCOL_VERSION, Reassembler, TYPES,
   createFrameSha, encodeMessage, jsonPayload, typeName, upgradingSha } from './frames.js';
 
@@ -65,8 +67,9 @@ export class Mesh {
   addLink(peerId, link) {
     this.removeLink(peerId, 'replaced');
     const onProgress = (h, bytes) => this.emit('progress', { peer: peerId, type: h.type, bytes, length: h.length });
-    const entry = { link, reasm: new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress, sha: this.sha }), chain: Promise.resolve(),
-                    hello: null, bad: [] };
+    const onAbandon = (h, reason) => this.drop(peerId, h, reason);
+    const reasm = new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress, onAbandon, sha: this.sha });
+    const entry = { link, reasm, chain: Promise.resolve(), hello: null, bad: [] };
     this.links.set(peerId, entry);
     this.send(peerId, { type: TYPES.HELLO, payload: jsonPayload({ protocol: this.version, peerId: this.selfId }) })
       .catch(() => {});
@@ -132,10 +135,9 @@ export class Mesh {
       const { protocol, peerId: claimed } = m.json;
       if (protocol !== this.version) { this.refuse(peerId, `peer ${peerId} speaks mesh protocol v${protocol}, this page v${this.version}`); return; }
       if (claimed !== peerId) { this.refuse(peerId, `peer ${peerId} introduced itself as ${String(claimed).slice(0, 40)}`); return; }
-      if (!entry.hello) {
-        entry.hello = m.json;
-        this.emit('link', { peer: peerId, state: 'ready' });
-      }
+      if (entry.hello) { this.drop(peerId, m, 'repeated HELLO'); return; }
+      entry.hello = m.json;
+      this.emit('link', { peer: peerId, state: 'ready' });
       return;
     }
     if (!entry.hello) { this.drop(peerId, m, 'message before HELLO'); return; }

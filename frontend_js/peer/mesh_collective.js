@@ -68,11 +68,11 @@ export class MeshCollective {
     this.wake?.();
   }
 
-  // the values a GRAD to us carries: all N (all-gather) or our shard (rsag)
-  gradValues() { return this.bounds[this.topology === 'allgather' ? 1 : this.slot + 1] - this.bounds[this.topology === 'allgather' ? 0 : this.slot]; }
+  // the values of shard k (all-gather: the one shard, k = 0)
+  shardValues(k) { return this.bounds[k + 1] - this.bounds[k]; }
 
-  // the values of the shard slot s owns (rsag)
-  shardValues(s) { return this.bounds[s + 1] - this.bounds[s]; }
+  // the values a GRAD to us carries: all N (all-gather) or our shard (rsag)
+  gradValues() { return this.shardValues(this.topology === 'allgather' ? 0 : this.slot); }
 
   onFrame(from, m) {
     const why = this.check(from, m);

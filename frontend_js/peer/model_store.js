@@ -3,7 +3,7 @@
 // (the state body, state_codec.js, POSTed to /api/checkpoint.pt, /api/model.safetensors,
 // /api/kit.html), and load a checkpoint (/api/load checks the .pt; loadState is THE way a
 // replica is replaced). A loaded checkpoint or a stopped run can be continued from its step with
-// its config (resumePoint; run.js start({resume: true})).
+// its config (resumePoint; run/start.js start({resume: true})).
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
 import { encodeState, decodeState } from '../state_codec.js';
 

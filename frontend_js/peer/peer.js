@@ -6,14 +6,16 @@
 // Jobs, one module each: server_connection.js (the /signal socket), this file (membership and
 // roster, the links to admitted peers, the compute path), model_store.js (the model:
 // generation, files, loading),
-// rtc_peer.js (one RTCPeerConnection), mesh.js (the group's links and frames), run.js (the group
-// run: start, steps, stop, departures), state_codec.js (the state body).
+// rtc_peer.js (one RTCPeerConnection), mesh.js (the group's links and frames), ../run/ (the group
+// run: start, steps, stop, membership; this file is its host, runHost below), state_codec.js (the
+// state body).
 // State changes are emitted on the bus as `state` (the object state() returns); the UI (ui.js)
 // renders from it and nothing else.
 import { ServerConnection } from './server_connection.js';
 import { Mesh } from './mesh.js';
 import { RtcPeer } from './rtc_peer.js';
-import { RunController } from './run.js';
+import { RunController } from '../run/controller.js';
+import { HttpBatches } from '../batch_source.js';
 import { ModelStore } from './model_store.js';
 import { GroupRestore } from './group_state.js';
 import { StoredRun } from './stored_run.js';
@@ -48,7 +50,10 @@ export class Peer {
     // ?meshProtocol=N: speak another mesh protocol version (tests of the refusal path)
     const protocol = Number(params.get('meshProtocol'));
     this.mesh = new Mesh({ selfId: null, ...(Number.isInteger(protocol) && protocol > 0 && protocol < 256 ? { version: protocol } : {}) });
-    this.runs = new RunController(this, this.mesh);
+    // test hooks set before the page loads (tests/test_membership.py, test_mesh.py) become the
+    // run controller's injected fault plan: the controller reads no globals
+    const test = globalThis.__daisyTest || {};
+    this.runs = new RunController(runHost(this), { faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin) } });
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
     this.rtc = new Map();      // peer id -> RtcPeer
     this.linkTries = new Map(); // peer id -> links offered since it was last ready (the watchdog's backoff)
@@ -56,10 +61,8 @@ export class Peer {
     // tests: the first offer this page sends is lost on the way (the link watchdog must recover)
     this.testLoseOffer = Boolean(globalThis.__daisyTest?.loseFirstOffer);
     this.models = new ModelStore(this);   // the model: generation, files, loading
-    this.maxStateBytes = 0;    // the largest allowed state body (set by GroupRestore once compute loaded)
     this.restore = new GroupRestore(this, this.mesh);   // a loaded checkpoint to the whole group
     this.storedRun = new StoredRun(this); // the group's run kept by the server (stored_run.js)
-    this.stepTimes = [];
   }
 
   // ---- state ------------------------------------------------------------------------------
@@ -137,7 +140,7 @@ export class Peer {
     on('signal', (m) => this.onSignal(m.from, m.data));
     on('relay', (m) => this.onRelay(m.from, m.data));
     on('rejected', (m) => {
-      // the server's reason says who declined what (daisy/space/signaling.py); say it once
+      // the server's reason says who declined what (daisy/space/signaling/hub.py); say it once
       const why = typeof m.reason === 'string' && m.reason ? m.reason : 'the host declined the request';
       this.set({ rejected: true, message: `Not admitted to room "${this.room}": ${why}. Reload the page to ask again.` });
       this.bus.emit('rejected', m);
@@ -322,10 +325,11 @@ export class Peer {
         this.gpuEngine = engine;
         if (this.cpuBackend) this.gpuBackend = (await import('../engines.js')).withEngine(this.cpuBackend, engine);
         if (engine.status.path === 'gpu') {
-          path = 'gpu';
           reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
-          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps run on the CPU
+          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps
+          // run on the CPU, so the path is the CPU, in the label and in every peer's table alike
           why = engine.route && engine.route.minMacs === Infinity ? 'WebGPU adapter is software' : null;
+          path = why ? 'cpu' : 'gpu';
         } else {
           reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
           why = 'GPU unusable';
@@ -352,9 +356,9 @@ export class Peer {
   async loadDataInfo() {
     try {
       const info = await (await fetch('/data/info')).json();
-      this.set({ dataSource: { source: info.source, reason: info.reason, dataId: info.data_id } });
+      this.set({ dataSource: { source: info.source, summary: info.summary, reason: info.reason, dataId: info.data_id } });
     } catch (err) {
-      this.set({ dataSource: { source: 'unknown', reason: `data route unreachable: ${err.message || err}` } });
+      this.set({ dataSource: { source: 'unknown', summary: 'the data route could not be reached', reason: `${err.message || err}` } });
     }
   }
 
@@ -398,7 +402,7 @@ export class Peer {
     return id;
   }
 
-  // ---- the group run (run.js) ---------------------------------------------------------------
+  // ---- the group run (../run/controller.js) ------------------------------------------------
   // Starts a run for the whole group and resolves once it is running (not when it ends);
   // rejects with the reason when it cannot start. Progress: `step` events and state().
   async start(config = {}) {
@@ -426,6 +430,31 @@ export class Peer {
   hasModel() { return this.models.has(); }
 }
 
+// The run controller's host (frontend_js/run/controller.js lists what it needs): everything the
+// controller sees of the page, the server and the compute path.
+function runHost(peer) {
+  return {
+    get selfId() { return peer.s.peerId; },
+    mesh: peer.mesh,
+    members: () => peer.s.peers,
+    canRun: () => (peer.s.role === 'pending' ? 'waiting for the room host to accept this device: it cannot start a run yet'
+      : peer.s.rejected ? 'the room host declined this device' : null),
+    nameOf: (id) => peer.nameOf(id),
+    show: (patch) => peer.set(patch),
+    note: (text) => peer.note(text),
+    emit: (event, payload) => peer.bus.emit(event, payload),
+    announce: () => peer.announce(),
+    compute: () => peer.compute(),
+    ready: () => peer.pathReady,
+    backend: () => peer.backend(),
+    get gpu() { return peer.gpu || null; },
+    dataId: () => peer.dataId(),
+    batches: (cfg, dataId) => new HttpBatches(cfg, { dataId }),
+    get models() { return peer.models; },
+    get stored() { return peer.storedRun || null; },
+  };
+}
+
 // The automation API on window.daisy (see docs/ARCHITECTURE.md).
 export function automationApi(peer, bus) {
   return {
@@ -442,6 +471,9 @@ export function automationApi(peer, bus) {
     downloadKit: () => peer.models.downloadKit(),
     load: (stateOrFile) => peer.models.load(stateOrFile),
     resumeStored: () => peer.storedRun.resume(),
+    // a group restore offered to this page (it holds a model): Load or Ignore, as the panel's buttons
+    acceptRestore: () => peer.restore.accept(),
+    declineRestore: () => peer.restore.decline(),
     // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
     // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
     mesh: {
@@ -454,7 +486,7 @@ export function automationApi(peer, bus) {
     // test hooks for the membership tests: a joiner whose state goes wrong after its checks; the
     // next state transfer from this page cut short or tampered with in transit
     testing: {
-      corruptNextSync: () => { peer.runs.testCorruptSync = true; },
+      corruptNextSync: () => { peer.runs.faults.corruptNextSync = true; },
       faultNextState: (kind) => { peer.mesh.faultNext = { type: 8, kind }; },
       // what the others see of a crashed device: every link and the server socket end at once,
       // no goodbye, and this page's JS stops (CDP's Page.crash never answers under Playwright)

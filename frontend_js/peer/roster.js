@@ -7,10 +7,12 @@
 // joiners are appended. Every step is computed by the roster of its epoch; since replicas are
 // identical, the reference reproduces a run from its P schedule alone (`history`, the
 // `--roster` schedule of python -m daisy.train).
+import { jsSha } from '../hashing.js';
 
 // Frames of epoch e of run r carry runId r + e in their header: a frame of an older epoch (a
 // step computed by a roster that no longer holds) can never be taken for one of the current.
 // Run ids are drawn below 2^31 so r + e never wraps or hits 0.
+
 export const MAX_RUN_ID = 0x7fffffff;
 export const epochKey = (runId, epoch) => (runId + epoch) >>> 0;
 
@@ -19,16 +21,25 @@ export function actingLeader(roster, gone) {
   return roster.find((id) => !gone.has(id)) ?? null;
 }
 
-// Whether survivors may go on without the peers in `gone`, with no risk that the removed ones
-// go on too (a split): a strict majority of the roster survives, or every removed peer is known
-// to have left (its own goodbye, or the server saw its connection end). Two disjoint sides can
-// never both hold a strict majority, and a peer the server saw leave cannot go on either (it
-// lost the server too; it would need the same confirmation for the others, which the server,
-// seeing them connected, never gives).
+// Whether survivors may go on without the peers in `gone`, with no risk that two sides both go
+// on (a fork), even when ONE member lies to both sides (docs/PROTOCOL.md "One lying member"):
+// the survivors are a quorum larger than (P + 1) / 2, so any two quorums share at least two
+// members, one of them honest, and an honest member accepts one successor per epoch; or every
+// removed peer is known to have left (its own goodbye, or the signaling server saw its
+// connection end: a peer the server saw leave cannot go on either, it lost the server too and
+// would need the same word about the others, which the server, seeing them connected, never
+// gives).
 export function mayGoOn(roster, gone, confirmed) {
   const survivors = roster.filter((id) => !gone.has(id));
-  if (2 * survivors.length > roster.length) return true;
+  if (2 * survivors.length > roster.length + 1) return true;
   return roster.every((id) => !gone.has(id) || confirmed.has(id));
+}
+
+// The exact roster a change names: what every member staying checks and accepts, and what the
+// leader's GO commits. A canonical JSON of the fields that decide the run's future, hashed.
+export function rosterDigest(msg) {
+  const { runId, epoch, base, from, roster, history } = msg;
+  return jsSha.hexOf([new TextEncoder().encode(JSON.stringify([runId, epoch, base, from, roster, history]))]);
 }
 
 // the P schedule after a roster of P peers takes effect at step `from` (a 0-based step index):
@@ -44,9 +55,9 @@ export const scheduleString = (history) => history.map(([f, P]) => `${f}:${P}`).
 
 // Checks a ROSTER message {epoch, from, roster} against what this peer knows; -> null or why not.
 //   current: {roster, epoch, completed, selfId}; sender: the peer it came from.
-// A planned change (joiners admitted) keeps every current member and appends; it starts at
-// completed (the step not yet begun) or completed + 1 (announced with the frames of the step in
-// flight). A recovery removes departed peers only and restarts at completed or completed - 1
+// A planned change (joiners admitted) keeps every current member and appends; it starts one to
+// three steps after this peer's completed count (announced two steps ahead, so that every member
+// has accepted it and seen the GO before it applies). A recovery removes departed peers only and restarts at completed or completed - 1
 // (this peer then undoes its last step).
 export function checkRoster(msg, current, sender) {
   const { roster, epoch, from } = msg;
@@ -55,7 +66,7 @@ export function checkRoster(msg, current, sender) {
   if (!Number.isInteger(epoch) || epoch <= current.epoch || epoch > current.epoch + 1000) return `epoch ${epoch} is not after this peer's ${current.epoch}`;
   if (!Number.isInteger(from)) return 'no start step';
   if (roster[0] !== sender) return 'the sender is not the new roster\'s leader';
-  if (!roster.includes(current.selfId)) return null;        // we were dropped: the caller leaves the run
+  if (!roster.includes(current.selfId)) return 'the roster drops this device, which is here';
   const kept = current.roster.filter((id) => roster.includes(id));
   const added = roster.filter((id) => !current.roster.includes(id));
   if (kept.some((id, i) => roster[i] !== id)) return 'the roster reorders its members';
@@ -65,7 +76,7 @@ export function checkRoster(msg, current, sender) {
   }
   if (added.length && kept.length !== current.roster.length) return 'a roster both adds and removes peers';
   if (added.length) {
-    if (from !== current.completed && from !== current.completed + 1) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
+    if (from < current.completed + 1 || from > current.completed + 3) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
   } else if (from !== current.completed && from !== current.completed - 1) {
     return `a recovery from step ${from + 1}, this peer is at ${current.completed}`;
   }

@@ -1,14 +1,18 @@
 // The stored run: the group's run outlives its browsers (docs/ARCHITECTURE.md "The stored run").
-//   - the run's leader uploads the replica (the state body, state_codec.js) to /api/group-run
-//     every N steps (?storeEvery=N, default STORE_EVERY) and at the end of the run, without
-//     holding up training: one upload in flight at most, a failure is a note, not a stop;
+//   - the run's CURRENT leader (slot 0 of the roster now) uploads the replica (the state body,
+//     state_codec.js) to /api/group-run?run=<runId>&final=0|1 every N steps (?storeEvery=N,
+//     default STORE_EVERY) and at the end of the run (final=1), without holding up training: one
+//     upload in flight at most, a failure is a note, not a stop. The server keeps one stored run
+//     per group and takes a write only from that run's writer with steps that only grow, from
+//     another member once the writer left, or for a new run once the stored one is final
+//     (docs/PROTOCOL.md "The stored run");
 //   - a page alone in its group and idle asks /api/group-run/info (on welcome, or when the last
 //     other peer left); a stored state
-//     becomes state().storedOffer and the panel's "Resume step N of the group's run", which
-//     loads it with the model store's checked loader and starts the run from it.
+//     becomes state().storedOffer and the panel's "Resume step N of the group's run R (stored by
+//     peer W)", which loads it with the model store's checked loader and starts the run from it.
 // The server knows the caller's group from the signaling token of its welcome (X-Daisy-Token):
 // nothing here names a group.
-//   run.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
+//   run/loop.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
 import { encodeState, decodeState } from '../state_codec.js';
 import { errorText } from './model_store.js';
 
@@ -29,7 +33,7 @@ export class StoredRun {
     this.queued = null;        // the end-of-run snapshot waiting for it
     this.stored = null;        // {runId, step} of this page's last stored state
     Object.assign(peer.s, {
-      storedOffer: null,       // {step, steps, hash, savedAt, config}: a state the group could resume
+      storedOffer: null,       // {step, steps, hash, savedAt, config, runId, writer}: a state the group could resume
       storedStep: null,        // the step of the last state this page stored
     });
     this.alone = false;
@@ -48,27 +52,27 @@ export class StoredRun {
   afterStep(run) {
     // while the server is away (an outage, a restart) its answer would be a refusal: skip this one
     if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight || this.peer.s.signal !== 'connected') return;
-    this.upload(this.snapshot(run));
+    this.upload(this.snapshot(run, false));
   }
 
-  // after a mismatch or a failure the replica is not the group's state: keep the last good one
+  // after a mismatch, a split alarm or a failure the replica is not the group's state: keep the last good one
   afterRun(run, { state, error } = {}) {
-    if (!this.leads(run) || state === 'failed' || error === 'replica mismatch') return;
+    if (!this.leads(run) || state === 'failed' || error === 'replica mismatch' || error === 'split alarm') return;
     if (run.completed <= run.desc.startStep) return;
     const last = this.queued || this.inFlight || this.stored;
     if (last && last.runId === run.desc.runId && last.step === run.completed) return;
-    const snap = this.snapshot(run);
+    const snap = this.snapshot(run, true);
     if (this.inFlight) this.queued = snap;
     else this.upload(snap);
   }
 
-  // synchronous: the bytes are one step's state even while training goes on
-  snapshot(run) {
+  // synchronous: the bytes are one step's state even while training goes on. final: the run ended
+  snapshot(run, final) {
     const r = run.replica;
     const body = encodeState(run.c.model.paramShapes(run.cfg), {
       config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
       weightHash: run.hash, extra: run.extra });
-    return { runId: run.desc.runId, step: run.completed, body };
+    return { runId: run.desc.runId, step: run.completed, final, body };
   }
 
   async upload(snap) {
@@ -76,7 +80,8 @@ export class StoredRun {
     try {
       const token = this.token();
       if (!token) throw new Error('not connected to the server');
-      const res = await fetch('/api/group-run', { method: 'POST', body: snap.body,
+      const q = new URLSearchParams({ run: String(snap.runId), final: snap.final ? '1' : '0' });
+      const res = await fetch(`/api/group-run?${q}`, { method: 'POST', body: snap.body,
         headers: { 'Content-Type': 'application/octet-stream', [TOKEN_HEADER]: token } });
       if (!res.ok) throw new Error(await errorText(res));
       this.stored = { runId: snap.runId, step: snap.step };
@@ -107,7 +112,8 @@ export class StoredRun {
     if (!res.ok) throw new Error(await errorText(res));
     const info = await res.json();
     const offer = info.stored && info.step < info.steps
-      ? { step: info.step, steps: info.steps, hash: info.weight_hash, savedAt: info.saved_at, config: info.config } : null;
+      ? { step: info.step, steps: info.steps, hash: info.weight_hash, savedAt: info.saved_at, config: info.config,
+          runId: info.run_id ?? null, writer: typeof info.writer === 'string' ? info.writer.slice(0, 64) : null } : null;
     if (!this.peer.runs.busy && !this.peer.models.has()) this.peer.set({ storedOffer: offer });
     return offer;
   }

@@ -32,6 +32,11 @@ export function mount(element) {
     <div class="daisy-stored" data-role="stored-box" hidden>
       <button type="button" data-action="resume-stored" data-role="resume-stored"></button>
     </div>
+    <div class="daisy-stored" data-role="restore-box" hidden>
+      <span data-role="restore-text"></span>
+      <button type="button" data-action="restore-load">Load</button>
+      <button type="button" data-action="restore-ignore">Ignore</button>
+    </div>
     <h3>Run</h3>
     <div class="daisy-readouts">
       <div><b>step</b><span data-role="step">–</span></div>
@@ -39,8 +44,8 @@ export function mount(element) {
       <div><b>tokens/s</b><span data-role="rate">–</span></div>
       <div><b>weight hash</b><span data-role="hash">–</span></div>
       <div><b>replica diff</b><span data-role="replicas">no run yet</span></div>
-      <div><b>compute</b><details class="daisy-compute"><summary data-role="path">checking…</summary><div data-role="path-detail"></div></details><a data-role="own-tab" class="daisy-own-tab" target="_blank" rel="noopener" hidden>Open this page in its own tab: every part of a step on every core</a></div>
-      <div><b>data</b><span data-role="data">checking…</span></div>
+      <div><b>compute</b><details class="daisy-readout"><summary data-role="path">checking…</summary><div data-role="path-detail"></div></details><a data-role="own-tab" class="daisy-own-tab" target="_blank" rel="noopener" hidden>Open this page in its own tab: every part of a step on every core</a></div>
+      <div><b>data</b><details class="daisy-readout"><summary data-role="data">checking…</summary><div data-role="data-detail"></div></details></div>
     </div>
     <svg class="daisy-loss" data-role="plot" viewBox="0 0 ${PLOT_W} ${PLOT_H}" preserveAspectRatio="none"
          role="img" aria-label="loss curve"></svg>`;
@@ -51,6 +56,8 @@ export function mount(element) {
     if (!button) return;
     try {
       if (button.dataset.action === 'resume-stored') peer.storedRun.resume().catch(() => {});   // the panel shows why
+      else if (button.dataset.action === 'restore-load') peer.restore.accept().catch((err) => peer.set({ error: `Checkpoint refused: ${err.message || err}` }));
+      else if (button.dataset.action === 'restore-ignore') peer.restore.decline();
       else if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
       else peer.reject(button.dataset.peer);
     } catch (err) { $('error').textContent = err.message; }
@@ -68,7 +75,14 @@ export function mount(element) {
     $('requests').tBodies[0].innerHTML = showRequests ? s.requests.map(requestRow).join('') : '';
     const offer = !s.running && s.storedOffer;
     $('stored-box').hidden = !offer;
-    if (offer) $('resume-stored').textContent = `Resume step ${offer.step} of the group's run`;
+    if (offer) {
+      const whose = [offer.runId ? `run ${offer.runId}` : '', offer.writer ? `stored by peer ${offer.writer}` : ''].filter(Boolean).join(', ');
+      $('resume-stored').textContent = `Resume step ${offer.step} of the group's run${whose ? ` (${whose})` : ''}`;
+    }
+    // a group restore offered to a page that holds a model: nothing replaces it without a click
+    const restore = !s.running && s.restoreOffer;
+    $('restore-box').hidden = !restore;
+    if (restore) $('restore-text').textContent = `${restore.name} (${restore.from}) offers step ${restore.step} of ${restore.steps}, hash ${restore.hash.slice(0, 16)}…: `;
     $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
     $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
     $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');
@@ -85,7 +99,10 @@ export function mount(element) {
     const framed = window.top !== window.self && !globalThis.crossOriginIsolated;
     $('own-tab').hidden = !(framed && s.threads && !s.threads.shared && (navigator.hardwareConcurrency || 1) > 1);
     if (framed) $('own-tab').href = location.href;
-    $('data').textContent = dataText(s.dataSource);
+    const [dataLabel, dataDetail] = dataText(s.dataSource);
+    $('data').textContent = dataLabel;
+    $('data').title = dataDetail;
+    if ($('data-detail').textContent !== dataDetail) $('data-detail').textContent = dataDetail;
     drawPlot($('plot'), s.curve);
   };
   bus.on('state', () => { if (!queued) { queued = true; setTimeout(render, 16); } });
@@ -122,11 +139,11 @@ function replicaText(s) {
   return agree ? `${agreeing ?? count} of ${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`;
 }
 
+// the data readout -> [short label, detail on demand]: what the source means, then why
 function dataText(d) {
-  if (!d) return 'checking…';
-  if (d.source === 'fineweb-edu') return 'FineWeb-Edu';
-  if (d.source === 'builtin') return `built-in corpus${d.reason ? ` (${d.reason})` : ''}`;
-  return d.reason || d.source;
+  if (!d) return ['checking…', ''];
+  if (d.source === 'fineweb-edu') return ['FineWeb-Edu', d.dataId || ''];
+  return [d.summary || (d.source === 'builtin' ? 'the built-in corpus' : d.source), d.reason || ''];
 }
 
 // The loss curve as an SVG polyline over (step, loss) in a frame whose axes are labelled: "step"

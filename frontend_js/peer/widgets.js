@@ -71,7 +71,7 @@ export function stop() {
   return [];
 }
 
-// Create a room: a server-made code (daisy.space.signaling.make_room_router), then this page
+// Create a room: a server-made code (daisy.space.signaling.routes.make_room_router), then this page
 // reopens in it; the link in the address bar is what to share.
 export async function createRoom() {
   const r = await fetch('/api/room', { method: 'POST' });

@@ -8,6 +8,12 @@
 import { loadText } from '../../frontend_js/gpu/device.js';
 
 const MAX_STORE = 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }';
+const PACKED_SUM = 'acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);';
+// a float accumulator in the portable kernel: its declaration and its store (the sum between differs)
+const FLOAT_ACC = ['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'];
+const FLOAT_STORE = ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }'];
+// an edit that deletes one whole line
+const deleteLine = (line) => [`${line}\n`, ''];
 
 // the GEMM kernels' mutants (tests/gpu/gpu_bugs.js runs them through the boot gates and audits)
 export const GEMM_MUTANTS = [
@@ -17,7 +23,7 @@ export const GEMM_MUTANTS = [
       'fn lane(w: u32, l: u32) -> i32 { return i32((w >> (8u * l)) & 0xffu); }   // BUG: zero-extends']] },
   { id: 'unsigned_dot', kernel: 'gemm_packed.wgsl', failure: 'signedness lost in the packed path (dot4U8Packed)',
     mustFail: 'the gate (any negative value)',
-    edits: [['acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);', 'acc[i * MAX_R + j] += i32(dot4U8Packed(a[i], w[j]));   // BUG: unsigned lanes']] },
+    edits: [[PACKED_SUM, 'acc[i * MAX_R + j] += i32(dot4U8Packed(a[i], w[j]));   // BUG: unsigned lanes']] },
   { id: 'ragged_edge', kernel: 'gemm_packed.wgsl', failure: 'wrong tile edge on ragged shapes (store guard misses c < N)',
     mustFail: 'the gate (ragged N: columns past N of a ragged tile overwrite the next row)',
     edits: [[MAX_STORE, 'if (r < P.M) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }   // BUG: no column guard']] },
@@ -27,19 +33,15 @@ export const GEMM_MUTANTS = [
       '    // BUG: workgroupBarrier() missing: threads read tiles others have not written yet\n    for (var kw = 0u; kw < TK; kw++) {']] },
   { id: 'int16_saturation', kernel: 'gemm_packed.wgsl', failure: 'integer saturation in a narrow (int16) accumulator',
     mustFail: 'the gate (extreme values: 3*127^2 > 32767)',
-    edits: [['acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);',
-      'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4I8Packed(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
+    edits: [[PACKED_SUM, 'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4I8Packed(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
   { id: 'f32_accumulate', kernel: 'gemm_portable.wgsl', failure: 'float accumulation, exact only below 2^24',
     mustFail: 'the gate (K=4096 at +-127: |acc| = 66,064,384 > 2^24)',
-    edits: [['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'],
-      ['acc[i * MAX_R + j] += dot4(a[i], w[j]);', 'acc[i * MAX_R + j] += f32(dot4(a[i], w[j]));'],
-      ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }']] },
+    edits: [FLOAT_ACC, ['acc[i * MAX_R + j] += dot4(a[i], w[j]);', 'acc[i * MAX_R + j] += f32(dot4(a[i], w[j]));'], FLOAT_STORE] },
   { id: 'fma_accumulate', kernel: 'gemm_portable.wgsl', failure: 'FMA contraction in a float path',
     mustFail: 'the gate (K=4096 at +-127; fused on the H200, unfused on SwiftShader, inexact above 2^24 either way)',
-    edits: [['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'],
-      ['acc[i * MAX_R + j] += dot4(a[i], w[j]);',
-        'for (var l = 0u; l < 4u; l++) { acc[i * MAX_R + j] = fma(f32(lane(a[i], l)), f32(lane(w[j], l)), acc[i * MAX_R + j]); }   // BUG: fma'],
-      ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }']] },
+    edits: [FLOAT_ACC, ['acc[i * MAX_R + j] += dot4(a[i], w[j]);',
+      'for (var l = 0u; l < 4u; l++) { acc[i * MAX_R + j] = fma(f32(lane(a[i], l)), f32(lane(w[j], l)), acc[i * MAX_R + j]); }   // BUG: fma'],
+    FLOAT_STORE] },
   { id: 'subnormal_flush', kernel: 'gemm_packed.wgsl', failure: 'subnormal flush to zero (int bits through an f32 op)',
     mustFail: 'the gate (small positive sums flush to 0 where the GPU flushes subnormals: SwiftShader, the H200)',
     edits: [[MAX_STORE, 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = bitcast<i32>(bitcast<f32>(acc[i * MAX_R + j]) + f32(P.K4 >> 31u)); }   // BUG: int bits through an f32 add']] },
@@ -61,17 +63,17 @@ export const GEMM_MUTANTS = [
 // the f64 library's mutants (tests/test_webgpu_f64.py: gateF64 must reject each)
 export const F64_MUTANTS = [
   { id: 'f64_div_no_sticky', failure: 'a wrong sticky bit: the division ignores its non-zero remainder',
-    edits: [['  if (!u64_zero(rem)) { q.x = q.x | 1u; }                         // sticky\n', '']] },
+    edits: [deleteLine('  if (!u64_zero(rem)) { q.x = q.x | 1u; }                         // sticky')] },
   { id: 'f64_jam_lost', failure: 'a wrong sticky bit: right shifts (alignment in +/-, denormalization) drop the bits shifted out',
-    edits: [['  if (!u64_eq(u64_shl(r, s), a)) { r.x = r.x | 1u; }\n', '']] },
+    edits: [deleteLine('  if (!u64_eq(u64_shl(r, s), a)) { r.x = r.x | 1u; }')] },
   { id: 'f64_lost_carry', failure: 'a lost carry: the 128-bit product drops the carry out of its second word',
     edits: [['vec2<u32>(hl.y, 0u)), vec2<u32>(w1.y, 0u));', 'vec2<u32>(hl.y, 0u)), vec2<u32>(0u, 0u));']] },
   { id: 'f64_mul_no_sticky', failure: 'a wrong sticky bit: the product ignores its low 64 bits',
-    edits: [['  if (!u64_zero(p.lo)) { sig.x = sig.x | 1u; }                    // sticky\n', '']] },
+    edits: [deleteLine('  if (!u64_zero(p.lo)) { sig.x = sig.x | 1u; }                    // sticky')] },
   { id: 'f64_rint_ties_up', failure: 'rint rounds half away from zero (Math.round-like) instead of half to even',
     edits: [['let up = u64_lt(half, rem) || (u64_eq(rem, half) && (ip.x & 1u) == 1u);', 'let up = u64_lt(half, rem) || u64_eq(rem, half);']] },
   { id: 'f64_ties_away', failure: 'ties away from zero: an exactly half-way result is rounded up instead of to the even neighbour',
-    edits: [['  if (round_bits == 0x200u) { sig.x = sig.x & ~1u; }   // exactly half: to even\n', '']] },
+    edits: [deleteLine('  if (round_bits == 0x200u) { sig.x = sig.x & ~1u; }   // exactly half: to even')] },
   { id: 'f64_truncate', failure: 'rounding by truncation: the half-ULP increment before the shift is gone',
     edits: [['  sig = u64_shr(u64_add(sig, vec2<u32>(0x200u, 0u)), 10u);\n  if (round_bits == 0x200u) { sig.x = sig.x & ~1u; }   // exactly half: to even\n',
       '  sig = u64_shr(sig, 10u);\n']] },

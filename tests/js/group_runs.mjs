@@ -1,12 +1,22 @@
 // Shared by the backend tests (threads.test.mjs, unit_workers.test.mjs): one peer's Group run on a
 // backend, hashes per step, and the first step at which two runs differ, named with both hashes
 // and the first differing weight after the last step.
+import { after } from 'node:test';
+
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group } from '../../frontend_js/train.js';
 import { textStream } from '../../frontend_js/data.js';
 import { firstDiff } from '../../frontend_js/bits.js';
 
 export const stream = textStream(Array.from({ length: 40 }, (_, i) => `document ${i}: the quick brown fox jumps over the lazy dog. `.repeat(6)).join('\n\n\n'));
+
+// make(threads, opts) -> Promise of a backend => the same, each backend made closed after the
+// file's tests (their workers would keep node alive)
+export function closedAfter(make) {
+  const made = [];
+  after(() => { for (const b of made) b.close(); });
+  return async (...args) => { const b = await make(...args); made.push(b); return b; };
+}
 
 // -> {hashes: [per step], group}
 export async function run(settings, backend, steps) {

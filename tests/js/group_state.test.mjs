@@ -31,7 +31,7 @@ function device(id, mesh) {
     s: { peerId: id, name: `dev-${id}`, peers: [], notes: [], runState: 'idle' },
     modules: new Set(COMPUTE_FILES),
     runs: { busy: false },
-    bus: { emit() {} },
+    bus: { emit() {}, on() {} },
     set(patch) { Object.assign(this.s, patch); },
     note(text) { this.s.notes.push(text); this.s.message = text; },
     announce() {},
@@ -159,10 +159,21 @@ test('hostile or untimely GROUP_STATE messages are refused and change nothing', 
   await expectRefused('during a run', body(good), 'while a run is going');
   assert.match(b.s.notes.slice(n).join('\n'), /a run is going on this device/);
   b.runs.busy = false;
-  // the same good state, now welcome: taken (so every refusal above was the check's doing)
+  // the same good state, now welcome: b holds a model, so it is an offer (so every refusal above
+  // was the check's doing); b keeps its own model until its user clicks
   await send(body(good));
+  assert.deepEqual(b.s.restoreOffer, { from: 'a', name: 'dev-a', step: 20, steps: 100, hash: good.weightHash }, b.s.notes.join('\n'));
+  assert.match(b.s.notes.at(-1), /dev-a offers its checkpoint \(step 20, hash [0-9a-f]{16}…\): Load or Ignore/);
+  assert.deepEqual(snapshot(b), before, 'an offer changes nothing');
+  b.restore.decline();                                   // Ignore: nothing changes
+  assert.equal(b.s.restoreOffer, null);
+  assert.deepEqual(snapshot(b), before, 'declined: the model is unchanged');
+  await assert.rejects(b.restore.accept(), /no checkpoint is offered/);
+  await send(body(good));                                 // offered again; Load this time
+  await b.restore.accept();
   assert.equal(b.s.hash, good.weightHash, b.s.notes.join('\n'));
   assert.equal(b.models.step, 20);
+  assert.equal(b.s.restoreOffer, null);
 });
 
 // the state body with its config's width set to 17 (not a multiple of 4 heads), same length

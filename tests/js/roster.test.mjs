@@ -2,7 +2,7 @@
 // survivors may go on without a split, the P schedule, and which ROSTER messages a peer takes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleString, checkRoster, MAX_RUN_ID } from '../../frontend_js/peer/roster.js';
+import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleString, checkRoster, rosterDigest, MAX_RUN_ID } from '../../frontend_js/peer/roster.js';
 
 test('epoch keys: distinct per epoch, never 0, no wrap below the largest run id', () => {
   assert.equal(epochKey(7, 0), 7);
@@ -17,9 +17,11 @@ test('the acting leader is the most senior peer not gone', () => {
   assert.equal(actingLeader(['a'], new Set(['a'])), null);
 });
 
-test('no split: a strict majority goes on; half or less only with every removed peer confirmed gone', () => {
+test('no split, even with one liar on both sides: a quorum above (P + 1) / 2 goes on; fewer only with every removed peer confirmed gone', () => {
   const R = ['a', 'b', 'c', 'd'];
   assert.equal(mayGoOn(R, new Set(['d']), new Set()), true, '3 of 4');
+  assert.equal(mayGoOn(['a', 'b', 'c'], new Set(['c']), new Set()), false, '2 of 3: the third may be a liar on both sides');
+  assert.equal(mayGoOn(['a', 'b', 'c'], new Set(['c']), new Set(['c'])), true, '2 of 3, the server saw the third leave');
   assert.equal(mayGoOn(R, new Set(['c', 'd']), new Set()), false, '2 of 4, unconfirmed');
   assert.equal(mayGoOn(R, new Set(['a', 'b']), new Set()), false, 'the other half, unconfirmed');
   assert.equal(mayGoOn(R, new Set(['c', 'd']), new Set(['c'])), false, 'one of two confirmed');
@@ -33,6 +35,13 @@ test('no split: a strict majority goes on; half or less only with every removed 
       const sideA = new Set(ids.filter((_, i) => mask & (1 << i)));
       const sideB = new Set(ids.filter((id) => !sideA.has(id)));
       assert.ok(!(mayGoOn(ids, sideB, new Set()) && mayGoOn(ids, sideA, new Set())), `P=${P} mask=${mask}: both sides go on`);
+      // one liar in both sides (each side holding an honest member): never both quorums
+      for (const liar of ids) {
+        if (![...sideA].some((id) => id !== liar) || ![...sideB].some((id) => id !== liar)) continue;
+        const a = new Set([...sideA, liar]), b = new Set([...sideB, liar]);
+        const goneA = new Set(ids.filter((id) => !a.has(id))), goneB = new Set(ids.filter((id) => !b.has(id)));
+        assert.ok(!(mayGoOn(ids, goneA, new Set()) && mayGoOn(ids, goneB, new Set())), `P=${P} mask=${mask} liar ${liar}: both sides go on`);
+      }
     }
   }
 });
@@ -57,8 +66,20 @@ test('ROSTER checks: planned joins, recoveries, and what is refused', () => {
   no({ roster: ['b', 'a', 'c'], epoch: 3, from: 20 }, /reorders|senior/);
   no({ roster: ['c', 'b'], epoch: 3, from: 20 }, /reorders|senior/);     // c while b survives
   no({ roster: ['a', 'b', 'd'], epoch: 3, from: 21 }, /adds and removes/);
-  no({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 23 }, /joiners from step/);
+  ok({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 22 });              // announced two steps ahead
+  no({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 24 }, /joiners from step/);
+  no({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 20 }, /joiners from step/);
   no({ roster: ['a', 'a'], epoch: 3, from: 20 }, /malformed/);
   no({ roster: ['a', 'b'], epoch: 3, from: 20 }, /leader/, 'c');        // not sent by its slot 0
-  assert.equal(checkRoster({ roster: ['a', 'c'], epoch: 3, from: 20 }, cur, 'a'), null, 'we were dropped: the caller leaves');
+  no({ roster: ['a', 'c'], epoch: 3, from: 20 }, /drops this device/);  // a roster without us: refused, never a reason to leave
+});
+
+test('the roster digest names the exact roster: any field that decides the run changes it', () => {
+  const base = { runId: 9, epoch: 3, base: 2, from: 20, roster: ['a', 'b'], history: [[0, 3], [20, 2]], reason: 'x', left: ['c'] };
+  const d = rosterDigest(base);
+  assert.match(d, /^[0-9a-f]{64}$/);
+  assert.equal(rosterDigest({ ...base, reason: 'other words', left: [] }), d, 'prose and derived lists do not count');
+  for (const [k, v] of [['runId', 10], ['epoch', 4], ['base', 1], ['from', 19], ['roster', ['b', 'a']], ['history', [[0, 3], [21, 2]]]]) {
+    assert.notEqual(rosterDigest({ ...base, [k]: v }), d, k);
+  }
 });

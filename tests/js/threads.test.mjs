@@ -3,23 +3,17 @@
 // with every call split (routing thresholds 0), at odd shapes (odd width, T not a multiple of 4:
 // the pieces that fall back), and at one mid size with the default routing. A mismatch names the
 // step, both hashes and the first differing weight.
-import { test, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { createThreadedBackend } from '../../frontend_js/cpu/threads.js';
 import { defaultThreads, MAX_THREADS } from '../../frontend_js/cpu/workers.js';
 import { referenceBackend, bestBackend, JS_ROWS } from '../../frontend_js/engines.js';
-import { run, firstMismatch, TINY, ODD } from './group_runs.mjs';
+import { run, firstMismatch, closedAfter, TINY, ODD } from './group_runs.mjs';
 import { sameBits } from '../../frontend_js/bits.js';
 import { StepArena } from '../../frontend_js/arena.js';
 
-const pools = [];
-after(() => { for (const b of pools) b.close(); });
-async function threaded(threads, opts = {}) {
-  const b = await createThreadedBackend({ threads, ...opts });
-  pools.push(b);
-  return b;
-}
+const threaded = closedAfter((threads, opts = {}) => createThreadedBackend({ threads, ...opts }));
 
 for (const [what, settings, steps] of [['tiny', TINY, 3], ['odd shapes', ODD, 2]]) {
   test(`${what}: every call split, 1, 2 and 4 threads give the JS mirror's hashes`, async () => {

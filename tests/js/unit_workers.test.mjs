@@ -5,20 +5,14 @@
 // size with the default routing; a worker whose results are one bit off is refused by the gate, and
 // a worker that dies mid-run leaves its slices to the caller with the hashes unchanged.
 // A mismatch names the step, both hashes and the first differing weight.
-import { test, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { createUnitWorkersBackend } from '../../frontend_js/cpu/unit_workers.js';
 import { referenceBackend } from '../../frontend_js/engines.js';
-import { run, firstMismatch, TINY, ODD } from './group_runs.mjs';
+import { run, firstMismatch, closedAfter, TINY, ODD } from './group_runs.mjs';
 
-const made = [];
-after(() => { for (const b of made) b.close(); });
-async function workers(threads, opts = {}) {
-  const b = await createUnitWorkersBackend({ threads, ...opts });
-  made.push(b);
-  return b;
-}
+const workers = closedAfter((threads, opts = {}) => createUnitWorkersBackend({ threads, ...opts }));
 
 for (const [what, settings, steps] of [['tiny', TINY, 3], ['odd shapes', ODD, 2]]) {
   test(`${what}: every unit split, 1, 2 and 4 threads give the JS mirror's hashes`, async () => {

@@ -1,0 +1,221 @@
+// The group run controller (docs/ARCHITECTURE.md "The run controller"): one run per group,
+// started by any device and trained in lockstep by every peer of its roster over the mesh. One
+// explicit phase, one handler per frame type and phase, the protocols in their own modules:
+//
+//   idle ──start()──► proposing ──all ACCEPT, GO──► running ──end──► idle
+//   idle ──RUN──────► accepted ──GO─────────────────► running
+//   idle ──maybeJoin─► joining ──SYNC, STATE, FWD, ROSTER, GO──► running
+//
+//   start.js     RUN / ACCEPT / REFUSE / STATE / GO: starting a run
+//   loop.js      the step loop, the sync guard, FIN, STOP
+//   recovery.js  evidence, HALT / STATUS / ROSTER / ACCEPT / GO: departures, failover, the
+//                two-phase roster change, the split alarm
+//   join.js      JOIN / SYNC / STATE / FWD / SYNCED: joining mid-run, bounded per joiner
+//   record.js    the records (every field declared once), timings, the fault plan
+//
+// The host (peer.js in the page, tests/js/run_harness.mjs in Node) is all the controller sees
+// of the world:
+//   host.selfId                this device's peer id
+//   host.mesh                  the Mesh (links, send, frames)
+//   host.members()             the group's members as the server lists them: [{id, name, role, state, joinedAt}]
+//   host.canRun()              null, or why this device may not start or join a run (pending, rejected)
+//   host.nameOf(id)            a peer's name for the panel
+//   host.show(patch)           panel state; host.note(text) a line worth telling; host.emit(event, payload)
+//   host.announce()            tell the server this device's run state
+//   host.compute(), host.ready(), host.backend(), host.gpu    the compute modules, the path, the step backend
+//   host.dataId(), host.batches(cfg, dataId)                  the run's data
+//   host.models                the model store (adopt, runEnded, step, resumePoint, model, extra, resumable)
+//   host.stored                the stored run ({afterStep(run), afterRun(run, end)}) or null
+// and the host tells the controller: serverSaysGone(id) / serverSaysBack(id) (peer-left and the
+// member list), maybeJoin() (the member list or a link changed), goodbye() (the page is closing).
+import { TYPES } from '../peer/frames.js';
+import { MeshCollective } from '../peer/mesh_collective.js';
+import { epochKey } from '../peer/roster.js';
+import { TIMING, NO_FAULTS } from './record.js';
+import * as startP from './start.js';
+import * as loopP from './loop.js';
+import * as recoveryP from './recovery.js';
+import * as joinP from './join.js';
+
+// frame type -> phase -> handler (ctl, from, message). A type with no handler in the current
+// phase is dropped with a reason (counted toward the sender's flood limit by the mesh).
+const HANDLERS = {
+  [TYPES.RUN]: { idle: startP.onRun, proposing: startP.onRun, accepted: startP.onRun, running: startP.onRun, joining: startP.onRun },
+  [TYPES.ACCEPT]: { proposing: (ctl, f, m) => startP.onAnswer(ctl, f, m, true), running: (ctl, f, m) => recoveryP.onRosterAnswer(ctl, f, m, true) },
+  [TYPES.REFUSE]: { proposing: (ctl, f, m) => startP.onAnswer(ctl, f, m, false), running: (ctl, f, m) => recoveryP.onRosterAnswer(ctl, f, m, false),
+                    joining: joinP.onJoinRefused },
+  [TYPES.STATE]: { accepted: startP.onStartState, joining: joinP.onJoinState },
+  [TYPES.GO]: { accepted: startP.onStartGo, running: recoveryP.onCommit, joining: joinP.onJoinCommit },
+  [TYPES.STOP]: { accepted: startP.onStartStop, running: loopP.onStop },
+  [TYPES.FIN]: { running: loopP.onFin },
+  [TYPES.ROSTER]: { running: recoveryP.onRoster, joining: joinP.onJoinRoster },
+  [TYPES.STATUS]: { running: recoveryP.onStatus },
+  [TYPES.HALT]: { running: recoveryP.onHalt },
+  [TYPES.LEAVE]: { running: recoveryP.onLeave },
+  [TYPES.JOIN]: { running: joinP.onJoin },
+  [TYPES.SYNC]: { joining: joinP.onSync },
+  [TYPES.FWD]: { joining: joinP.onFwd },
+  [TYPES.SYNCED]: { running: joinP.onSynced },
+};
+// frames that are simply not for this device in some phases (no drop: they are expected there)
+const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])]]);
+
+export class RunController {
+  // host: see above; timing: TIMING overrides (tests); faults: the injected fault plan (tests)
+  constructor(host, { timing = {}, faults = {} } = {}) {
+    this.host = host;
+    this.mesh = host.mesh;
+    this.t = { ...TIMING, ...timing };
+    this.faults = { ...NO_FAULTS, ...faults };
+    this.phase = 'idle';         // 'idle' | 'proposing' | 'accepted' | 'running' | 'joining'
+    this.at = null;              // the phase's record: Proposal | Acceptance | Run | JoinAttempt
+    this.lastRun = null;         // the last run that ended (stats, the outage's re-admission)
+    this.joinBackoffUntil = 0;
+    this.joinWantSince = 0;      // when this idle device first saw a group it could join (0: none)
+    this.linkWaitTimer = null;
+    this.maxStateBytes = 0;      // the largest allowed state body, once the compute modules loaded
+    this.serverGone = new Set(); // peers the signaling server saw leave (peer-left), until they come back
+    this.collectives = new Map();// frame run id (run id + epoch) -> MeshCollective
+    this.pokes = new Set();      // waiters woken when a roster change or recovery moves on
+    this.endedWaiters = new Set();
+    for (const [type, byPhase] of Object.entries(HANDLERS)) {
+      this.mesh.on(Number(type), (from, m) => this.dispatch(Number(type), byPhase, from, m));
+    }
+    this.mesh.on('link', ({ peer: id, state, reason }) => {
+      if (state === 'closed') this.peerGone(id, reason || 'its link closed');
+      else this.maybeJoin();
+    });
+    this.mesh.on('progress', (e) => { if (this.phase === 'joining') joinP.onProgress(this, e); });
+    this.mesh.on('drop', (e) => { if (this.phase === 'joining') joinP.onDropped(this, e); });
+    // gradient frames go to the collective of their run and epoch (run id + epoch in the header),
+    // and are accepted only at its sizes; a frame of this run for an epoch or roster this device
+    // never accepted is the split alarm (recovery.js)
+    for (const type of [TYPES.GRAD, TYPES.REDUCED]) {
+      this.mesh.on(type, (from, m) => this.routeGradient(from, m));
+      this.mesh.setLimit(type, (hd) => this.gradientLimit(type, hd));
+    }
+  }
+
+  get selfId() { return this.host.selfId; }
+  get run() { return this.phase === 'running' ? this.at : null; }
+  get busy() { return this.phase !== 'idle'; }
+
+  enter(phase, record) {
+    this.phase = phase;
+    this.at = record;
+    this.poke();
+  }
+
+  dispatch(type, byPhase, from, m) {
+    const run = this.run;
+    if (run && (run.roster.includes(from) || run.change?.msg.roster.includes(from))) run.heard.set(from, performance.now());
+    const fn = byPhase[this.phase];
+    if (fn) {
+      const out = fn(this, from, m);
+      if (out && typeof out.catch === 'function') out.catch((err) => console.warn('daisy: a run handler failed:', err));
+      return;
+    }
+    if (!QUIET.get(type)?.has(this.phase)) this.mesh.drop(from, m, `not expected while this device is ${this.phase}`);
+  }
+
+  routeGradient(from, m) {
+    const run = this.run;
+    const c = this.collectives.get(m.runId);
+    if (run && run.roster.includes(from)) run.heard.set(from, performance.now());
+    if (run && recoveryP.checkForeignFrame(this, run, from, m, c)) return;
+    if (c) c.onFrame(from, m);
+    else this.mesh.drop(from, m, `a gradient frame of run ${m.runId}, not a run or epoch of this device`);
+  }
+
+  // what a gradient frame may weigh: its epoch's exact sizes; this run's other epochs at the
+  // largest (so the split check sees them); anything else nothing
+  gradientLimit(type, hd) {
+    const c = this.collectives.get(hd.runId);
+    if (c) return c.maxPayload(type);
+    const run = this.run;
+    if (run && ((hd.runId - run.desc.runId) >>> 0) <= run.epoch + 1000) return 40 + 8 * run.collective.N;
+    return `a gradient frame of run ${hd.runId}, not a run or epoch of this device`;
+  }
+
+  // ---- collectives: one per roster epoch, registered before anyone may send it a gradient ----
+  newCollective(runId, epoch, roster, startStep, cfg, c, deadlineMs = this.t.deadlineMs) {
+    const key = epochKey(runId, epoch);
+    this.collectives.get(key)?.close();
+    const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
+      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed });
+    this.collectives.set(key, collective);
+    return collective;
+  }
+
+  dispose(collective) {
+    if (!collective) return;
+    collective.close();
+    if (this.collectives.get(collective.runId) === collective) this.collectives.delete(collective.runId);
+  }
+
+  // a JSON message to every other peer of `ids` (best effort: a closed link is a departure)
+  tellAll(run, type, obj, ids = run.roster) {
+    for (const id of ids) {
+      if (id !== this.selfId) this.mesh.sendJson(id, type, obj, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+    }
+  }
+
+  // waits woken when the phase, a recovery or a roster change moves on
+  onPoke(fn) { this.pokes.add(fn); return () => this.pokes.delete(fn); }
+  poke() { for (const fn of [...this.pokes]) fn(); if (this.phase !== 'running') for (const fn of [...this.endedWaiters]) fn(); }
+  onEnded(fn) { this.endedWaiters.add(fn); return () => this.endedWaiters.delete(fn); }
+
+  // ---- the host's calls -------------------------------------------------------------------------
+  start(config) { return startP.start(this, config); }
+
+  begin(desc, replica, cfg, c, opts) { loopP.begin(this, desc, replica, cfg, c, opts); }
+
+  // The user's Stop: every member ends after the step in flight; the panel names who stopped.
+  stop(reason = '') {
+    if (this.phase === 'running') return loopP.stop(this, reason);
+    if (this.phase === 'proposing') { this.at.reject(new Error('stopped before it started')); return true; }
+    if (this.phase === 'joining') { joinP.abandonJoin(this, 'stopped on this device', 60_000); return true; }
+    return false;
+  }
+
+  maybeJoin() { joinP.maybeJoin(this); }
+
+  // a peer's link closed: this device's own evidence
+  peerGone(id, why) {
+    if (this.phase === 'proposing' && this.at.desc.roster.includes(id)) this.at.reject(new Error(`${this.host.nameOf(id)} left (${why})`));
+    if (this.phase === 'accepted' && this.at.from === id) { startP.dropAccepted(this); this.host.note(`The run's leader ${this.host.nameOf(id)} left before it started.`); }
+    if (this.phase === 'joining' && this.at.from === id) joinP.abandonJoin(this, `${this.host.nameOf(id)} left while syncing this device in`, 0);
+    if (this.phase === 'running') recoveryP.evidence(this, this.at, id, why);
+  }
+
+  // the signaling server's word: a departure it saw may let survivors go on (recovery.js)
+  serverSaysGone(id) {
+    this.serverGone.add(id);
+    if (this.phase === 'running') recoveryP.onServerGone(this, this.at, id);
+  }
+
+  serverSaysBack(id) { this.serverGone.delete(id); }
+
+  // the page is going away: tell the run's peers now (they would otherwise wait for a deadline)
+  goodbye() {
+    const run = this.run;
+    if (!run) return;
+    this.tellAll(run, TYPES.LEAVE, { runId: run.desc.runId, reason: `${this.host.nameOf(this.selfId)} closed its page` });
+  }
+
+  // bytes sent and time waited over the whole run (every epoch's collective)
+  stats(run) {
+    const c = run.collective;
+    return { bytesSent: run.sent.bytes + (run.ended ? 0 : c.bytesSent), waitMs: run.sent.waitMs + (run.ended ? 0 : c.waitMs) };
+  }
+
+  // test hook (window.daisy.corruptWeights): flip the lowest bit of one weight of this replica
+  corruptWeights() {
+    const run = this.run;
+    if (!run) throw new Error('no run');
+    const w = run.replica.params['wte.weight'];
+    new BigUint64Array(w.buffer, w.byteOffset, 1)[0] ^= 1n;
+    run.hash = run.c.hashing.weightHash(run.replica.params);
+    return run.hash;
+  }
+}

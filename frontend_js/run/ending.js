@@ -1,0 +1,73 @@
+// How a run ends or steps back, shared by the protocol modules (loop.js, recovery.js, join.js
+// only call these): end, the alarm, one step of undo, waking the parked loop, the panel's view.
+import { TYPES } from '../peer/frames.js';
+import { ExchangeError } from '../peer/mesh_collective.js';
+import { cloneParams } from '../train.js';
+
+export function runView(run) {
+  return { id: run.desc.runId, roster: run.roster.slice(), topology: run.collective.topology, leader: run.roster[0],
+           epoch: run.epoch, history: run.history.map((e) => e.slice()) };
+}
+
+// A split, a mismatch: this page stops now and says why; every member is told to stop too. The
+// state kept is the last one this page completed (never a forked one: it stops before going on).
+export function alarm(ctl, run, message, error) {
+  if (run.ended) return;
+  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: message, by: ctl.selfId, alarm: error });
+  end(ctl, run, 'stopped', message, error);
+}
+
+export function wakeParked(ctl, run) {
+  const rec = run.recovery;
+  if (!rec) return;
+  clearTimeout(rec.timer); clearTimeout(rec.confirmTimer); clearInterval(rec.keepAlive);
+  run.recovery = null;
+  for (const w of rec.waiters) w();
+  ctl.poke();
+}
+
+// ---- one step of undo -------------------------------------------------------------------------
+export function saveUndo(run) {
+  const r = run.replica;
+  if (!run.undo) run.undo = { params: cloneParams(r.params), m: cloneParams(r.adam.m), v: cloneParams(r.adam.v), t: r.adam.t, hash: run.hash, step: run.completed };
+  else {
+    for (const k of Object.keys(r.params)) { run.undo.params[k].set(r.params[k]); run.undo.m[k].set(r.adam.m[k]); run.undo.v[k].set(r.adam.v[k]); }
+    run.undo.t = r.adam.t; run.undo.hash = run.hash; run.undo.step = run.completed;
+  }
+}
+
+export function restoreUndo(ctl, run) {
+  const u = run.undo, r = run.replica;
+  if (!u || u.step !== run.completed - 1) return false;
+  for (const k of Object.keys(r.params)) { r.params[k].set(u.params[k]); r.adam.m[k].set(u.m[k]); r.adam.v[k].set(u.v[k]); }
+  r.adam.t = u.t;
+  run.hashLog.delete(run.completed);
+  run.completed = u.step; run.hash = u.hash;
+  run.lastSent = Math.min(run.lastSent, u.step);
+  run.curve = run.curve.filter(([st]) => st <= u.step);
+  ctl.host.models.step = u.step;
+  ctl.host.show({ step: u.step, hash: u.hash, curve: run.curve });
+  ctl.host.emit('step-undone', { step: u.step, hash: u.hash });
+  return true;
+}
+
+export function end(ctl, run, runState, message, error) {
+  if (run.ended) return;
+  const h = ctl.host;
+  run.ended = true;
+  run.collective.fail(new ExchangeError('the run ended'));
+  run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
+  ctl.dispose(run.collective);
+  if (run.change) ctl.dispose(run.change.collective);
+  if (run.recovery?.promised) ctl.dispose(run.recovery.promised.collective);
+  if (run.recovery) wakeParked(ctl, run);
+  if (ctl.at === run) ctl.enter('idle', null);
+  ctl.lastRun = run;
+  ctl.joinBackoffUntil = performance.now() + 3000;    // peers still finishing this run look 'training' a moment
+  h.models.step = run.completed;
+  h.models.runEnded(run.replica, runState, error);
+  h.show({ running: false, runState, message, error, step: run.completed, hash: run.hash });
+  h.announce();
+  h.emit('run-ended', { state: runState, step: run.completed, error, message, hash: run.hash, history: run.history.map((e) => e.slice()) });
+  h.stored?.afterRun(run, { state: runState, error });   // stored_run.js
+}

@@ -1,0 +1,215 @@
+// The step loop (docs/ARCHITECTURE.md "A group run"): per step s, every peer: batch (seed, s,
+// slot), local step, the MeshCollective exchange (its frames carry the sender's hash after step
+// s-1: the sync guard), Adam, hash. After the last step FIN {hash}: every peer checks every final
+// hash. Stopping: STOP {stopAfter} from any member; every peer ends after exactly stopAfter steps
+// and relays it once, so the whole run stops at one step; the panel names who stopped it.
+import { TYPES } from '../peer/frames.js';
+import { ExchangeError } from '../peer/mesh_collective.js';
+import { Trainer, checkLoss } from '../train.js';
+import { StepArena } from '../arena.js';
+import { yieldToPage, waitUntil } from '../peer/page_clock.js';
+import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, short, isHash } from './record.js';
+import * as recovery from './recovery.js';
+import * as join from './join.js';
+import { end, alarm, saveUndo, restoreUndo, runView, wakeParked } from './ending.js';
+
+// opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
+// history, completed, hash, trainer, batches} of the run it enters
+export function begin(ctl, desc, replica, cfg, c, opts) {
+  const h = ctl.host;
+  const roster = opts.roster || desc.roster;
+  const completed = opts.completed ?? desc.startStep;
+  const batches = opts.batches || h.batches(cfg, desc.dataId);
+  const hash = opts.hash || desc.initHash;
+  const run = new Run({
+    desc, cfg, c, batches, replica, collective: opts.collective, roster, epoch: opts.epoch || 0,
+    trainer: opts.trainer || new Trainer(cfg, replica, batches, h.backend()), arena: h.backend()?.newArena() ?? new StepArena(),
+    history: opts.history || [[desc.startStep, roster.length]], completed, hash,
+    extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
+  });
+  run.slot = run.roster.indexOf(ctl.selfId);
+  ctl.enter('running', run);
+  h.models.adopt(cfg, replica, completed, run.extra);
+  const others = roster.length - 1;
+  const topology = run.collective.topology;
+  h.show({ running: true, runState: 'training', leader: roster[0], config: cfg, step: completed,
+           totalSteps: cfg.steps, loss: null, hash: run.hash, curve: [], tokensPerS: null, sync: null,
+           replicas: { count: roster.length, agree: true, step: completed },
+           run: runView(run), peerHashes: Object.fromEntries(run.peerHashes), error: '',
+           message: (opts.joined ? `Synced in: training from step ${completed + 1}` : opts.resumed ? `Resuming from step ${completed}` : 'Training')
+             + (others ? ` with ${others} other device(s) (${topology === 'allgather' ? 'all-gather' : 'reduce-scatter + all-gather'}).` : ' on this device alone.') });
+  h.announce();
+  h.emit('run-started', { config: { ...cfg }, roster: roster.slice(), runId: desc.runId, leader: roster[0], joined: Boolean(opts.joined) });
+  loop(ctl, run).catch((err) => {
+    console.warn('daisy: the run failed:', err);
+    end(ctl, run, 'failed', `The run stopped: ${err.message || err}`, err.message || String(err));
+  });
+}
+
+async function loop(ctl, run) {
+  const { cfg } = run, h = ctl.host;
+  let chunkStart = performance.now();
+  for (;;) {
+    if (run.ended) return;
+    if (run.recovery) { await recovery.awaitRecovery(ctl, run); continue; }
+    const s = run.completed;
+    if (s >= cfg.steps) break;
+    if (run.stopAfter !== null && s >= run.stopAfter) break;
+    if (run.change && run.change.msg.from === s) {
+      // a planned roster takes effect here, once committed (GO) everywhere
+      if (!(await recovery.awaitCommit(ctl, run))) continue;
+    }
+    run.arena.reset();
+    const slot = run.slot;
+    // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
+    const local = h.gpu ? await h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena))
+      : await run.trainer.localStep(s, slot, run.arena);
+    if (run.ended) return;
+    if (run.recovery) continue;                     // a departure while we computed: recompute
+    if (run.stopAfter !== null && s >= run.stopAfter) break;
+    if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
+    run.lastSent = s;
+    let out;
+    try {
+      out = await run.collective.exchange(s, run.roster, slot, local.loss, local.grads, run.hash);
+    } catch (err) {
+      if (!(err instanceof ExchangeError)) throw err;
+      if (run.ended) return;
+      if (!run.recovery && run.stopAfter !== null && s >= run.stopAfter) break;   // stopped by a peer mid-exchange
+      if (err.peer) recovery.evidence(ctl, run, err.peer, err.message);
+      if (!run.recovery) throw err;
+      continue;                                       // parks in awaitRecovery, then recomputes
+    }
+    if (run.ended) return;
+    if (run.stopAfter !== null && s >= run.stopAfter) break;      // a STOP came while the last frames did: not applied
+    if (run.recovery) continue;
+    // the sync guard: every peer's hash after step s (s steps done) must equal ours
+    const bad = out.hashes.map((x, i) => [run.roster[i], x]).filter(([, x]) => x !== run.hash);
+    for (const [i, x] of out.hashes.entries()) run.peerHashes.set(run.roster[i], x);
+    if (bad.length) {
+      const who = [[ctl.selfId, run.hash], ...bad].map(([id, x]) => `${h.nameOf(id)} has ${short(x)}`).join(', ');
+      alarm(ctl, run, `Replicas disagree after step ${s}: ${who}. Stopped (never fork).`, 'replica mismatch');
+      return;
+    }
+    saveUndo(run);
+    const applied = await run.trainer.apply(out.grads);
+    if (run.ended) return;
+    checkLoss(out.loss, s + 1);
+    run.completed = s + 1;
+    run.hash = applied.hash;
+    run.hashLog.set(s + 1, applied.hash);
+    run.hashLog.delete(s + 1 - HASH_LOG);
+    run.peerHashes.set(ctl.selfId, applied.hash);
+    report(ctl, run, s + 1, out.loss);
+    if (run.roster[0] === ctl.selfId && run.joiners.size) join.forwardToJoiners(ctl, run, s, out.flat);
+    h.stored?.afterStep(run);          // the leader stores the group's run (stored_run.js)
+    // the deadline follows the group's pace: a slow group (big settings, phones) is not "gone"
+    const t = run.stepTimes, n = t.length;
+    if (n > 2) run.collective.deadlineMs = Math.max(ctl.t.deadlineMs, ctl.t.deadlineSteps * (t[n - 1] - t[0]) / (n - 1));
+    if (performance.now() - chunkStart > ctl.t.chunkMs) { await yieldToPage(); chunkStart = performance.now(); }
+  }
+  if (run.ended) return;
+  // a STOP that arrived while this device applied the step past it: that step is undone
+  if (run.stopAfter !== null && run.completed === run.stopAfter + 1) restoreUndo(ctl, run);
+  if (run.stopAfter !== null && run.completed < cfg.steps) {
+    const by = run.stopBy && run.stopBy !== ctl.selfId ? ` by ${h.nameOf(run.stopBy)}` : '';
+    end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, run.stopAlarm);
+    return;
+  }
+  await finishRun(ctl, run);
+}
+
+function report(ctl, run, step, loss) {
+  const h = ctl.host;
+  const now = performance.now();
+  run.stepTimes.push(now);
+  if (run.stepTimes.length > RATE_WINDOW) run.stepTimes.shift();
+  const n = run.stepTimes.length, P = run.roster.length;
+  const tokensPerStep = run.cfg.batch * run.cfg.seq_len * P;
+  const rate = n > 1 ? (tokensPerStep * (n - 1) * 1000) / (run.stepTimes[n - 1] - run.stepTimes[0]) : null;
+  run.curve.push([step, loss]);
+  if (run.curve.length > MAX_CURVE) run.curve = run.curve.filter((_, i) => i % 2 === 0 || i === run.curve.length - 1);
+  run.loss = loss;
+  h.models.step = step;
+  // peers' hashes arrive one step late (with the next step's frames): agreement is at step-1
+  h.show({ step, loss, hash: run.hash, tokensPerS: rate, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
+           replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step } });
+  h.emit('step', { step, loss, hash: run.hash, peers: P });
+}
+
+// after the last step: FIN with our hash to everyone; every final hash must agree. A FIN that
+// disagrees is an alarm on this page (it says whose), never a reason to drop anyone.
+async function finishRun(ctl, run) {
+  const h = ctl.host;
+  run.finishing = true;
+  const others = run.roster.filter((id) => id !== ctl.selfId);
+  run.fins.set(ctl.selfId, run.hash);
+  await Promise.all(others.map((id) => ctl.mesh.sendJson(id, TYPES.FIN, { runId: run.desc.runId, step: run.completed, hash: run.hash }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
+  await waitUntil(() => run.ended || others.every((id) => run.fins.has(id)), ctl.t.finWaitMs,
+    (wake) => ctl.mesh.on(TYPES.FIN, wake), (wake) => ctl.onEnded(wake));
+  if (run.ended) return;
+  const missing = others.filter((id) => !run.fins.has(id));
+  const bad = others.filter((id) => run.fins.has(id) && run.fins.get(id) !== run.hash);
+  for (const [id, x] of run.fins) run.peerHashes.set(id, x);
+  h.show({ peerHashes: Object.fromEntries(run.peerHashes),
+           replicas: { count: run.roster.length, agree: !bad.length, agreeing: run.roster.length - bad.length - missing.length, step: run.completed } });
+  if (bad.length) {
+    // the sync guard already checked every hash up to the last step: a wrong FIN is one peer's word
+    end(ctl, run, 'done', `Run finished: ${run.completed} steps; ${bad.map((id) => `${h.nameOf(id)} reports the final hash ${short(run.fins.get(id))}`).join(', ')}, this device ${short(run.hash)} (every step before was checked by the sync guard).`, '');
+    return;
+  }
+  const note = missing.length ? ` (no final hash from ${missing.map((id) => h.nameOf(id)).join(', ')})` : '';
+  const loss = run.loss === null ? '' : `, loss ${run.loss.toFixed(4)}`;
+  end(ctl, run, 'done', `Run finished: ${run.completed} steps${loss}${run.roster.length > 1 ? `, ${run.roster.length - missing.length} replicas agree` : ''}${note}.`, '');
+}
+
+export function onFin(ctl, from, m) {
+  const run = ctl.at;
+  if (m.json.runId !== run.desc.runId || !run.roster.includes(from) || !isHash(m.json.hash)) { ctl.mesh.drop(from, m, 'FIN for no run of ours'); return; }
+  if (!run.fins.has(from)) run.fins.set(from, m.json.hash);
+}
+
+// ---- stopping ---------------------------------------------------------------------------------
+// The user's Stop: every peer ends after the steps this device has sent gradients for.
+export function stop(ctl, reason = '') {
+  const run = ctl.run;
+  if (!run || run.ended) return false;
+  const stopAfter = run.recovery ? run.completed : run.lastSent + 1;
+  setStop(ctl, run, stopAfter, ctl.selfId, reason || `stopped on ${ctl.host.nameOf(ctl.selfId)}`);
+  ctl.host.show({ message: 'Stopping after the current step…' });
+  return true;
+}
+
+// every member ends after stopAfter steps; the first word of it is relayed to every member (so
+// a STOP sent to one page stops the run everywhere at one step, never splits it)
+export function setStop(ctl, run, stopAfter, by, reason, alarmed = '') {
+  if (run.stopAfter !== null && run.stopAfter <= stopAfter) return;
+  run.stopAfter = stopAfter;
+  run.stopBy = by;
+  run.stopReason = reason;
+  run.stopAlarm = alarmed;
+  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason, by, ...(alarmed ? { alarm: alarmed } : {}) });
+  // an exchange of a step past the stop can never complete: end it now
+  if (run.lastSent >= run.stopAfter) run.collective.fail(new ExchangeError('stopped'));
+  if (run.recovery) wakeParked(ctl, run);
+}
+
+export function onStop(ctl, from, m) {
+  const run = ctl.at, d = m.json;
+  if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { ctl.mesh.drop(from, m, 'STOP for no run of ours'); return; }
+  if (d.stopAfter < run.completed - 1 || d.stopAfter > run.lastSent + 2) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
+  const reason = String(d.reason || '').slice(0, 400);
+  // who stopped it: the sender, or (relayed) the member the sender names, if it is in the run
+  const by = typeof d.by === 'string' && run.roster.includes(d.by) ? d.by : from;
+  const relayed = by !== from ? ` (relayed by ${ctl.host.nameOf(from)})` : '';
+  if (d.stopAfter < run.completed && !restoreUndo(ctl, run)) {
+    end(ctl, run, 'stopped', `${reason} — stopped by ${ctl.host.nameOf(by)}${relayed}; this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
+    return;
+  }
+  // an alarm it reports is its word: the run stops (any member may stop it), nobody is removed
+  const alarmed = ALARMS.has(d.alarm) ? d.alarm : d.mismatch === true ? 'replica mismatch' : '';
+  setStop(ctl, run, d.stopAfter, by, `${reason || 'stopped'}${relayed}`, alarmed);
+}
+
+const ALARMS = new Set(['replica mismatch', 'split alarm']);
+

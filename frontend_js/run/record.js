@@ -1,0 +1,173 @@
+// The records of a group run (docs/ARCHITECTURE.md "The run controller"): every field of a run,
+// a recovery, a roster change and a joiner, declared once here with what it means. The protocol
+// modules (start.js, loop.js, recovery.js, join.js) change these fields; nothing adds others.
+import { MAX_RUN_ID } from '../peer/roster.js';
+
+// The controller's timings (ms). Node tests pass shorter ones (tests/js/run_harness.mjs).
+export const TIMING = Object.freeze({
+  linkWaitMs: 8_000,        // Start, and a joiner before asking, wait this long for links still connecting
+  acceptWaitMs: 15_000,     // the leader's bound on the members' answers to RUN
+  goWaitMs: 20_000,         // a member's bound on the leader's GO
+  finWaitMs: 10_000,        // bound on the final hashes
+  deadlineMs: 7_000,        // no frame from a needed peer for this long: it is gone (this device's own evidence)
+  deadlineSteps: 5,         // ... or for this many of the run's recent step times, if longer
+  confirmWaitMs: 10_000,    // too few survivors for a quorum: wait this long for the server's word
+  joinWaitMs: 6_000,        // a joiner asks again when the leader's SYNC or STATE stalls this long
+  syncDeadlineMs: 60_000,   // a joiner not in the roster this long after its state was sent is dropped
+  resyncIntervalMs: 5_000,  // at most one state transfer to the same joiner this often
+  chunkMs: 25,              // train at most this long before yielding to the page
+});
+
+// The injected fault plan: test hooks, never read from globals by the controller.
+export const NO_FAULTS = Object.freeze({
+  corruptNextSync: false,   // this joiner's state goes wrong after its checks (the leader must catch its hash)
+  noJoin: false,            // an outsider that never asks to join
+});
+
+export const MAX_JOINERS = 8;       // devices being synced in at once
+export const HASH_LOG = 64;         // the leader's recent hashes, to check joiners' reports
+export const MAX_RESYNCS = 3;       // a joiner that reports a wrong hash this often is refused
+export const RATE_WINDOW = 20;      // steps in the tokens/s window
+export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
+export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
+
+export const short = (h) => (h ? String(h).slice(0, 12) : '(none)');
+export const isHash = (h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h);
+export const isRunId = (x) => Number.isInteger(x) && x > 0 && x <= MAX_RUN_ID;
+
+export function newRunId() {
+  const a = new Uint32Array(1);
+  do crypto.getRandomValues(a); while ((a[0] & MAX_RUN_ID) === 0 || (a[0] & MAX_RUN_ID) > MAX_RUN_ID - 100_000);
+  return a[0] & MAX_RUN_ID;               // below 2^31 - 1e5: run id + epoch never wraps (roster.js)
+}
+
+// a replicated P schedule [[fromStep, P], ...]: strictly increasing steps, P in 1..64
+export function validHistory(h, from, P) {
+  if (!Array.isArray(h) || !h.length || h.length > 4096) return false;
+  let last = -1;
+  for (const e of h) {
+    if (!Array.isArray(e) || e.length !== 2 || !Number.isInteger(e[0]) || !Number.isInteger(e[1]) || e[0] <= last || e[1] < 1 || e[1] > 64) return false;
+    last = e[0];
+  }
+  const tail = h[h.length - 1];
+  return from === undefined || (tail[0] <= from && tail[1] === P);
+}
+
+// Leader, start: the proposal waiting for every member's ACCEPT.
+export class Proposal {
+  constructor(desc) {
+    this.desc = desc;
+    this.answers = new Set();   // members that accepted
+    this.resolve = null; this.reject = null;
+  }
+}
+
+// Member, start: a RUN accepted, waiting for the STATE (resuming) and GO.
+export class Acceptance {
+  constructor(desc, from, cfg, c, collective) {
+    this.desc = desc; this.from = from; this.cfg = cfg; this.c = c; this.collective = collective;
+    this.replica = null;        // the start weights, once built or received and checked
+    this.timer = null;          // GO_WAIT
+  }
+}
+
+// A roster change in progress: proposed by the (acting) leader, accepted by every member staying,
+// committed by GO. kind: 'join' (joiners appended, planned ahead) | 'recovery' (departed removed).
+export class RosterChange {
+  constructor(msg, digest, kind, collective) {
+    this.msg = msg;             // {runId, epoch, base, from, roster, joined, left, history, reason}
+    this.digest = digest;       // rosterDigest(msg): what ACCEPT and GO name
+    this.kind = kind;
+    this.collective = collective; // the new epoch's MeshCollective, registered before anyone may use it
+    this.accepts = new Set();   // leader: stayers that accepted (itself included)
+    this.committed = false;     // GO sent (leader) or received (member)
+    this.timer = null;          // leader: the stayers' answers' deadline
+  }
+}
+
+// A recovery: the step in flight halted after evidence that a peer left.
+export class Recovery {
+  constructor(epoch) {
+    this.epoch = epoch;         // the epoch the new roster will have
+    this.leader = null;         // the acting leader in this device's view
+    this.statuses = new Map();  // acting leader: id -> {completed, hash, epoch}
+    this.claims = new Map();    // acting leader: id -> the peers it says it lost (claims, not evidence)
+    this.parked = false;        // the loop waits in awaitRecovery (no step in flight)
+    this.waiters = [];          // resolvers of the parked loop
+    this.halted = '';           // acting leader: the gone set its last HALT named
+    this.timer = null;          // statuses (leader) or the roster (member) not in time
+    this.confirmTimer = null;   // too few survivors: the wait for the server's word
+    this.keepAlive = null;      // acting leader: the HALT repeated while the recovery lasts
+    this.promised = null;       // member: the RosterChange this device accepted (one per epoch)
+    this.deferred = null;       // member: a proposal waiting for the server's word on a departure
+  }
+}
+
+// Leader: a device being synced in.
+export class Joiner {
+  constructor(resyncs = 0) {
+    this.stage = 'snapshot';    // 'snapshot' (state at the next boundary) | 'syncing' (state sent, FWD flowing)
+    this.verified = null;       // the latest step its SYNCED hash matched ours
+    this.admitted = null;       // the step it contributes from, once a roster naming it is committed
+    this.resyncs = resyncs;     // wrong hashes reported so far
+    this.sentAt = 0;            // when its state transfer was sent (the sync deadline runs from it)
+    this.chain = Promise.resolve();   // its sends, in order
+    this.queued = 0;            // sends queued on the chain
+    this.dropped = false;       // dropped (gone, stalled, past its deadline): its queued sends are skipped
+  }
+}
+
+// Joiner: this idle device asking a running group to sync it in.
+export class JoinAttempt {
+  constructor(asked) {
+    this.asked = asked;         // the training peers it sent JOIN to
+    this.from = null;           // the leader that answered with SYNC
+    this.timer = null;
+    this.refused = false;
+    this.desc = null; this.cfg = null; this.c = null;   // the run, once SYNC checked out
+    this.roster = null; this.epoch = 0; this.history = null;
+    this.snap = 0; this.hash = null;                   // the state's step and hash (SYNC's word)
+    this.replica = null; this.trainer = null; this.batches = null;
+    this.completed = null; this.hashNow = null;        // caught up to, by forwarded gradients
+    this.fwd = new Map();       // step -> the group's G of that step
+    this.change = null;         // the RosterChange naming this device (accepted, then committed)
+    this.draining = null;       // the running drain of fwd
+  }
+}
+
+// The active run. Every field is here; see the protocol modules for who changes it.
+export class Run {
+  constructor({ desc, cfg, c, batches, trainer, replica, arena, collective, roster, epoch, history, completed, hash, extra }) {
+    this.desc = desc;           // the run's descriptor (RUN): runId, config, dataId, startStep, initHash, ...
+    this.cfg = cfg; this.c = c; // its config and the compute modules
+    this.batches = batches; this.trainer = trainer; this.replica = replica; this.arena = arena;
+    this.collective = collective;               // the current epoch's MeshCollective
+    this.roster = roster.slice();               // peer ids in slot order; slot 0 leads
+    this.epoch = epoch;
+    this.epochFrom = new Map([[epoch, completed]]);   // epoch -> its first step (split checks on late frames)
+    this.slot = -1;             // this device's slot (set by the controller)
+    this.history = history.map((e) => e.slice());     // the P schedule [[fromStep, P], ...]
+    this.completed = completed; // steps completed
+    this.lastSent = completed - 1;              // the last step whose gradient this device sent
+    this.hash = hash;           // weight hash after `completed` steps
+    this.hashLog = new Map([[completed, hash]]);
+    this.peerHashes = new Map(roster.map((id) => [id, hash]));
+    this.extra = extra;         // what the model is trained on (kept in files)
+    this.stopAfter = null; this.stopReason = ''; this.stopBy = null;   // a STOP: after which step, why, who
+    this.stopAlarm = '';        // the alarm a STOP reported ('replica mismatch' | 'split alarm'), or ''
+    this.fins = new Map();      // id -> final hash
+    this.undo = null;           // one step of undo {params, m, v, t, hash, step}
+    this.ended = false; this.finishing = false;
+    this.gone = new Map();      // id -> why: THIS device's own evidence that the peer left
+    this.confirmed = new Set(); // peers whose departure is confirmed (their own LEAVE)
+    this.heard = new Map();     // id -> when this device last received a frame of this run from it
+    this.recovery = null;       // a Recovery while the step in flight is halted
+    this.change = null;         // a RosterChange proposed/accepted/committed, not yet in effect
+    this.joiners = new Map();   // leader: id -> Joiner
+    this.transfers = new Map(); // leader: id -> when its last state transfer was sent (outlives the Joiner)
+    this.sent = { bytes: 0, waitMs: 0 };        // over the epochs' collectives already closed
+    this.stepTimes = [];        // the recent steps' times (rate, pace of the deadline)
+    this.curve = [];            // [step, loss] for the plot
+    this.loss = null;
+  }
+}

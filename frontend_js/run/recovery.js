@@ -1,0 +1,458 @@
+// Membership changes of a running group (docs/ARCHITECTURE.md "Membership", docs/PROTOCOL.md
+// "One lying member"): departures and failover, the two-phase roster change, and the split alarm.
+//
+// Evidence that a peer left is only ever THIS device's own: its link closed, its own deadline
+// passed (no gradient, no STATUS, no roster in time), the peer's own LEAVE, or the signaling
+// server's peer-left. What another member says (HALT's or STATUS's `gone`) is a claim: shown,
+// compared, never acted on.
+//
+//   any survivor with evidence      acting leader (most senior not gone, in its own view)
+//   halts its step, parks      ──►  HALT {epoch, gone}  to the members it still counts
+//   STATUS {completed, hash,   ──►  every live member answered? claims agree with what it sees?
+//           epoch, gone}            a quorum (roster.js mayGoOn)? positions one step apart?
+//                              ◄──  ROSTER {epoch, base, from, roster, history}   (a proposal)
+//   checks it against its own view: base = its epoch, sender = the roster's most senior, every
+//   dropped peer one it cannot reach itself, the quorum on its own knowledge, the schedule
+//                              ──►  ACCEPT {epoch, digest} | REFUSE {epoch, reason}
+//                              ◄──  GO {epoch, digest}  once every member staying accepted
+//   applies exactly that roster (undoing one step if it is one ahead)
+//
+// A planned change (joiners, join.js) is the same proposal, announced two steps ahead; it takes
+// effect at its first step once committed. Anything that does not add up stops the run with an
+// alarm naming the step and the peers: never a fork, never a peer dropped on another's word.
+import { TYPES } from '../peer/frames.js';
+import { ExchangeError } from '../peer/mesh_collective.js';
+import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, scheduleString } from '../peer/roster.js';
+import { waitUntil } from '../peer/page_clock.js';
+import { Recovery, RosterChange, validHistory, isHash } from './record.js';
+import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
+
+const goneSet = (run) => new Set(run.gone.keys());
+const live = (run) => run.roster.filter((id) => !run.gone.has(id));
+
+// ---- evidence ---------------------------------------------------------------------------------
+// This device's own evidence that `id` left (confirmed: the peer said so itself).
+export function evidence(ctl, run, id, why, confirmed = false) {
+  if (!run || run.ended || run.finishing || id === ctl.selfId) return;
+  if (confirmed) run.confirmed.add(id);
+  run.joiners.delete(id);
+  if (!run.roster.includes(id)) {
+    // a joiner named by a planned change: the change is void (it would wait for its answer)
+    if (run.change && run.change.msg.roster.includes(id)) voidChange(ctl, run, `${ctl.host.nameOf(id)} left before it joined`);
+    return;
+  }
+  if (run.gone.has(id)) { tryFinish(ctl, run); return; }
+  run.gone.set(id, why);
+  beginRecovery(ctl, run);
+}
+
+// Whether this device can vouch that `id` is here: its link is up, it has no evidence against it,
+// and it heard from it within a deadline.
+export function reaches(ctl, run, id) {
+  const heard = run.heard.get(id);
+  return !run.gone.has(id) && ctl.mesh.isReady(id) && heard !== undefined && performance.now() - heard < run.collective.deadlineMs;
+}
+
+// Another member acts on a departure this device has no evidence of: the peers senior to
+// `upTo` that this device cannot vouch for become its own evidence (their silence is its own
+// observation). -> false when it still reaches one of them (then it does not follow).
+function adoptSilence(ctl, run, upTo, claimant) {
+  const seniors = run.roster.slice(0, run.roster.indexOf(upTo)).filter((id) => !run.gone.has(id));
+  if (seniors.includes(ctl.selfId) || seniors.some((id) => reaches(ctl, run, id))) return false;
+  for (const id of seniors) run.gone.set(id, `silent here, and ${ctl.host.nameOf(claimant)} acts on its departure`);
+  return true;
+}
+
+function voidChange(ctl, run, why) {
+  const ch = run.change;
+  if (!ch) return;
+  clearTimeout(ch.timer);
+  ctl.dispose(ch.collective);
+  run.change = null;
+  for (const [, j] of run.joiners) j.admitted = null;
+  ctl.poke();
+  if (why) ctl.host.note(`The planned roster change was dropped: ${why}.`);
+}
+
+export function beginRecovery(ctl, run) {
+  const h = ctl.host;
+  const rec = run.recovery || (run.recovery = new Recovery(run.epoch + 1));
+  // the step in flight and a planned roster change are void: the acting leader decides
+  run.collective.fail(new ExchangeError('the roster is changing'));
+  voidChange(ctl, run, '');
+  run.joiners.clear();            // joiners ask again once the group trains on
+  rec.leader = actingLeader(run.roster, goneSet(run));
+  // new evidence: this device's own proposal in the making is void (it will not commit it), and
+  // so is one from a proposer this device now has evidence against (it cannot commit it any
+  // more); a roster accepted from a proposer still here stays accepted until a later epoch
+  // replaces it (its leader may commit it: dropping it here would leave this device behind)
+  const proposer = rec.promised?.msg.roster[0];
+  if (rec.promised && !rec.promised.committed && (proposer === ctl.selfId || run.gone.has(proposer))) {
+    ctl.dispose(rec.promised.collective);
+    clearTimeout(rec.promised.timer);
+    rec.promised = null;
+  }
+  const names = [...run.gone].map(([id, why]) => `${h.nameOf(id)} (${why})`).join(', ');
+  h.show({ message: names ? `${names} left at step ${run.completed + 1}; the group recomputes that step without ${run.gone.size > 1 ? 'them' : 'it'}…`
+    : `The group halted step ${run.completed + 1} to check its roster…` });
+  if (rec.leader === ctl.selfId) halt(ctl, run, rec);
+  else if (rec.parked) sendStatus(ctl, run);
+  ctl.poke();
+}
+
+// the loop waits here (no step in flight) until the new roster applies or the run ends
+export async function awaitRecovery(ctl, run) {
+  const rec = run.recovery;
+  if (!rec) return;
+  rec.parked = true;
+  if (rec.promised && rec.promised.committed) { applyRoster(ctl, run, rec.promised); return; }
+  if (rec.leader === ctl.selfId) tryFinish(ctl, run);
+  else sendStatus(ctl, run);
+  if (run.recovery !== rec || run.ended) return;
+  await new Promise((resolve) => rec.waiters.push(resolve));
+}
+
+// ---- acting leader ----------------------------------------------------------------------------
+function halt(ctl, run, rec) {
+  const gone = [...run.gone.keys()].sort();
+  const key = gone.join(',');
+  if (rec.halted === key && rec.timer) { tryFinish(ctl, run); return; }
+  rec.halted = key;
+  ctl.tellAll(run, TYPES.HALT, { runId: run.desc.runId, epoch: rec.epoch, gone }, live(run));
+  // while the recovery lasts (a quorum may wait for the server's word), the HALT goes out again
+  // now and then: the members keep hearing their leader, so a liar cannot pass it off as silent
+  clearInterval(rec.keepAlive);
+  rec.keepAlive = setInterval(() => {
+    if (run.recovery !== rec || run.ended || rec.leader !== ctl.selfId) { clearInterval(rec.keepAlive); return; }
+    ctl.tellAll(run, TYPES.HALT, { runId: run.desc.runId, epoch: rec.epoch, gone: [...run.gone.keys()].sort() }, live(run));
+  }, run.collective.deadlineMs / 3);
+  clearTimeout(rec.timer);
+  rec.timer = setTimeout(() => statusTimeout(ctl, run, rec), run.collective.deadlineMs);
+  tryFinish(ctl, run);
+}
+
+function statusTimeout(ctl, run, rec) {
+  if (run.recovery !== rec || rec.leader !== ctl.selfId || run.ended) return;
+  rec.timer = null;
+  const missing = live(run).filter((id) => id !== ctl.selfId && !rec.statuses.has(id));
+  for (const id of missing) run.gone.set(id, 'no answer while the group recovered');
+  if (missing.length) beginRecovery(ctl, run);
+}
+
+function sendStatus(ctl, run) {
+  const rec = run.recovery;
+  ctl.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()] },
+    { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+  clearTimeout(rec.timer);
+  const leader = rec.leader;
+  // the leader may wait for the server's word before it proposes: wait that long too
+  rec.timer = setTimeout(() => {
+    if (run.recovery === rec && rec.leader === leader && !(rec.promised && rec.promised.committed)) evidence(ctl, run, leader, 'no new roster from it in time');
+  }, run.collective.deadlineMs + ctl.t.confirmWaitMs);
+}
+
+// the acting leader, once every member it counts (itself included, parked) told its position
+function tryFinish(ctl, run) {
+  const rec = run?.recovery;
+  if (!rec || rec.leader !== ctl.selfId || !rec.parked || rec.promised || run.ended) return;
+  const h = ctl.host, survivors = live(run);
+  rec.statuses.set(ctl.selfId, { completed: run.completed, hash: run.hash, epoch: run.epoch });
+  if (!survivors.every((id) => rec.statuses.has(id))) return;
+  // a member that says it lost a peer which answers this device: a partial partition or a lie.
+  // Nobody is dropped on a member's word; the run stops with the alarm.
+  for (const [id, lost] of rec.claims) {
+    const alive = lost.filter((x) => x === ctl.selfId || survivors.includes(x));
+    if (alive.length) {
+      giveUp(ctl, run, rec, `${h.nameOf(id)} reports it lost ${alive.map((x) => h.nameOf(x)).join(', ')}, who answer${alive.length > 1 ? '' : 's'} this device (a cut link or a lie; nobody is removed on a member's word)`);
+      return;
+    }
+  }
+  const confirmed = new Set([...run.confirmed, ...ctl.serverGone]);
+  if (!mayGoOn(run.roster, goneSet(run), confirmed)) {
+    if (!rec.confirmTimer) {
+      const waitingFor = [...run.gone.keys()].filter((id) => !confirmed.has(id)).map((id) => h.nameOf(id)).join(', ');
+      h.show({ message: `Too few devices left for a quorum: waiting for the server to confirm that ${waitingFor} left (up to ${ctl.t.confirmWaitMs / 1000} s)…` });
+      rec.confirmTimer = setTimeout(() => giveUp(ctl, run, rec, `lost ${[...run.gone.keys()].map((id) => h.nameOf(id)).join(', ')}: too many for a quorum, and the server did not confirm they left (going on could split the group in two)`), ctl.t.confirmWaitMs);
+    }
+    return;
+  }
+  clearTimeout(rec.confirmTimer);
+  const at = survivors.map((id) => rec.statuses.get(id));
+  if (at.some((x) => x.epoch !== run.epoch)) { giveUp(ctl, run, rec, 'the survivors are in different roster epochs (a change was under way)'); return; }
+  const from = Math.min(...at.map((x) => x.completed));
+  if (at.some((x) => x.completed > from + 1)) { giveUp(ctl, run, rec, 'the survivors are more than one step apart'); return; }
+  const atFrom = new Set(survivors.filter((id) => rec.statuses.get(id).completed === from).map((id) => rec.statuses.get(id).hash));
+  if (run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
+  if (atFrom.size > 1) { giveUp(ctl, run, rec, `replicas disagree at step ${from}`, 'replica mismatch'); return; }
+  const left = run.roster.filter((id) => run.gone.has(id));
+  const msg = { runId: run.desc.runId, epoch: rec.epoch, base: run.epoch, from, roster: survivors, left, joined: [],
+                history: scheduleWith(run.history, from, survivors.length),
+                reason: left.map((id) => `${h.nameOf(id)}: ${run.gone.get(id) || 'gone'}`).join('; ').slice(0, 400) };
+  rec.epoch += 1;                 // a later proposal (after more evidence) needs a new epoch
+  const change = new RosterChange(msg, rosterDigest(msg), 'recovery', ctl.newCollective(run.desc.runId, msg.epoch, survivors, from, run.cfg, run.c, run.collective.deadlineMs));
+  rec.promised = change;
+  change.accepts.add(ctl.selfId);
+  ctl.tellAll(run, TYPES.ROSTER, msg, survivors);
+  clearTimeout(rec.timer);
+  change.timer = setTimeout(() => answersTimeout(ctl, run, change), run.collective.deadlineMs + ctl.t.confirmWaitMs);
+  maybeCommit(ctl, run, change);
+}
+
+function answersTimeout(ctl, run, change) {
+  if (run.ended || change.committed) return;
+  const missing = change.msg.roster.filter((id) => !change.accepts.has(id));
+  if (change.kind === 'recovery') {
+    if (run.recovery?.promised !== change) return;
+    run.recovery.promised = null;
+    ctl.dispose(change.collective);
+  } else if (run.change === change) voidChange(ctl, run, '');
+  for (const id of missing) evidence(ctl, run, id, 'no answer to the new roster');
+}
+
+// No way on without risking a split: every survivor meets at the last step all completed.
+function giveUp(ctl, run, rec, why, error = 'split alarm') {
+  if (run.recovery !== rec || run.ended) return;
+  // members' positions within one step of this device's (honest ones are; a claimed position
+  // further away is a lie and must not pull the stop out of everyone's reach)
+  const at = [...rec.statuses.values()].map((x) => x.completed).filter((c) => Math.abs(c - run.completed) <= 1);
+  const stopAfter = Math.min(run.completed, ...at);
+  const message = `The run stopped at step ${stopAfter}: ${why}.`;
+  ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: message, by: ctl.selfId, alarm: error }, live(run));
+  if (stopAfter < run.completed) restoreUndo(ctl, run);
+  end(ctl, run, 'stopped', `${message} This device keeps the state after step ${run.completed} (generate, download and resume still work).`, error);
+}
+
+// ---- frames: HALT, STATUS, LEAVE --------------------------------------------------------------
+export function onHalt(ctl, from, m) {
+  const run = ctl.at, d = m.json;
+  if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Array.isArray(d.gone) || !Number.isInteger(d.epoch)) { ctl.mesh.drop(from, m, 'HALT for no run of ours'); return; }
+  if (d.epoch <= run.epoch) return;                   // a recovery that already ended
+  if (run.recovery && run.recovery.leader === from) return;   // our leader's keep-alive: heard (dispatch)
+  // Its `gone` is its claim. This device halts (a stall at most) and reports its position to the
+  // sender; it follows the sender's lead only when it cannot vouch for any peer senior to it.
+  adoptSilence(ctl, run, from, from);
+  beginRecovery(ctl, run);
+  const rec = run.recovery;
+  if (rec.leader !== from) {
+    ctl.mesh.sendJson(from, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()] },
+      { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+  }
+}
+
+export function onStatus(ctl, from, m) {
+  const run = ctl.at, d = m.json, h = ctl.host;
+  if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.completed) || !isHash(d.hash) || !Number.isInteger(d.epoch) || !Array.isArray(d.gone)) { ctl.mesh.drop(from, m, 'STATUS for no run of ours'); return; }
+  if (d.epoch < run.epoch) return;                    // sent before the roster it asked for arrived
+  if (run.gone.has(from)) { ctl.mesh.drop(from, m, `STATUS from ${h.nameOf(from)}, which this device saw leave (${run.gone.get(from)})`); return; }
+  if (actingLeader(run.roster, goneSet(run)) !== ctl.selfId && !adoptSilence(ctl, run, ctl.selfId, from)) {
+    ctl.mesh.drop(from, m, `STATUS to a device that is not the acting leader (${h.nameOf(actingLeader(run.roster, goneSet(run)))} leads and still answers it)`);
+    return;
+  }
+  const claims = d.gone.filter((id) => typeof id === 'string' && (run.roster.includes(id))).slice(0, 64);
+  if (!run.recovery || run.recovery.leader !== ctl.selfId) beginRecovery(ctl, run);
+  const rec = run.recovery;
+  rec.statuses.set(from, { completed: d.completed, hash: d.hash, epoch: d.epoch });
+  if (claims.length) rec.claims.set(from, claims); else rec.claims.delete(from);
+  tryFinish(ctl, run);
+}
+
+export function onLeave(ctl, from, m) {
+  const run = ctl.at;
+  if (m.json.runId !== run.desc.runId) { run.joiners.delete(from); return; }
+  evidence(ctl, run, from, String(m.json.reason || 'it closed its page').slice(0, 200), true);
+}
+
+// the server's word that a peer left: a departure it confirms may let the survivors go on
+export function onServerGone(ctl, run, id) {
+  if (run.gone.has(id)) tryFinish(ctl, run);
+  const deferred = run.recovery?.deferred;
+  if (deferred) { run.recovery.deferred = null; clearTimeout(deferred.timer); onRoster(ctl, deferred.from, deferred.m, false); }
+}
+
+// ---- the roster change: proposal, answers, commit ---------------------------------------------
+// A member: a proposed roster (recovery or planned join). Accepted only when it adds up in this
+// device's own view; a refusal says why to the sender and on this panel. A proposal that drops a
+// peer this device still hears from, or that lacks a quorum on its own knowledge, waits a moment
+// first (a crashed peer's link takes a moment to close; the server's word may be on its way).
+export function onRoster(ctl, from, m, final = false) {
+  const run = ctl.at, d = m.json, h = ctl.host;
+  if (d.runId !== run.desc.runId) { ctl.mesh.drop(from, m, 'ROSTER for no run of ours'); return; }
+  const rec = run.recovery;
+  // one roster accepted per epoch: a later proposal needs a later epoch
+  const floor = Math.max(rec ? rec.epoch : run.epoch + 1, run.change ? run.change.msg.epoch + 1 : 0);
+  const dropped = Array.isArray(d.roster) ? run.roster.filter((id) => !d.roster.includes(id)) : [];
+  const joined = Array.isArray(d.roster) ? d.roster.filter((id) => !run.roster.includes(id)) : [];
+  let why = d.base !== run.epoch ? `it changes epoch ${d.base}, this device is in epoch ${run.epoch}` : null;
+  if (!why && Number.isInteger(d.epoch) && d.epoch < floor) why = `this device already accepted a roster for epoch ${floor - 1}`;
+  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed: run.completed, selfId: ctl.selfId }, from);
+  if (!why && (!validHistory(d.history, d.from, d.roster.length) || scheduleString(d.history) !== scheduleString(scheduleWith(run.history, d.from, d.roster.length)))) {
+    why = 'its P schedule is not this run\'s';
+  }
+  if (!why && joined.length && from !== run.roster[0]) why = 'only the run\'s leader admits joiners';
+  if (!why && joined.some((id) => !ctl.mesh.isReady(id))) why = `this device has no link to ${joined.filter((id) => !ctl.mesh.isReady(id)).map((id) => h.nameOf(id)).join(', ')}`;
+  let wait = null;
+  if (!why && dropped.length) {
+    const reached = dropped.filter((id) => reaches(ctl, run, id));
+    const confirmed = new Set([...run.confirmed, ...ctl.serverGone]);
+    if (reached.length) {
+      why = `it drops ${reached.map((id) => h.nameOf(id)).join(', ')}, who this device still reaches`;
+      wait = run.collective.deadlineMs / 2;
+    } else if (!mayGoOn(run.roster, new Set(dropped), confirmed)) {
+      why = 'too few devices stay for a quorum and the server did not confirm the others left';
+      wait = ctl.t.confirmWaitMs;
+    }
+  }
+  if (!why && joined.length === 0 && !rec) beginRecovery(ctl, run);
+  if (why && wait !== null && !final) {
+    if (!run.recovery) beginRecovery(ctl, run);
+    const r = run.recovery;
+    if (r.deferred) clearTimeout(r.deferred.timer);
+    r.deferred = { from, m, timer: setTimeout(() => {
+      if (run.recovery !== r || r.deferred?.m !== m || run.ended) return;
+      r.deferred = null;
+      onRoster(ctl, from, m, true);
+    }, wait) };
+    return;
+  }
+  if (why) { refuseRoster(ctl, run, from, d, why); ctl.mesh.drop(from, m, `ROSTER refused: ${why}`); return; }
+  const change = new RosterChange(d, rosterDigest(d), joined.length ? 'join' : 'recovery',
+    ctl.newCollective(run.desc.runId, d.epoch, d.roster, d.from, run.cfg, run.c, run.collective.deadlineMs));
+  if (change.kind === 'recovery') {
+    const r = run.recovery;
+    if (r.promised) ctl.dispose(r.promised.collective);
+    r.promised = change;
+    r.leader = from;
+    r.epoch = d.epoch + 1;
+  } else {
+    if (run.change) ctl.dispose(run.change.collective);
+    run.change = change;
+  }
+  ctl.mesh.sendJson(from, TYPES.ACCEPT, { runId: run.desc.runId, epoch: d.epoch, digest: change.digest }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+}
+
+function refuseRoster(ctl, run, from, d, why) {
+  const epoch = Number.isInteger(d.epoch) ? d.epoch : 0;
+  ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: run.desc.runId, epoch, reason: why }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+  ctl.host.note(`Refused a new roster from ${ctl.host.nameOf(from)}: ${why}.`);
+}
+
+// the proposer: a member's ACCEPT or REFUSE of our roster
+export function onRosterAnswer(ctl, from, m, yes) {
+  const run = ctl.at, d = m.json, h = ctl.host;
+  const change = [run.recovery?.promised, run.change].find((c) => c && c.msg.epoch === d.epoch && c.msg.roster[0] === ctl.selfId);
+  if (!change || !change.msg.roster.includes(from) || change.committed) { ctl.mesh.drop(from, m, 'an answer to no roster of ours'); return; }
+  if (!yes || d.digest !== change.digest) {
+    const why = yes ? 'it accepted another roster (digest)' : String(d.reason || 'no reason').slice(0, 300);
+    if (change.kind === 'recovery') giveUp(ctl, run, run.recovery, `${h.nameOf(from)} refused the new roster: ${why}`);
+    else alarm(ctl, run, `The run stopped at step ${run.completed}: ${h.nameOf(from)} refused the roster admitting ${change.msg.joined.map((id) => h.nameOf(id)).join(', ')}: ${why}.`, 'split alarm');
+    return;
+  }
+  change.accepts.add(from);
+  maybeCommit(ctl, run, change);
+}
+
+function maybeCommit(ctl, run, change) {
+  if (change.committed || !change.msg.roster.every((id) => change.accepts.has(id))) return;
+  change.committed = true;
+  clearTimeout(change.timer);
+  ctl.tellAll(run, TYPES.GO, { runId: run.desc.runId, epoch: change.msg.epoch, digest: change.digest }, change.msg.roster);
+  if (change.kind === 'recovery') applyRoster(ctl, run, change);
+  ctl.poke();
+}
+
+// a member: GO for the roster it accepted
+export function onCommit(ctl, from, m) {
+  const run = ctl.at, d = m.json;
+  const change = [run.recovery?.promised, run.change].find((c) => c && c.msg.epoch === d.epoch);
+  if (!change || from !== change.msg.roster[0] || d.digest !== change.digest) { ctl.mesh.drop(from, m, 'GO for no roster this device accepted'); return; }
+  change.committed = true;
+  if (change.kind === 'recovery' && run.recovery?.parked) applyRoster(ctl, run, change);
+  ctl.poke();
+}
+
+// the loop at a planned change's first step: -> true once it took effect
+export async function awaitCommit(ctl, run) {
+  const change = run.change;
+  await waitUntil(() => change.committed || run.ended || run.recovery || run.change !== change, run.collective.deadlineMs, (wake) => ctl.onPoke(wake));
+  if (run.ended || run.recovery || run.change !== change) return false;
+  if (!change.committed) {
+    if (change.msg.roster[0] === ctl.selfId) answersTimeout(ctl, run, change);
+    else evidence(ctl, run, change.msg.roster[0], 'no GO for the roster it announced');
+    return false;
+  }
+  run.change = null;
+  const joined = change.msg.roster.filter((id) => !run.roster.includes(id));
+  switchCollective(ctl, run, change);
+  setRoster(ctl, run, change.msg, joined, []);
+  return true;
+}
+
+function switchCollective(ctl, run, change) {
+  run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
+  const deadlineMs = run.collective.deadlineMs;
+  ctl.dispose(run.collective);
+  run.collective = change.collective;
+  run.collective.deadlineMs = deadlineMs;
+}
+
+// the committed recovery roster: undo a step if this device is one ahead, then the new epoch
+function applyRoster(ctl, run, change) {
+  const d = change.msg;
+  if (run.completed === d.from + 1 && !restoreUndo(ctl, run)) {
+    end(ctl, run, 'stopped', `The run stopped: this device cannot step back to step ${d.from} to meet the group.`, 'cannot meet the group');
+    return;
+  }
+  if (run.completed !== d.from) {
+    end(ctl, run, 'stopped', `The run stopped: the group restarts at step ${d.from + 1}, this device is at ${run.completed + 1}.`, 'cannot meet the group');
+    return;
+  }
+  const left = run.roster.filter((id) => !d.roster.includes(id));
+  switchCollective(ctl, run, change);
+  run.gone.clear();
+  for (const id of left) run.heard.delete(id);
+  setRoster(ctl, run, d, [], left);
+  wakeParked(ctl, run);
+}
+
+function setRoster(ctl, run, d, joined, left) {
+  const h = ctl.host;
+  const wasLeader = run.roster[0];
+  run.roster = d.roster.slice();
+  run.epoch = d.epoch;
+  run.epochFrom.set(d.epoch, d.from);
+  run.slot = run.roster.indexOf(ctl.selfId);
+  run.history = d.history.map((e) => e.slice());
+  for (const id of left) run.peerHashes.delete(id);
+  for (const id of joined) run.peerHashes.set(id, run.hash);
+  const P = run.roster.length;
+  const what = [joined.length ? `${joined.map((id) => h.nameOf(id)).join(', ')} joined` : '',
+                left.length ? `${left.map((id) => h.nameOf(id)).join(', ')} left` : ''].filter(Boolean).join('; ');
+  const newLeader = run.roster[0] !== wasLeader ? ` ${h.nameOf(run.roster[0])} leads the run now.` : '';
+  h.show({ run: runView(run), leader: run.roster[0], peerHashes: Object.fromEntries(run.peerHashes),
+           replicas: { count: P, agree: true, agreeing: P, step: run.completed },
+           message: `${what}: ${P} device(s) train from step ${d.from + 1}${left.length ? ' (that step recomputed without them)' : ''}.${newLeader}` });
+  if (run.roster[0] !== wasLeader) h.announce();
+  h.emit('roster-changed', { epoch: run.epoch, from: d.from, roster: run.roster.slice(), joined, left, history: run.history.map((e) => e.slice()) });
+}
+
+// ---- the split alarm --------------------------------------------------------------------------
+// A gradient frame of THIS run (run id + epoch in its header) from a member, for an epoch or a
+// roster this device never accepted: the group split. Never a silent drop. -> true if handled.
+export function checkForeignFrame(ctl, run, from, m, collective) {
+  const h = ctl.host;
+  const epoch = (m.runId - run.desc.runId) >>> 0;
+  if (epoch > run.epoch + 1000) return false;                    // not this run
+  if (!run.roster.includes(from) && !(collective && collective.roster.includes(from))) return false;
+  if (collective) {
+    if (collective.roster.includes(from)) return false;          // ours: the collective checks the rest
+    alarm(ctl, run, `Split alarm at step ${m.step + 1}: ${h.nameOf(from)} sends epoch ${epoch} frames, but this device's roster of epoch ${epoch} does not hold it. Stopped (never fork).`, 'split alarm');
+    return true;
+  }
+  if (epoch < run.epoch) {
+    const next = run.epochFrom.get(epoch + 1);
+    if (next === undefined || m.step <= next + 1) { ctl.mesh.drop(from, m, `a late frame of epoch ${epoch}`); return true; }
+  }
+  alarm(ctl, run, `Split alarm at step ${m.step + 1}: ${h.nameOf(from)} trains epoch ${epoch} of this run (this device: epoch ${run.epoch}, roster ${run.roster.map((id) => h.nameOf(id)).join(', ')}), a roster this device never accepted. Stopped (never fork).`, 'split alarm');
+  return true;
+}
+

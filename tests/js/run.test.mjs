@@ -1,0 +1,340 @@
+// The run controller without a browser (frontend_js/run/, issue 19): N controllers over the
+// in-memory transport (run_harness.mjs), each training real tiny steps on the JS mirror. Every
+// test checks every completed step of every honest page against the JS Group run on that page's
+// roster history (frontend_js/train.js, itself tested equal to python -m daisy.train).
+//   1. groups of 2..8: start, stop, join, leave, crash, the leader leaving, a server outage
+//   2. one lying member: forged STATUS/HALT/ROSTER/FIN/STOP, replays, echoed gradients, a
+//      foreign epoch, repeated JOINs, a sync that never finishes
+//   3. partial partitions: the link A-B cut while both keep C
+//   4. the start: a stopped run resumed through the leader's STATE; the state body's size bound
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
+import { stateLimit } from '../../frontend_js/run/peer_state.js';
+import { maxStateBytes } from '../../frontend_js/state_codec.js';
+import { makeConfig, RANGES } from '../../frontend_js/config.js';
+import { paramShapes, paramCount } from '../../frontend_js/model.js';
+
+// every honest page equals the reference of its own history at every step it completed; two
+// honest pages still alive that both completed a step have the same hash there, unless one raised
+// an alarm (a crashed page's last step may be one the survivors recomputed without it)
+async function assertHonest(nodes) {
+  for (const n of nodes) {
+    const off = await firstOffReference(n);
+    assert.equal(off, null, off);
+  }
+  const alarmed = (n) => n.ended && /split alarm|replica mismatch/.test(n.ended.error || '');
+  for (const a of nodes) for (const b of nodes) {
+    if (a === b || alarmed(a) || alarmed(b) || a.crashed || b.crashed) continue;
+    for (const [s, x] of a.steps) {
+      if (b.steps.has(s)) assert.equal(b.steps.get(s), x, `${a.id} and ${b.id} differ at step ${s} (a fork)`);
+    }
+  }
+}
+
+// the roster changes a node saw: [{epoch, from, roster, left, joined}]
+const changes = (n) => n.events.filter(([e]) => e === 'roster-changed').map(([, p]) => p);
+
+async function startGroup(count, seed, faults = {}, timing = undefined) {
+  const g = new Group({ seed, timing });
+  const nodes = g.add(count, { faults });
+  await g.linked();
+  await nodes[0].ctl.start(SETTINGS);
+  await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'every node running');
+  return { g, nodes };
+}
+
+// ---- 1. honest groups ---------------------------------------------------------------------------
+
+for (const P of [2, 5, 8]) {
+  test(`${P} controllers train, stop together and equal the reference`, async () => {
+    const { g, nodes } = await startGroup(P, P);
+    await g.until(() => nodes[0].completed >= 6, '6 steps');
+    nodes[P - 1].ctl.stop();                        // any member may stop the run
+    const ends = await g.ended(nodes);
+    for (const e of ends) assert.equal(e.state, 'stopped');
+    assert.equal(new Set(ends.map((e) => e.step)).size, 1, g.describe());
+    assert.equal(new Set(ends.map((e) => e.hash)).size, 1, g.describe());
+    for (const n of nodes.slice(0, -1)) assert.match(n.ended.message, new RegExp(`by ${nodes[P - 1].id}`), 'the panel names who stopped it');
+    await assertHonest(nodes);
+    await g.close();
+  });
+}
+
+test('join, leave, crash, and the leader leaving: every step on the reference of the history', async () => {
+  const { g, nodes } = await startGroup(4, 11);
+  const [a, b, c, d] = nodes;
+  await g.until(() => a.completed >= 4, '4 steps');
+  const [e] = g.add(1);
+  await g.linked();
+  await g.until(() => e.ctl.phase === 'running', 'e synced in');
+  assert.deepEqual(e.history.map(([, p]) => p), [4, 5]);
+  await g.until(() => a.completed >= e.history[1][0] + 4, 'steps with e');
+  g.leave(d);
+  await g.until(() => a.run.roster.length === 4, 'd removed');
+  await g.until(() => a.completed >= a.history.at(-1)[0] + 4, 'steps without d');
+  g.crash(c);
+  await g.until(() => a.run.roster.length === 3, 'c removed');
+  await g.until(() => a.completed >= a.history.at(-1)[0] + 4, 'steps without c');
+  g.leave(a);                                       // the leader closes its page
+  await g.until(() => b.ctl.phase === 'running' && b.run.roster.length === 2 && b.run.roster[0] === b.id, 'b leads');
+  await g.until(() => b.completed >= b.history.at(-1)[0] + 4, 'steps under b');
+  b.ctl.stop();
+  const ends = await g.ended([b, e]);
+  assert.equal(ends[0].hash, ends[1].hash);
+  assert.deepEqual(b.history.map(([, p]) => p), [4, 5, 4, 3, 2]);
+  assert.deepEqual(e.history, b.history);
+  await assertHonest([a, b, c, d, e]);
+  await g.close();
+});
+
+test('server outage: with no word on departures a crash needs a quorum (3 of 4 go on, 2 of 3 stop with the alarm)', async () => {
+  {
+    const { g, nodes } = await startGroup(4, 21);
+    g.serverDown = true;
+    await g.until(() => nodes[0].completed >= 4, '4 steps');
+    g.crash(nodes[3]);
+    await g.until(() => nodes[0].run.roster.length === 3, 'd removed on the quorum');
+    await g.until(() => nodes[0].completed >= nodes[0].history.at(-1)[0] + 3, 'steps without d');
+    nodes[0].ctl.stop();
+    await g.ended(nodes.slice(0, 3));
+    await assertHonest(nodes);
+    await g.close();
+  }
+  {
+    const { g, nodes } = await startGroup(3, 22);
+    g.serverDown = true;
+    await g.until(() => nodes[0].completed >= 4, '4 steps');
+    g.crash(nodes[2]);
+    const ends = await g.ended(nodes.slice(0, 2));
+    for (const e of ends) assert.equal(e.state, 'stopped');
+    assert.match(nodes[0].ended.message, /split the group in two/);
+    assert.equal(ends[0].hash, ends[1].hash);
+    assert.equal(changes(nodes[0]).length, 0);
+    await assertHonest(nodes);
+    await g.close();
+  }
+});
+
+// ---- 2. one lying member ------------------------------------------------------------------------
+
+// honest pages that end: all stopped at one step with one hash, nobody removed from a roster
+async function assertStoppedTogether(g, honest, re) {
+  const ends = await g.ended(honest);
+  for (const e of ends) assert.equal(e.state, 'stopped', g.describe());
+  assert.equal(new Set(ends.map((e) => e.hash)).size, 1, g.describe());
+  if (re) assert.ok(honest.some((n) => re.test(n.ended.message)), `no ${re} in: ${g.describe()}`);
+  for (const n of honest) for (const ch of changes(n)) for (const id of ch.left) assert.ok(!honest.some((h) => h.id === id), `${n.id} removed honest ${id}`);
+  await assertHonest(honest);
+}
+
+test('a liar says STATUS {gone: [P1]} to the leader while P1 is linked: nobody is removed, the run stops with the alarm naming both', async () => {
+  const { g, nodes } = await startGroup(3, 31);
+  const [L, P1, H] = nodes;
+  await g.until(() => L.completed >= 4, '4 steps');
+  const run = H.ctl.run;
+  // H's every STATUS to L (its own controller's too) says it lost P1
+  const sendJson = H.mesh.sendJson.bind(H.mesh);
+  H.mesh.sendJson = (to, type, obj, fields) => sendJson(to, type, type === TYPES.STATUS ? { ...obj, gone: [P1.id] } : obj, fields);
+  // a stale position too: it must not pull the stop out of the honest pages' reach
+  H.sendJson(L.id, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: 0, hash: run.hash, gone: [P1.id] }, { runId: run.desc.runId, slot: 2 });
+  await assertStoppedTogether(g, [L, P1], new RegExp(`${H.id} reports it lost ${P1.id}, who answers this device`));
+  await g.close();
+});
+
+test('a liar HALTs the leader and a member, naming an honest peer gone: at most a stall, nobody removed', async () => {
+  const { g, nodes } = await startGroup(4, 32);
+  const [L, A, B, H] = nodes;
+  await g.until(() => L.completed >= 4, '4 steps');
+  const run = H.ctl.run;
+  for (const to of [L, A]) H.sendJson(to.id, TYPES.HALT, { runId: run.desc.runId, epoch: run.epoch + 1, gone: [B.id, L.id] }, { runId: run.desc.runId, slot: 3 });
+  await g.until(() => L.completed >= 12, 'training goes on after the halt');
+  L.ctl.stop();
+  await g.ended(nodes);
+  for (const n of [L, A, B]) for (const ch of changes(n)) assert.deepEqual(ch.left, [], `${n.id}: ${JSON.stringify(ch)}`);
+  await assertHonest(nodes);
+  await g.close();
+});
+
+test('a liar sends the leader ROSTER [H] and a replayed roster: refused and said, nobody removed', async () => {
+  const { g, nodes } = await startGroup(3, 33);
+  const [L, P1, H] = nodes;
+  await g.until(() => L.completed >= 4, '4 steps');
+  const run = H.ctl.run;
+  const forged = { runId: run.desc.runId, epoch: run.epoch + 1, base: run.epoch, from: run.completed, roster: [H.id], left: [L.id, P1.id], joined: [], history: [[0, 1]], reason: 'forged' };
+  H.sendJson(L.id, TYPES.ROSTER, forged, { runId: run.desc.runId, slot: 2 });
+  H.sendJson(P1.id, TYPES.ROSTER, { ...forged, roster: [H.id, P1.id] }, { runId: run.desc.runId, slot: 2 });
+  H.sendJson(P1.id, TYPES.GO, { runId: run.desc.runId, epoch: run.epoch + 1, digest: 'f'.repeat(64) }, { runId: run.desc.runId, slot: 2 });
+  await g.until(() => L.notes.some((t) => /Refused a new roster from p2: .*drops this device/.test(t)), 'L says why');
+  await g.until(() => P1.notes.some((t) => /Refused a new roster from p2/.test(t)), 'P1 says why');
+  await g.until(() => L.completed >= 12, 'training goes on');
+  L.ctl.stop();
+  await g.ended(nodes);
+  assert.equal(changes(L).length + changes(P1).length, 0);
+  await assertHonest(nodes);
+  await g.close();
+});
+
+test('STOP {mismatch} to one page stops the run everywhere, named, nobody removed; a wrong FIN ends nobody in a disagreement', async () => {
+  {
+    const { g, nodes } = await startGroup(3, 34);
+    const [L, P1, H] = nodes;
+    await g.until(() => L.completed >= 4, '4 steps');
+    const run = H.ctl.run;
+    H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: 'Replicas disagree (forged)', mismatch: true }, { runId: run.desc.runId, slot: 2 });
+    // both stop; a forged stopAfter may leave them a step or two apart, each on the reference
+    const ends = await g.ended([L, P1]);
+    for (const e of ends) assert.equal(e.state, 'stopped');
+    assert.ok([L, P1].some((n) => new RegExp(`by ${H.id}`).test(n.ended.message)), `the panel names who stopped it: ${g.describe()}`);
+    assert.equal(P1.ended.error, 'replica mismatch', 'the alarm it reported is said, as its word');
+    assert.equal(changes(L).length + changes(P1).length, 0, 'nobody removed');
+    await assertHonest(nodes);
+    await g.close();
+  }
+  {
+    const g = new Group({ seed: 35 });
+    const nodes = g.add(3);
+    await g.linked();
+    const [L, P1, H] = nodes;
+    await L.ctl.start({ ...SETTINGS, steps: 100 });
+    await g.until(() => H.ctl.phase === 'running', 'running');
+    const run = H.ctl.run;
+    for (const to of [L, P1]) H.sendJson(to.id, TYPES.FIN, { runId: run.desc.runId, step: 100, hash: 'e'.repeat(64) }, { runId: run.desc.runId, slot: 2 });
+    const ends = await g.ended([L, P1], 20_000);
+    for (const e of ends) assert.equal(e.state, 'done', g.describe());
+    assert.equal(ends[0].hash, ends[1].hash);
+    assert.match(L.ended.message, /p2 reports the final hash eeeeeeeeeeee/);
+    await assertHonest([L, P1]);
+    await g.close();
+  }
+});
+
+test('a liar echoes each side its own gradient: the sync guard stops every honest page with the alarm, no fork', async () => {
+  const { g, nodes } = await startGroup(3, 36);
+  const [L, P1, H] = nodes;
+  await g.until(() => L.completed >= 3, '3 steps');
+  // from now on H's gradient to each peer is that peer's own (received by H for the same step)
+  const mine = new Map();
+  H.mesh.on(TYPES.GRAD, (from, m) => mine.set(`${from}:${m.step}`, m.payload));
+  const send = H.mesh.send.bind(H.mesh);
+  H.mesh.send = async (to, msg) => {
+    if (msg.type === TYPES.GRAD) {
+      for (let i = 0; i < 200 && !mine.has(`${to}:${msg.step}`); i++) await sleep(1);
+      const theirs = mine.get(`${to}:${msg.step}`);
+      if (theirs) msg = { ...msg, payload: Uint8Array.from(theirs) };
+    }
+    return send(to, msg);
+  };
+  const ends = await g.ended([L, P1]);
+  for (const n of [L, P1]) assert.match(n.ended.error, /replica mismatch|split alarm/, g.describe());
+  assert.ok([L, P1].some((n) => /Replicas disagree after step \d+/.test(n.ended.message)), g.describe());
+  assert.equal(ends[0].step, ends[1].step, 'both stop at the step the guard caught');
+  await g.close();
+});
+
+test('a frame of this run for an epoch nobody accepted, from a linked member: the split alarm, never a silent drop', async () => {
+  const { g, nodes } = await startGroup(3, 37);
+  const [L, P1, H] = nodes;
+  await g.until(() => L.completed >= 3, '3 steps');
+  const run = H.ctl.run;
+  const payload = new Uint8Array(run.collective.maxPayload(TYPES.GRAD));
+  await H.mesh.send(L.id, { type: TYPES.GRAD, slot: 0, runId: (run.desc.runId + run.epoch + 1) >>> 0, step: run.completed + 1, payload });
+  await g.ended([L, P1]);
+  assert.match(L.ended.message, new RegExp(`Split alarm at step \\d+: ${H.id} trains epoch 1 of this run`));
+  assert.equal(L.ended.error, 'split alarm');
+  assert.equal(P1.ended.state, 'stopped');
+  await assertHonest([L, P1]);
+  await g.close();
+});
+
+test('JOIN repeated every few ms: one state transfer per interval, repeated JOINs dropped and counted', async () => {
+  const { g, nodes } = await startGroup(2, 38, {}, { ...TIMING, resyncIntervalMs: 1500 });
+  const [L] = nodes;
+  const [J] = g.add(1, { faults: { noJoin: true } });
+  await g.linked();
+  const drops0 = L.mesh.drops.count;
+  let transfers = 0;                                   // STATE messages from the leader to J
+  const send = L.mesh.send.bind(L.mesh);
+  L.mesh.send = (to, msg) => { if (to === J.id && msg.type === TYPES.STATE) transfers++; return send(to, msg); };
+  const t0 = Date.now();
+  while (Date.now() - t0 < 700) {
+    J.sendJson(L.id, TYPES.JOIN, { protocol: J.mesh.version, dataId: 'builtin:test' });
+    await sleep(5);
+  }
+  await g.until(() => L.mesh.drops.count - drops0 > 20, 'the repeated JOINs dropped');
+  assert.equal(transfers, 1, 'one state transfer per interval to the same joiner');
+  L.ctl.stop();
+  await g.ended(nodes);
+  await g.close();
+});
+
+test('a joiner that never finishes its sync is dropped at the deadline and forwarding stops', async () => {
+  const { g, nodes } = await startGroup(2, 39);
+  const [L] = nodes;
+  const [J] = g.add(1, { faults: { noJoin: true } });
+  await g.linked();
+  J.mesh.receive = () => {};                          // it asks, then never reads what it is sent
+  let sends = 0;                                       // messages from the leader to J
+  const send = L.mesh.send.bind(L.mesh);
+  L.mesh.send = (to, msg) => { if (to === J.id) sends++; return send(to, msg); };
+  J.sendJson(L.id, TYPES.JOIN, { protocol: J.mesh.version, dataId: 'builtin:test' });
+  await g.until(() => L.notes.some((t) => /Stopped syncing p2 in: its sync did not finish/.test(t)), 'the sync deadline', 10_000);
+  const sent = sends, at = L.completed;
+  await g.until(() => L.completed >= at + 5, 'more steps');
+  assert.ok(sends - sent <= 1, `${sends - sent} messages after the deadline (the REFUSE at most)`);
+  assert.equal(L.ctl.run.joiners.size, 0);
+  L.ctl.stop();
+  await g.ended(nodes);
+  await assertHonest(nodes);
+  await g.close();
+});
+
+// ---- 3. partial partitions ----------------------------------------------------------------------
+
+for (const P of [3, 4]) {
+  test(`partial partition of ${P}: the link A-B cut while both keep the others: no fork, nobody dropped on another's word`, async () => {
+    const { g, nodes } = await startGroup(P, 40 + P);
+    await g.until(() => nodes[0].completed >= 4, '4 steps');
+    const [A, B] = nodes;
+    g.cut(A, B);
+    await g.until(() => nodes.every((n) => n.ended || n.ctl.phase !== 'running' || n.completed >= 14), 'an outcome', 15_000);
+    const running = nodes.filter((n) => !n.ended);
+    for (const n of running) n.ctl.stop();
+    await g.ended(nodes, 10_000);
+    // either everyone stopped with the alarm, or a quorum went on without one of A, B (the one the
+    // acting leader lost by its own link) and every page that went on agrees
+    await assertHonest(nodes);
+    for (const n of nodes) for (const ch of changes(n)) for (const id of ch.left) assert.ok(id === A.id || id === B.id, `${n.id} removed ${id}`);
+    await g.close();
+  });
+}
+
+// ---- the start: resuming a stopped run sends the state (STATE, read by readPeerState) -----------
+
+test('a stopped run resumed: the members take the leader\'s STATE and the steps go on as one run', async () => {
+  const { g, nodes } = await startGroup(3, 51);
+  const [a, b, c] = nodes;
+  await g.until(() => a.completed >= 4, '4 steps');
+  a.ctl.stop();
+  const first = await g.ended(nodes);
+  const at = first[0].step;
+  for (const n of nodes) { n.events.length = 0; }
+  await a.ctl.start({ resume: true });
+  await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'resumed everywhere');
+  assert.equal(a.ctl.run.desc.startStep, at);
+  await g.until(() => a.completed >= at + 4, '4 more steps');
+  c.ctl.stop();
+  const ends = await g.ended(nodes);
+  assert.equal(new Set(ends.map((e) => e.hash)).size, 1, g.describe());
+  // one run of 3 peers from step 0: the stop and the resume change no bit
+  const want = await referenceHashes([[0, 3]], ends[0].step);
+  for (const n of nodes) for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}`);
+  await g.close();
+});
+
+test('one bound for a peer\'s state body: the largest settings\' state, 8-byte length prefix included (= state_codec.js)', async () => {
+  const top = makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, RANGES[k][1]])));
+  const c = { config: { makeConfig, RANGES }, model: { paramShapes, paramCount } };
+  assert.equal(stateLimit(c, top), maxStateBytes(c));
+});
