@@ -1,10 +1,11 @@
-"""A group behind emulated links (docs/ARCHITECTURE.md "Network lab"): every page its own
-headless Chromium in its own network namespace, two behind the `home` profile (20 Mbit/s up,
-40 ms to the app, 80 ms between them, 0.5 % loss each way) and one behind `far` (120 ms, 1 %
-loss), real WebRTC through the lab's router, the app in the root namespace. The home pair trains
-30 steps, every step equal to `python -m daisy.train`; the far page joins mid-run, is synced in
-over its slow link and ends on the same hash as the others and the reference of the run's
-roster schedule. A slow, lossy link may slow the group; it must never change a bit.
+"""A group behind emulated links (docs/ARCHITECTURE.md "Network lab"), exchanging int8
+gradients: every page its own headless Chromium in its own network namespace, two behind the
+`home` profile (20 Mbit/s up, 40 ms to the app, 80 ms between them, 0.5 % loss each way) and one
+behind `far` (120 ms, 1 % loss), real WebRTC through the lab's router, the app in the root
+namespace. The home pair trains at least 30 steps, every step equal to `python -m daisy.train
+--exchange int8`; the far page joins mid-run, is synced in over its slow link and ends on the
+same hash as the others and the reference of the run's roster schedule. A slow, lossy link may
+slow the group; it must never change a bit.
 """
 from __future__ import annotations
 
@@ -22,9 +23,8 @@ from tools.netlab import Netlab, profile
 pytestmark = pytest.mark.slow
 
 RUN_MS = 180_000
-# tests stop it. The run's default exchange (f64): the page does not yet hand `exchange` to its
-# MeshCollective (run.js newCollective), so an int8 run would train f64 bits; switch to int8 then.
-SETTINGS = {"steps": 10000, **TINY}
+# tests stop it; int8 gradients (the codec's 1/7.9 of f64's bytes): what a home link carries
+SETTINGS = {"steps": 10000, **TINY, "exchange": "int8"}
 STOP_AT = 30
 
 
