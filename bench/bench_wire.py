@@ -19,7 +19,8 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py                                   # the whole matrix (long)
     python bench/bench_wire.py --profiles home --peers 2 --settings default --steps 20
     python bench/bench_wire.py --exchange f64,int8               # once the codec's setting exists
-    python bench/bench_wire.py --lanes 1,8                       # connections per pair, compared in one run
+    python bench/bench_wire.py --lanes 1,16                      # connections per pair, compared in one run
+    python bench/bench_wire.py --frame-kib 4,8,16                # frame sizes, likewise
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
 """
 from __future__ import annotations
@@ -55,8 +56,12 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
     cfg = {**settings, "steps": max(100, steps)}
     if exchange is not None:
         cfg["exchange"] = exchange
-    t0 = time.monotonic()
-    err = group[0].evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message || String(e))", cfg)
+    for _ in range(40):        # right after a run the others' states may still say "training" (reported twice a second)
+        t0 = time.monotonic()
+        err = group[0].evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message || String(e))", cfg)
+        if "already going" not in err:
+            break
+        time.sleep(0.5)
     if err:
         raise RuntimeError(f"start refused: {err}")
     finals = []
@@ -85,10 +90,11 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
 
 
 def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps, timeout_ms, pin: bool, gpu: str,
-               lanes: int | None = None) -> dict:
+               lanes: int | None = None, frame_kib: int | None = None) -> dict:
     n = cores()
     cpus = [i % n for i in range(P)] if pin else None
-    hook = f"window.__daisyTest = {{lanes: {int(lanes)}}};" if lanes else None
+    hooks = ([f"lanes: {int(lanes)}"] if lanes else []) + ([f"frameCap: {int(frame_kib) * 1024}"] if frame_kib else [])
+    hook = f"window.__daisyTest = {{{', '.join(hooks)}}};" if hooks else None
     group = room_group(pages, room_url(base, f"&gpu={gpu}"), list(range(P)), cpus, hook)
     try:
         runs = [run_group(group, settings, exchange, steps, skip, timeout_ms) for _ in range(reps)]
@@ -131,6 +137,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--lanes", default="", help="comma-separated connections per pair to compare, e.g. 1,8 "
                     "(window.__daisyTest.lanes; empty: the page's LANES)")
+    ap.add_argument("--frame-kib", default="", help="comma-separated frame caps to compare, KiB (window.__daisyTest.frameCap; "
+                    "empty: the page's)")
     ap.add_argument("--gpu", default="off", help="the pages' ?gpu= (off: the CPU path, one engine for every row)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
@@ -139,6 +147,7 @@ def main() -> None:
     peers = [int(x) for x in args.peers.split(",")]
     exchanges = args.exchange.split(",") if args.exchange else [None]
     lane_counts = [int(x) for x in args.lanes.split(",")] if args.lanes else [None]
+    frame_caps = [int(x) for x in args.frame_kib.split(",")] if args.frame_kib else [None]
     print(f"cores {cores()}, load {load()}, |g| f64 default {8 * n_params(DEFAULT):,} B, large {8 * n_params(LARGE):,} B",
           flush=True)
     T0, rows = time.monotonic(), []
@@ -155,11 +164,12 @@ def main() -> None:
                         alone = bench_case(pages, base, 1, settings, exchange, steps, skip, args.reps, timeout, not args.no_pin, args.gpu)
                         print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1, **alone}), flush=True)
                         for P in peers:
-                            for lanes in lane_counts:
+                            for lanes, kib in [(l, f) for l in lane_counts for f in frame_caps]:
                                 r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout,
-                                               not args.no_pin, args.gpu, lanes)
+                                               not args.no_pin, args.gpu, lanes, kib)
+                                label = f"{lanes or 'default'}" + (f" × {kib} KiB" if kib else "")
                                 row = {"profile": prof, "settings": name, "exchange": exchange or "default",
-                                       "lanes": lanes or "default", "P": P, **r, "compute_ms": alone.get("ms"),
+                                       "lanes": label, "P": P, **r, "compute_ms": alone.get("ms"),
                                        "alone_tok_s": alone.get("tok_s"), "load": load()}
                                 rows.append(row)
                                 print(json.dumps(row), flush=True)

@@ -1,6 +1,6 @@
 // One WebRTC link to one remote peer: LANES raw RTCPeerConnections, each with one ordered,
 // reliable binary data channel, negotiated through the signaling server's `signal` relay
-// (docs/PROTOCOL.md "Links"). To its user it is one ordered channel: every frame goes out on one
+// (docs/PROTOCOL.md "Mesh frames"). To its user it is one ordered channel: every frame goes out on one
 // lane with a sequence number and comes out on the far side in sending order (LaneOrder).
 // Why several connections: one SCTP association's congestion window bounds what a channel moves
 // on a long, lossy path (rate × RTT above its window: ~1.2 Mbit/s at 80 ms and 1 % loss,
@@ -21,18 +21,19 @@
 // Back-pressure: no lane queues past HIGH_WATER bytes in its channel's buffer; a sender waits for
 // `bufferedamountlow` (threshold LOW_WATER). Chromium closes a channel whose buffer passes
 // ~16 MB, so an unbounded loop of send() would kill the link at the larger settings.
-export const LANES = 8;
-export const MAX_LANES = 16;                // what an offer may ask for
+export const LANES = 16;
+export const MAX_LANES = 32;                // what an offer may ask for
 export const HIGH_WATER = 1024 * 1024;
 export const LOW_WATER = 256 * 1024;
 export const SEQ_BYTES = 4;                 // each frame's sequence number, before the frame
 export const MAX_HELD_BYTES = 32 * 1024 * 1024;   // frames waiting for an earlier one (LaneOrder) ...
-export const MAX_HELD_FRAMES = 8192;              // ... and how many (honest lanes hold a few dozen)
-// Frames of 16 KiB rather than the channel's 256 KiB: a default step's gradient (338 KB) spreads
-// over every lane instead of two, each lane's burst is short (fewer round trips of slow start,
-// less exposure to a tail loss), and a peer's progress (a frame received) shows often on a slow
-// link, where the run's deadline counts frames; the 64-byte header costs 0.4 %.
-const FRAME_CAP = 16 * 1024;
+export const MAX_HELD_FRAMES = 8192;              // ... and how many (16 lanes × 1 MiB is 2048 frames)
+// Frames of 8 KiB rather than the channel's 256 KiB: a step's gradient spreads over every lane
+// (int8's 43 KB at the default settings too), so each lane sends a short burst: fewer round trips
+// of slow start, less exposure to a tail loss; and a peer's progress (a frame received) shows
+// often on a slow link, where the run's deadline counts frames. The 64-byte header costs 0.8 %.
+// Measured against 4 and 16 KiB (TEST_RESULTS.md "Behind emulated links").
+const FRAME_CAP = 8 * 1024;
 const CANDIDATE_BATCH_MS = 30;
 const MAX_CANDIDATES = 200;                 // in one signal
 const DEFAULT_MAX_MESSAGE = 64 * 1024;      // when the browser does not say (RFC 8831's floor)
@@ -95,6 +96,12 @@ function testLanes() {
   return Number.isInteger(n) && n >= 1 && n <= MAX_LANES ? n : null;
 }
 
+// the bench compares frame sizes the same way: `window.__daisyTest = {frameCap: BYTES}`
+function frameCap() {
+  const n = globalThis.__daisyTest?.frameCap;
+  return Number.isInteger(n) && n >= 2048 && n <= 256 * 1024 ? n : FRAME_CAP;
+}
+
 export class RtcPeer {
   // lanes: the offering side's choice (the answering side takes the offer's); the bench compares
   // counts in one run through `window.__daisyTest = {lanes: N}` set before the page loads
@@ -110,6 +117,7 @@ export class RtcPeer {
     this.queue = Promise.resolve();     // sends run one after another
     this.sendSeq = 0;
     this.order = new LaneOrder();
+    this.frameCap = frameCap();
     this.lanes = [];                    // {pc, channel, pendingCandidates}
     this.offered = false;               // the answering side: the offer came
     this.sdpSent = false;               // our candidates wait until our offer/answer went out
@@ -244,7 +252,7 @@ export class RtcPeer {
   get maxFrame() {
     const m = this.pc.sctp?.maxMessageSize;
     const channel = m && Number.isFinite(m) && m > 0 ? m : DEFAULT_MAX_MESSAGE;
-    return Math.min(channel, FRAME_CAP) - SEQ_BYTES;
+    return Math.min(channel, this.frameCap) - SEQ_BYTES;
   }
 
   get bufferedAmount() { return this.lanes.reduce((sum, l) => sum + (l.channel ? l.channel.bufferedAmount : 0), 0); }
