@@ -16,8 +16,7 @@
 import { TYPES } from './frames.js';
 import { maxStateBytes } from '../state_codec.js';
 import { readPeerState } from '../run/peer_state.js';
-
-const short = (h) => (h ? h.slice(0, 16) : '(none)');
+import { short } from '../run/record.js';
 
 export class GroupRestore {
   constructor(peer, mesh) {

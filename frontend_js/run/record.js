@@ -33,7 +33,8 @@ export const RATE_WINDOW = 20;      // steps in the tokens/s window
 export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
 export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
 
-export const short = (h) => (h ? String(h).slice(0, 12) : '(none)');
+// A hash as messages show it: 16 hex digits, as the page's hash line and Python's logs do.
+export const short = (h) => (h ? String(h).slice(0, 16) : '(none)');
 export const isHash = (h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h);
 export const isRunId = (x) => Number.isInteger(x) && x > 0 && x <= MAX_RUN_ID;
 
