@@ -23,7 +23,9 @@ EMBED_BOUND = 0.1
 
 
 def param_shapes(cfg: Config) -> "OrderedDict[str, tuple]":
-    """Every parameter's name and shape, in the canonical order (hash, init, checkpoint, wire)."""
+    """Every parameter's name and shape, in the canonical order (hash, init, checkpoint, wire).
+    An OrderedDict because Python's callers (checkpoint, state codec) look shapes up by name; the JS
+    twin (frontend_js/model.js) returns the same pairs as [[name, shape]]: its callers only iterate."""
     C, T, V = cfg.width, cfg.seq_len, VOCAB_SIZE
     shapes = OrderedDict()
     shapes["wte.weight"] = (V, C)

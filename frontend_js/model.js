@@ -17,7 +17,8 @@ import { freshF64, into } from './arena.js';
 export const NORM_EPS = 1e-5;
 export const EMBED_BOUND = 0.1;
 
-// [[name, shape], ...] in the canonical order (hash, init, checkpoint, wire)
+// [[name, shape], ...] in the canonical order (hash, init, checkpoint, wire). Python's twin
+// (daisy/model.py) returns an OrderedDict of the same pairs: its callers look tensors up by name.
 export function paramShapes(cfg) {
   const C = cfg.width, T = cfg.seq_len, V = VOCAB_SIZE;
   const shapes = [['wte.weight', [V, C]], ['wpe.weight', [T, C]]];

@@ -13,6 +13,9 @@ export const STATE_FORMAT = 'daisychain-state';
 export const STATE_VERSION = 1;
 export const MAX_STATE_HEADER_BYTES = 64 * 1024;
 const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
+// float64 values per part (= model.paramCount of the shapes' config): this codec loads before the
+// compute modules (model.js comes with them), so it counts the shapes it is handed.
+const valuesPerPart = (shapes) => shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
 
 // The largest state body any allowed settings make (= daisy/files/state_codec.py MAX_STATE_BYTES):
 // a bound checked before a peer's body is allocated. c: {config, model} (the compute modules).
@@ -31,7 +34,7 @@ export function encodeState(shapes, { config, step, adamT, params, m = null, v =
   if (extra) header.extra = extra;
   const json = new TextEncoder().encode(JSON.stringify(header));
   const H = json.length + ((8 - (json.length % 8)) % 8);            // data starts 8-byte aligned
-  const perPart = shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+  const perPart = valuesPerPart(shapes);
   const buf = new ArrayBuffer(8 + H + 8 * perPart * groups.length);
   new DataView(buf).setUint32(0, H, true);                          // u64 LE; the high word stays 0
   const bytes = new Uint8Array(buf);
@@ -65,7 +68,7 @@ export function decodeState(buf, { makeConfig, paramShapes }) {
   const parts = header.parts;
   const partsOk = Array.isArray(parts) && (parts.length === 1 || parts.length === 3) && parts.every((x, i) => x === PARTS_FULL[i]);
   if (!partsOk) throw new Error(`the state header's parts must be ["model"] or ${JSON.stringify(PARTS_FULL)}`);
-  const perPart = shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
+  const perPart = valuesPerPart(shapes);
   if (buf.byteLength - 8 - H !== 8 * perPart * parts.length) {
     throw new Error(`the state body holds ${buf.byteLength - 8 - H} bytes of tensors; its config needs ${8 * perPart * parts.length}`);
   }

@@ -7,7 +7,7 @@ import { makeConfig } from '../config.js';
 import { bestBackend } from '../engines.js';
 import { generate } from '../generate.js';
 import { weightHash } from '../hashing.js';
-import { paramShapes } from '../model.js';
+import { paramShapes, paramCount } from '../model.js';
 import { TOKENIZER_ID } from '../tokenizer.js';
 
 export const KIT_FORMAT = 'daisychain-kit';
@@ -34,7 +34,7 @@ export function base64Bytes(text) {
 // -> {name: Float64Array}
 export function paramsFromBytes(bytes, cfg) {
   const shapes = paramShapes(cfg);
-  const total = shapes.reduce((n, [, s]) => n + s.reduce((a, b) => a * b, 1), 0);
+  const total = paramCount(cfg);
   if (bytes.length !== total * 8) {
     throw new KitError(`the embedded weights have ${bytes.length} bytes; this config needs ${total * 8}`
       + ` (${total} float64 values)`);

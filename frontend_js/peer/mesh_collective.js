@@ -85,7 +85,8 @@ export class MeshCollective {
     exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES }) {
     this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId;
     this.shapes = shapes; this.names = shapes.map(([n]) => n);
-    this.N = shapes.reduce((n, [, s]) => n + s.reduce((x, y) => x * y, 1), 0);
+    this.sizes = shapes.map(([, s]) => s.reduce((x, y) => x * y, 1));
+    this.N = this.sizes.reduce((a, b) => a + b, 0);   // = model.paramCount(cfg); only the shapes come here
     this.P = roster.length;
     this.slot = roster.indexOf(selfId);
     if (this.slot < 0) throw new Error('this peer is not in the roster');
@@ -94,7 +95,6 @@ export class MeshCollective {
     this.seed = seed ?? 0;
     this.topology = topology || topologyFor(this.P);
     this.bounds = this.topology === 'allgather' ? [0, this.N] : this.codec.shardBounds(this.N, this.P);
-    this.sizes = shapes.map(([, s]) => s.reduce((x, y) => x * y, 1));
     this.cuts = streamCuts(this.sizes, this.codec, minPartBytes);
     // the parts of every streamed GRAD to us (all-gather: all N values; rsag: our shard)
     this.inParts = this.gradSliceParts(this.topology === 'allgather' ? 0 : this.slot);
