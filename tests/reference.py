@@ -1,4 +1,5 @@
-"""The reference run's hashes, for tests that compare pages or other runs against it."""
+"""The reference run's hashes, for tests that compare pages or other runs against it, and the
+first line where the Node mirror's output differs from Python's."""
 from __future__ import annotations
 
 import json
@@ -60,3 +61,12 @@ def reference_hashes(settings: dict, steps: int, *, roster: str | None = None, p
     hashes = train_hashes(*args, *setting_args(settings))
     assert len(hashes) == steps, f"the reference printed {len(hashes)} lines, {steps} wanted"
     return hashes
+
+
+def first_diff(a: str, b: str):
+    """None if Python's output a and Node's b are the same lines, else the first line that differs."""
+    la, lb = a.splitlines(), b.splitlines()
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            return f"line {i + 1}:\n  python: {x}\n  node:   {y}"
+    return f"line counts differ: python {len(la)}, node {len(lb)}" if len(la) != len(lb) else None

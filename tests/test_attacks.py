@@ -21,6 +21,7 @@ import pytest
 
 from daisy import audit
 from daisy.exchange_codec import codec_for
+from tests.reference import first_diff
 from tests.test_convergence import MARGIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,14 +62,6 @@ def py(args):
 
 def js(args):
     return run([NODE, "frontend_js/cli.mjs", *args])
-
-
-def first_diff(a: str, b: str):
-    la, lb = a.splitlines(), b.splitlines()
-    for i, (x, y) in enumerate(zip(la, lb)):
-        if x != y:
-            return f"line {i + 1}:\n  python: {x}\n  node:   {y}"
-    return f"line counts differ: python {len(la)}, node {len(lb)}" if len(la) != len(lb) else None
 
 
 def kept(stdout: str) -> list:

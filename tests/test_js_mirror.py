@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.reference import first_diff
+
 ROOT = Path(__file__).resolve().parents[1]
 NODE = shutil.which("node")
 TIMEOUT = 240
@@ -58,14 +60,6 @@ BAD_JS_ONLY = {("--threads", "0"): "threads (--threads) must be in 1..16, got 0"
 
 def run(cmd, **kw):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, **kw)
-
-
-def first_diff(a: str, b: str):
-    la, lb = a.splitlines(), b.splitlines()
-    for i, (x, y) in enumerate(zip(la, lb)):
-        if x != y:
-            return f"line {i + 1}:\n  python: {x}\n  node:   {y}"
-    return f"line counts differ: python {len(la)}, node {len(lb)}" if len(la) != len(lb) else None
 
 
 @pytest.fixture(scope="module")

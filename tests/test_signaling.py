@@ -105,9 +105,7 @@ async def test_network_groups_by_the_address_the_proxy_added(base):
 @async_test
 async def test_ipv6_groups_by_64_prefix(base):
     async with Clients(base) as c:
-        a = await c.open(xff="2001:db8:1:2::a")
-        b = await c.open(xff="[2001:db8:1:2::b]:443")
-        other = await c.open(xff="2001:db8:1:3::a")
+        a, b, other = [await c.open(xff=x) for x in ("2001:db8:1:2::a", "[2001:db8:1:2::b]:443", "2001:db8:1:3::a")]
         assert a.welcome["group"]["id"] == b.welcome["group"]["id"] != other.welcome["group"]["id"]
 
 
@@ -387,10 +385,8 @@ async def test_a_token_whose_id_a_live_seat_holds_gets_a_new_identity(base, monk
 @async_test
 async def test_no_such_peer_answer_is_the_same_whether_or_not_the_peer_exists(base):
     async with Clients(base) as c:
-        me = await c.open(xff="203.0.113.50")
-        elsewhere = await c.open(xff="203.0.113.51")
-        host = await c.open(room="enum-room")
-        pending = await c.open(room="enum-room")
+        me, elsewhere = [await c.open(xff=x) for x in ("203.0.113.50", "203.0.113.51")]
+        host, pending = [await c.open(room="enum-room") for _ in range(2)]
         answers = []
         for target in (elsewhere.id, host.id, pending.id, "f" * 16):
             await me.send({"type": "signal", "to": target, "data": 1})

@@ -5,10 +5,8 @@
 //   python -m daisy.fixtures DIR; DAISY_FIXTURES=DIR node --test tests/js/exchange_codec.test.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 
-import { readFixture, f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
+import { loadFixture, assertSame, REGEN } from './helpers.mjs';
 import { BLOCK, CodecError, codecFor } from '../../frontend_js/exchange_codec.js';
 import { SimulatedCollective, codecReduce, flattenGrads } from '../../frontend_js/collective.js';
 import { makeConfig } from '../../frontend_js/config.js';
@@ -16,25 +14,10 @@ import { Group } from '../../frontend_js/train.js';
 import { loadStream } from '../../frontend_js/cli.mjs';
 import { key, draw } from '../../frontend_js/prng.js';
 
-const DIR = process.env.DAISY_FIXTURES;
-const REGEN = 'regenerate with `python -m daisy.fixtures DIR` if the reference changed on purpose';
-const fx = (() => {
-  assert.ok(DIR, 'set DAISY_FIXTURES to a directory written by `python -m daisy.fixtures DIR`');
-  const buf = readFileSync(join(DIR, 'exchange.dsyf'));
-  return readFixture(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength), 'exchange.dsyf');
-})();
+const fx = loadFixture('exchange.dsyf');
 const meta = fx.header.meta;
 const T = (name) => fx.tensors[name].data;
 const bytesOf = (i8) => new Uint8Array(i8.buffer, i8.byteOffset, i8.byteLength);
-
-function assertSame(what, got, want) {
-  assert.equal(got.length, want.length, `${what}: length ${got.length}, reference ${want.length}`);
-  const i = firstMismatch(got, want);
-  if (i >= 0) {
-    const bits = got instanceof Float64Array ? ` (bits ${f64Bits(got[i])} vs ${f64Bits(want[i])})` : '';
-    assert.fail(`${what}: first mismatch at index ${i}: JS ${got[i]}, reference ${want[i]}${bits}; ${REGEN}`);
-  }
-}
 
 test('exchange codec: the block size is the reference\'s', () => assert.equal(BLOCK, meta.block));
 

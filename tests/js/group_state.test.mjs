@@ -18,9 +18,9 @@ import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { weightHash } from '../../frontend_js/hashing.js';
 import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
+import { quietMeshLogs } from './helpers.mjs';
 
-const consoleInfo = console.info;
-console.info = (...args) => { if (!(typeof args[0] === 'string' && args[0].startsWith('daisy mesh: '))) consoleInfo(...args); };
+quietMeshLogs();
 
 const CFG = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 100, seed: 5 });
 const COMPUTE_FILES = ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js', 'engines.js'];

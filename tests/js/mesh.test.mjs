@@ -20,7 +20,7 @@ import { codecReduce, flattenGrads, topologyFor } from '../../frontend_js/collec
 import { codecFor } from '../../frontend_js/exchange_codec.js';
 import { ExchangeError, MeshCollective } from '../../frontend_js/peer/mesh_collective.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
-import { draw, key } from '../../frontend_js/prng.js';
+import { quietMeshLogs, stream32, exchangeAndApply } from './helpers.mjs';
 import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
 import { configToDict, makeConfig } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
@@ -44,18 +44,9 @@ async function until(cond, what, ms = 2000) {
   }
 }
 
-// the mesh logs every drop with console.info; the tests read mesh.drops instead
-const consoleInfo = console.info;
-console.info = (...args) => { if (!(typeof args[0] === 'string' && args[0].startsWith('daisy mesh: '))) consoleInfo(...args); };
+quietMeshLogs();   // the tests read mesh.drops instead
 
 // ---- helpers --------------------------------------------------------------------------------
-
-// a seeded uint32 stream
-function stream32(...words) {
-  const k = key(...words);
-  let i = 0;
-  return () => draw(k, i++);
-}
 
 // float64 from raw bits: sign, unbiased exponent (or 'sub' for a subnormal), 52 random mantissa bits
 const F64_DV = new DataView(new ArrayBuffer(8));
@@ -441,11 +432,9 @@ for (const [P, maxFrame, exchange, topology] of [[2, 1200, 'f64', null], [4, 64 
       for (let s = 0; s < steps; s++) {
         arena.reset();
         const local = await trainer.localStep(s, slot, arena);
-        const out = await c.exchange(s, roster, slot, local.loss, local.grads, hash);
-        assert.deepEqual(out.hashes, roster.map(() => hash), `${id} step ${s}: the peers' previous hashes (sync guard)`);
-        const applied = await trainer.apply(out.grads);
-        hash = applied.hash;
-        got[slot].push({ step: applied.step, loss: out.loss, hash });
+        const done = await exchangeAndApply(c, trainer, { id, s, roster, slot, local, hash });
+        hash = done.hash;
+        got[slot].push(done);
       }
       c.close();
     }));

@@ -14,10 +14,10 @@ import { BAD_WINDOW_MS, MAX_BAD_FRAMES, Mesh } from '../../frontend_js/peer/mesh
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, MAX_PENDING, PROTOCOL_VERSION,
   Reassembler, TYPES, encodeMessage, jsonPayload } from '../../frontend_js/peer/frames.js';
 import { jsSha } from '../../frontend_js/hashing.js';
+import { quietMeshLogs } from './helpers.mjs';
 
 // the mesh logs every drop with console.info; the tests read mesh.drops instead
-const consoleInfo = console.info;
-console.info = (...args) => { if (!(typeof args[0] === 'string' && args[0].startsWith('daisy mesh: '))) consoleInfo(...args); };
+quietMeshLogs();
 
 // an honest mesh 'a' linked to an honest 'b' and to 'h', whose frames the test injects
 async function meshes() {

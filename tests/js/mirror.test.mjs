@@ -4,10 +4,9 @@
 // values and their float64 bits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 
-import { readFixture, f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
+import { f64Bits } from '../../frontend_js/fixtures.js';
+import { loadFixture, assertSame, REGEN } from './helpers.mjs';
 import { quantizeRows, quantizeCols, cpuEngine, epilogue, qmatmul } from '../../frontend_js/units.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { forward, lossAndGrads, paramShapes, initParams } from '../../frontend_js/model.js';
@@ -17,29 +16,12 @@ import { createBackends, makeBackend, withEngine, referenceBackend } from '../..
 const backends = await createBackends();
 const best = backends[0];       // forward, backward and training on the backend the trainer uses
 
-const DIR = process.env.DAISY_FIXTURES;
-const REGEN = 'regenerate with `python -m daisy.fixtures DIR` if the reference changed on purpose';
-const load = (name) => {
-  assert.ok(DIR, 'set DAISY_FIXTURES to a directory written by `python -m daisy.fixtures DIR`');
-  const buf = readFileSync(join(DIR, name));
-  return readFixture(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength), name);
-};
-
-function assertSame(what, got, want) {
-  assert.equal(got.length, want.length, `${what}: length ${got.length}, reference ${want.length}`);
-  const i = firstMismatch(got, want);
-  if (i >= 0) {
-    const bits = got instanceof Float64Array ? ` (bits ${f64Bits(got[i])} vs ${f64Bits(want[i])})` : '';
-    assert.fail(`${what}: first mismatch at index ${i}: JS ${got[i]}, reference ${want[i]}${bits}; ${REGEN}`);
-  }
-}
-
 const cfgOf = (header) => makeConfig(header.config);
 const paramsOf = (fx, cfg) => Object.fromEntries(paramShapes(cfg).map(([n]) => [n, fx.tensors[`param.${n}`].data]));
 
 for (const { engine } of backends) {
   test(`units: quantizer, int8 GEMM and epilogue cases (${engine.name})`, async () => {
-    const fx = load('units.dsyf');
+    const fx = loadFixture('units.dsyf');
     for (let i = 0; i < fx.header.meta.cases; i++) {
       const T = (n) => fx.tensors[`case${i}.${n}`];
       const [M, K] = T('a').shape, N = T('b').shape[1];
@@ -57,13 +39,13 @@ for (const { engine } of backends) {
 }
 
 test('init: the seeded parameters of the fixture config', () => {
-  const fx = load('forward.dsyf'), cfg = cfgOf(fx.header);
+  const fx = loadFixture('forward.dsyf'), cfg = cfgOf(fx.header);
   const init = initParams(cfg);
   for (const [name] of paramShapes(cfg)) assertSame(`param.${name}`, init[name], fx.tensors[`param.${name}`].data);
 });
 
 test(`forward: logits and loss of one batch (${best.name})`, async () => {
-  const fx = load('forward.dsyf'), cfg = cfgOf(fx.header);
+  const fx = loadFixture('forward.dsyf'), cfg = cfgOf(fx.header);
   const params = paramsOf(fx, cfg);
   const [B, T] = fx.tensors.x.shape;
   const logits = await forward(params, cfg, fx.tensors.x.data, B, T, null, best);
@@ -73,7 +55,7 @@ test(`forward: logits and loss of one batch (${best.name})`, async () => {
 });
 
 test(`backward: every gradient of one batch (${best.name})`, async () => {
-  const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
+  const fx = loadFixture('backward.dsyf'), cfg = cfgOf(fx.header);
   const params = paramsOf(fx, cfg);
   const [B, T] = fx.tensors.x.shape;
   const { loss, grads } = await lossAndGrads(params, cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, best);
@@ -86,7 +68,7 @@ test(`backward: every gradient of one batch (${best.name})`, async () => {
 const gemmOnly = { name: 'gemm-only (as the GPU engine)', gemm: (...args) => Promise.resolve(cpuEngine.gemm(...args)) };
 for (const engine of [cpuEngine, gemmOnly]) {
   test(`backward through the JS quantizers: every gradient (${engine.name})`, async () => {
-    const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
+    const fx = loadFixture('backward.dsyf'), cfg = cfgOf(fx.header);
     const [B, T] = fx.tensors.x.shape;
     const { loss, grads } = await lossAndGrads(paramsOf(fx, cfg), cfg, fx.tensors.x.data, fx.tensors.y.data, B, T, withEngine(referenceBackend, engine));
     assert.equal(f64Bits(loss), fx.header.meta.loss_bits, `loss ${loss} vs reference ${fx.header.meta.loss}`);
@@ -96,7 +78,7 @@ for (const engine of [cpuEngine, gemmOnly]) {
 
 // The row pieces in JS (the references the wasm row kernels are gated against) give the same bits.
 test('backward with the JS row pieces (wasm row kernels off): every gradient', async () => {
-  const fx = load('backward.dsyf'), cfg = cfgOf(fx.header);
+  const fx = loadFixture('backward.dsyf'), cfg = cfgOf(fx.header);
   const [B, T] = fx.tensors.x.shape;
   const jsRows = makeBackend({ engine: best.engine });
   assert.equal(jsRows.parts.rows, 'js');
@@ -106,7 +88,7 @@ test('backward with the JS row pieces (wasm row kernels off): every gradient', a
 });
 
 test(`train: 20 steps of P peers give the reference losses and hashes (${best.name})`, async () => {
-  const fx = load('train20.dsyf'), cfg = cfgOf(fx.header);
+  const fx = loadFixture('train20.dsyf'), cfg = cfgOf(fx.header);
   const { peers, steps, hashes, loss_bits: lossBits } = fx.header.meta;
   const group = new Group(cfg, peers, fx.tensors.stream.data, best);
   for (let s = 0; s < steps; s++) {

@@ -26,6 +26,7 @@ import * as hashing from '../../frontend_js/hashing.js';
 import * as optim from '../../frontend_js/optim.js';
 import { stream } from './group_runs.mjs';
 import { bestBackend } from '../../frontend_js/engines.js';
+import { quietMeshLogs } from './helpers.mjs';
 
 // the fastest backend whose gates pass here (wasm-simd): every backend gives the same bits
 const BACKEND = await bestBackend();
@@ -40,8 +41,7 @@ const COMPUTE = { train, config, model, hashing, optim };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // the mesh logs every drop with console.info; tests read mesh.drops instead
-const consoleInfo = console.info;
-console.info = (...args) => { if (!(typeof args[0] === 'string' && args[0].startsWith('daisy mesh: '))) consoleInfo(...args); };
+quietMeshLogs();
 const consoleWarn = console.warn;
 console.warn = (...args) => { if (!(typeof args[0] === 'string' && args[0].startsWith('daisy: a run handler failed'))) consoleWarn(...args); };
 

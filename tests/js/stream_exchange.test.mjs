@@ -15,7 +15,7 @@ import { TYPES, encodeMessage } from '../../frontend_js/peer/frames.js';
 import { flattenGrads } from '../../frontend_js/collective.js';
 import { codecFor, CODECS } from '../../frontend_js/exchange_codec.js';
 import { MeshCollective, MIN_PART_BYTES, PART_INDEX_BYTES, gradParts, streamCuts } from '../../frontend_js/peer/mesh_collective.js';
-import { draw, key } from '../../frontend_js/prng.js';
+import { quietMeshLogs, stream32, exchangeAndApply } from './helpers.mjs';
 import { f64Bits } from '../../frontend_js/fixtures.js';
 import { configToDict, makeConfig } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
@@ -28,14 +28,7 @@ import { loadStream } from '../../frontend_js/cli.mjs';
 
 const RUN_ID = 0x5a17;
 const HEADER = 40;
-const console_info = console.info;
-console.info = (...a) => { if (!(typeof a[0] === 'string' && a[0].startsWith('daisy mesh: '))) console_info(...a); };
-
-function stream32(...words) {
-  const k = key(...words);
-  let i = 0;
-  return () => draw(k, i++);
-}
+quietMeshLogs();
 
 const firstDiff = (a, b) => {
   const n = Math.min(a.length, b.length);
@@ -133,11 +126,9 @@ async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFra
         for (const sl of sink.slices) assert.equal(sl.next, sl.parts.length - 1, `${id} step ${s}: parts posted before exchange`);
       }
       sent[slot][s] = { flat: flattenGrads(local.grads, c.names), loss: local.loss, prevHash: hash };
-      const out = await c.exchange(s, roster, slot, local.loss, local.grads, hash);
-      assert.deepEqual(out.hashes, roster.map(() => hash), `${id} step ${s}: the peers' previous hashes (sync guard)`);
-      const applied = await trainer.apply(out.grads);
-      hash = applied.hash;
-      got[slot].push({ step: applied.step, loss: out.loss, hash });
+      const done = await exchangeAndApply(c, trainer, { id, s, roster, slot, local, hash });
+      hash = done.hash;
+      got[slot].push(done);
     }
     c.close();
   }));
