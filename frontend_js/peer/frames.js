@@ -155,23 +155,29 @@ const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i
 // an unfinished message holds only the bytes received so far, never what its header claims (the
 // payload is put together once the last chunk arrives); at most maxPending unfinished messages,
 // the oldest abandoned when a new one starts beyond that; at most maxPartialBytes received for
-// unfinished messages together, the oldest abandoned to make room for a chunk. An abandoned
+// unfinished messages together, the oldest abandoned to make room for a chunk; an unfinished
+// message with no new chunk for partialTimeoutMs abandoned when its owner calls expire(). An abandoned
 // message is reported (onAbandon) so that the link's owner counts it as a bad frame. A completed or dropped msgId is remembered so duplicates are
 // dropped. Chunks may arrive in any order (the in-memory test transport shuffles them).
 export const MAX_PENDING = 8;
 export const MAX_PARTIAL_BYTES = 64 * 1024 * 1024;   // the largest state (~38 MiB) and a gradient beside it
+// an unfinished message with no new chunk this long is abandoned: an honest sender's chunks of one
+// message follow each other on the ordered channel, so a stall this long is a transfer that ended
+export const PARTIAL_TIMEOUT_MS = 30_000;
 
 export class Reassembler {
   constructor({ limitFor, maxPending = MAX_PENDING, maxPartialBytes = MAX_PARTIAL_BYTES, remember = 512,
-    onProgress = null, onAbandon = null, sha = jsSha } = {}) {
+    partialTimeoutMs = PARTIAL_TIMEOUT_MS, now = () => Date.now(), onProgress = null, onAbandon = null, sha = jsSha } = {}) {
     this.limitFor = limitFor;          // (header) -> max payload bytes for it, or a string: why refused
     this.onProgress = onProgress;      // (header, bytes so far) after each chunk of a multi-chunk message
-    this.onAbandon = onAbandon;        // (header, reason) when an unfinished message is dropped to make room
+    this.onAbandon = onAbandon;        // (header, reason) when an unfinished message is dropped (room, or stalled)
+    this.now = now;                    // the clock (ms) of partialTimeoutMs; tests pass their own
     this.sha = sha;                    // the digest's SHA-256 (see "digest")
     this.maxPending = maxPending;
     this.maxPartialBytes = maxPartialBytes;
     this.remember = remember;
-    this.partial = new Map();          // msgId -> {h, chunks: [{offset, data}], got: Set of chunk indexes, bytes}
+    this.partialTimeoutMs = partialTimeoutMs;
+    this.partial = new Map();          // msgId -> {h, chunks: [{offset, data}], got: Set of chunk indexes, bytes, lastAt}
     this.heldBytes = 0;                // payload bytes held by the unfinished messages together
     this.done = new Set();             // msgIds completed or dropped (bounded, insertion order)
   }
@@ -186,6 +192,25 @@ export class Reassembler {
     this.partial.delete(p.h.msgId);
     this.heldBytes -= p.bytes;
     this.forget(p.h.msgId);
+  }
+
+  // Abandon every unfinished message that got no chunk for partialTimeoutMs (each reported to
+  // onAbandon), giving its bytes back. The owner calls it at nextExpiry() (Mesh: a timer per link).
+  expire() {
+    const now = this.now();
+    for (const p of [...this.partial.values()]) {
+      if (now - p.lastAt < this.partialTimeoutMs) continue;
+      this.discard(p);
+      this.onAbandon?.(p.h, `message ${p.h.msgId} abandoned unfinished (${p.bytes} of ${p.h.length} bytes): `
+        + `no chunk for ${this.partialTimeoutMs / 1000} s`);
+    }
+  }
+
+  // when (on the now() clock) the stalest unfinished message expires; null: none is unfinished
+  nextExpiry() {
+    let at = null;
+    for (const p of this.partial.values()) at = Math.min(at ?? Infinity, p.lastAt + this.partialTimeoutMs);
+    return at;
   }
 
   // -> {message} when a message completes, null while partial; throws FrameError when dropped
@@ -204,7 +229,7 @@ export class Reassembler {
         this.onAbandon?.(oldest.h, `message ${oldest.h.msgId} abandoned unfinished (${oldest.bytes} of ${oldest.h.length} bytes): `
           + `over ${this.maxPending} unfinished messages`);
       }
-      p = { h, chunks: [], got: new Set(), bytes: 0 };
+      p = { h, chunks: [], got: new Set(), bytes: 0, lastAt: 0 };
       this.partial.set(h.msgId, p);
     } else {
       const a = p.h;
@@ -232,6 +257,7 @@ export class Reassembler {
     p.chunks.push({ offset: h.offset, data: h.data });  // a view: each received frame is its own buffer
     p.got.add(h.chunkIndex);
     p.bytes += h.data.length;
+    p.lastAt = this.now();
     this.heldBytes += h.data.length;
     if (p.got.size < h.chunkCount) {
       if (p.bytes >= h.length && h.length > 0) {

@@ -13,7 +13,8 @@
 // check is dropped with a reason (drop log, `drop` listeners); so is a valid frame that serves
 // nothing (a repeated HELLO, a message abandoned unfinished: frames.js Reassembler); a peer that
 // keeps sending such frames (MAX_BAD_FRAMES within BAD_WINDOW_MS) is disconnected. An unfinished
-// message holds only the bytes received (docs/PROTOCOL.md "Mesh limits").
+// message holds only the bytes received, and only until it stalls: a timer per link abandons one
+// with no new chunk for PARTIAL_TIMEOUT_MS (docs/PROTOCOL.md "Mesh limits").
 import { FrameError, HEADER_BYTES, JSON_TYPES, MAX_JSON_BYTES, PROTOCOL_VERSION, Reassembler, TYPES,
   createFrameSha, encodeMessage, jsonPayload, typeName, upgradingSha } from './frames.js';
 
@@ -21,14 +22,27 @@ export const MAX_BAD_FRAMES = 200;
 export const BAD_WINDOW_MS = 10_000;
 const DROP_LOG = 50;              // recent drop lines kept for the panel and tests
 
+// The mesh's clock: now() in ms, and after(ms, fn) -> cancel, a deadline timer (late in a hidden
+// page, which only lengthens what a stalled message holds). Node: unref'd, so a pending deadline
+// never keeps a process alive. Tests pass a clock they advance themselves.
+export const SYSTEM_CLOCK = Object.freeze({
+  now: () => Date.now(),
+  after(ms, fn) {
+    const timer = setTimeout(fn, ms);
+    timer?.unref?.();
+    return () => clearTimeout(timer);
+  },
+});
+
 export class Mesh {
   // sha: the frames' SHA-256 (hashing.js's sha); by default made once for this mesh (frames.js
   // createFrameSha: WebCrypto when it passes its gate, else the JS one; the JS one until then)
-  constructor({ selfId, version = PROTOCOL_VERSION, sha = null } = {}) {
+  constructor({ selfId, version = PROTOCOL_VERSION, sha = null, clock = SYSTEM_CLOCK } = {}) {
     this.selfId = selfId;
     this.version = version;
+    this.clock = clock;
     this.sha = sha || upgradingSha(createFrameSha);
-    this.links = new Map();        // peerId -> {link, reasm, chain, hello, bad: []}
+    this.links = new Map();        // peerId -> {link, reasm, chain, hello, bad: [], expiry: cancel or null}
     this.handlers = new Map();     // type -> Set of (from, message) => void
     this.limits = new Map();       // type -> (header) => max payload bytes, or a string (why refused)
     this.listeners = new Map();    // 'drop' | 'link' -> Set
@@ -68,8 +82,9 @@ export class Mesh {
     this.removeLink(peerId, 'replaced');
     const onProgress = (h, bytes) => this.emit('progress', { peer: peerId, type: h.type, bytes, length: h.length });
     const onAbandon = (h, reason) => this.drop(peerId, h, reason);
-    const reasm = new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress, onAbandon, sha: this.sha });
-    const entry = { link, reasm, chain: Promise.resolve(), hello: null, bad: [] };
+    const reasm = new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress, onAbandon, sha: this.sha,
+      now: () => this.clock.now() });
+    const entry = { link, reasm, chain: Promise.resolve(), hello: null, bad: [], expiry: null };
     this.links.set(peerId, entry);
     this.send(peerId, { type: TYPES.HELLO, payload: jsonPayload({ protocol: this.version, peerId: this.selfId }) })
       .catch(() => {});
@@ -79,6 +94,7 @@ export class Mesh {
     const entry = this.links.get(peerId);
     if (!entry) return;
     this.links.delete(peerId);
+    entry.expiry?.();
     try { entry.link.close(reason); } catch { /* already closed */ }
     this.emit('link', { peer: peerId, state: 'closed', reason });
   }
@@ -112,7 +128,23 @@ export class Mesh {
   receive(peerId, bytes) {
     const entry = this.links.get(peerId);
     if (!entry) return;
-    entry.chain = entry.chain.then(() => this.handleFrame(peerId, entry, bytes));
+    entry.chain = entry.chain.then(() => this.handleFrame(peerId, entry, bytes)).then(() => this.watchPartials(peerId, entry));
+  }
+
+  // One deadline per link, at its stalest unfinished message's expiry: then, in the link's frame
+  // order, the Reassembler abandons what stalled (each a bad frame, drop) and the next deadline is set.
+  watchPartials(peerId, entry) {
+    if (entry.expiry || this.links.get(peerId) !== entry) return;
+    const at = entry.reasm.nextExpiry();
+    if (at === null) return;
+    entry.expiry = this.clock.after(Math.max(0, at - this.clock.now()), () => {
+      entry.expiry = null;
+      entry.chain = entry.chain.then(() => {
+        if (this.links.get(peerId) !== entry) return;
+        entry.reasm.expire();
+        this.watchPartials(peerId, entry);
+      });
+    });
   }
 
   async handleFrame(peerId, entry, bytes) {
@@ -167,7 +199,7 @@ export class Mesh {
     this.emit('drop', { peer: peerId, reason, line, type });
     const entry = this.links.get(peerId);
     if (!entry) return;
-    const now = Date.now();
+    const now = this.clock.now();
     entry.bad.push(now);
     while (entry.bad.length && now - entry.bad[0] > BAD_WINDOW_MS) entry.bad.shift();
     if (entry.bad.length > MAX_BAD_FRAMES) {

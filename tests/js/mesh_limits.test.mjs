@@ -6,12 +6,13 @@
 //   2. 20,000 never-finished 64 KiB messages: each abandoned one is a bad frame; memory = bytes received
 //   3. 450 GROUP_STATE first chunks claiming 39.8 MB each: nothing reserved for what a header claims
 //   4. the per-link byte budget of unfinished messages; honest interleaved messages still complete
+//   5. the time bound: an unfinished message that stalls is abandoned, its bytes given back
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
 import { BAD_WINDOW_MS, MAX_BAD_FRAMES, Mesh } from '../../frontend_js/peer/mesh.js';
-import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, MAX_PENDING, PROTOCOL_VERSION,
+import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, MAX_PENDING, PARTIAL_TIMEOUT_MS, PROTOCOL_VERSION,
   Reassembler, TYPES, encodeMessage, jsonPayload } from '../../frontend_js/peer/frames.js';
 import { jsSha } from '../../frontend_js/hashing.js';
 import { quietMeshLogs } from './helpers.mjs';
@@ -19,24 +20,25 @@ import { quietMeshLogs } from './helpers.mjs';
 // the mesh logs every drop with console.info; the tests read mesh.drops instead
 quietMeshLogs();
 
-// an honest mesh 'a' linked to an honest 'b' and to 'h', whose frames the test injects
-async function meshes() {
+// an honest mesh 'a' linked to an honest 'b' and to 'h', whose frames the test injects;
+// clocks: {id: clock} for meshes that run on a test's clock
+async function meshes(clocks = {}) {
   const net = new MemoryNet({ seed: 19, dup: 0, delay: 0 });
-  const [a, b, h] = ['a', 'b', 'h'].map((id) => net.add(new Mesh({ selfId: id, sha: jsSha })));
+  const [a, b, h] = ['a', 'b', 'h'].map((id) => net.add(new Mesh({ selfId: id, sha: jsSha, ...(clocks[id] ? { clock: clocks[id] } : {}) })));
   net.connectAll();
   await net.ready();
   return { net, a, b, h };
 }
 
-// the first chunk of a message whose header claims `length` bytes in chunks of `per` payload
-// bytes; its digest is junk (nothing checks it before the last chunk)
-function firstChunk({ type, msgId, length, per }) {
+// chunk `index` (the first by default) of a message whose header claims `length` bytes in chunks
+// of `per` payload bytes; its digest is junk (nothing checks it before the last chunk)
+function chunkOf({ type, msgId, length, per, index = 0 }) {
   const frame = new Uint8Array(HEADER_BYTES + per);
   const dv = new DataView(frame.buffer);
   dv.setUint32(0, MAGIC, true);
   dv.setUint8(4, PROTOCOL_VERSION); dv.setUint8(5, type); dv.setUint16(6, 0xffff, true);
-  dv.setUint32(16, msgId, true); dv.setUint16(20, 0, true);
-  dv.setUint16(22, Math.ceil(length / per), true); dv.setUint32(24, length, true); dv.setUint32(28, 0, true);
+  dv.setUint32(16, msgId, true); dv.setUint16(20, index, true);
+  dv.setUint16(22, Math.ceil(length / per), true); dv.setUint32(24, length, true); dv.setUint32(28, index * per, true);
   frame.fill(0x5a, 32, 64);
   return frame;
 }
@@ -69,7 +71,7 @@ test('20,000 valid HELLOs: each after the first is a bad frame, the sender is cu
 test('20,000 never-finished 64 KiB messages: each abandoned one is a bad frame; held bytes are bytes received', async () => {
   const { net, a } = await meshes();
   const per = 16 * 1024;
-  const { sent, peak } = await flood(net, a, 20_000, (i) => firstChunk({ type: TYPES.STATUS, msgId: 0x61000000 + i, length: MAX_JSON_BYTES, per }));
+  const { sent, peak } = await flood(net, a, 20_000, (i) => chunkOf({ type: TYPES.STATUS, msgId: 0x61000000 + i, length: MAX_JSON_BYTES, per }));
   assert.ok(!a.links.has('h'), `after ${sent} unfinished messages h is still linked`);
   // the first MAX_PENDING wait; each one after abandons the oldest: a bad frame each
   assert.equal(sent, MAX_PENDING + MAX_BAD_FRAMES + 1);
@@ -83,7 +85,7 @@ test('450 GROUP_STATE first chunks claiming 39.8 MB each: only the chunks receiv
   const { net, a } = await meshes();
   const claimed = 39_838_728, per = MAX_FRAME_BYTES - HEADER_BYTES;
   a.setLimit(TYPES.GROUP_STATE, claimed);                 // an idle page accepts a group restore that large
-  const { sent, peak } = await flood(net, a, 450, (i) => firstChunk({ type: TYPES.GROUP_STATE, msgId: 0x62000000 + i, length: claimed, per }));
+  const { sent, peak } = await flood(net, a, 450, (i) => chunkOf({ type: TYPES.GROUP_STATE, msgId: 0x62000000 + i, length: claimed, per }));
   assert.equal(sent, MAX_PENDING + MAX_BAD_FRAMES + 1, `cut off after ${sent} first chunks`);
   assert.ok(!a.links.has('h'));
   assert.equal(peak, MAX_PENDING * per);
@@ -112,4 +114,51 @@ test('the byte budget of unfinished messages: the oldest make room (each reporte
   await assert.rejects(re.accept(m3[6]), (err) => err instanceof FrameError && /message 3 \(STATE\): unfinished messages would hold over 6144 bytes/.test(err.message));
   assert.equal(re.heldBytes, 0);
   await assert.rejects(re.accept(m2[2]), /duplicate chunk of message 2/);      // m2 was dropped for good
+});
+
+// a clock the test moves: now() and after(ms, fn) as Mesh's SYSTEM_CLOCK, the timers fired by advance()
+function manualClock() {
+  let t = 0;
+  const timers = new Set();
+  return {
+    now: () => t,
+    after(ms, fn) { const x = { at: t + ms, fn }; timers.add(x); return () => timers.delete(x); },
+    advance(ms) {
+      t += ms;
+      for (const x of [...timers].sort((p, q) => p.at - q.at)) if (x.at <= t) { timers.delete(x); x.fn(); }
+    },
+    pending: () => timers.size,
+  };
+}
+
+test('an unfinished message with no new chunk for PARTIAL_TIMEOUT_MS is abandoned: a bad frame, its bytes given back (injected clock)', async () => {
+  const clock = manualClock();
+  const { net, a } = await meshes({ a: clock });
+  const per = 16 * 1024, length = 4 * per;
+  const entry = a.links.get('h');
+  const send = async (msgId, index) => { net.inject('h', 'a', chunkOf({ type: TYPES.STATUS, msgId, length, per, index })); await entry.chain; };
+  const n0 = a.drops.count;
+  await send(0x63000001, 0);                 // t = 0: message 1 starts, and message 2
+  await send(0x63000002, 0);
+  assert.equal(entry.reasm.heldBytes, 2 * per);
+  clock.advance(PARTIAL_TIMEOUT_MS / 2);     // message 1 goes on; message 2 stalls
+  await send(0x63000001, 1);
+  clock.advance(PARTIAL_TIMEOUT_MS / 2 - 1);
+  await entry.chain;
+  assert.equal(a.drops.count, n0, 'abandoned before its time');
+  clock.advance(1);                          // message 2: no chunk for PARTIAL_TIMEOUT_MS
+  await entry.chain;
+  assert.equal(a.drops.count - n0, 1);
+  assert.match(a.drops.recent.at(-1), new RegExp(`from h: message ${0x63000002} abandoned unfinished \\(16384 of 65536 bytes\\): no chunk for ${PARTIAL_TIMEOUT_MS / 1000} s`));
+  assert.equal(entry.reasm.heldBytes, 2 * per, 'message 1 (a chunk within the bound) is kept');
+  clock.advance(PARTIAL_TIMEOUT_MS / 2);     // message 1: no chunk since its second
+  await entry.chain;
+  assert.equal(a.drops.count - n0, 2);
+  assert.equal(entry.reasm.heldBytes, 0, 'the stalled messages still hold bytes');
+  assert.equal(entry.expiry, null, 'a deadline is left with nothing unfinished');
+  assert.equal(clock.pending(), 0);
+  await send(0x63000001, 2);                 // a late chunk of an abandoned message is refused, holds nothing
+  assert.match(a.drops.recent.at(-1), new RegExp(`duplicate chunk of message ${0x63000001}`));
+  assert.equal(entry.reasm.heldBytes, 0);
+  assert.ok(a.links.has('h') && a.isReady('b'), 'three bad frames closed a link');
 });
