@@ -212,7 +212,7 @@ export class Peer {
   openLink(id, initiator) {
     this.rtc.get(id)?.close('replaced');
     const link = new RtcPeer({
-      remoteId: id, initiator, iceServers: this.iceServers,
+      remoteId: id, initiator, iceServers: this.iceServers, links: this.rtc.size + 1,
       sendSignal: (data) => {
         if (this.testLoseOffer && data.sdp?.type === 'offer') { this.testLoseOffer = false; return; }
         this.conn.send({ type: 'signal', to: id, data });

@@ -23,6 +23,11 @@
 // ~16 MB, so an unbounded loop of send() would kill the link at the larger settings.
 export const LANES = 16;
 export const MAX_LANES = 32;                // what an offer may ask for
+export const PAGE_CONNECTIONS = 64;         // lanes of the links a page opens, summed at each opening (Chromium refuses past ~500 connections)
+
+// the lanes of a new link when the page holds `links` links: LANES, fewer in a large group so
+// that every link still gets one and the page stays under PAGE_CONNECTIONS
+export const lanesFor = (links) => Math.max(1, Math.min(LANES, Math.floor(PAGE_CONNECTIONS / Math.max(1, links))));
 export const HIGH_WATER = 1024 * 1024;
 export const LOW_WATER = 256 * 1024;
 export const SEQ_BYTES = 4;                 // each frame's sequence number, before the frame
@@ -103,9 +108,10 @@ function frameCap() {
 }
 
 export class RtcPeer {
-  // lanes: the offering side's choice (the answering side takes the offer's); the bench compares
-  // counts in one run through `window.__daisyTest = {lanes: N}` set before the page loads
-  constructor({ remoteId, initiator, iceServers = [], sendSignal, onMessage, onState, lanes = testLanes() ?? LANES }) {
+  // lanes: the offering side's choice (the answering side takes the offer's), lanesFor(links) with
+  // `links` the links the page holds; the bench compares counts in one run through
+  // `window.__daisyTest = {lanes: N}` set before the page loads
+  constructor({ remoteId, initiator, iceServers = [], sendSignal, onMessage, onState, links = 1, lanes = testLanes() ?? lanesFor(links) }) {
     this.remoteId = remoteId;
     this.initiator = initiator;
     this.iceServers = iceServers;

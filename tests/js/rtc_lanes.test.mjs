@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { LaneError, LaneOrder, SEQ_BYTES, withSeq } from '../../frontend_js/peer/rtc_peer.js';
+import { LANES, LaneError, LaneOrder, PAGE_CONNECTIONS, SEQ_BYTES, lanesFor, withSeq } from '../../frontend_js/peer/rtc_peer.js';
 import { draw, key } from '../../frontend_js/prng.js';
 
 const SEED = Number(process.env.LANES_SEED ?? 21);
@@ -65,4 +65,14 @@ test('a repeated frame, a message with no frame and too much held are refused wi
   const few = new LaneOrder({ maxHeldFrames: 3 });
   for (const seq of [5, 6, 7]) few.accept(withSeq(seq, frame(seq, 1)));
   assert.throws(() => few.accept(withSeq(8, frame(8, 1))), /or 3 frames wait for frame 0/);
+});
+
+test('lanesFor: LANES per link in a small group, fewer in a large one, never past PAGE_CONNECTIONS, never none', () => {
+  assert.equal(lanesFor(1), LANES);
+  for (let links = 1; links <= 64; links++) {
+    const k = lanesFor(links);
+    assert.ok(k >= 1 && k <= LANES, `${links} links: ${k} lanes`);
+    if (links * k > PAGE_CONNECTIONS) assert.equal(k, 1, `${links} links x ${k} lanes passes ${PAGE_CONNECTIONS}`);
+  }
+  assert.equal(lanesFor(31), Math.floor(PAGE_CONNECTIONS / 31));   // a full group of 32
 });
