@@ -1,5 +1,5 @@
 // The run's roster rules (docs/ARCHITECTURE.md "Membership"): pure functions, so the run
-// controller (run.js) and the Node tests apply exactly the same ones.
+// controller (frontend_js/run/) and the Node tests apply exactly the same ones.
 //
 // A run's roster is its peer ids in slot order: slot 0 is the leader, the others follow in
 // order of entry into the run (seniority). The roster changes only at step boundaries, as a new

@@ -87,7 +87,7 @@ function assertSameF64(what, got, want) {
   if (i >= 0) assert.fail(`${what}: first mismatch at index ${i}: got ${got[i]} (bits ${f64Bits(got[i])}), expected ${want[i]} (bits ${f64Bits(want[i])})`);
 }
 
-// the limits run.js sets: gradient frames only for this run, at the collective's sizes
+// the limits the run controller sets (run/controller.js gradientLimit): gradient frames only for this run, at the collective's sizes
 function wire(mesh, c, { strictRun = true } = {}) {
   for (const type of [TYPES.GRAD, TYPES.REDUCED]) {
     mesh.setLimit(type, (h) => (!strictRun || h.runId === c.runId ? c.maxPayload(type)
@@ -764,7 +764,7 @@ test('a link that closes while the exchange waits: ExchangeError naming the peer
 // BUG (frontend_js/peer/mesh_collective.js, MeshCollective.exchange): when the link to a peer is already
 // gone as the exchange starts (or link.send rejects: the data channel closed), exchange rejects
 // with the mesh's plain Error('no link to p2') instead of an ExchangeError naming the peer.
-// run.js's loop rethrows non-ExchangeErrors, so the run ends as 'failed' without lost(): the
+// the run loop (run/loop.js) rethrows non-ExchangeErrors, so the run ends as 'failed' without lost(): the
 // survivors get no STOP and wait out their deadline. Fix: in MeshCollective.send, catch the
 // send's error and throw new ExchangeError(`could not send to ${to}: ${err.message}`, {peer: to, step}).
 // (Pinned by this test and the next.)
