@@ -97,7 +97,7 @@ export class Peer {
       this.syncLinks();
     });
     on('peers', (m) => { this.set({ peers: m.peers }); this.bus.emit('roster', this.s.peers); this.syncLinks(); });
-    // the server's word on who left: a run that lost half its peers may go on only with it (run/recovery.js)
+    // the server's word on who left: a run left without a quorum may go on only with it (run/recovery.js)
     this.bus.on('roster', (peers) => { for (const q of peers) this.runs.serverSaysBack(q.id); this.runs.maybeJoin(); });
     on('peer-joined', (m) => {
       const peers = this.s.peers.filter((p) => p.id !== m.peer.id).concat([m.peer]);
