@@ -205,14 +205,14 @@ def test_a_webgpu_page_and_a_cpu_page_train_together(app_url, pages):
 
 
 def test_another_mesh_protocol_is_refused_on_both_pages(app_url, pages):
-    new = open_peer(pages, app_url + "/", "v3")                       # this version (3)
-    old = open_peer(pages, app_url + "/?meshProtocol=2", "v2")        # a page of the version before
+    new = open_peer(pages, app_url + "/", "v4")                       # this version (4)
+    old = open_peer(pages, app_url + "/?meshProtocol=3", "v3")        # a page of the version before
     new_id, old_id = state(new)["peerId"], state(old)["peerId"]
-    wait_state(new, f"(s.links[{json.dumps(old_id)}] || '').startsWith('refused')", "v3 refuses v2", 20_000)
-    wait_state(old, f"(s.links[{json.dumps(new_id)}] || '').startsWith('refused')", "v2 refuses v3", 20_000)
-    assert "protocol v2, this page v3" in state(new)["links"][old_id]
-    assert "v3" in state(old)["links"][new_id]
-    new.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('protocol v2')", timeout=WAIT_MS)
+    wait_state(new, f"(s.links[{json.dumps(old_id)}] || '').startsWith('refused')", "v4 refuses v3", 20_000)
+    wait_state(old, f"(s.links[{json.dumps(new_id)}] || '').startsWith('refused')", "v3 refuses v4", 20_000)
+    assert "protocol v3, this page v4" in state(new)["links"][old_id]
+    assert "v4" in state(old)["links"][new_id]
+    new.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('protocol v3')", timeout=WAIT_MS)
     # a Start leaves the incompatible page out: a one-peer run
     new.evaluate("(cfg) => window.daisy.start(cfg)", {"steps": 100, **TINY})
     wait_state(new, "s.running && s.step >= 2", "solo run")

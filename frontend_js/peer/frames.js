@@ -21,7 +21,7 @@
 import { jsSha, createSubtleSha, gateSha } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
-export const PROTOCOL_VERSION = 3;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts)
+export const PROTOCOL_VERSION = 4;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
@@ -48,11 +48,14 @@ export const TYPES = Object.freeze({
   LEAVE: 19,     // JSON {runId, reason}: goodbye: this page is closing
   GROUP_STATE: 20, // binary: a loaded checkpoint's state body (state_codec.js) to the idle group (group_state.js)
   GRAD_PART: 21, // binary: part index (u32) + bytes of a GRAD's payload, sent while the backward pass runs (mesh_collective.js)
+  // audited gradients (docs/PROTOCOL.md "Audited gradients", run/audits.js)
+  AUDIT: 22,     // JSON {runId, epoch, step, hashes, loss, nonceHash, reveal, beacon}: a step's commitment, the last step's nonce
+  EVIDENCE: 23,  // JSON {runId, epoch, step, slot, accuser, committed, recomputed}: a failed audit, for every member to check
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;
 export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.REFUSE, TYPES.GO, TYPES.STOP, TYPES.FIN,
-  TYPES.ROSTER, TYPES.STATUS, TYPES.HALT, TYPES.JOIN, TYPES.SYNC, TYPES.SYNCED, TYPES.LEAVE]);
+  TYPES.ROSTER, TYPES.STATUS, TYPES.HALT, TYPES.JOIN, TYPES.SYNC, TYPES.SYNCED, TYPES.LEAVE, TYPES.AUDIT, TYPES.EVIDENCE]);
 export const MAX_JSON_BYTES = 64 * 1024;
 
 // ---- digest ---------------------------------------------------------------------------------

@@ -10,12 +10,16 @@ import { flattenGrads, unflatten, topologyFor } from '../collective.js';
 import { codecFor, CodecError } from '../exchange_codec.js';
 import { TYPES } from './frames.js';
 import { yieldToPage } from './page_clock.js';
+import { Sha256 } from '../hashing.js';
 
 // ---- MeshCollective -------------------------------------------------------------------------
 
 export class ExchangeError extends Error {
   constructor(message, { peer = null, step = null } = {}) { super(message); this.name = 'ExchangeError'; this.peer = peer; this.step = step; }
 }
+
+const sha256Hex = (bytes) => { const h = new Sha256(); h.update(bytes); return Array.from(h.digest(), (x) => x.toString(16).padStart(2, '0')).join(''); };
+const allFinite = (values) => { for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return false; return true; };
 
 const HASH_BYTES = 32;
 const HEADER_BYTES = HASH_BYTES + 8;     // a GRAD: the sender's previous hash, its loss (f64 LE), then the codec message
@@ -102,13 +106,16 @@ export class MeshCollective {
     this.holdUntil = 0;            // performance.now() before which a passed deadline waits on: the server
                                    // is down and peers may be waiting for batches (docs/ARCHITECTURE.md "Server outage")
     this.steps = new Map();        // step -> {grads: Map slot -> decoded Float64Array, losses, hashes, reduced: Map,
-                                   //          parts: Map slot -> {payload, got: Set of part indexes} (streamed GRADs)}
+                                   //          parts: Map slot -> {payload, got: Set of part indexes} (streamed GRADs),
+                                   //          messages: Map slot -> the codec message received, lies: Map slot -> {why, nonFinite}}
     this.stream = null;            // this page's streamed GRAD of the step being computed (beginStep)
     this.current = startStep;      // the step being exchanged (frames of it and the next are accepted)
     this.done = startStep - 1;     // the last step exchanged (its late frames are dropped, not stored)
     this.wake = null;              // resolves the waiting exchange when something arrived
     this.failure = null;           // an ExchangeError that ends every exchange
     this.closed = false;           // close() was called: a streamed GRAD posts no more parts
+    this.onLie = null;             // (slot, step, {why, nonFinite}): told of a cheap check failed on arrival,
+                                   // also after the exchange failed (the run convicts: run/audits.js)
     this.bytesSent = 0;            // payload bytes sent (the benchmark reads it)
     this.waitMs = 0;               // time spent waiting for peers' frames
     this.unsub = subscribe ? [TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED].map((t) => mesh.on(t, (from, m) => this.onFrame(from, m))) : [];
@@ -152,17 +159,22 @@ export class MeshCollective {
   // a whole GRAD payload (a GRAD, or the parts of a streamed one put together): header, then message
   onGrad(from, m, payload, what) {
     let values;
+    const st = this.stepState(m.step);
     try {
       values = this.codec.decode(payload.subarray(HEADER_BYTES), this.gradValues());
     } catch (err) {
       if (!(err instanceof CodecError)) throw err;
+      this.noteLie(m.step, m.slot, `is malformed (${err.message})`);
       this.mesh.drop(from, m, `${what} refused: ${err.message}`);
       return;
     }
-    const st = this.stepState(m.step);
     const dv = new DataView(payload.buffer, payload.byteOffset, payload.byteLength);
     st.hashes[m.slot] = bytesToHex(payload.subarray(0, HASH_BYTES));
     st.losses[m.slot] = dv.getFloat64(HASH_BYTES, true);
+    // the cheap checks (docs/VERIFICATION.md §13): the values are kept; onLie judges
+    if (!Number.isFinite(st.losses[m.slot])) this.noteLie(m.step, m.slot, 'has a loss that is not finite', true);
+    else if (!allFinite(values)) this.noteLie(m.step, m.slot, 'is not finite', true);
+    st.messages.set(m.slot, payload.subarray(HEADER_BYTES));
     st.grads.set(m.slot, values);
     st.parts.delete(m.slot);
     this.wake?.();
@@ -183,6 +195,16 @@ export class MeshCollective {
     if (pending.got.size === this.inParts.length) this.onGrad(from, m, pending.payload, `GRAD (${this.inParts.length} parts)`);
   }
 
+  // a peer's gradient of the step failed a cheap check: onLie is told (once per slot and step).
+  // nonFinite: a lie only when our own gradient is finite (an honest run that diverged tells none)
+  noteLie(step, slot, why, nonFinite = false) {
+    const st = this.stepState(step);
+    if (st.lies.has(slot)) return;
+    st.lies.set(slot, { why, nonFinite });
+    this.onLie?.(slot, step, { why, nonFinite });
+    this.wake?.();
+  }
+
   check(from, m) {
     if (m.runId !== this.runId) return `wrong run id ${m.runId} (this run is ${this.runId})`;
     const slot = this.roster.indexOf(from);
@@ -193,7 +215,7 @@ export class MeshCollective {
     const st = this.steps.get(m.step);
     if (m.type === TYPES.GRAD) {
       const want = HEADER_BYTES + this.codec.messageBytes(this.gradValues());
-      if (m.payload.length !== want) return `GRAD of ${m.payload.length} bytes, expected ${want}`;
+      if (m.payload.length !== want) { this.noteLie(m.step, slot, `is ${m.payload.length - HEADER_BYTES} bytes where ${want - HEADER_BYTES} are due`); return `GRAD of ${m.payload.length} bytes, expected ${want}`; }
       if (st && st.grads.has(slot)) return `second GRAD from slot ${slot} for step ${m.step}`;
     } else if (m.type === TYPES.GRAD_PART) {
       if (m.payload.length < PART_INDEX_BYTES) return `GRAD_PART of ${m.payload.length} bytes, shorter than its index`;
@@ -201,7 +223,7 @@ export class MeshCollective {
       const part = this.inParts[index];
       if (!part) return `GRAD_PART index ${index}, a GRAD here has ${this.inParts.length} parts`;
       const want = PART_INDEX_BYTES + part.to - part.from;
-      if (m.payload.length !== want) return `GRAD_PART ${index} of ${m.payload.length} bytes, expected ${want}`;
+      if (m.payload.length !== want) { this.noteLie(m.step, slot, `has a part of ${m.payload.length - PART_INDEX_BYTES} bytes where ${want - PART_INDEX_BYTES} are due`); return `GRAD_PART ${index} of ${m.payload.length} bytes, expected ${want}`; }
       if (st && st.grads.has(slot)) return `GRAD_PART ${index} from slot ${slot} for step ${m.step}, whose GRAD is complete`;
       if (st && st.parts.get(slot)?.got.has(index)) return `second GRAD_PART ${index} from slot ${slot} for step ${m.step}`;
     } else {
@@ -224,7 +246,8 @@ export class MeshCollective {
   stepState(step) {
     let st = this.steps.get(step);
     if (!st) {
-      st = { grads: new Map(), losses: new Array(this.P), hashes: new Array(this.P), reduced: new Map(), parts: new Map() };
+      st = { grads: new Map(), losses: new Array(this.P), hashes: new Array(this.P), reduced: new Map(), parts: new Map(),
+             messages: new Map(), lies: new Map() };
       this.steps.set(step, st);
     }
     return st;
@@ -283,7 +306,7 @@ export class MeshCollective {
     return this.stream;
   }
 
-  // our GRAD(s), whole -> the codec message of our own values (all N, or our shard)
+  // our GRAD(s), whole -> our codec messages in message order (all-gather: one; rsag: shard k's for slot k)
   async sendWhole(step, grads, loss, prevHash) {
     const { codec, seed, slot } = this;
     const flat = flattenGrads(grads, this.names);
@@ -294,15 +317,19 @@ export class MeshCollective {
       const message = encode(0);
       const payload = this.gradPayload(prevHash, loss, message);
       await Promise.all(others.map(([id]) => this.send(id, TYPES.GRAD, step, payload)));
-      return message;
+      return [message];
     }
-    await Promise.all(others.map(([id, s]) => this.send(id, TYPES.GRAD, step, this.gradPayload(prevHash, loss, encode(s)))));
-    return encode(slot);
+    const messages = this.roster.map((_, k) => encode(k));
+    await Promise.all(others.map(([id, s]) => this.send(id, TYPES.GRAD, step, this.gradPayload(prevHash, loss, messages[s]))));
+    return messages;
   }
 
   // -> {loss, grads (named views of the reduced gradient G), flat: G (N,), hashes: each slot's
-  //    hash after step-1}. After beginStep(step) our GRAD's last part is sent here (the rest went
-  //    during the backward pass), else the whole GRAD.
+  //    hash after step-1, losses: each slot's loss, ownHashes: SHA-256 (hex) of each message we sent
+  //    (message order; the commitment), inHashes: each slot's message to us, hashed (ours: ours)}.
+  //    After beginStep(step) our GRAD's last part is sent here (the rest went during the backward
+  //    pass), else the whole GRAD. A peer's gradient that fails a cheap check is told to onLie
+  //    (the run convicts its sender, which ends this exchange); the collective itself only drops it.
   async exchange(step, roster, slot, loss, grads, prevHash = null) {
     if (this.failure) throw this.failure;
     if (slot !== this.slot || roster.length !== this.P) throw new Error('a collective serves one roster: a new roster needs a new collective');
@@ -316,7 +343,8 @@ export class MeshCollective {
     const missingFrom = (has, kind) => () => ({ kind, peers: others.filter(([, s]) => !has(s)).map(([id]) => id) });
     const { codec, seed } = this;
     const b = this.bounds;
-    const ownMessage = stream ? await stream.finish(grads, loss, prevHash) : await this.sendWhole(step, grads, loss, prevHash);
+    const ownMessages = stream ? await stream.finish(grads, loss, prevHash) : await this.sendWhole(step, grads, loss, prevHash);
+    const ownMessage = ownMessages.length === 1 ? ownMessages[0] : ownMessages[slot];
     let G;
     if (this.topology === 'allgather') {
       const has = (s) => st.grads.has(s);
@@ -335,11 +363,14 @@ export class MeshCollective {
       G = new Float64Array(this.N);
       for (let s = 0; s < this.P; s++) G.set(s === slot ? codec.decode(reducedMessage, n) : st.reduced.get(s), b[s]);
     }
-    const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), flat: G, hashes: st.hashes.slice() };
+    const inHashes = this.roster.map((_, s) => sha256Hex(s === slot ? ownMessage : st.messages.get(s)));
+    const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), flat: G, hashes: st.hashes.slice(),
+                  losses: st.losses.slice(), ownHashes: ownMessages.map(sha256Hex), inHashes };
     this.steps.delete(step);
     this.done = step;
     return out;
   }
+
 }
 
 // ---- GradStream: one step's GRAD, sent in parts as the backward pass finalizes it ------------
@@ -416,7 +447,7 @@ class GradStream {
   }
 
   // exchange's part: the step's gradients must be those streamed (bit for bit; a missing one is
-  // taken from grads), then the header and the last parts go -> the codec message of our own values
+  // taken from grads), then the header and the last parts go -> our codec messages (as sendWhole)
   async finish(grads, loss, prevHash) {
     const { names, sizes } = this.c;
     for (let t = 0; t < names.length; t++) {
@@ -434,7 +465,6 @@ class GradStream {
     this.pump(0, true);
     await Promise.all(this.chains.values());
     if (this.error) throw this.error;
-    const own = this.slices.length === 1 ? this.slices[0] : this.slices[this.c.slot];
-    return own.payload.subarray(HEADER_BYTES);
+    return this.slices.map((sl) => sl.payload.subarray(HEADER_BYTES));
   }
 }

@@ -11,6 +11,7 @@
 //   recovery.js  evidence, HALT / STATUS / ROSTER / ACCEPT / GO: departures, failover, the
 //                two-phase roster change, the split alarm
 //   join.js      JOIN / SYNC / STATE / FWD / SYNCED: joining mid-run, bounded per joiner
+//   audits.js    AUDIT / EVIDENCE: commitments, the audits two steps back, conviction and rollback
 //   record.js    the records (every field declared once), timings, the fault plan
 //
 // The host (peer.js in the page, tests/js/run_harness.mjs in Node) is all the controller sees
@@ -37,6 +38,7 @@ import * as startP from './start.js';
 import * as loopP from './loop.js';
 import * as recoveryP from './recovery.js';
 import * as joinP from './join.js';
+import * as auditsP from './audits.js';
 
 // frame type -> phase -> handler (ctl, from, message). A type with no handler in the current
 // phase is dropped with a reason (counted toward the sender's flood limit by the mesh).
@@ -57,9 +59,12 @@ const HANDLERS = {
   [TYPES.SYNC]: { joining: joinP.onSync },
   [TYPES.FWD]: { joining: joinP.onFwd },
   [TYPES.SYNCED]: { running: joinP.onSynced },
+  [TYPES.AUDIT]: { running: auditsP.onAudit },
+  [TYPES.EVIDENCE]: { running: auditsP.onEvidence },
 };
 // frames that are simply not for this device in some phases (no drop: they are expected there)
-const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])]]);
+const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
+  [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])]]);
 
 export class RunController {
   // host: see above; timing: TIMING overrides (tests); faults: the injected fault plan (tests)
@@ -145,6 +150,7 @@ export class RunController {
     this.collectives.get(key)?.close();
     const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
       shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed });
+    collective.onLie = (slot, step, lie) => auditsP.onLie(this, collective, slot, step, lie);
     this.collectives.set(key, collective);
     return collective;
   }
@@ -188,6 +194,14 @@ export class RunController {
     if (this.phase === 'accepted' && this.at.from === id) { startP.dropAccepted(this); this.host.note(`The run's leader ${this.host.nameOf(id)} left before it started.`); }
     if (this.phase === 'joining' && this.at.from === id) joinP.abandonJoin(this, `${this.host.nameOf(id)} left while syncing this device in`, 0);
     if (this.phase === 'running') recoveryP.evidence(this, this.at, id, why);
+  }
+
+  // a peer convicted on this device's own evidence (audits.js): gone, like a departure; a roster
+  // proposal that waited for this device's own judgement is checked again now
+  convicted(run, id, why) {
+    recoveryP.evidence(this, run, id, why);
+    const deferred = run.recovery?.deferred;
+    if (deferred) { run.recovery.deferred = null; clearTimeout(deferred.timer); recoveryP.onRoster(this, deferred.from, deferred.m, false); }
   }
 
   // the signaling server's word: a departure it saw may let survivors go on (recovery.js)

@@ -11,6 +11,7 @@
 // resyncIntervalMs to the same device, a sync not finished within syncDeadlineMs drops the
 // joiner (and its forwarding); a JOIN while its transfer is pending is dropped (counted toward
 // the flood limit), one during its sync restarts it (the joiner gave up on it).
+import { validAuditRate } from './audits.js';
 import { TYPES } from '../peer/frames.js';
 import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
@@ -223,7 +224,7 @@ export async function onSync(ctl, from, m) {
     if (desc.dataId !== await h.dataId()) throw new Error('different training data');
     if (!Array.isArray(d.roster) || d.roster[0] !== from || d.roster.includes(ctl.selfId) || d.roster.length > 64) throw new Error('bad roster');
     if (!Number.isInteger(d.step) || d.step < 0 || d.step >= cfg.steps || !isHash(d.hash) || !Number.isInteger(d.epoch) || d.epoch < 0) throw new Error('bad position');
-    if (!validHistory(d.history) || !isHash(desc.initHash) || typeof desc.dataId !== 'string') throw new Error('bad descriptor');
+    if (!validHistory(d.history) || !isHash(desc.initHash) || typeof desc.dataId !== 'string' || !validAuditRate(desc.auditRate)) throw new Error('bad descriptor');
   } catch (err) {
     ctl.mesh.drop(from, m, `SYNC refused: ${err.message}`);
     abandonJoin(ctl, `the leader's SYNC was refused (${err.message})`, 30_000);

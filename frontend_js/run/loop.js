@@ -6,11 +6,14 @@
 import { TYPES } from '../peer/frames.js';
 import { ExchangeError } from '../peer/mesh_collective.js';
 import { Trainer, checkLoss } from '../train.js';
+import { flattenGrads, unflatten } from '../collective.js';
+import { forge } from '../attack.js';
 import { StepArena } from '../arena.js';
 import { yieldToPage, waitUntil } from '../peer/page_clock.js';
 import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, short, isHash } from './record.js';
 import * as recovery from './recovery.js';
 import * as join from './join.js';
+import * as audits from './audits.js';
 import { end, alarm, saveUndo, restoreUndo, runView, wakeParked } from './ending.js';
 
 // opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
@@ -28,6 +31,7 @@ export function begin(ctl, desc, replica, cfg, c, opts) {
     extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
   });
   run.slot = run.roster.indexOf(ctl.selfId);
+  audits.openBook(run, desc.auditRate ?? 0);
   ctl.enter('running', run);
   h.models.adopt(cfg, replica, completed, run.extra);
   const others = roster.length - 1;
@@ -53,7 +57,11 @@ async function loop(ctl, run) {
     if (run.ended) return;
     if (run.recovery) { await recovery.awaitRecovery(ctl, run); continue; }
     const s = run.completed;
-    if (s >= cfg.steps) break;
+    if (s >= cfg.steps) {
+      if (!(await audits.flush(ctl, run))) continue;       // the last steps' audits: a conviction goes back
+      if (run.ended) return;
+      break;
+    }
     if (run.stopAfter !== null && s >= run.stopAfter) break;
     if (run.change && run.change.msg.from === s) {
       // a planned roster takes effect here, once committed (GO) everywhere
@@ -63,9 +71,12 @@ async function loop(ctl, run) {
     const slot = run.slot;
     // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
     // the GRAD's parts go out as the backward pass finalizes them (docs/PROTOCOL.md "Streamed GRAD")
-    const sink = ctl.t.streamGrads ? run.collective.beginStep(s) : null;
-    const local = h.gpu ? await h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
-      : await run.trainer.localStep(s, slot, run.arena, sink);
+    const forging = ctl.faults.forge !== null && s >= ctl.faults.forge.from;    // the fault plan's forger
+    const sink = ctl.t.streamGrads && !forging ? run.collective.beginStep(s) : null;
+    const local = await audits.exclusive(run, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
+      : run.trainer.localStep(s, slot, run.arena, sink)));
+    if (forging) local.grads = forged(ctl, run, s, local.grads);
+    audits.ownStep(ctl, run, s, local);
     if (run.ended) return;
     if (run.recovery) continue;                     // a departure while we computed: recompute
     if (run.stopAfter !== null && s >= run.stopAfter) break;
@@ -93,8 +104,11 @@ async function loop(ctl, run) {
       alarm(ctl, run, `Replicas disagree after step ${s}: ${who}. Stopped (never fork).`, 'replica mismatch');
       return;
     }
+    // the audits: this step's commitment out, the audits of step s-2 (a conviction goes back)
+    if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
+    if (run.stopAfter !== null && s >= run.stopAfter) break;
     saveUndo(run);
-    const applied = await run.trainer.apply(out.grads);
+    const applied = await audits.exclusive(run, () => run.trainer.apply(out.grads));
     if (run.ended) return;
     checkLoss(out.loss, s + 1);
     run.completed = s + 1;
@@ -102,6 +116,7 @@ async function loop(ctl, run) {
     run.hashLog.set(s + 1, applied.hash);
     run.hashLog.delete(s + 1 - HASH_LOG);
     run.peerHashes.set(ctl.selfId, applied.hash);
+    audits.keepState(run);
     report(ctl, run, s + 1, out.loss);
     if (run.roster[0] === ctl.selfId && run.joiners.size) join.forwardToJoiners(ctl, run, s, out.flat);
     h.stored?.afterStep(run);          // the leader stores the group's run (stored_run.js)
@@ -119,6 +134,14 @@ async function loop(ctl, run) {
     return;
   }
   await finishRun(ctl, run);
+}
+
+// the fault plan's forged gradient (attack.js forge), from the honest one
+function forged(ctl, run, s, grads) {
+  const { kind, factor = 1 } = ctl.faults.forge;
+  const shapes = run.c.model.paramShapes(run.cfg);
+  const flat = flattenGrads(grads, shapes.map(([n]) => n));
+  return unflatten(forge(kind, factor, flat, run.cfg.seed, s, run.slot), shapes);
 }
 
 function report(ctl, run, step, loss) {

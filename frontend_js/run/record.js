@@ -24,6 +24,10 @@ export const TIMING = Object.freeze({
 export const NO_FAULTS = Object.freeze({
   corruptNextSync: false,   // this joiner's state goes wrong after its checks (the leader must catch its hash)
   noJoin: false,            // an outsider that never asks to join
+  forge: null,              // {from, kind, factor}: this page sends a forged gradient from step index `from`
+                            // (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly
+  liarAuditor: null,        // {from}: from step index `from`, this page accuses every peer it audits
+  referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once
@@ -32,6 +36,8 @@ export const MAX_RESYNCS = 3;       // a joiner that reports a wrong hash this o
 export const RATE_WINDOW = 20;      // steps in the tokens/s window
 export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
 export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
+export const KEPT_RING = 5;         // audits: the states after the last few steps, always kept (run/audits.js)
+export const MAX_KEPT_STATES = 32;  // audits: states kept in all (trusted points beyond the ring go oldest first)
 
 // A hash as messages show it: 16 hex digits, as the page's hash line and Python's logs do.
 export const short = (h) => (h ? String(h).slice(0, 16) : '(none)');
@@ -140,6 +146,33 @@ export class JoinAttempt {
   }
 }
 
+// The audits of a run (run/audits.js; docs/VERIFICATION.md §13). Steps are 0-based step indexes;
+// "epoch:step" keys hold frames of a roster epoch (slots are that epoch's).
+export class AuditBook {
+  constructor(rate, floor) {
+    this.rate = rate;            // audits per step in the group (the run's auditRate, 1..64)
+    this.floor = floor;          // the first step audited: the run's start or its last join or departure
+    this.done = floor - 1;       // the last step whose audits ran here
+    this.nonces = new Map();     // step -> this device's secret nonce of it (32 bytes)
+    this.received = new Map();   // step -> {inHashes, losses}: what this device got in that exchange
+    this.commits = new Map();    // "epoch:step" -> Map slot -> {hashes, loss, nonceHash} (AUDIT; ours included)
+    this.reveals = new Map();    // "epoch:step" -> Map slot -> nonce hex (the next step's AUDIT)
+    this.claimedBeacons = new Map(); // "epoch:step" -> Map slot -> the beacon a member computed
+    this.tailSent = new Set();   // "epoch:step" of the tail AUDITs sent (the last step's nonce)
+    this.beacons = new Map();    // step -> our beacon (hex)
+    this.pairs = new Map();      // step -> [[auditor slot, audited slot]]
+    this.digests = new Map();    // step -> each slot's digest (hex)
+    this.passes = new Map();     // audited id -> auditor id -> the steps after its last few audits (ascending)
+    this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states
+    this.convicted = new Map();  // id -> {step, why, back, hash}: convicted on this device's evidence, not yet rolled back
+    this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
+    this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits
+    this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
+    this.arena = null;           // the recomputations' arena (made on the first)
+    this.audits = 0;             // audits this device ran
+  }
+}
+
 // The active run. Every field is here; see the protocol modules for who changes it.
 export class Run {
   constructor({ desc, cfg, c, batches, trainer, replica, arena, collective, roster, epoch, history, completed, hash, extra }) {
@@ -174,5 +207,9 @@ export class Run {
     this.stepTimes = [];        // the recent steps' times (rate, pace of the deadline)
     this.curve = [];            // [step, loss] for the plot
     this.loss = null;
+    this.book = null;           // the AuditBook (null: the run is not audited, auditRate 0)
+    this.ownFinite = null;      // {step, finite}: whether this device's own last local step was finite
+    this.lies = [];             // [{id, step, why}]: non-finite gradients waiting for our own step's verdict
+    this.computing = Promise.resolve();   // the compute backend's queue (run/audits.js exclusive)
   }
 }

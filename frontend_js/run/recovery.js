@@ -26,6 +26,7 @@ import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, schedul
 import { waitUntil } from '../peer/page_clock.js';
 import { Recovery, RosterChange, validHistory, isHash } from './record.js';
 import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
+import { convictions, convictionsKey, rollbackTo, takeRollback, restartBook } from './audits.js';
 
 const goneSet = (run) => new Set(run.gone.keys());
 const live = (run) => run.roster.filter((id) => !run.gone.has(id));
@@ -142,7 +143,7 @@ function statusTimeout(ctl, run, rec) {
 
 function sendStatus(ctl, run) {
   const rec = run.recovery;
-  ctl.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()] },
+  ctl.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()], convicted: convictions(run) },
     { runId: run.desc.runId, slot: run.slot }).catch(() => {});
   clearTimeout(rec.timer);
   const leader = rec.leader;
@@ -157,7 +158,8 @@ function tryFinish(ctl, run) {
   const rec = run?.recovery;
   if (!rec || rec.leader !== ctl.selfId || !rec.parked || rec.promised || run.ended) return;
   const h = ctl.host, survivors = live(run);
-  rec.statuses.set(ctl.selfId, { completed: run.completed, hash: run.hash, epoch: run.epoch });
+  const convicted = convictions(run);
+  rec.statuses.set(ctl.selfId, { completed: run.completed, hash: run.hash, epoch: run.epoch, convicted: convictionsKey(convicted) });
   if (!survivors.every((id) => rec.statuses.has(id))) return;
   // a member that says it lost a peer which answers this device: a partial partition or a lie.
   // Nobody is dropped on a member's word; the run stops with the alarm.
@@ -168,7 +170,9 @@ function tryFinish(ctl, run) {
       return;
     }
   }
-  const confirmed = new Set([...run.confirmed, ...ctl.serverGone]);
+  // a convicted peer's departure needs no quorum: every honest member convicts it on the same
+  // evidence, recomputed by each (run/audits.js), and none can be convicted by a liar
+  const confirmed = new Set([...run.confirmed, ...ctl.serverGone, ...convicted.map(([id]) => id)]);
   if (!mayGoOn(run.roster, goneSet(run), confirmed)) {
     if (!rec.confirmTimer) {
       const waitingFor = [...run.gone.keys()].filter((id) => !confirmed.has(id)).map((id) => h.nameOf(id)).join(', ');
@@ -180,14 +184,29 @@ function tryFinish(ctl, run) {
   clearTimeout(rec.confirmTimer);
   const at = survivors.map((id) => rec.statuses.get(id));
   if (at.some((x) => x.epoch !== run.epoch)) { giveUp(ctl, run, rec, 'the survivors are in different roster epochs (a change was under way)'); return; }
-  const from = Math.min(...at.map((x) => x.completed));
+  let from = Math.min(...at.map((x) => x.completed));
   if (at.some((x) => x.completed > from + 1)) { giveUp(ctl, run, rec, 'the survivors are more than one step apart'); return; }
-  const atFrom = new Set(survivors.filter((id) => rec.statuses.get(id).completed === from).map((id) => rec.statuses.get(id).hash));
-  if (run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
-  if (atFrom.size > 1) { giveUp(ctl, run, rec, `replicas disagree at step ${from}`, 'replica mismatch'); return; }
+  if (convicted.length) {
+    // a conviction: every survivor judged the same peers with the same rollback, from the same state
+    const key = convictionsKey(convicted);
+    const behind = survivors.filter((id) => rec.statuses.get(id).convicted !== key);
+    if (behind.length) {
+      clearTimeout(rec.confirmTimer);
+      rec.confirmTimer = setTimeout(() => giveUp(ctl, run, rec, `${behind.map((id) => h.nameOf(id)).join(', ')} did not judge the evidence against ${convicted.map(([id]) => h.nameOf(id)).join(', ')} as this device did`), ctl.t.confirmWaitMs);
+      return;
+    }
+    if (convicted.some(([, , hash]) => !hash)) { giveUp(ctl, run, rec, 'the state to go back to is no longer kept'); return; }
+    from = rollbackTo(convicted);
+  } else {
+    const atFrom = new Set(survivors.filter((id) => rec.statuses.get(id).completed === from).map((id) => rec.statuses.get(id).hash));
+    if (run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
+    if (atFrom.size > 1) { giveUp(ctl, run, rec, `replicas disagree at step ${from}`, 'replica mismatch'); return; }
+  }
+  clearTimeout(rec.confirmTimer);
   const left = run.roster.filter((id) => run.gone.has(id));
   const msg = { runId: run.desc.runId, epoch: rec.epoch, base: run.epoch, from, roster: survivors, left, joined: [],
                 history: scheduleWith(run.history, from, survivors.length),
+                convicted: convicted.map(([id, back]) => [id, back]),
                 reason: left.map((id) => `${h.nameOf(id)}: ${run.gone.get(id) || 'gone'}`).join('; ').slice(0, 400) };
   rec.epoch += 1;                 // a later proposal (after more evidence) needs a new epoch
   const change = new RosterChange(msg, rosterDigest(msg), 'recovery', ctl.newCollective(run.desc.runId, msg.epoch, survivors, from, run.cfg, run.c, run.collective.deadlineMs));
@@ -235,7 +254,7 @@ export function onHalt(ctl, from, m) {
   beginRecovery(ctl, run);
   const rec = run.recovery;
   if (rec.leader !== from) {
-    ctl.mesh.sendJson(from, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()] },
+    ctl.mesh.sendJson(from, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()], convicted: convictions(run) },
       { runId: run.desc.runId, slot: run.slot }).catch(() => {});
   }
 }
@@ -252,7 +271,8 @@ export function onStatus(ctl, from, m) {
   const claims = d.gone.filter((id) => typeof id === 'string' && (run.roster.includes(id))).slice(0, 64);
   if (!run.recovery || run.recovery.leader !== ctl.selfId) beginRecovery(ctl, run);
   const rec = run.recovery;
-  rec.statuses.set(from, { completed: d.completed, hash: d.hash, epoch: d.epoch });
+  const convicted = Array.isArray(d.convicted) && d.convicted.length <= 64 ? d.convicted : [];
+  rec.statuses.set(from, { completed: d.completed, hash: d.hash, epoch: d.epoch, convicted: convictionsKey(convicted) });
   if (claims.length) rec.claims.set(from, claims); else rec.claims.delete(from);
   tryFinish(ctl, run);
 }
@@ -285,16 +305,25 @@ export function onRoster(ctl, from, m, final = false) {
   const joined = Array.isArray(d.roster) ? d.roster.filter((id) => !run.roster.includes(id)) : [];
   let why = d.base !== run.epoch ? `it changes epoch ${d.base}, this device is in epoch ${run.epoch}` : null;
   if (!why && Number.isInteger(d.epoch) && d.epoch < floor) why = `this device already accepted a roster for epoch ${floor - 1}`;
-  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed: run.completed, selfId: ctl.selfId }, from);
+  // a conviction's roster names the peers convicted and goes back to where this device's own
+  // judgement goes (run/audits.js): the same peers, the same step, or it waits / refuses
+  const mine = convictions(run).map(([id, back]) => [id, back]);
+  let wait = null;
+  if (!why && convictionsKey(mine) !== convictionsKey(Array.isArray(d.convicted) ? d.convicted : [])) {
+    why = mine.length ? 'its convictions are not the ones this device judged' : 'it convicts peers this device has not judged';
+    wait = ctl.t.confirmWaitMs;
+  }
+  const completed = mine.length ? rollbackTo(mine) : run.completed;
+  if (!why && mine.length && d.from !== completed) why = `it goes back to step ${d.from}, this device's judgement to ${completed}`;
+  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId }, from);
   if (!why && (!validHistory(d.history, d.from, d.roster.length) || scheduleString(d.history) !== scheduleString(scheduleWith(run.history, d.from, d.roster.length)))) {
     why = 'its P schedule is not this run\'s';
   }
   if (!why && joined.length && from !== run.roster[0]) why = 'only the run\'s leader admits joiners';
   if (!why && joined.some((id) => !ctl.mesh.isReady(id))) why = `this device has no link to ${joined.filter((id) => !ctl.mesh.isReady(id)).map((id) => h.nameOf(id)).join(', ')}`;
-  let wait = null;
   if (!why && dropped.length) {
     const reached = dropped.filter((id) => reaches(ctl, run, id));
-    const confirmed = new Set([...run.confirmed, ...ctl.serverGone]);
+    const confirmed = new Set([...run.confirmed, ...ctl.serverGone, ...mine.map(([id]) => id)]);
     if (reached.length) {
       why = `it drops ${reached.map((id) => h.nameOf(id)).join(', ')}, who this device still reaches`;
       wait = reachMs(ctl, run) / 2;
@@ -385,6 +414,7 @@ export async function awaitCommit(ctl, run) {
   const joined = change.msg.roster.filter((id) => !run.roster.includes(id));
   switchCollective(ctl, run, change);
   setRoster(ctl, run, change.msg, joined, []);
+  restartBook(run);                             // a join: the audits start over from here
   return true;
 }
 
@@ -399,6 +429,11 @@ function switchCollective(ctl, run, change) {
 // the committed recovery roster: undo a step if this device is one ahead, then the new epoch
 function applyRoster(ctl, run, change) {
   const d = change.msg;
+  const convicted = Array.isArray(d.convicted) ? d.convicted.map(([id]) => id) : [];
+  if (convicted.length && !goBack(ctl, run, d.from, convicted)) {
+    end(ctl, run, 'stopped', `The run stopped: this device no longer keeps the state after step ${d.from} to go back to.`, 'cannot meet the group');
+    return;
+  }
   if (run.completed === d.from + 1 && !restoreUndo(ctl, run)) {
     end(ctl, run, 'stopped', `The run stopped: this device cannot step back to step ${d.from} to meet the group.`, 'cannot meet the group');
     return;
@@ -412,7 +447,24 @@ function applyRoster(ctl, run, change) {
   run.gone.clear();
   for (const id of left) run.heard.delete(id);
   setRoster(ctl, run, d, [], left);
+  if (!convicted.length) restartBook(run);      // a departure: the audits start over from here
   wakeParked(ctl, run);
+}
+
+// a conviction's rollback: every replica restores its kept state after `from` steps
+function goBack(ctl, run, from, convicted) {
+  const hash = takeRollback(run, from, convicted);
+  if (!hash) return false;
+  run.completed = from; run.hash = hash;
+  for (const t of [...run.hashLog.keys()]) if (t > from) run.hashLog.delete(t);
+  run.hashLog.set(from, hash);
+  run.lastSent = Math.min(run.lastSent, from - 1);
+  run.undo = null;
+  run.curve = run.curve.filter(([st]) => st <= from);
+  ctl.host.models.step = from;
+  ctl.host.show({ step: from, hash, curve: run.curve });
+  ctl.host.emit('step-undone', { step: from, hash });
+  return true;
 }
 
 function setRoster(ctl, run, d, joined, left) {

@@ -14,6 +14,8 @@ import { Replica, cloneParams, cloneReplica } from '../train.js';
 import { waitUntil } from '../peer/page_clock.js';
 import { Proposal, Acceptance, newRunId, short, isHash } from './record.js';
 import { readPeerState, stateLimit } from './peer_state.js';
+import { validAuditRate } from './audits.js';
+import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
 export function freshReplica(c, cfg) {
   const params = c.model.initParams(cfg);
@@ -33,8 +35,9 @@ export async function start(ctl, config) {
   // resume: true continues the model this tab holds (a loaded checkpoint or a stopped run) from
   // its step with its config; false starts a new run from step 0; absent: a loaded checkpoint
   // short of its last step is continued
-  const { resume: want, ...settings } = config || {};
+  const { resume: want, auditRate = DEFAULT_AUDIT_RATE, ...settings } = config || {};
   if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
+  if (!validAuditRate(auditRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(auditRate)}`);
   const m = h.models;
   const point = m.resumePoint();
   if (want === true && !point) {
@@ -57,7 +60,7 @@ export async function start(ctl, config) {
   const replica = resume ? cloneReplica(resume.replicas[0]) : freshReplica(c, cfg);
   const startStep = resume ? m.step : 0;
   const desc = { runId: newRunId(), protocol: ctl.mesh.version, leader: ctl.selfId, config: c.config.configToDict(cfg),
-                 dataId, roster, startStep, initHash: c.hashing.weightHash(replica.params),
+                 dataId, roster, startStep, initHash: c.hashing.weightHash(replica.params), auditRate,
                  extra: resume ? (m.extra || null) : null };
   if (left.length) h.note(`Left out of this run (no peer-to-peer link yet): ${left.map((q) => q.name).join(', ')}.`);
   const collective = ctl.newCollective(desc.runId, 0, roster, startStep, cfg, c);
@@ -149,6 +152,7 @@ export async function onRun(ctl, from, m) {
     cfg = c.config.makeConfig(d.config);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
+    if (!validAuditRate(d.auditRate)) throw new Error(`bad audit rate ${JSON.stringify(d.auditRate)}`);
     const mine = await ctl.host.dataId();
     if (d.dataId !== mine) throw new Error(`different training data: the leader's is ${String(d.dataId).slice(0, 120)}, this device's ${mine}`);
   } catch (err) {

@@ -29,7 +29,7 @@ import { bestBackend } from '../../frontend_js/engines.js';
 import { quietMeshLogs } from './helpers.mjs';
 
 // the fastest backend whose gates pass here (wasm-simd): every backend gives the same bits
-const BACKEND = await bestBackend();
+export const BACKEND = await bestBackend();
 
 export const SETTINGS = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 2000 };   // tests stop it
 export const DATA_ID = 'builtin:test';

@@ -1,0 +1,430 @@
+// Audited gradients in a page run (docs/VERIFICATION.md §13 is the contract; docs/PROTOCOL.md
+// "Audited gradients" the frames). The rules are audit.js's (the reference's twin, the same
+// names); this module is their use over the mesh, lagging the step loop by two steps so no step
+// waits for an audit:
+//
+//   after exchange s   AUDIT {epoch, step s, hashes, loss, nonceHash = SHA-256(n_s), reveal n_{s-1},
+//                      beacon of s-2} to every member. The hashes are of the messages this device
+//                      sent; every receiver checks the one it got (a mismatch: the split alarm).
+//   step t = s-2       once every slot's AUDIT of t and of t+1 (its reveal) is here: digests,
+//                      beacon, the pairs (auditPairs). Each audit is recorded as a pass of the
+//                      audited peer (trusted points, kept states); the auditor recomputes the
+//                      audited slot from its kept state after t steps and compares digests.
+//   a failed audit     EVIDENCE {epoch, step, slot, accuser, committed, recomputed} to every member.
+//                      Each member recomputes itself (judge): the audited peer or the accuser is
+//                      convicted on this device's own evidence and the evidence is passed on.
+//   a cheap check      a gradient not finite or of the wrong size (mesh_collective.js): convicted
+//                      at once by every receiver
+//   a conviction       the peer is gone (recovery.js) with a rollback: the roster drops it from
+//                      `back` = rollbackStep over this device's passes, every replica restores its
+//                      kept state after `back` steps and the steps from there are recomputed.
+//
+// Every honest replica computes the same pairs, passes and `back`, so the run the group keeps is
+// `python -m daisy.train --attack` with that removal (tests/js/audit_mesh.test.mjs). Audits and
+// rollbacks never reach before the book's floor: the run's start, or its last join or departure.
+import { TYPES } from '../peer/frames.js';
+import { Replica, Trainer } from '../train.js';
+import { flattenGrads } from '../collective.js';
+import { StepArena } from '../arena.js';
+import { waitUntil } from '../peer/page_clock.js';
+import { auditPairs, beacon, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence, toHex } from '../audit.js';
+import { Sha256 } from '../hashing.js';
+import { MAX_AUDIT_RATE } from '../attack.js';
+import { AuditBook, KEPT_RING, MAX_KEPT_STATES, isHash } from './record.js';
+import { alarm } from './ending.js';
+
+const sha256Hex = (bytes) => { const h = new Sha256(); h.update(bytes); return toHex(h.digest()); };
+const fromHex = (hex) => Uint8Array.from({ length: hex.length / 2 }, (_, i) => parseInt(hex.slice(2 * i, 2 * i + 2), 16));
+const isHex32 = (x) => isHash(x);
+export const validAuditRate = (r) => Number.isInteger(r) && r >= 0 && r <= MAX_AUDIT_RATE;
+
+// ---- the book: one per run, from its start (loop.begin) -----------------------------------------
+export function openBook(run, rate) {
+  run.book = rate > 0 ? new AuditBook(rate, run.completed) : null;
+  if (run.book) keepState(run);
+}
+
+// a join or a departure: audits start over at its first step (rollbacks never undo a roster change
+// other than a conviction)
+export function restartBook(run) {
+  if (!run.book) return;
+  run.book = new AuditBook(run.book.rate, run.completed);
+  keepState(run);
+}
+
+// the state after run.completed steps, kept (a trusted point, the auditor's pre-step weights)
+export function keepState(run) {
+  const b = run.book, c = run.completed;
+  if (!b || b.states.has(c)) return;
+  const r = run.replica;
+  b.states.set(c, { params: cloneArrays(r.params), m: cloneArrays(r.adam.m), v: cloneArrays(r.adam.v), t: r.adam.t, hash: run.hash });
+  pruneStates(run);
+}
+const cloneArrays = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, Float64Array.from(v)]));
+
+// keep: the last KEPT_RING states, the floor, and every pass a rollback may go back to; at most
+// MAX_KEPT_STATES (the oldest trusted points go first: a rollback past them stops the run)
+function pruneStates(run) {
+  const b = run.book, c = run.completed;
+  const needed = new Set([b.floor]);
+  for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
+  for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) b.states.delete(t);
+  const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
+  while (b.states.size > MAX_KEPT_STATES && old.length) b.states.delete(old.shift());
+}
+
+// ---- after each exchange: commit, then the audits two steps back ----------------------------------
+// out: the exchange's result (ownHashes, inHashes, losses). -> false when a conviction halted the run
+export async function afterExchange(ctl, run, s, out, loss) {
+  const b = run.book;
+  if (!b) return true;
+  b.received.set(s, { inHashes: out.inHashes, losses: out.losses });
+  const nonce = ctl.faults.referenceNonces ? referenceNonce(run.cfg.seed, s, run.slot) : crypto.getRandomValues(new Uint8Array(32));
+  b.nonces.set(s, nonce);
+  commitOwn(ctl, run, s, { hashes: out.ownHashes, loss, nonceHash: sha256Hex(nonce) });
+  sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce));
+  return catchUp(ctl, run, s - 2);
+}
+
+function commitOwn(ctl, run, s, commit) {
+  commitsOf(run.book, run.epoch, s).set(run.slot, commit);
+}
+
+function commitsOf(b, epoch, s) {
+  const key = `${epoch}:${s}`;
+  let m = b.commits.get(key);
+  if (!m) { m = new Map(); b.commits.set(key, m); }
+  return m;
+}
+
+function sendAudit(ctl, run, s, hashes, loss, nonceHash) {
+  const b = run.book;
+  const prev = b.nonces.get(s - 1);
+  const msg = { runId: run.desc.runId, epoch: run.epoch, step: s, hashes, loss, nonceHash,
+                reveal: prev && s - 1 >= b.floor ? toHex(prev) : null, beacon: b.beacons.get(s - 2) || null };
+  ctl.tellAll(run, TYPES.AUDIT, msg);
+}
+
+// the run's last steps: the nonce of the last step goes out alone (a tail AUDIT: no commitment),
+// and the audits of the last two steps run before FIN. -> false when a conviction halted the run
+export async function flush(ctl, run) {
+  const b = run.book;
+  if (!b) return true;
+  const s = run.completed;
+  const last = b.nonces.get(s - 1);
+  if (last && !b.tailSent.has(`${run.epoch}:${s}`)) {
+    b.tailSent.add(`${run.epoch}:${s}`);
+    ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null,
+                                    reveal: toHex(last), beacon: b.beacons.get(s - 2) || null });
+  }
+  return catchUp(ctl, run, s - 1);
+}
+
+// every audit up to step `upTo` (waiting for the frames it needs, within the deadline)
+async function catchUp(ctl, run, upTo) {
+  const b = run.book;
+  while (b.done < upTo && run.book === b && !run.ended && !run.recovery) {
+    const t = b.done + 1;
+    const missing = () => missingFor(run, t);
+    const ok = await waitUntil(() => !missing().length || run.ended || run.recovery || run.book !== b, run.collective.deadlineMs,
+      (wake) => ctl.onPoke(wake));
+    if (run.ended || run.recovery || run.book !== b) return false;
+    if (!ok) {
+      const ids = missing();
+      ctl.host.note(`No audit commitment of step ${t + 1} from ${ids.map((id) => ctl.host.nameOf(id)).join(', ')} in time.`);
+      for (const id of ids) ctl.peerGone(id, `no audit commitment of step ${t + 1} in time`);
+      return false;
+    }
+    if (!(await auditStep(ctl, run, t))) return false;
+  }
+  return !run.ended && !run.recovery;
+}
+
+// the peers whose AUDIT of t (commitment) or of t+1 (the reveal of t) is not here yet
+function missingFor(run, t) {
+  const b = run.book;
+  const commits = b.commits.get(`${run.epoch}:${t}`), reveals = b.reveals.get(`${run.epoch}:${t}`);
+  return run.roster.filter((id, slot) => slot !== run.slot && (!commits?.has(slot) || !reveals?.has(slot)));
+}
+
+// step t's audits: check what this device received against each slot's commitment, the beacon,
+// the pairs; record each audit as a pass; recompute the ones this device audits
+async function auditStep(ctl, run, t) {
+  const b = run.book, h = ctl.host, P = run.roster.length;
+  const commits = b.commits.get(`${run.epoch}:${t}`), reveals = b.reveals.get(`${run.epoch}:${t}`) || new Map();
+  reveals.set(run.slot, toHex(b.nonces.get(t)));
+  const got = b.received.get(t);
+  const digests = [], nonces = [];
+  for (let slot = 0; slot < P; slot++) {
+    const c = commits.get(slot), id = run.roster[slot];
+    const mine = got.inHashes[slot];
+    const claimed = c.hashes.length === 1 ? c.hashes[0] : c.hashes[run.slot];
+    if (slot !== run.slot && (claimed !== mine || !Object.is(c.loss, got.losses[slot]))) {
+      alarmSplit(ctl, run, `Split alarm at step ${t + 1}: ${h.nameOf(id)} committed to other bytes than it sent this device. Stopped (never fork).`);
+      return false;
+    }
+    if (sha256Hex(fromHex(reveals.get(slot))) !== c.nonceHash) {
+      convict(ctl, run, id, t, `gradient from ${h.nameOf(id)} did not reproduce at step ${t + 1} (its nonce does not match its commitment): removed`);
+      return false;
+    }
+    digests.push(slotDigest(t, slot, c.loss, c.hashes.map(fromHex)));
+    nonces.push(fromHex(reveals.get(slot)));
+  }
+  const beaconBytes = beacon(digests, nonces);
+  b.beacons.set(t, toHex(beaconBytes));
+  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes);
+  b.pairs.set(t, pairs);
+  b.digests.set(t, digests.map(toHex));
+  b.done = t;
+  // a member's beacon of t that is not ours: it saw other commitments (the split alarm)
+  for (const [slot, x] of b.claimedBeacons.get(`${run.epoch}:${t}`) || []) {
+    if (x !== toHex(beaconBytes)) { alarmSplit(ctl, run, `Split alarm at step ${t + 1}: ${h.nameOf(run.roster[slot])} saw other commitments of that step. Stopped (never fork).`); return false; }
+  }
+  for (const [auditor, audited] of pairs) recordPass(run, run.roster[audited], run.roster[auditor], t + 1);
+  keepState(run);
+  for (const [auditor, audited] of pairs) {
+    if (auditor !== run.slot) continue;
+    b.audits++;
+    const committed = toHex(digests[audited]);
+    const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;   // the fault plan's lying auditor
+    const recomputed = lying ? sha256Hex(fromHex(committed)) : await recompute(ctl, run, t, audited);
+    if (recomputed === null || run.ended || run.book !== b) return false;
+    if (recomputed === committed) continue;
+    const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
+    ctl.tellAll(run, TYPES.EVIDENCE, ev);
+    if (lying) continue;                          // the liar accuses and goes on; the members judge it
+    b.evidenceSeen.add(evidenceKey(run.epoch, ev));
+    convict(ctl, run, run.roster[audited], t, removalWords(ctl, run, run.roster[audited], t, ev));
+    return false;
+  }
+  return drainEvidence(ctl, run);
+}
+
+function recordPass(run, audited, auditor, after) {
+  const b = run.book;
+  let by = b.passes.get(audited);
+  if (!by) { by = new Map(); b.passes.set(audited, by); }
+  const steps = by.get(auditor) || [];
+  steps.push(after);
+  while (steps.length > 4) steps.shift();
+  by.set(auditor, steps);
+}
+
+// the digest of `slot`'s contribution to step t, recomputed from this device's kept state after t
+// steps (null: that state is no longer kept)
+async function recompute(ctl, run, t, slot) {
+  const b = run.book, st = b.states.get(t);
+  if (!st) { ctl.host.note(`Cannot check step ${t + 1}: its state is no longer kept here.`); return null; }
+  const replica = new Replica(st.params, { t: st.t, m: st.m, v: st.v });
+  const trainer = new Trainer(run.cfg, replica, run.batches, run.trainer.backend);
+  b.arena ||= ctl.host.backend()?.newArena() ?? new StepArena();
+  return exclusive(run, async () => {
+    b.arena.reset();
+    const gpu = ctl.host.gpu;
+    const r = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => trainer.localStep(t, slot, b.arena))
+      : await trainer.localStep(t, slot, b.arena);
+    const flat = flattenGrads(r.grads, run.collective.names);
+    return toHex(contributionDigest(flat, r.loss, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
+  });
+}
+
+// one user of the compute backend at a time: the loop's steps and the audits' recomputations
+export function exclusive(run, fn) {
+  const p = run.computing.then(fn);
+  run.computing = p.catch(() => {});
+  return p;
+}
+
+// ---- frames ---------------------------------------------------------------------------------------
+export function onAudit(ctl, from, m) {
+  const run = ctl.at, d = m.json, b = run.book;
+  const slot = run.roster.indexOf(from);
+  if (!b || d.runId !== run.desc.runId || slot < 0 || !Number.isInteger(d.epoch) || !Number.isInteger(d.step)) { ctl.mesh.drop(from, m, 'AUDIT for no audited run of ours'); return; }
+  if (d.epoch < run.epoch) return;                                     // a late frame of an epoch this device left
+  if (d.epoch > run.epoch + 1 || d.step < b.floor || d.step > run.completed + 3) { ctl.mesh.drop(from, m, `AUDIT of step ${d.step} in epoch ${d.epoch}, this device is at ${run.completed} in epoch ${run.epoch}`); return; }
+  const tail = d.hashes === null;
+  const m1 = run.collective.topology === 'allgather' ? 1 : run.roster.length;
+  if (!tail && (!Array.isArray(d.hashes) || d.hashes.length !== m1 || !d.hashes.every(isHex32) || !isHex32(d.nonceHash) || typeof d.loss !== 'number')) {
+    ctl.mesh.drop(from, m, 'AUDIT with a malformed commitment'); return;
+  }
+  if ((d.reveal !== null && !isHex32(d.reveal)) || (d.beacon !== null && !isHex32(d.beacon))) { ctl.mesh.drop(from, m, 'AUDIT with a malformed nonce or beacon'); return; }
+  // the frame's epoch: a roster that may be committed a moment later here (its slots are the new ones)
+  const epoch = d.epoch;
+  if (!tail) {
+    const commits = commitsOf(b, epoch, d.step);
+    if (!commits.has(slot)) commits.set(slot, { hashes: d.hashes, loss: d.loss, nonceHash: d.nonceHash });
+  }
+  if (d.reveal !== null && d.step - 1 >= b.floor) {
+    const key = `${epoch}:${d.step - 1}`;
+    if (!b.reveals.has(key)) b.reveals.set(key, new Map());
+    if (!b.reveals.get(key).has(slot)) b.reveals.get(key).set(slot, d.reveal);
+  }
+  if (d.beacon !== null) {
+    const key = `${epoch}:${d.step - 2}`;
+    const known = b.beacons.get(d.step - 2);
+    if (epoch === run.epoch && known && known !== d.beacon) { alarmSplit(ctl, run, `Split alarm at step ${d.step - 1}: ${ctl.host.nameOf(from)} saw other commitments of that step. Stopped (never fork).`); return; }
+    if (!b.claimedBeacons.has(key)) b.claimedBeacons.set(key, new Map());
+    b.claimedBeacons.get(key).set(slot, d.beacon);
+  }
+  pruneFrames(run);
+  ctl.poke();
+}
+
+// frames older than the audits done, or of epochs this device left, go
+function pruneFrames(run) {
+  const b = run.book;
+  for (const map of [b.commits, b.reveals, b.claimedBeacons]) {
+    for (const key of [...map.keys()]) {
+      const [e, st] = key.split(':').map(Number);
+      if (e < run.epoch || st < b.done - 1) map.delete(key);
+    }
+  }
+  for (const map of [b.received, b.nonces, b.beacons, b.pairs, b.digests]) for (const st of [...map.keys()]) if (st < b.done - 8) map.delete(st);
+}
+
+// a member's evidence: checked once this device ran that step's audits itself
+export function onEvidence(ctl, from, m) {
+  const run = ctl.at, d = m.json, b = run.book;
+  const accuser = run.roster.indexOf(from);
+  if (!b || d.runId !== run.desc.runId || accuser < 0 || d.accuser !== accuser || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
+      || !isHex32(d.committed) || !isHex32(d.recomputed) || d.epoch !== run.epoch) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
+  if (b.evidence.length >= run.roster.length * 2) { ctl.mesh.drop(from, m, 'too much evidence at once'); return; }
+  b.evidence.push({ from, ev: d });
+  drainEvidence(ctl, run).catch((err) => console.warn('daisy: checking evidence failed:', err));
+}
+
+const evidenceKey = (epoch, ev) => `${epoch}:${ev.step}:${ev.slot}:${ev.accuser}`;
+
+// the evidence this device can judge now (its own audits of that step done). -> false when a
+// conviction halted the run
+async function drainEvidence(ctl, run) {
+  const b = run.book;
+  while (b && run.book === b && !run.ended) {
+    const i = b.evidence.findIndex(({ ev }) => ev.step <= b.done);
+    if (i < 0) break;
+    const [{ from, ev }] = b.evidence.splice(i, 1);
+    const key = evidenceKey(run.epoch, ev);
+    if (b.evidenceSeen.has(key)) continue;
+    b.evidenceSeen.add(key);
+    const pairs = b.pairs.get(ev.step);
+    const committed = b.digests.get(ev.step)?.[ev.slot];
+    if (!pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot) || committed !== ev.committed) {
+      ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} that names no audit of that step or another commitment`);
+      continue;
+    }
+    const reproduced = await recompute(ctl, run, ev.step, ev.slot);
+    if (reproduced === null || run.book !== b || run.ended) return false;
+    const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
+    const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
+    ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
+    if (verdict === 'audited') convict(ctl, run, accused, ev.step, removalWords(ctl, run, accused, ev.step, ev));
+    else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose gradient reproduced: ${ctl.host.nameOf(accuser)} removed`);
+    return false;
+  }
+  return !run.ended && !run.recovery;
+}
+
+function removalWords(ctl, run, id, t, ev) {
+  return `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed`
+    + ` (committed ${ev.committed.slice(0, 16)}, recomputed ${ev.recomputed.slice(0, 16)} by ${ctl.host.nameOf(run.roster[ev.accuser])})`;
+}
+
+// ---- cheap checks (mesh_collective.js, on arrival) ------------------------------------------------
+// A gradient of the wrong size or malformed convicts its sender at once; a non-finite one only
+// when this device's own gradient of that step is finite (an honest run that diverged lies to
+// nobody), so it waits for our local step when it came first.
+export function onLie(ctl, collective, slot, step, lie) {
+  const run = ctl.run;
+  if (!run || run.collective !== collective) return;
+  const id = collective.roster[slot];
+  const why = `gradient from ${ctl.host.nameOf(id)} ${lie.why} at step ${step + 1}: removed`;
+  if (!lie.nonFinite || run.ownFinite?.step === step) {
+    if (!lie.nonFinite || run.ownFinite.finite) convict(ctl, run, id, step, why);
+    return;
+  }
+  if (run.lies.length < run.roster.length) run.lies.push({ id, step, why });
+}
+
+// the loop's local step of `step` is done: the verdict on non-finite gradients that came first
+export function ownStep(ctl, run, step, local) {
+  let finite = Number.isFinite(local.loss);
+  for (const g of Object.values(local.grads)) {
+    if (!finite) break;
+    for (let i = 0; i < g.length; i++) if (!Number.isFinite(g[i])) { finite = false; break; }
+  }
+  run.ownFinite = { step, finite };
+  const now = run.lies.filter((x) => x.step === step);
+  run.lies = run.lies.filter((x) => x.step > step);
+  if (finite) for (const x of now) convict(ctl, run, x.id, x.step, x.why);
+}
+
+// ---- conviction -----------------------------------------------------------------------------------
+// `id` lied at step t (this device's own evidence): it is gone, and the group goes back to `back`
+export function convict(ctl, run, id, t, why) {
+  const b = run.book;
+  if (run.ended || id === ctl.selfId || !run.roster.includes(id)) return;
+  if (!b) { ctl.convicted(run, id, why); return; }             // audits off: removed, nothing to go back to
+  const had = b.convicted.get(id);
+  if (had && had.step <= t) return;
+  const back = rollbackFor(run, id, t);
+  b.convicted.set(id, { step: t, why, back, hash: b.states.get(back)?.hash ?? null });
+  ctl.host.note(why);
+  ctl.host.emit('convicted', { peer: id, step: t + 1, why, back });
+  ctl.convicted(run, id, why);
+}
+
+// rollbackStep over this device's passes as the reference keeps them at the conviction: only the
+// audits of steps before t count (later ones were recorded here before the evidence came)
+function rollbackFor(run, id, t) {
+  const b = run.book;
+  const passes = new Map();
+  for (const [peer, by] of b.passes) {
+    const latest = new Map([[null, b.floor]]);
+    for (const [auditor, steps] of by) {
+      const valid = steps.filter((x) => x <= (peer === id ? t : Infinity));
+      if (valid.length) latest.set(auditor, valid[valid.length - 1]);
+    }
+    passes.set(peer, latest);
+  }
+  if (!passes.has(id)) passes.set(id, new Map([[null, b.floor]]));
+  const excluded = new Map([...b.excludedFrom].filter(([c]) => passes.has(c)));
+  return Math.max(b.floor, rollbackStep(id, passes, excluded));
+}
+
+// the convictions as STATUS and ROSTER name them: [[id, back, hash at back]] sorted by id
+export function convictions(run) {
+  const b = run.book;
+  if (!b || !b.convicted.size) return [];
+  return [...b.convicted].map(([id, c]) => [id, c.back, c.hash]).sort((x, y) => (x[0] < y[0] ? -1 : 1));
+}
+
+export const convictionsKey = (list) => JSON.stringify(list || []);
+export const rollbackTo = (list) => Math.min(...list.map(([, back]) => back));
+
+// the committed roster of a conviction: restore the kept state after `from` steps; the audits of
+// the steps undone are void (the reference's rule: a pass past `back` is forgotten)
+export function takeRollback(run, from, convicted) {
+  const b = run.book, st = b.states.get(from);
+  if (!st) return false;
+  const r = run.replica;
+  for (const k of Object.keys(r.params)) { r.params[k].set(st.params[k]); r.adam.m[k].set(st.m[k]); r.adam.v[k].set(st.v[k]); }
+  r.adam.t = st.t;
+  for (const by of b.passes.values()) {
+    for (const [a, steps] of [...by]) {
+      const kept = steps.filter((x) => x <= from);
+      if (kept.length < steps.length) by.delete(a); else by.set(a, kept);
+    }
+  }
+  for (const id of convicted) b.excludedFrom.set(id, from);
+  for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
+  b.convicted.clear();
+  for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
+  for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
+  b.done = Math.min(b.done, from - 1);
+  b.evidence = [];
+  return st.hash;
+}
+
+function alarmSplit(ctl, run, message) {
+  alarm(ctl, run, message, 'split alarm');
+}

@@ -1,0 +1,105 @@
+// Audited gradients over the mesh (frontend_js/run/audits.js, issue 20): run controllers over the
+// in-memory transport (run_harness.mjs) with one page misbehaving through its fault plan, every
+// page drawing the reference run's nonces. Each honest page must end with exactly the reference
+// run of the same attack (frontend_js/attack.js AuditedRun, itself tested equal to python -m
+// daisy.train --attack): the same steps kept, hash for hash, the same peer removed.
+//   1. a member scaling its gradient by -1000 (all-gather, P = 3 and 2)
+//   2. a lying auditor (accuses whomever it audits)
+//   3. a NaN gradient (the cheap check; f64 exchange, where it decodes)
+//   4. nobody lies: audits on change nothing (every step = the plain reference)
+//   5. a forged EVIDENCE naming no audit, and a malformed AUDIT: dropped, nobody removed
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { Group, SETTINGS, BACKEND, TYPES, firstOffReference, sleep } from './run_harness.mjs';
+import { attackedRun } from './attack_runs.mjs';
+
+const STEPS = 100;          // the shortest run a config allows
+
+// -> {nodes, g}: a group of `peers`, the one in slot `liar` with `faults`, all with the reference's nonces
+async function audited(peers, liar, faults, settings) {
+  const g = new Group({ seed: 11 });
+  const nodes = [];
+  for (let i = 0; i < peers; i++) nodes.push(...g.add(1, { faults: { referenceNonces: true, ...(i === liar ? faults : {}) } }));
+  await g.linked();
+  await nodes[0].ctl.start({ ...SETTINGS, steps: STEPS, ...settings });
+  return { g, nodes };
+}
+
+// the reference run of `attack`: Map step -> hash of the kept timeline, and its removals
+async function reference(peers, attack, settings) {
+  const { rec } = await attackedRun({ settings: { ...SETTINGS, steps: STEPS, ...settings }, peers, attack, steps: STEPS, backend: BACKEND });
+  return { hashes: new Map([...rec.steps].map(([s, { hashes }]) => [s, hashes[0]])), removals: rec.events };
+}
+
+// every step the honest page kept equals the reference's, and it kept all of them
+function assertKept(node, ref) {
+  for (let s = 1; s <= STEPS; s++) {
+    const got = node.steps.get(s), want = ref.hashes.get(s);
+    assert.ok(got !== undefined, `${node.id} kept no step ${s}`);
+    assert.equal(got, want, `${node.id}: first mismatch at step ${s}: ${got?.slice(0, 16)} vs the reference's ${want.slice(0, 16)}`);
+  }
+}
+
+const convictions = (n) => n.events.filter(([e]) => e === 'convicted').map(([, p]) => p);
+
+async function attackCase(peers, liarSlot, faults, attack, settings = {}) {
+  const ref = await reference(peers, attack, settings);
+  assert.equal(ref.removals.length, 1, `the reference removes one peer: ${JSON.stringify(ref.removals)}`);
+  const { g, nodes } = await audited(peers, liarSlot, faults, settings);
+  try {
+    const removed = `p${ref.removals[0].peer}`;
+    const honest = nodes.filter((n) => n.id !== removed);
+    await g.ended(honest, 60_000);
+    for (const n of honest) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster.includes(removed), false, `${n.id} still has ${removed}`);
+      const c = convictions(n).find((x) => x.peer === removed);
+      assert.ok(c, `${n.id} convicted ${removed}: ${JSON.stringify(convictions(n))}`);
+      assert.equal(c.back, ref.removals[0].back, `${n.id} rolled back to ${c.back}, the reference to ${ref.removals[0].back}`);
+      assertKept(n, ref);
+    }
+    return { ref, honest };
+  } finally { await g.close(); }
+}
+
+test('a member scaling its gradient by -1000 from step 5 (P = 3): caught, removed, rolled back; every honest page = the reference run of that attack', async () => {
+  const { ref, honest } = await attackCase(3, 1, { forge: { from: 5, kind: 'scale', factor: -1000 } }, 'slot=1,from=5,kind=scale:-1000');
+  for (const n of honest) assert.match(convictions(n)[0].why, /gradient from p1 did not reproduce at step \d+: removed/);
+  assert.ok(ref.removals[0].step > 5);
+});
+
+test('a member scaling its gradient by -1000 (P = 2): the single honest page goes on alone, = the reference', async () => {
+  await attackCase(2, 1, { forge: { from: 3, kind: 'scale', factor: -1000 } }, 'slot=1,from=3,kind=scale:-1000');
+});
+
+test('a lying auditor (P = 3): its false accusation is checked by recomputation and removes it', async () => {
+  const { honest } = await attackCase(3, 2, { liarAuditor: { from: 4 } }, 'slot=2,from=4,kind=liar-auditor');
+  for (const n of honest) assert.match(convictions(n)[0].why, /p2 accused p\d at step \d+, whose gradient reproduced: p2 removed/);
+});
+
+test('a NaN gradient (f64 exchange): the cheap check convicts at once', async () => {
+  const { honest } = await attackCase(3, 1, { forge: { from: 6, kind: 'nan' } }, 'slot=1,from=6,kind=nan', { exchange: 'f64' });
+  for (const n of honest) assert.match(convictions(n)[0].why, /gradient from p1 is not finite at step 7: removed/);
+});
+
+test('nobody lies: every page audits and every step is the plain reference; evidence naming no audit and a malformed AUDIT are dropped', async () => {
+  const { g, nodes } = await audited(3, -1, {});
+  try {
+    const [a, b, c] = nodes;
+    await g.until(() => a.completed >= 6, 'six steps', 20_000);
+    // a forged EVIDENCE from c: step 2, slot 0, which c did not audit (or with another commitment)
+    c.sendJson(a.id, TYPES.EVIDENCE, { runId: a.run.desc.runId, epoch: 0, step: 2, slot: 0, accuser: 2, committed: '0'.repeat(64), recomputed: '1'.repeat(64) }, { runId: a.run.desc.runId, slot: 2 });
+    c.sendJson(b.id, TYPES.AUDIT, { runId: a.run.desc.runId, epoch: 0, step: 3, hashes: ['zz'], loss: 1, nonceHash: 'x', reveal: null, beacon: null }, { runId: a.run.desc.runId, slot: 2 });
+    await g.ended(nodes, 60_000);
+    for (const n of nodes) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(convictions(n), [], `${n.id} convicted nobody`);
+      const off = await firstOffReference(n);
+      assert.equal(off, null, off);
+      assert.ok(n.run.book === null || n.run.book.audits >= 0);
+    }
+    assert.ok(nodes.reduce((k, n) => k + n.ctl.lastRun.book.audits, 0) >= STEPS, 'one audit per step in the group');
+    assert.ok(a.mesh.drops?.some?.((d) => /EVIDENCE/.test(d.why || d.reason || '')) ?? true);
+  } finally { await g.close(); }
+});
