@@ -32,6 +32,7 @@ export const MAX_RESYNCS = 3;       // a joiner that reports a wrong hash this o
 export const RATE_WINDOW = 20;      // steps in the tokens/s window
 export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
 export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
+export const MAX_FWD_HELD = 256;    // forwarded gradients a joiner holds unapplied before it asks again
 
 // A hash as messages show it: 16 hex digits, as the page's hash line and Python's logs do.
 export const short = (h) => (h ? String(h).slice(0, 16) : '(none)');
