@@ -17,7 +17,7 @@ import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
 import { encodeState, maxStateBytes } from '../state_codec.js';
 import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../peer/roster.js';
-import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, validHistory, isHash, short } from './record.js';
+import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, validHistory, isHash, short } from './record.js';
 import { readPeerState, stateLimit, gradientBytes } from './peer_state.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
@@ -184,6 +184,8 @@ export function abandonJoin(ctl, why, backoffMs) {
   clearTimeout(jn.timer);
   if (jn.change) ctl.dispose(jn.change.collective);
   jn.batches?.close?.();
+  // the leader that answered stops forwarding now (each FWD it sent on would be a bad frame here)
+  if (jn.from) ctl.mesh.sendJson(jn.from, TYPES.LEAVE, { runId: 0, reason: `gave up its sync: ${why}`.slice(0, 200) }).catch(() => {});
   ctl.enter('idle', null);
   ctl.mesh.setLimit(TYPES.STATE, null); ctl.mesh.setLimit(TYPES.FWD, null);
   ctl.joinBackoffUntil = performance.now() + backoffMs;
@@ -281,7 +283,11 @@ export function onJoinState(ctl, from, m) {
 
 export function onFwd(ctl, from, m) {
   const jn = ctl.at;
-  if (from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step < jn.snap || jn.fwd.size > 256) { ctl.mesh.drop(from, m, 'FWD for no sync of ours'); return; }
+  if (from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step < jn.snap) { ctl.mesh.drop(from, m, 'FWD for no sync of ours'); return; }
+  // the state (which comes before the first FWD) is this late, or this device cannot keep up: the
+  // attempt cannot finish (a step past the buffer would be missing). Ask again now, rather than
+  // drop each later FWD until the stall timer (each a bad frame: a fast group's would cut the link)
+  if (jn.fwd.size >= MAX_FWD_HELD) { abandonJoin(ctl, `${MAX_FWD_HELD} forwarded steps arrived before this device could apply them`, 200); return; }
   const u8 = m.payload;
   jn.fwd.set(m.step, u8.byteOffset % 8 === 0 ? new Float64Array(u8.buffer, u8.byteOffset, u8.length / 8) : new Float64Array(u8.slice().buffer));
   drainFwd(ctl, jn);

@@ -36,6 +36,7 @@ export const MAX_RESYNCS = 3;       // a joiner that reports a wrong hash this o
 export const RATE_WINDOW = 20;      // steps in the tokens/s window
 export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
 export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
+export const MAX_FWD_HELD = 256;    // forwarded gradients a joiner holds unapplied before it asks again
 export const KEPT_RING = 5;         // audits: the states after the last few steps, always kept (run/audits.js)
 export const MAX_KEPT_STATES = 32;  // audits: states kept in all (trusted points beyond the ring go oldest first)
 

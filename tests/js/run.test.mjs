@@ -68,7 +68,7 @@ test('join, leave, crash, and the leader leaving: every step on the reference of
   await g.until(() => a.completed >= 4, '4 steps');
   const [e] = g.add(1);
   await g.linked();
-  await g.until(() => e.ctl.phase === 'running', 'e synced in');
+  await g.until(() => e.ctl.phase === 'running', 'e synced in', 20_000);   // a lost state is asked for again
   assert.deepEqual(e.history.map(([, p]) => p), [4, 5]);
   await g.until(() => a.completed >= e.history[1][0] + 4, 'steps with e');
   g.leave(d);
