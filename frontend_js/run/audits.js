@@ -140,6 +140,16 @@ async function catchUp(ctl, run, upTo) {
   return !run.ended && !run.recovery;
 }
 
+// Outside the loop (a recovery parks it): every step whose frames are all here is audited now,
+// then the evidence waiting for it is judged (a member must judge evidence while it is halted)
+async function advance(ctl, run) {
+  const b = run.book;
+  while (run.book === b && !run.ended && b.done + 1 < run.completed && !missingFor(run, b.done + 1).length) {
+    if (!(await auditStep(ctl, run, b.done + 1))) return;
+  }
+  if (run.book === b) await drainEvidence(ctl, run);
+}
+
 // the peers whose AUDIT of t (commitment) or of t+1 (the reveal of t) is not here yet
 function missingFor(run, t) {
   const b = run.book;
@@ -186,8 +196,10 @@ async function auditStep(ctl, run, t) {
     if (auditor !== run.slot) continue;
     b.audits++;
     const committed = toHex(digests[audited]);
-    const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;   // the fault plan's lying auditor
-    const recomputed = lying ? sha256Hex(fromHex(committed)) : await recompute(ctl, run, t, audited);
+    // the fault plan: a lying auditor accuses; a forger passes its fellow colluders unchecked
+    const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;
+    const f = ctl.faults.forge, colluding = f !== null && t >= f.from && (f.colluders || []).includes(run.roster[audited]);
+    const recomputed = lying ? sha256Hex(fromHex(committed)) : colluding ? committed : await recompute(ctl, run, t, audited);
     if (recomputed === null || run.ended || run.book !== b) return false;
     if (recomputed === committed) continue;
     const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
@@ -268,6 +280,7 @@ export function onAudit(ctl, from, m) {
   }
   pruneFrames(run);
   ctl.poke();
+  if (run.recovery) advance(ctl, run).catch((err) => console.warn('daisy: an audit failed:', err));
 }
 
 // frames older than the audits done, or of epochs this device left, go
@@ -290,7 +303,7 @@ export function onEvidence(ctl, from, m) {
       || !isHex32(d.committed) || !isHex32(d.recomputed) || d.epoch !== run.epoch) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
   if (b.evidence.length >= run.roster.length * 2) { ctl.mesh.drop(from, m, 'too much evidence at once'); return; }
   b.evidence.push({ from, ev: d });
-  drainEvidence(ctl, run).catch((err) => console.warn('daisy: checking evidence failed:', err));
+  (run.recovery ? advance(ctl, run) : drainEvidence(ctl, run)).catch((err) => console.warn('daisy: checking evidence failed:', err));
 }
 
 const evidenceKey = (epoch, ev) => `${epoch}:${ev.step}:${ev.slot}:${ev.accuser}`;

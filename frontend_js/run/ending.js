@@ -20,7 +20,7 @@ export function alarm(ctl, run, message, error) {
 export function wakeParked(ctl, run) {
   const rec = run.recovery;
   if (!rec) return;
-  clearTimeout(rec.timer); clearTimeout(rec.confirmTimer); clearInterval(rec.keepAlive);
+  clearTimeout(rec.timer); clearTimeout(rec.confirmTimer); clearTimeout(rec.judgeTimer); clearInterval(rec.keepAlive);
   run.recovery = null;
   for (const w of rec.waiters) w();
   ctl.poke();

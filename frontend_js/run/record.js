@@ -24,8 +24,9 @@ export const TIMING = Object.freeze({
 export const NO_FAULTS = Object.freeze({
   corruptNextSync: false,   // this joiner's state goes wrong after its checks (the leader must catch its hash)
   noJoin: false,            // an outsider that never asks to join
-  forge: null,              // {from, kind, factor}: this page sends a forged gradient from step index `from`
-                            // (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly
+  forge: null,              // {from, kind, factor, colluders}: this page sends a forged gradient from step index
+                            // `from` (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly,
+                            // and as an auditor passes the peers named in colluders (ids) unchecked
   liarAuditor: null,        // {from}: from step index `from`, this page accuses every peer it audits
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
 });
@@ -109,6 +110,7 @@ export class Recovery {
     this.halted = '';           // acting leader: the gone set its last HALT named
     this.timer = null;          // statuses (leader) or the roster (member) not in time
     this.confirmTimer = null;   // too few survivors: the wait for the server's word
+    this.judgeTimer = null;     // acting leader: survivors judged audit evidence otherwise: the wait for agreement
     this.keepAlive = null;      // acting leader: the HALT repeated while the recovery lasts
     this.promised = null;       // member: the RosterChange this device accepted (one per epoch)
     this.deferred = null;       // member: a proposal waiting for the server's word on a departure

@@ -29,6 +29,8 @@ import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
 import { convictions, convictionsKey, rollbackTo, takeRollback, restartBook } from './audits.js';
 
 const goneSet = (run) => new Set(run.gone.keys());
+// STATUS `gone`: the peers this device lost; the ones it convicted go in `convicted` (their own evidence)
+const lostClaims = (run) => [...run.gone.keys()].filter((id) => !run.book?.convicted.has(id));
 const live = (run) => run.roster.filter((id) => !run.gone.has(id));
 
 // ---- evidence ---------------------------------------------------------------------------------
@@ -143,7 +145,7 @@ function statusTimeout(ctl, run, rec) {
 
 function sendStatus(ctl, run) {
   const rec = run.recovery;
-  ctl.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()], convicted: convictions(run) },
+  ctl.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: lostClaims(run), convicted: convictions(run) },
     { runId: run.desc.runId, slot: run.slot }).catch(() => {});
   clearTimeout(rec.timer);
   const leader = rec.leader;
@@ -186,15 +188,18 @@ function tryFinish(ctl, run) {
   if (at.some((x) => x.epoch !== run.epoch)) { giveUp(ctl, run, rec, 'the survivors are in different roster epochs (a change was under way)'); return; }
   let from = Math.min(...at.map((x) => x.completed));
   if (at.some((x) => x.completed > from + 1)) { giveUp(ctl, run, rec, 'the survivors are more than one step apart'); return; }
-  if (convicted.length) {
-    // a conviction: every survivor judged the same peers with the same rollback, from the same state
-    const key = convictionsKey(convicted);
-    const behind = survivors.filter((id) => rec.statuses.get(id).convicted !== key);
-    if (behind.length) {
-      clearTimeout(rec.confirmTimer);
-      rec.confirmTimer = setTimeout(() => giveUp(ctl, run, rec, `${behind.map((id) => h.nameOf(id)).join(', ')} did not judge the evidence against ${convicted.map(([id]) => h.nameOf(id)).join(', ')} as this device did`), ctl.t.confirmWaitMs);
-      return;
+  // convictions: every survivor judged the same peers with the same rollback, from the same state
+  // (one that judged otherwise, or this device before its own judgement: wait, then stop)
+  const key = convictionsKey(convicted);
+  const otherwise = survivors.filter((id) => rec.statuses.get(id).convicted !== key);
+  if (otherwise.length) {
+    if (!rec.judgeTimer) {
+      rec.judgeTimer = setTimeout(() => giveUp(ctl, run, rec, `${otherwise.map((id) => h.nameOf(id)).join(', ')} judged the audit evidence otherwise than this device`), ctl.t.confirmWaitMs);
     }
+    return;
+  }
+  clearTimeout(rec.judgeTimer);
+  if (convicted.length) {
     if (convicted.some(([, , hash]) => !hash)) { giveUp(ctl, run, rec, 'the state to go back to is no longer kept'); return; }
     from = rollbackTo(convicted);
   } else {
@@ -202,7 +207,6 @@ function tryFinish(ctl, run) {
     if (run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
     if (atFrom.size > 1) { giveUp(ctl, run, rec, `replicas disagree at step ${from}`, 'replica mismatch'); return; }
   }
-  clearTimeout(rec.confirmTimer);
   const left = run.roster.filter((id) => run.gone.has(id));
   const msg = { runId: run.desc.runId, epoch: rec.epoch, base: run.epoch, from, roster: survivors, left, joined: [],
                 history: scheduleWith(run.history, from, survivors.length),
@@ -254,7 +258,7 @@ export function onHalt(ctl, from, m) {
   beginRecovery(ctl, run);
   const rec = run.recovery;
   if (rec.leader !== from) {
-    ctl.mesh.sendJson(from, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: [...run.gone.keys()], convicted: convictions(run) },
+    ctl.mesh.sendJson(from, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: lostClaims(run), convicted: convictions(run) },
       { runId: run.desc.runId, slot: run.slot }).catch(() => {});
   }
 }

@@ -6,8 +6,9 @@
 //   1. a member scaling its gradient by -1000 (all-gather, P = 3 and 2)
 //   2. a lying auditor (accuses whomever it audits)
 //   3. a NaN gradient (the cheap check; f64 exchange, where it decodes)
-//   4. nobody lies: audits on change nothing (every step = the plain reference)
-//   5. a forged EVIDENCE naming no audit, and a malformed AUDIT: dropped, nobody removed
+//   4. two colluders of five (reduce-scatter): each passes the other; both caught, rolled back in turn
+//   5. nobody lies: audits on change nothing (every step = the plain reference); a forged
+//      EVIDENCE naming no audit, and a malformed AUDIT: dropped, nobody removed
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -81,6 +82,28 @@ test('a lying auditor (P = 3): its false accusation is checked by recomputation 
 test('a NaN gradient (f64 exchange): the cheap check convicts at once', async () => {
   const { honest } = await attackCase(3, 1, { forge: { from: 6, kind: 'nan' } }, 'slot=1,from=6,kind=nan', { exchange: 'f64' });
   for (const n of honest) assert.match(convictions(n)[0].why, /gradient from p1 is not finite at step 7: removed/);
+});
+
+test('two colluders in a group of five (reduce-scatter) forge and pass each other: both caught in turn, every honest page = the reference', async () => {
+  const attack = 'slot=1+3,from=5,kind=scale:-1000';
+  const ref = await reference(5, attack, {});
+  assert.equal(ref.removals.length, 2, `the reference removes both: ${JSON.stringify(ref.removals)}`);
+  const g = new Group({ seed: 12 });
+  const nodes = [];
+  const forge = { from: 5, kind: 'scale', factor: -1000, colluders: ['p1', 'p3'] };
+  for (let i = 0; i < 5; i++) nodes.push(...g.add(1, { faults: { referenceNonces: true, ...(i === 1 || i === 3 ? { forge } : {}) } }));
+  await g.linked();
+  await nodes[0].ctl.start({ ...SETTINGS, steps: STEPS });
+  try {
+    const honest = [nodes[0], nodes[2], nodes[4]];
+    await g.ended(honest, 90_000);
+    for (const n of honest) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2', 'p4']);
+      assert.deepEqual(convictions(n).map((c) => [c.peer, c.back]), ref.removals.map((r) => [`p${r.peer}`, r.back]), `${n.id}: the same removals and rollbacks as the reference`);
+      assertKept(n, ref);
+    }
+  } finally { await g.close(); }
 });
 
 test('nobody lies: every page audits and every step is the plain reference; evidence naming no audit and a malformed AUDIT are dropped', async () => {
