@@ -1,0 +1,149 @@
+"""Audited gradients between real pages (issue 20; docs/VERIFICATION.md §13, frontend_js/run/
+audits.js): three headless Chromium pages train one run over WebRTC while one of them misbehaves
+through its test fault plan (window.__daisyTest, set before the page loads; unreachable in a
+normal page load). Every page draws the reference run's nonces, so the audit pairs are those of
+`python -m daisy.train --attack`: each honest page must end 'done' with the liar removed, say so
+on its panel, and keep exactly the reference run of that attack, step by step (the last hash a
+page recorded for a step: a conviction rolls the group back, 'step-undone', and the steps from
+there are recomputed without the liar; the last JSON line the reference prints for a step is the
+run's). tests/js/audit_mesh.test.mjs is the same over the in-memory transport.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.app_server import offline_app, open_peer, state
+from tests.reference import setting_args, train_cli
+from tests.test_membership import final_hashes, record
+from tests.test_mesh import TINY, ended, linked
+
+pytestmark = pytest.mark.slow
+
+RUN_MS = 150_000
+STEPS = 100                                  # the shortest run a config allows
+SETTINGS = {"steps": STEPS, **TINY}          # int8 exchange, the default on both sides
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    with offline_app("audits") as base:
+        yield base
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+# every note the page ever showed (the panel keeps only its last few) and its 'convicted' events
+RECORD_AUDITS = """() => { window.allNotes = []; window.convictions = [];
+    window.daisy.on('state', (s) => { for (const n of s.notes) if (!window.allNotes.includes(n)) window.allNotes.push(n); });
+    window.daisy.on('convicted', (e) => window.convictions.push(e)); }"""
+
+
+def fault_plan(faults: dict | None) -> str:
+    """The init script of a page: the reference run's nonces, plus `faults` (forge, liarAuditor)."""
+    return f"window.__daisyTest = {json.dumps({'referenceNonces': True, **(faults or {})})};"
+
+
+def open_audited_group(pages, url: str, faulty_slot: int, faults: dict) -> list:
+    """Three pages opened one after another (slot order: the starter, then the others by time of
+    joining the group; frontend_js/run/start.js), the one of `faulty_slot` with `faults`, all
+    linked to each other; the run is started from the first -> [page of slot 0, 1, 2]."""
+    group = [open_peer(pages, url, f"s{i}", init_script=fault_plan(faults if i == faulty_slot else None))
+             for i in range(3)]
+    for page in group:
+        linked(page, [o for o in group if o is not page])
+        record(page)
+        page.evaluate(RECORD_AUDITS)
+    group[0].evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
+    roster = state(group[0])["run"]["roster"]
+    assert roster == [state(p)["peerId"] for p in group], f"slots {roster}: not the order the pages joined in"
+    return group
+
+
+def reference_attack(attack: str) -> tuple[dict[int, str], list[dict]]:
+    """`python -m daisy.train --peers 3 --attack ATTACK --json` with SETTINGS -> ({step: hash of
+    the kept timeline (the last line printed for a step)}, [its removal events])."""
+    out = train_cli("--peers", "3", "--attack", attack, "--json", *setting_args(SETTINGS))
+    assert out.returncode == 0, f"daisy.train --attack {attack} failed:\n{out.stderr}"
+    hashes, events = {}, []
+    for line in map(json.loads, out.stdout.splitlines()):
+        if "event" in line:
+            events.append(line)
+            continue
+        assert len(set(line["hashes"])) == 1, f"the reference's replicas disagree: {line}"
+        hashes[line["step"]] = line["hashes"][0]
+    assert sorted(hashes) == list(range(1, STEPS + 1)), sorted(hashes)
+    return hashes, events
+
+
+def assert_kept_timeline(label: str, page, want: dict[int, str]) -> None:
+    """Every step 1..STEPS the page kept (its last hash of each) = the reference's, exactly."""
+    got = final_hashes(page, label)
+    for step in range(1, STEPS + 1):
+        assert step in got, f"{label} kept no step {step} (kept {sorted(got)[:3]}..{sorted(got)[-3:]})"
+        assert got[step] == want[step], \
+            f"{label}: first mismatch at step {step}: page {got[step]}, reference {want[step]}"
+
+
+def audited_run(pages, url: str, faulty_slot: int, faults: dict, attack: str):
+    """The run with one misbehaving page, its reference -> (honest [(page, label, final state)],
+    [(peer id, the name the panel gives it)] by slot, the reference's single removal event)."""
+    want, events = reference_attack(attack)
+    assert len(events) == 1 and events[0]["peer"] == faulty_slot, f"the reference removes slot {faulty_slot}: {events}"
+    group = open_audited_group(pages, url, faulty_slot, faults)
+    names = [state(p)["name"] for p in group]
+    ids = [state(p)["peerId"] for p in group]
+    honest = [(p, f"slot {i}") for i, p in enumerate(group) if i != faulty_slot]
+    finals = []
+    for page, label in honest:
+        s = ended(page, f"{label} finished", RUN_MS)
+        assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
+        assert ids[faulty_slot] not in s["run"]["roster"], f"{label} still has the liar: {s['run']['roster']}"
+        assert_kept_timeline(label, page, want)
+        finals.append((page, label, s))
+    assert len({s["hash"] for _, _, s in finals}) == 1, [s["hash"] for _, _, s in finals]
+    return finals, [(i, f"{n} ({i})") for i, n in zip(ids, names)], events[0]      # peer.js nameOf
+
+
+def assert_convicted(page, label: str, pattern: str, event: dict, peer_id: str) -> None:
+    """The page's notes hold the removal in the words of `pattern` (group 1: the 1-based step),
+    at the reference's step, and it emitted 'convicted' for that peer, rolled back where the
+    reference rolled back."""
+    notes = page.evaluate("window.allNotes")
+    hits = [m for n in notes if (m := re.search(pattern, n))]
+    assert hits, f"{label}: no note matches {pattern!r}: {notes}"
+    assert int(hits[0].group(1)) == event["step"], f"{label}: '{hits[0].group(0)}', the reference: {event['why']}"
+    convicted = page.evaluate("window.convictions")
+    assert [c["peer"] for c in convicted] == [peer_id], f"{label}: {convicted}"
+    assert convicted[0]["back"] == event["rollback_to"], \
+        f"{label} rolled back to step {convicted[0]['back']}, the reference to {event['rollback_to']}"
+
+
+# ---- the tests ------------------------------------------------------------------------------
+
+def test_a_member_scaling_its_gradient_by_minus_1000_is_caught_removed_and_the_run_is_the_reference(app_url, pages):
+    """Slot 1 sends -1000 x its gradient from step index 5, committed to honestly: an audit's
+    recomputation does not reproduce it; both honest pages remove it, roll back and recompute,
+    and finish the run `python -m daisy.train --attack "slot=1,from=5,kind=scale:-1000"` keeps."""
+    finals, slots, event = audited_run(pages, app_url + "/", 1, {"forge": {"from": 5, "kind": "scale", "factor": -1000}},
+                                       "slot=1,from=5,kind=scale:-1000")
+    forger_id, forger = slots[1]
+    for page, label, _ in finals:
+        assert_convicted(page, label, rf"gradient from {re.escape(forger)} did not reproduce at step (\d+): removed \(",
+                         event, forger_id)
+
+
+def test_a_lying_auditor_is_removed_by_the_recomputation_of_its_accusation(app_url, pages):
+    """Slot 2 accuses whomever it audits from step index 4: every honest page recomputes the
+    accused gradient, which reproduces, and removes the accuser; the run is `python -m
+    daisy.train --attack "slot=2,from=4,kind=liar-auditor"`."""
+    finals, slots, event = audited_run(pages, app_url + "/", 2, {"liarAuditor": {"from": 4}},
+                                       "slot=2,from=4,kind=liar-auditor")
+    accused = int(re.search(r"accused peer (\d+)", event["why"]).group(1))
+    liar_id, liar = slots[2]
+    liar, victim = re.escape(liar), re.escape(slots[accused][1])
+    for page, label, _ in finals:
+        assert_convicted(page, label, rf"{liar} accused {victim} at step (\d+), whose gradient reproduced: {liar} removed",
+                         event, liar_id)
