@@ -108,16 +108,21 @@ function sendAudit(ctl, run, s, hashes, loss, nonceHash) {
 // the run's last steps: the nonce of the last step goes out alone (a tail AUDIT: no commitment),
 // and the audits of the last two steps run before FIN. -> false when a conviction halted the run
 export async function flush(ctl, run) {
+  if (!run.book) return true;
+  revealLast(ctl, run);
+  return catchUp(ctl, run, run.completed - 1);
+}
+
+// the nonce of the last step this device committed to, in a tail AUDIT (once): at the run's end,
+// and when a recovery halts the loop (the audits of the steps before a lie need every reveal)
+export function revealLast(ctl, run) {
   const b = run.book;
-  if (!b) return true;
-  const s = run.completed;
-  const last = b.nonces.get(s - 1);
-  if (last && !b.tailSent.has(`${run.epoch}:${s}`)) {
-    b.tailSent.add(`${run.epoch}:${s}`);
-    ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null,
-                                    reveal: toHex(last), beacon: b.beacons.get(s - 2) || null });
-  }
-  return catchUp(ctl, run, s - 1);
+  if (!b || !b.nonces.size) return;
+  const last = Math.max(...b.nonces.keys()), s = last + 1;
+  if (b.tailSent.has(`${run.epoch}:${s}`)) return;
+  b.tailSent.add(`${run.epoch}:${s}`);
+  ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null,
+                                  reveal: toHex(b.nonces.get(last)), beacon: b.beacons.get(s - 2) || null });
 }
 
 // every audit up to step `upTo` (waiting for the frames it needs, within the deadline)
@@ -192,6 +197,7 @@ async function auditStep(ctl, run, t) {
   }
   for (const [auditor, audited] of pairs) recordPass(run, run.roster[audited], run.roster[auditor], t + 1);
   keepState(run);
+  settle(ctl, run);
   for (const [auditor, audited] of pairs) {
     if (auditor !== run.slot) continue;
     b.audits++;
@@ -356,6 +362,15 @@ export function onLie(ctl, collective, slot, step, lie) {
     return;
   }
   if (run.lies.length < run.roster.length) run.lies.push({ id, step, why });
+  if (run.recovery) judgeHalted(ctl, run);
+}
+
+// a recovery halts the loop before our own local step of the lie's step: nothing will tell, so
+// the lie counts (our replica is finite: it completed the steps before)
+export function judgeHalted(ctl, run) {
+  const lies = run.lies;
+  run.lies = [];
+  for (const x of lies) convict(ctl, run, x.id, x.step, x.why);
 }
 
 // the loop's local step of `step` is done: the verdict on non-finite gradients that came first
@@ -373,17 +388,52 @@ export function ownStep(ctl, run, step, local) {
 
 // ---- conviction -----------------------------------------------------------------------------------
 // `id` lied at step t (this device's own evidence): it is gone, and the group goes back to `back`
+// It is gone at once (the run halts); its rollback is settled once this device ran the audits
+// of every step before t (the reference's passes at that moment), which for a cheap check at the
+// step in flight means the reveals still on their way (every member sends its last one when a
+// recovery halts it). A convicted peer that withholds its reveals: after a while the steps it
+// blocks count as not audited (settle).
 export function convict(ctl, run, id, t, why) {
   const b = run.book;
   if (run.ended || id === ctl.selfId || !run.roster.includes(id)) return;
   if (!b) { ctl.convicted(run, id, why); return; }             // audits off: removed, nothing to go back to
-  const had = b.convicted.get(id);
+  const had = b.convicted.get(id) || b.accused.get(id);
   if (had && had.step <= t) return;
-  const back = rollbackFor(run, id, t);
-  b.convicted.set(id, { step: t, why, back, hash: b.states.get(back)?.hash ?? null });
+  b.convicted.delete(id);
+  b.accused.set(id, { step: t, why });
   ctl.host.note(why);
-  ctl.host.emit('convicted', { peer: id, step: t + 1, why, back });
   ctl.convicted(run, id, why);
+  settle(ctl, run);
+  if (b.accused.size && run.recovery) advance(ctl, run).catch((err) => console.warn('daisy: an audit failed:', err));
+}
+
+// the accused whose rollback this device can compute now: convicted, and the recovery told
+function settle(ctl, run) {
+  const b = run.book;
+  let changed = false;
+  for (const [id, a] of [...b.accused]) {
+    if (b.done < a.step - 1) continue;
+    b.accused.delete(id);
+    const back = rollbackFor(run, id, a.step);
+    b.convicted.set(id, { step: a.step, why: a.why, back, hash: b.states.get(back)?.hash ?? null });
+    ctl.host.emit('convicted', { peer: id, step: a.step + 1, why: a.why, back });
+    changed = true;
+  }
+  if (changed) ctl.judged(run);
+  // reveals withheld by the accused only: wait a while, then those steps count as not audited
+  if (b.accused.size && !b.skipTimer) {
+    b.skipTimer = setTimeout(() => {
+      b.skipTimer = null;
+      if (run.book !== b || run.ended) return;
+      const accused = new Set(b.accused.keys());
+      const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
+      while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
+        ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
+        b.done += 1;
+      }
+      settle(ctl, run);
+    }, run.collective.deadlineMs);
+  }
 }
 
 // rollbackStep over this device's passes as the reference keeps them at the conviction: only the
@@ -404,14 +454,19 @@ function rollbackFor(run, id, t) {
   return Math.max(b.floor, rollbackStep(id, passes, excluded));
 }
 
-// the convictions as STATUS and ROSTER name them: [[id, back, hash at back]] sorted by id
+// the convictions as STATUS and ROSTER name them: [[id, back, hash at back]] sorted by id; one
+// whose rollback is not settled yet has back and hash null (the acting leader waits for it)
 export function convictions(run) {
   const b = run.book;
-  if (!b || !b.convicted.size) return [];
-  return [...b.convicted].map(([id, c]) => [id, c.back, c.hash]).sort((x, y) => (x[0] < y[0] ? -1 : 1));
+  if (!b) return [];
+  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash]), ...[...b.accused.keys()].map((id) => [id, null, null])]
+    .sort((x, y) => (x[0] < y[0] ? -1 : 1));
 }
 
 export const convictionsKey = (list) => JSON.stringify(list || []);
+
+// every peer this device convicted, its rollback settled or not: gone on its own evidence, no quorum needed
+export const convictedIds = (run) => (run.book ? [...run.book.convicted.keys(), ...run.book.accused.keys()] : []);
 export const rollbackTo = (list) => Math.min(...list.map(([, back]) => back));
 
 // the committed roster of a conviction: restore the kept state after `from` steps; the audits of
@@ -430,7 +485,8 @@ export function takeRollback(run, from, convicted) {
   }
   for (const id of convicted) b.excludedFrom.set(id, from);
   for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
-  b.convicted.clear();
+  b.convicted.clear(); b.accused.clear();
+  clearTimeout(b.skipTimer); b.skipTimer = null;
   for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
   b.done = Math.min(b.done, from - 1);

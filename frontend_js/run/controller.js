@@ -200,9 +200,11 @@ export class RunController {
   // proposal that waited for this device's own judgement is checked again now
   convicted(run, id, why) {
     recoveryP.evidence(this, run, id, why);
-    const deferred = run.recovery?.deferred;
-    if (deferred) { run.recovery.deferred = null; clearTimeout(deferred.timer); recoveryP.onRoster(this, deferred.from, deferred.m, false); }
+    recoveryP.reportJudgement(this, run);
   }
+
+  // this device's judgement of the audit evidence changed: its STATUS (or its proposal) follows
+  judged(run) { recoveryP.reportJudgement(this, run); }
 
   // the signaling server's word: a departure it saw may let survivors go on (recovery.js)
   serverSaysGone(id) {

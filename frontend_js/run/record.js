@@ -167,6 +167,8 @@ export class AuditBook {
     this.digests = new Map();    // step -> each slot's digest (hex)
     this.passes = new Map();     // audited id -> auditor id -> the steps after its last few audits (ascending)
     this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states
+    this.accused = new Map();    // id -> {step, why}: convicted here, its rollback not settled yet (audits before step to run)
+    this.skipTimer = null;       // the wait for reveals the accused withhold
     this.convicted = new Map();  // id -> {step, why, back, hash}: convicted on this device's evidence, not yet rolled back
     this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
     this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits

@@ -26,11 +26,11 @@ import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, schedul
 import { waitUntil } from '../peer/page_clock.js';
 import { Recovery, RosterChange, validHistory, isHash } from './record.js';
 import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
-import { convictions, convictionsKey, rollbackTo, takeRollback, restartBook } from './audits.js';
+import { convictions, convictionsKey, convictedIds, rollbackTo, takeRollback, restartBook, revealLast, judgeHalted } from './audits.js';
 
 const goneSet = (run) => new Set(run.gone.keys());
 // STATUS `gone`: the peers this device lost; the ones it convicted go in `convicted` (their own evidence)
-const lostClaims = (run) => [...run.gone.keys()].filter((id) => !run.book?.convicted.has(id));
+const lostClaims = (run) => { const c = new Set(convictedIds(run)); return [...run.gone.keys()].filter((id) => !c.has(id)); };
 const live = (run) => run.roster.filter((id) => !run.gone.has(id));
 
 // ---- evidence ---------------------------------------------------------------------------------
@@ -83,6 +83,8 @@ export function beginRecovery(ctl, run) {
   const rec = run.recovery || (run.recovery = new Recovery(run.epoch + 1));
   // the step in flight and a planned roster change are void: the acting leader decides
   run.collective.fail(new ExchangeError('the roster is changing'));
+  revealLast(ctl, run);           // the audits of the steps before a lie need every nonce
+  judgeHalted(ctl, run);          // a non-finite gradient waiting for our own step's verdict
   voidChange(ctl, run, '');
   run.joiners.clear();            // joiners ask again once the group trains on
   rec.leader = actingLeader(run.roster, goneSet(run));
@@ -102,6 +104,18 @@ export function beginRecovery(ctl, run) {
   if (rec.leader === ctl.selfId) halt(ctl, run, rec);
   else if (rec.parked) sendStatus(ctl, run);
   ctl.poke();
+}
+
+// this device's judgement of the audit evidence changed (audits.js): the acting leader tries
+// again, a parked member tells it
+export function reportJudgement(ctl, run) {
+  const rec = run.recovery;
+  if (!rec || run.ended) return;
+  const deferred = rec.deferred;       // a proposal that waited for this judgement is checked again
+  if (deferred) { rec.deferred = null; clearTimeout(deferred.timer); onRoster(ctl, deferred.from, deferred.m, false); }
+  if (run.recovery !== rec) return;
+  if (rec.leader === ctl.selfId) tryFinish(ctl, run);
+  else if (rec.parked) sendStatus(ctl, run);
 }
 
 // the loop waits here (no step in flight) until the new roster applies or the run ends
@@ -174,7 +188,7 @@ function tryFinish(ctl, run) {
   }
   // a convicted peer's departure needs no quorum: every honest member convicts it on the same
   // evidence, recomputed by each (run/audits.js), and none can be convicted by a liar
-  const confirmed = new Set([...run.confirmed, ...ctl.serverGone, ...convicted.map(([id]) => id)]);
+  const confirmed = new Set([...run.confirmed, ...ctl.serverGone, ...convictedIds(run)]);
   if (!mayGoOn(run.roster, goneSet(run), confirmed)) {
     if (!rec.confirmTimer) {
       const waitingFor = [...run.gone.keys()].filter((id) => !confirmed.has(id)).map((id) => h.nameOf(id)).join(', ');
@@ -192,9 +206,11 @@ function tryFinish(ctl, run) {
   // (one that judged otherwise, or this device before its own judgement: wait, then stop)
   const key = convictionsKey(convicted);
   const otherwise = survivors.filter((id) => rec.statuses.get(id).convicted !== key);
-  if (otherwise.length) {
+  if (otherwise.length || convicted.some(([, back]) => back === null)) {
     if (!rec.judgeTimer) {
-      rec.judgeTimer = setTimeout(() => giveUp(ctl, run, rec, `${otherwise.map((id) => h.nameOf(id)).join(', ')} judged the audit evidence otherwise than this device`), ctl.t.confirmWaitMs);
+      // (long enough for the withheld-reveal wait of audits.js settle, then the word)
+      rec.judgeTimer = setTimeout(() => giveUp(ctl, run, rec, otherwise.length ? `${otherwise.map((id) => h.nameOf(id)).join(', ')} judged the audit evidence otherwise than this device`
+        : 'this device could not settle the rollback of its conviction'), run.collective.deadlineMs + ctl.t.confirmWaitMs);
     }
     return;
   }
@@ -314,8 +330,9 @@ export function onRoster(ctl, from, m, final = false) {
   const mine = convictions(run).map(([id, back]) => [id, back]);
   let wait = null;
   if (!why && convictionsKey(mine) !== convictionsKey(Array.isArray(d.convicted) ? d.convicted : [])) {
-    why = mine.length ? 'its convictions are not the ones this device judged' : 'it convicts peers this device has not judged';
-    wait = ctl.t.confirmWaitMs;
+    const says = (list) => list.map(([id, back]) => `${h.nameOf(id)} back to step ${back}`).join(', ') || 'none';
+    why = `its convictions (${says(Array.isArray(d.convicted) ? d.convicted : [])}) are not this device's own judgement (${says(mine)})`;
+    wait = run.collective.deadlineMs + ctl.t.confirmWaitMs;     // this device's own judgement may be on its way (audits.js settle)
   }
   const completed = mine.length ? rollbackTo(mine) : run.completed;
   if (!why && mine.length && d.from !== completed) why = `it goes back to step ${d.from}, this device's judgement to ${completed}`;
@@ -327,7 +344,7 @@ export function onRoster(ctl, from, m, final = false) {
   if (!why && joined.some((id) => !ctl.mesh.isReady(id))) why = `this device has no link to ${joined.filter((id) => !ctl.mesh.isReady(id)).map((id) => h.nameOf(id)).join(', ')}`;
   if (!why && dropped.length) {
     const reached = dropped.filter((id) => reaches(ctl, run, id));
-    const confirmed = new Set([...run.confirmed, ...ctl.serverGone, ...mine.map(([id]) => id)]);
+    const confirmed = new Set([...run.confirmed, ...ctl.serverGone, ...convictedIds(run)]);
     if (reached.length) {
       why = `it drops ${reached.map((id) => h.nameOf(id)).join(', ')}, who this device still reaches`;
       wait = reachMs(ctl, run) / 2;
