@@ -128,6 +128,7 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
         row = page.inner_text(f'#daisy-peer tr[data-peer="{other["peerId"]}"]')
         assert want[-1][:12] in row and "linked" in row, row
     assert "2 of 2 replicas agree at step 100" in a.inner_text("#daisy-peer")
+    assert "gradients audited (1 per step) through step 100" in a.inner_text("#daisy-peer")   # the last two steps' audits ran before FIN
 
 
 def test_three_pages_stop_together_and_equal_the_reference(app_url, pages):

@@ -136,7 +136,9 @@ function replicaText(s) {
   if (!s.replicas) return 'no run yet';
   const { count, agree, agreeing, step } = s.replicas;
   if (count === 1) return `1 replica at step ${step} (no other peer in this run)`;
-  return agree ? `${agreeing ?? count} of ${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`;
+  const a = s.audits;
+  const audited = !a ? '' : a.rate ? `; gradients audited (${a.rate} per step) through step ${a.through}` : '; gradients not audited';
+  return (agree ? `${agreeing ?? count} of ${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`) + audited;
 }
 
 // the data readout -> [short label, detail on demand]: what the source means, then why

@@ -66,7 +66,8 @@ export function end(ctl, run, runState, message, error) {
   ctl.joinBackoffUntil = performance.now() + 3000;    // peers still finishing this run look 'training' a moment
   h.models.step = run.completed;
   h.models.runEnded(run.replica, runState, error);
-  h.show({ running: false, runState, message, error, step: run.completed, hash: run.hash });
+  h.show({ running: false, runState, message, error, step: run.completed, hash: run.hash,
+           audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0 } });
   h.announce();
   h.emit('run-ended', { state: runState, step: run.completed, error, message, hash: run.hash, history: run.history.map((e) => e.slice()) });
   h.stored?.afterRun(run, { state: runState, error });   // stored_run.js

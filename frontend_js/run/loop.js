@@ -158,7 +158,8 @@ function report(ctl, run, step, loss) {
   h.models.step = step;
   // peers' hashes arrive one step late (with the next step's frames): agreement is at step-1
   h.show({ step, loss, hash: run.hash, tokensPerS: rate, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
-           replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step } });
+           replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step },
+           audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0 } });
   h.emit('step', { step, loss, hash: run.hash, peers: P });
 }
 
