@@ -22,6 +22,7 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py --lanes 1,16                      # connections per pair, compared in one run
     python bench/bench_wire.py --frame-kib 4,8,16                # frame sizes, likewise
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
+    python bench/bench_wire.py --audit-rates 0,1                 # gradient audits off and on (run/audits.js)
 """
 from __future__ import annotations
 
@@ -49,13 +50,16 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int, timeout_ms: int) -> dict:
+def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int, timeout_ms: int,
+              audit: int | None = None) -> dict:
     """One run of `steps` steps on the linked pages of `group` (group[0] starts it)."""
     for page in group:
         page.evaluate(RECORD, [skip, steps])
     cfg = {**settings, "steps": max(100, steps)}
     if exchange is not None:
         cfg["exchange"] = exchange
+    if audit is not None:
+        cfg["auditRate"] = audit
     for _ in range(40):        # right after a run the others' states may still say "training" (reported twice a second)
         t0 = time.monotonic()
         err = group[0].evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message || String(e))", cfg)
@@ -90,14 +94,14 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
 
 
 def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps, timeout_ms, pin: bool, gpu: str,
-               lanes: int | None = None, frame_kib: int | None = None) -> dict:
+               lanes: int | None = None, frame_kib: int | None = None, audit: int | None = None) -> dict:
     n = cores()
     cpus = [i % n for i in range(P)] if pin else None
     hooks = ([f"lanes: {int(lanes)}"] if lanes else []) + ([f"frameCap: {int(frame_kib) * 1024}"] if frame_kib else [])
     hook = f"window.__daisyTest = {{{', '.join(hooks)}}};" if hooks else None
     group = room_group(pages, room_url(base, f"&gpu={gpu}"), list(range(P)), cpus, hook)
     try:
-        runs = [run_group(group, settings, exchange, steps, skip, timeout_ms) for _ in range(reps)]
+        runs = [run_group(group, settings, exchange, steps, skip, timeout_ms, audit) for _ in range(reps)]
     finally:
         pages.close_all()
         time.sleep(0.5)                   # the goodbyes reach the server before the next group
@@ -141,6 +145,8 @@ def main() -> None:
                     "empty: the page's)")
     ap.add_argument("--gpu", default="off", help="the pages' ?gpu= (off: the CPU path, one engine for every row)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
+    ap.add_argument("--audit-rates", default="", help="comma-separated gradient audits per step to compare, e.g. 0,1 "
+                    "(the run's auditRate; empty: the page's default)")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
     args = ap.parse_args()
     profiles = args.profiles.split(",")
@@ -148,6 +154,7 @@ def main() -> None:
     exchanges = args.exchange.split(",") if args.exchange else [None]
     lane_counts = [int(x) for x in args.lanes.split(",")] if args.lanes else [None]
     frame_caps = [int(x) for x in args.frame_kib.split(",")] if args.frame_kib else [None]
+    audits = [int(x) for x in args.audit_rates.split(",")] if args.audit_rates else [None]
     print(f"cores {cores()}, load {load()}, |g| f64 default {8 * n_params(DEFAULT):,} B, large {8 * n_params(LARGE):,} B",
           flush=True)
     T0, rows = time.monotonic(), []
@@ -164,11 +171,12 @@ def main() -> None:
                         alone = bench_case(pages, base, 1, settings, exchange, steps, skip, args.reps, timeout, not args.no_pin, args.gpu)
                         print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1, **alone}), flush=True)
                         for P in peers:
-                            for lanes, kib in [(l, f) for l in lane_counts for f in frame_caps]:
+                            for lanes, kib, audit in [(l, f, a) for l in lane_counts for f in frame_caps for a in audits]:
                                 r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout,
-                                               not args.no_pin, args.gpu, lanes, kib)
+                                               not args.no_pin, args.gpu, lanes, kib, audit)
                                 label = f"{lanes or 'default'}" + (f" × {kib} KiB" if kib else "")
-                                row = {"profile": prof, "settings": name, "exchange": exchange or "default",
+                                row = {"profile": prof, "settings": name,
+                                       "exchange": (exchange or "default") + ("" if audit is None else f", audits {audit}"),
                                        "lanes": label, "P": P, **r, "compute_ms": alone.get("ms"),
                                        "alone_tok_s": alone.get("tok_s"), "load": load()}
                                 rows.append(row)

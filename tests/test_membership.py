@@ -149,7 +149,8 @@ def test_the_leader_closes_its_page_then_a_member_crashes_the_group_goes_on(app_
     rest = [by_id[i] for i in roster[1:3]]
     finals = stop_group(rest)
     hist = finals[0]["run"]["history"]
-    assert [p for _, p in hist] == [4, 3, 2] and hist[1][0] >= 10 and hist[2][0] >= 20, hist
+    # the crash came after the leader's step 20; a survivor may be one step behind (the group goes on from the lower)
+    assert [p for _, p in hist] == [4, 3, 2] and hist[1][0] >= 9 and hist[2][0] >= 19, hist
     assert all(s["run"]["roster"] == roster[1:3] for s in finals), [s["run"]["roster"] for s in finals]
 
 

@@ -239,8 +239,7 @@ BAD_FRAMES_JS = """async ([to, runId, slot, gradBytes]) => {
   // another run (run id + 1 would be this run's next epoch: the split alarm, tests/js/run.test.mjs)
   for (const c of await grad({ runId: (runId + 100000) >>> 0 })) await send(c); sent.push('wrong run id');
   for (const c of await grad({ step: step + 50 })) await send(c);               sent.push('wrong step');
-  for (const c of await grad({}, gradBytes - 8)) await send(c);
-  for (const c of await grad({ step: step + 1 }, gradBytes - 8)) await send(c); sent.push('wrong length');
+  for (const c of await grad({ slot: slot + 7 })) await send(c);                 sent.push('wrong slot');
   const [one] = await grad({ step: step + 50 }, 16);
   one[70] ^= 0xff;
   await send(one);                                                               sent.push('bad digest');
@@ -273,8 +272,8 @@ def test_bad_frames_are_dropped_and_the_run_goes_on(app_url, pages):
     wait_state(a, f"s.running && s.step >= {step_then + 10}", "the run goes on after the bad frames", RUN_MS)
     drops = a.evaluate("window.daisy.mesh.drops()")
     reasons = "\n".join(drops["recent"])
-    for needle in ("truncated frame", "bad magic", "not a run or epoch of this device", "not in flight", "expected", "digest mismatch",
-                   "over its limit", "not in the run's roster"):
+    for needle in ("truncated frame", "bad magic", "not a run or epoch of this device", "not in flight", "claimed by the peer of slot",
+                   "digest mismatch", "over its limit", "not in the run's roster"):
         assert needle in reasons, f"no drop for {needle!r} in:\n{reasons}"
     assert drops["count"] >= 60 + 7
     a.evaluate("window.daisy.stop()")
@@ -283,6 +282,33 @@ def test_bad_frames_are_dropped_and_the_run_goes_on(app_url, pages):
     schedule = ",".join(f"{f}:{n}" for f, n in s1["run"]["history"])      # "0:2" or "0:2,k:3"
     want = reference_run({"steps": 1000, **TINY}, s1["step"], roster=schedule)
     assert_hashes_equal("a", step_hashes(a), want)
+
+
+def test_a_member_that_sends_a_gradient_of_the_wrong_size_is_removed(app_url, pages):
+    """A GRAD of the run's step in flight from a member, of the wrong length, is evidence by itself
+    (the cheap check, docs/PROTOCOL.md "Audited gradients"): the receiver removes its sender, goes
+    back to the sender's last passed audit and trains on alone, on the reference of that history."""
+    a, b = open_group(pages, app_url + "/", 2)
+    a.evaluate("(cfg) => window.daisy.start(cfg)", {"steps": 1000, **TINY})
+    wait_state(b, "s.running && s.step >= 5", "training")
+    sa = state(a)
+    b.evaluate("""async ([to, runId]) => {
+      const f = await window.daisy.mesh.frames();
+      const step = window.daisy.state().step;
+      for (const s of [step, step + 1]) {
+        for (const c of await f.encodeMessage({ type: f.TYPES.GRAD, slot: 1, runId, step: s, payload: new Uint8Array(64) }, 0x7ff00000 + s, 256 * 1024)) {
+          await window.daisy.mesh.sendRaw(to, c);
+        }
+      }
+    }""", [sa["peerId"], sa["run"]["id"]])
+    wait_state(a, f"s.running && s.run.roster.length === 1 && s.step >= {sa['step'] + 5}", "a trains on alone", RUN_MS)
+    notes = "\n".join(state(a)["notes"])
+    assert f"gradient from" in notes and "bytes where" in notes and "removed" in notes, notes
+    a.evaluate("window.daisy.stop()")
+    s1 = ended(a, "a stopped")
+    schedule = ",".join(f"{f}:{n}" for f, n in s1["run"]["history"])      # "0:2,k:1"
+    assert s1["run"]["history"][-1][1] == 1, s1["run"]["history"]
+    assert_hashes_equal("a", step_hashes(a), reference_run({"steps": 1000, **TINY}, s1["step"], roster=schedule))
 
 
 def test_a_diverged_replica_stops_every_page(app_url, pages):

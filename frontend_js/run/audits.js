@@ -397,6 +397,7 @@ export function convict(ctl, run, id, t, why) {
   const b = run.book;
   if (run.ended || id === ctl.selfId || !run.roster.includes(id)) return;
   if (!b) { ctl.convicted(run, id, why); return; }             // audits off: removed, nothing to go back to
+  t = Math.min(t, run.completed);      // a lie in a frame of the step after ours: this device never completes the one before
   const had = b.convicted.get(id) || b.accused.get(id);
   if (had && had.step <= t) return;
   b.convicted.delete(id);
