@@ -108,9 +108,13 @@ function sendAudit(ctl, run, s, hashes, loss, nonceHash) {
 // the run's last steps: the nonce of the last step goes out alone (a tail AUDIT: no commitment),
 // and the audits of the last two steps run before FIN. -> false when a conviction halted the run
 export async function flush(ctl, run) {
-  if (!run.book) return true;
+  const b = run.book;
+  if (!b) return true;
   revealLast(ctl, run);
-  return catchUp(ctl, run, run.completed - 1);
+  if (!(await catchUp(ctl, run, run.completed - 1))) return false;
+  startAudits(ctl, run);
+  await b.running;
+  return !run.ended && !run.recovery && run.book === b;
 }
 
 // the nonce of the last step this device committed to, in a tail AUDIT (once): at the run's end,
@@ -152,7 +156,9 @@ async function advance(ctl, run) {
   while (run.book === b && !run.ended && b.done + 1 < run.completed && !missingFor(run, b.done + 1).length) {
     if (!(await auditStep(ctl, run, b.done + 1))) return;
   }
-  if (run.book === b) await drainEvidence(ctl, run);
+  if (run.book !== b) return;
+  startAudits(ctl, run);
+  await drainEvidence(ctl, run);
 }
 
 // the peers whose AUDIT of t (commitment) or of t+1 (the reveal of t) is not here yet
@@ -202,20 +208,36 @@ async function auditStep(ctl, run, t) {
     if (auditor !== run.slot) continue;
     b.audits++;
     const committed = toHex(digests[audited]);
-    // the fault plan: a lying auditor accuses; a forger passes its fellow colluders unchecked
+    // the fault plan: a lying auditor accuses (the members judge it); a forger passes its fellow
+    // colluders unchecked
     const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;
     const f = ctl.faults.forge, colluding = f !== null && t >= f.from && (f.colluders || []).includes(run.roster[audited]);
-    const recomputed = lying ? sha256Hex(fromHex(committed)) : colluding ? committed : await recompute(ctl, run, t, audited);
-    if (recomputed === null || run.ended || run.book !== b) return false;
-    if (recomputed === committed) continue;
-    const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
-    ctl.tellAll(run, TYPES.EVIDENCE, ev);
-    if (lying) continue;                          // the liar accuses and goes on; the members judge it
-    b.evidenceSeen.add(evidenceKey(run.epoch, ev));
-    convict(ctl, run, run.roster[audited], t, removalWords(ctl, run, run.roster[audited], t, ev));
-    return false;
+    if (lying) ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed: sha256Hex(fromHex(committed)) });
+    else if (!colluding) b.queued.push({ t, audited, committed, epoch: run.epoch });
   }
   return drainEvidence(ctl, run);
+}
+
+// The recomputations this device owes run while the loop waits for the next exchange (the
+// transfer hides them; loop.js calls this just before it), or at once when the loop is halted
+// or finishing. Each is judged when it ends; a failed one is evidence to every member.
+export function startAudits(ctl, run) {
+  const b = run.book;
+  if (!b || !b.queued.length) return;
+  for (const item of b.queued.splice(0)) {
+    b.running = b.running.then(() => checkAudit(ctl, run, b, item)).catch((err) => console.warn('daisy: an audit failed:', err));
+  }
+}
+
+async function checkAudit(ctl, run, b, { t, audited, committed, epoch }) {
+  const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
+  if (void_()) return;
+  const recomputed = await recompute(ctl, run, t, audited);
+  if (recomputed === null || recomputed === committed || void_()) return;
+  const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
+  ctl.tellAll(run, TYPES.EVIDENCE, ev);
+  b.evidenceSeen.add(evidenceKey(run.epoch, ev));
+  convict(ctl, run, run.roster[audited], t, removalWords(ctl, run, run.roster[audited], t, ev));
 }
 
 function recordPass(run, audited, auditor, after) {
@@ -486,7 +508,7 @@ export function takeRollback(run, from, convicted) {
   }
   for (const id of convicted) b.excludedFrom.set(id, from);
   for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
-  b.convicted.clear(); b.accused.clear();
+  b.convicted.clear(); b.accused.clear(); b.queued = [];
   clearTimeout(b.skipTimer); b.skipTimer = null;
   for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);

@@ -82,6 +82,7 @@ async function loop(ctl, run) {
     if (run.stopAfter !== null && s >= run.stopAfter) break;
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;
+    audits.startAudits(ctl, run);                   // the audits this device owes, beside the transfer
     let out;
     try {
       out = await run.collective.exchange(s, run.roster, slot, local.loss, local.grads, run.hash);

@@ -173,6 +173,8 @@ export class AuditBook {
     this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
     this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
+    this.queued = [];            // [{t, audited, committed, epoch}]: this device's audits to recompute (startAudits)
+    this.running = Promise.resolve();   // the recomputations started, in order
     this.arena = null;           // the recomputations' arena (made on the first)
     this.audits = 0;             // audits this device ran
   }
