@@ -34,7 +34,7 @@ export const BACKEND = await bestBackend();
 export const SETTINGS = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 2000 };   // tests stop it
 export const DATA_ID = 'builtin:test';
 // timings short enough for tests, long enough for a loaded 2-core machine's event loop
-export const TIMING = { linkWaitMs: 300, acceptWaitMs: 3000, goWaitMs: 3000, finWaitMs: 1500, deadlineMs: 3000,
+export const TIMING = { linkWaitMs: 300, acceptWaitMs: 10000, goWaitMs: 10000, finWaitMs: 1500, deadlineMs: 3000,
   deadlineSteps: 5, confirmWaitMs: 1000, joinWaitMs: 3000, syncDeadlineMs: 5000, resyncIntervalMs: 200, chunkMs: 25 };
 
 const COMPUTE = { train, config, model, hashing, optim };
