@@ -61,6 +61,9 @@ class StreamBatches:
         cfg = self.cfg
         return data.get_batch(self.stream, cfg.seed, step, slot, cfg.batch, cfg.seq_len)
 
+    def one(self, step: int, slot: int):
+        return self.get(step, slot)
+
     def close(self) -> None:
         pass
 
@@ -188,6 +191,14 @@ class HttpBatches:
             return f.result()
         finally:
             self.waits_s.append(time.perf_counter() - t0)
+
+    def one(self, step: int, slot: int):
+        """The same batch alone: no prefetch of its slot's next steps, no wait counted (an audit's
+        recomputation of another slot's past step; frontend_js/run/audits.js)."""
+        with self.lock:
+            f = self._request(step, slot)
+            self.inflight.pop((step, slot), None)
+        return f.result()
 
     def wait_summary(self) -> str:
         w = self.waits_s

@@ -3,6 +3,8 @@
 //   HttpBatches(cfg, opts)       the Space's GET /data/batch?seed&step&slot&batch&seq_len
 //                                (daisy/space/datastream.py): little-endian uint16, (B, T+1) row-major
 // get(step, slot) -> Promise of {x, y}: Int32Array (B*T) each, row-major (B, T).
+// one(step, slot): the same batch, alone: no prefetch, no wait counted (an audit's recomputation
+// of another slot's past step, run/audits.js).
 // HttpBatches prefetches the next `ahead` steps of its slot, so a step never waits on the
 // network or the Hub once the pipeline is full; a failed fetch is retried `retries` times unless
 // retrying cannot help (the BatchError's code: a changed data id, a parameter the server refused).
@@ -38,6 +40,8 @@ export class StreamBatches {
     const { cfg } = this;
     return getBatch(this.stream, cfg.seed, step, slot, cfg.batch, cfg.seq_len);
   }
+
+  one(step, slot) { return this.get(step, slot); }
 
   close() {}
 }
@@ -151,6 +155,12 @@ export class HttpBatches {
       for (const key of this.inflight.keys()) if (Number(key.split(':')[0]) < step) this.inflight.delete(key);
       this.waitMs += performance.now() - t0;
     }
+  }
+
+  one(step, slot) {
+    const p = this.request(step, slot);
+    this.inflight.delete(`${step}:${slot}`);
+    return p;
   }
 
   close() {

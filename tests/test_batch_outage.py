@@ -122,3 +122,22 @@ def test_the_answers_code_decides_the_retry_never_its_words(answer, code, calls)
     finally:
         source.close()
         server.close()
+
+
+def test_one_fetches_the_batch_alone_no_prefetch_no_wait_counted():
+    """one(step, slot) (an audit of another slot's past step, the twin of batch_source.js's):
+    exactly one request, nothing held, no wait counted; get() prefetches its slot's next steps."""
+    server = Server()
+    source, _ = batches(server.port, ahead=3)
+    try:
+        x, _ = source.one(5, 1)
+        assert x.shape == (CFG.batch, CFG.seq_len)
+        assert server.calls == 1 and not source.inflight and not source.waits_s
+        source.get(10, 0)
+        deadline = time.monotonic() + 5
+        while server.calls < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.calls == 5, server.calls                 # step 10 and the next 3 of its slot
+    finally:
+        source.close()
+        server.close()

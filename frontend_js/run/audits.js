@@ -213,7 +213,11 @@ async function auditStep(ctl, run, t) {
     const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;
     const f = ctl.faults.forge, colluding = f !== null && t >= f.from && (f.colluders || []).includes(run.roster[audited]);
     if (lying) ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed: sha256Hex(fromHex(committed)) });
-    else if (!colluding) b.queued.push({ t, audited, committed, epoch: run.epoch });
+    else if (!colluding) {
+      const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
+      batch.catch(() => {});
+      b.queued.push({ t, audited, committed, epoch: run.epoch, batch });
+    }
   }
   return drainEvidence(ctl, run);
 }
@@ -229,10 +233,10 @@ export function startAudits(ctl, run) {
   }
 }
 
-async function checkAudit(ctl, run, b, { t, audited, committed, epoch }) {
+async function checkAudit(ctl, run, b, { t, audited, committed, epoch, batch }) {
   const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
   if (void_()) return;
-  const recomputed = await recompute(ctl, run, t, audited);
+  const recomputed = await recompute(ctl, run, t, audited, batch);
   if (recomputed === null || recomputed === committed || void_()) return;
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
   ctl.tellAll(run, TYPES.EVIDENCE, ev);
@@ -251,12 +255,13 @@ function recordPass(run, audited, auditor, after) {
 }
 
 // the digest of `slot`'s contribution to step t, recomputed from this device's kept state after t
-// steps (null: that state is no longer kept)
-async function recompute(ctl, run, t, slot) {
+// steps (null: that state is no longer kept); batch: its batch's promise, if fetched already
+async function recompute(ctl, run, t, slot, batch = null) {
   const b = run.book, st = b.states.get(t);
   if (!st) { ctl.host.note(`Cannot check step ${t + 1}: its state is no longer kept here.`); return null; }
   const replica = new Replica(st.params, { t: st.t, m: st.m, v: st.v });
-  const trainer = new Trainer(run.cfg, replica, run.batches, run.trainer.backend);
+  const one = { get: (step, sl) => (batch && step === t && sl === slot ? batch : run.batches.one(step, sl)) };
+  const trainer = new Trainer(run.cfg, replica, one, run.trainer.backend);
   b.arena ||= ctl.host.backend()?.newArena() ?? new StepArena();
   return exclusive(run, async () => {
     b.arena.reset();

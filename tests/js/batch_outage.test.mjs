@@ -101,3 +101,19 @@ test('the answer\'s code decides the retry, never its words: a refused parameter
     } finally { server.closeAllConnections(); await new Promise((done) => server.close(done)); }
   }
 });
+
+test('one(step, slot): the batch alone (an audit of another slot\'s past step): no prefetch, no wait counted; get prefetches its slot', async () => {
+  const asked = [];
+  const server = await serve(0, (req) => { asked.push(new URL(req.url, 'http://x').searchParams.get('step')); return { status: 200, id: DATA_ID }; });
+  try {
+    const source = new HttpBatches({ ...CFG, steps: 100 }, { base: `http://127.0.0.1:${server.port}`, dataId: DATA_ID, ahead: 3 });
+    const { x } = await source.one(5, 1);
+    assert.equal(x.length, CFG.batch * CFG.seq_len);
+    assert.deepEqual(asked, ['5'], 'one fetch, nothing prefetched');
+    assert.equal(source.waitMs, 0, 'not counted as a wait of the loop');
+    assert.equal(source.inflight.size, 0, 'nothing held');
+    await source.get(10, 0);
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(asked.slice(1).sort(), ['10', '11', '12', '13'], 'get: its step and the next 3 of its slot');
+  } finally { await server.close(); }
+});
