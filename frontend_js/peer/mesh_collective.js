@@ -10,7 +10,7 @@ import { flattenGrads, unflatten, topologyFor } from '../collective.js';
 import { codecFor, CodecError } from '../exchange_codec.js';
 import { TYPES } from './frames.js';
 import { yieldToPage } from './page_clock.js';
-import { Sha256 } from '../hashing.js';
+import { jsSha } from '../hashing.js';
 
 // ---- MeshCollective -------------------------------------------------------------------------
 
@@ -18,7 +18,6 @@ export class ExchangeError extends Error {
   constructor(message, { peer = null, step = null } = {}) { super(message); this.name = 'ExchangeError'; this.peer = peer; this.step = step; }
 }
 
-const sha256Hex = (bytes) => { const h = new Sha256(); h.update(bytes); return Array.from(h.digest(), (x) => x.toString(16).padStart(2, '0')).join(''); };
 const allFinite = (values) => { for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return false; return true; };
 
 const HASH_BYTES = 32;
@@ -85,9 +84,10 @@ export class MeshCollective {
   // (run.js keeps one collective per roster epoch and routes by the frames' run id).
   // exchange, seed: the run's cfg.exchange and cfg.seed (int8's rounding is keyed by the seed)
   // minPartBytes: the streamed GRAD's smallest part (streamCuts; the same on every peer of a run)
+  // sha: the SHA-256 of the messages' hashes (the audits' commitments; a backend's gated wasm one)
   constructor(mesh, { runId, roster, selfId, shapes, startStep = 0, deadlineMs = 10_000, topology = null, subscribe = true,
-    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES }) {
-    this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId;
+    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES, sha = jsSha }) {
+    this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId; this.sha = sha;
     this.shapes = shapes; this.names = shapes.map(([n]) => n);
     this.sizes = shapes.map(([, s]) => s.reduce((x, y) => x * y, 1));
     this.N = this.sizes.reduce((a, b) => a + b, 0);   // = model.paramCount(cfg); only the shapes come here
@@ -363,9 +363,11 @@ export class MeshCollective {
       G = new Float64Array(this.N);
       for (let s = 0; s < this.P; s++) G.set(s === slot ? codec.decode(reducedMessage, n) : st.reduced.get(s), b[s]);
     }
-    const inHashes = this.roster.map((_, s) => sha256Hex(s === slot ? ownMessage : st.messages.get(s)));
+    const hashOf = (bytes) => this.sha.hexOf([bytes]);
+    const ownHashes = ownMessages.map(hashOf);
+    const inHashes = this.roster.map((_, s) => (s === slot ? ownHashes[ownHashes.length === 1 ? 0 : slot] : hashOf(st.messages.get(s))));
     const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), flat: G, hashes: st.hashes.slice(),
-                  losses: st.losses.slice(), ownHashes: ownMessages.map(sha256Hex), inHashes };
+                  losses: st.losses.slice(), ownHashes, inHashes };
     this.steps.delete(step);
     this.done = step;
     return out;

@@ -56,11 +56,19 @@ export function restartBook(run) {
 export function keepState(run) {
   const b = run.book, c = run.completed;
   if (!b || b.states.has(c)) return;
-  const r = run.replica;
-  b.states.set(c, { params: cloneArrays(r.params), m: cloneArrays(r.adam.m), v: cloneArrays(r.adam.v), t: r.adam.t, hash: run.hash });
+  const r = run.replica, spare = b.spare.pop();
+  const copy = (from, into) => (into ? (Object.entries(from).forEach(([k, v]) => into[k].set(v)), into) : cloneArrays(from));
+  b.states.set(c, { params: copy(r.params, spare?.params), m: copy(r.adam.m, spare?.m), v: copy(r.adam.v, spare?.v), t: r.adam.t, hash: run.hash });
   pruneStates(run);
 }
 const cloneArrays = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, Float64Array.from(v)]));
+// a state no longer kept lends its arrays to the next (no allocation per step), unless a
+// recomputation is reading it
+function release(b, t) {
+  const st = b.states.get(t);
+  b.states.delete(t);
+  if (st && !b.reading.has(st) && b.spare.length < 2) b.spare.push(st);
+}
 
 // keep: the last KEPT_RING states, the floor, and every pass a rollback may go back to; at most
 // MAX_KEPT_STATES (the oldest trusted points go first: a rollback past them stops the run)
@@ -68,9 +76,9 @@ function pruneStates(run) {
   const b = run.book, c = run.completed;
   const needed = new Set([b.floor]);
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
-  for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) b.states.delete(t);
+  for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) release(b, t);
   const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
-  while (b.states.size > MAX_KEPT_STATES && old.length) b.states.delete(old.shift());
+  while (b.states.size > MAX_KEPT_STATES && old.length) release(b, old.shift());
 }
 
 // ---- after each exchange: commit, then the audits two steps back ----------------------------------
@@ -263,6 +271,7 @@ async function recompute(ctl, run, t, slot, batch = null) {
   const one = { get: (step, sl) => (batch && step === t && sl === slot ? batch : run.batches.one(step, sl)) };
   const trainer = new Trainer(run.cfg, replica, one, run.trainer.backend);
   b.arena ||= ctl.host.backend()?.newArena() ?? new StepArena();
+  b.reading.add(st);
   return exclusive(run, async () => {
     b.arena.reset();
     const gpu = ctl.host.gpu;
@@ -270,7 +279,7 @@ async function recompute(ctl, run, t, slot, batch = null) {
       : await trainer.localStep(t, slot, b.arena);
     const flat = flattenGrads(r.grads, run.collective.names);
     return toHex(contributionDigest(flat, r.loss, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
-  });
+  }).finally(() => b.reading.delete(st));
 }
 
 // one user of the compute backend at a time: the loop's steps and the audits' recomputations

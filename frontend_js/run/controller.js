@@ -149,7 +149,8 @@ export class RunController {
     const key = epochKey(runId, epoch);
     this.collectives.get(key)?.close();
     const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
-      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed });
+      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed,
+      ...(this.host.backend()?.sha ? { sha: this.host.backend().sha } : {}) });
     collective.onLie = (slot, step, lie) => auditsP.onLie(this, collective, slot, step, lie);
     this.collectives.set(key, collective);
     return collective;

@@ -167,6 +167,8 @@ export class AuditBook {
     this.digests = new Map();    // step -> each slot's digest (hex)
     this.passes = new Map();     // audited id -> auditor id -> the steps after its last few audits (ascending)
     this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states
+    this.spare = [];             // states no longer kept, their arrays reused by the next (at most 2)
+    this.reading = new Set();    // states a recomputation is reading (never reused meanwhile)
     this.accused = new Map();    // id -> {step, why}: convicted here, its rollback not settled yet (audits before step to run)
     this.skipTimer = null;       // the wait for reveals the accused withhold
     this.convicted = new Map();  // id -> {step, why, back, hash}: convicted on this device's evidence, not yet rolled back

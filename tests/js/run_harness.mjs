@@ -150,7 +150,7 @@ export class Group {
   // the link between a and b ends; both keep every other link (a partial partition)
   cut(a, b) { a.mesh.removeLink(b.id, 'cut'); }
 
-  async until(cond, what, ms = 8000) {
+  async until(cond, what, ms = 30_000) {
     const t0 = Date.now();
     while (!cond()) {
       if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}: ${this.describe()}`);
@@ -158,7 +158,7 @@ export class Group {
     }
   }
 
-  async ended(nodes, ms = 8000) {
+  async ended(nodes, ms = 30_000) {
     await this.until(() => nodes.every((n) => n.ended), `${nodes.map((n) => n.id).join(', ')} to end`, ms);
     return nodes.map((n) => n.ended);
   }
