@@ -157,10 +157,15 @@ function statusTimeout(ctl, run, rec) {
   if (missing.length) beginRecovery(ctl, run);
 }
 
+// this device's position (STATUS) to `to`
+function tellStatus(ctl, run, to) {
+  ctl.mesh.sendJson(to, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: lostClaims(run), convicted: convictions(run) },
+    { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+}
+
 function sendStatus(ctl, run) {
   const rec = run.recovery;
-  ctl.mesh.sendJson(rec.leader, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: lostClaims(run), convicted: convictions(run) },
-    { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+  tellStatus(ctl, run, rec.leader);
   clearTimeout(rec.timer);
   const leader = rec.leader;
   // the leader may wait for the server's word before it proposes: wait that long too
@@ -267,16 +272,20 @@ export function onHalt(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Array.isArray(d.gone) || !Number.isInteger(d.epoch)) { ctl.mesh.drop(from, m, 'HALT for no run of ours'); return; }
   if (d.epoch <= run.epoch) return;                   // a recovery that already ended
-  if (run.recovery && run.recovery.leader === from) return;   // our leader's keep-alive: heard (dispatch)
+  const mine = run.recovery;
+  if (mine && mine.leader === from) {
+    // our leader's HALT (again: its keep-alive, heard in dispatch) asks for our position again:
+    // a STATUS sent before the leader had its own evidence (it still reached a peer senior to it)
+    // was dropped there, and it waits for one. Our deadline for its roster stays as it is.
+    if (mine.parked && !mine.promised) tellStatus(ctl, run, from);
+    return;
+  }
   // Its `gone` is its claim. This device halts (a stall at most) and reports its position to the
   // sender; it follows the sender's lead only when it cannot vouch for any peer senior to it.
   adoptSilence(ctl, run, from, from);
   beginRecovery(ctl, run);
   const rec = run.recovery;
-  if (rec.leader !== from) {
-    ctl.mesh.sendJson(from, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash, gone: lostClaims(run), convicted: convictions(run) },
-      { runId: run.desc.runId, slot: run.slot }).catch(() => {});
-  }
+  if (rec.leader !== from) tellStatus(ctl, run, from);
 }
 
 export function onStatus(ctl, from, m) {

@@ -89,6 +89,26 @@ test('join, leave, crash, and the leader leaving: every step on the reference of
   await g.close();
 });
 
+test('the leader leaving, heard late by its successor: the STATUS it dropped meanwhile comes again', async () => {
+  const { g, nodes } = await startGroup(3, 31);
+  const [a, b, c] = nodes;
+  await g.until(() => a.completed >= 4, '4 steps');
+  // b hears of a's departure late (a busy device): c's STATUS may reach b while b still reaches
+  // a, and b drops it (it does not lead yet); c answers b's HALT with its position again
+  const receive = b.mesh.receive.bind(b.mesh), removeLink = b.mesh.removeLink.bind(b.mesh);
+  b.mesh.receive = (from, bytes) => { if (from === a.id) setTimeout(() => receive(from, bytes), 250); else receive(from, bytes); };
+  b.mesh.removeLink = (id, why) => { if (id === a.id) setTimeout(() => removeLink(id, why), 300); else removeLink(id, why); };
+  g.leave(a);
+  await g.until(() => [b, c].every((n) => n.ctl.phase === 'running' && n.run.roster.join() === `${b.id},${c.id}`), 'b leads c');
+  await g.until(() => b.completed >= b.history.at(-1)[0] + 3, 'steps under b');
+  b.ctl.stop();
+  const ends = await g.ended([b, c]);
+  assert.equal(ends[0].hash, ends[1].hash);
+  assert.deepEqual(c.history, b.history);
+  await assertHonest(nodes);
+  await g.close();
+});
+
 test('server outage: with no word on departures a crash needs a quorum (3 of 4 go on, 2 of 3 stop with the alarm)', async () => {
   {
     const { g, nodes } = await startGroup(4, 21);
