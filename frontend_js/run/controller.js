@@ -47,7 +47,7 @@ const HANDLERS = {
   [TYPES.ACCEPT]: { proposing: (ctl, f, m) => startP.onAnswer(ctl, f, m, true), running: (ctl, f, m) => recoveryP.onRosterAnswer(ctl, f, m, true) },
   [TYPES.REFUSE]: { proposing: (ctl, f, m) => startP.onAnswer(ctl, f, m, false), running: (ctl, f, m) => recoveryP.onRosterAnswer(ctl, f, m, false),
                     joining: joinP.onJoinRefused },
-  [TYPES.STATE]: { accepted: startP.onStartState, joining: joinP.onJoinState },
+  [TYPES.STATE]: { idle: startP.onEarlyState, accepted: startP.onStartState, joining: joinP.onJoinState },
   [TYPES.GO]: { accepted: startP.onStartGo, running: recoveryP.onCommit, joining: joinP.onJoinCommit },
   [TYPES.STOP]: { accepted: startP.onStartStop, running: loopP.onStop },
   [TYPES.FIN]: { running: loopP.onFin },
@@ -84,6 +84,11 @@ export class RunController {
     this.collectives = new Map();// frame run id (run id + epoch) -> MeshCollective
     this.pokes = new Set();      // waiters woken when a roster change or recovery moves on
     this.endedWaiters = new Set();
+    this.earlyState = null;      // idle: a STATE that came before its RUN ({from, m}; the latest one only)
+    // what a STATE may weigh while no run expects one: one state body, kept for the RUN that may
+    // follow (links deliver in order, the in-memory test transport does not)
+    this.idleStateLimit = (hd) => (this.phase === 'idle' && this.maxStateBytes ? this.maxStateBytes : 'STATE while no run expects it');
+    this.mesh.setLimit(TYPES.STATE, this.idleStateLimit);
     host.compute().then((c) => { this.maxStateBytes = maxStateBytes(c); }, () => {});   // known before a peer's STATE can come
     for (const [type, byPhase] of Object.entries(HANDLERS)) {
       this.mesh.on(Number(type), (from, m) => this.dispatch(Number(type), byPhase, from, m));
@@ -110,6 +115,8 @@ export class RunController {
   enter(phase, record) {
     this.phase = phase;
     this.at = record;
+    if (phase === 'idle') this.mesh.setLimit(TYPES.STATE, this.idleStateLimit);
+    else this.earlyState = null;
     this.poke();
   }
 

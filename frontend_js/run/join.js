@@ -187,7 +187,7 @@ export function abandonJoin(ctl, why, backoffMs) {
   // the leader that answered stops forwarding now (each FWD it sent on would be a bad frame here)
   if (jn.from) ctl.mesh.sendJson(jn.from, TYPES.LEAVE, { runId: 0, reason: `gave up its sync: ${why}`.slice(0, 200) }).catch(() => {});
   ctl.enter('idle', null);
-  ctl.mesh.setLimit(TYPES.STATE, null); ctl.mesh.setLimit(TYPES.FWD, null);
+  ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit); ctl.mesh.setLimit(TYPES.FWD, null);
   ctl.joinBackoffUntil = performance.now() + backoffMs;
   if (jn.desc || jn.refused) {                  // the leader had answered: say what happened
     ctl.host.note(`Joining the group's run: ${why}.`);
@@ -345,7 +345,7 @@ export function onJoinCommit(ctl, from, m) {
 function maybeEnter(ctl, jn) {
   if (ctl.at !== jn || !jn.change || !jn.change.committed || jn.completed !== jn.change.msg.from || jn.draining) return;
   clearTimeout(jn.timer);
-  ctl.mesh.setLimit(TYPES.STATE, null); ctl.mesh.setLimit(TYPES.FWD, null);
+  ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit); ctl.mesh.setLimit(TYPES.FWD, null);
   const d = jn.change.msg;
   ctl.begin(jn.desc, jn.replica, jn.cfg, jn.c, { collective: jn.change.collective, roster: d.roster, epoch: d.epoch, history: d.history,
     completed: d.from, hash: jn.hashNow || jn.hash, trainer: jn.trainer, batches: jn.batches, joined: true });

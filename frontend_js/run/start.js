@@ -118,6 +118,11 @@ function refuse(ctl, to, runId, reason) {
   ctl.mesh.sendJson(to, TYPES.REFUSE, { runId, reason }, { runId }).catch(() => {});
 }
 
+// idle: a STATE before its RUN (a link that reorders): kept, the latest one, for onRun
+export function onEarlyState(ctl, from, m) {
+  ctl.earlyState = { from, m };
+}
+
 export async function onRun(ctl, from, m) {
   const d = m.json;
   const runId = d.runId;
@@ -139,7 +144,9 @@ export async function onRun(ctl, from, m) {
   // this device considers the run from now on (a STATE may follow at once: it is kept, at the
   // largest allowed size, until the RUN checked out)
   const acc = new Acceptance(d, from);
+  const early = ctl.earlyState;
   ctl.enter('accepted', acc);
+  if (early && early.from === from && early.m.runId === runId) acc.early = early.m;   // its STATE came first
   if (ctl.maxStateBytes) ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? ctl.maxStateBytes : 'STATE for another run'));
   let why = null, cfg = null;
   const c = await ctl.host.compute().catch((e) => { why = e.message; return null; });
@@ -187,7 +194,7 @@ export function onStartState(ctl, from, m) {
   const acc = ctl.at;
   if (acc.from !== from || m.runId !== acc.desc.runId || acc.replica || acc.early) { ctl.mesh.drop(from, m, 'STATE for no accepted run'); return; }
   if (!acc.c) { acc.early = m; return; }             // the RUN is still being checked
-  ctl.mesh.setLimit(TYPES.STATE, null);
+  ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit);
   try {
     acc.replica = readPeerState(m.payload, acc.c, { config: acc.desc.config, step: acc.desc.startStep }).replica;
   } catch (err) {
@@ -214,7 +221,7 @@ export function dropAccepted(ctl) {
   clearTimeout(acc.timer);
   ctl.enter('idle', null);
   ctl.dispose(acc.collective);
-  ctl.mesh.setLimit(TYPES.STATE, null);
+  ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit);
   ctl.host.show({ runState: 'idle' });
 }
 
