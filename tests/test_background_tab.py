@@ -130,7 +130,7 @@ MEDIUM = {"width": 64, "seq_len": 64, "batch": 4, "layers": 2, "heads": 4}
 MEASURED = 30               # steps whose rate is compared (then the run is stopped)
 
 
-def test_a_hidden_page_training_alone_trains_at_least_half_as_fast(app_url, pages):
+def test_a_hidden_page_training_alone_trains_at_least_a_quarter_as_fast(app_url, pages):
     settings = {"steps": STEPS, **MEDIUM}
     rates, hashes, took = {}, {}, None
     for hide in (False, True):
@@ -159,4 +159,7 @@ def test_a_hidden_page_training_alone_trains_at_least_half_as_fast(app_url, page
     for hide, got in hashes.items():
         assert_hashes_equal("hidden run" if hide else "visible run", got, want[:len(got)])
     print(f"steps/s: visible {rates[False]:.1f}, hidden {rates[True]:.1f}")
-    assert rates[True] >= rates[False] / 2, f"the hidden page stalls its run: {rates[True]:.2f} steps/s, visible {rates[False]:.1f}"
+    # what it guards: a hidden page whose steps wait for throttled timers (1 s apart, or a minute)
+    # does at most 1 step/s against ~17 visible; a loaded 2-core CI box once measured 4.5 against
+    # 17.2 (a hidden page gets fewer cycles), so a quarter, not a half
+    assert rates[True] >= rates[False] / 4, f"the hidden page stalls its run: {rates[True]:.2f} steps/s, visible {rates[False]:.1f}"
