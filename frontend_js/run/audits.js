@@ -28,14 +28,13 @@ import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
 import { waitUntil } from '../peer/page_clock.js';
 import { auditPairs, beacon, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence, toHex } from '../audit.js';
-import { Sha256 } from '../hashing.js';
+import { jsSha } from '../hashing.js';
 import { MAX_AUDIT_RATE } from '../attack.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES, isHash } from './record.js';
 import { alarm } from './ending.js';
 
-const sha256Hex = (bytes) => { const h = new Sha256(); h.update(bytes); return toHex(h.digest()); };
+const sha256Hex = (bytes) => jsSha.hexOf([bytes]);
 const fromHex = (hex) => Uint8Array.from({ length: hex.length / 2 }, (_, i) => parseInt(hex.slice(2 * i, 2 * i + 2), 16));
-const isHex32 = (x) => isHash(x);
 export const validAuditRate = (r) => Number.isInteger(r) && r >= 0 && r <= MAX_AUDIT_RATE;
 
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
@@ -298,10 +297,10 @@ export function onAudit(ctl, from, m) {
   if (d.epoch > run.epoch + 1 || d.step < b.floor || d.step > run.completed + 3) { ctl.mesh.drop(from, m, `AUDIT of step ${d.step} in epoch ${d.epoch}, this device is at ${run.completed} in epoch ${run.epoch}`); return; }
   const tail = d.hashes === null;
   const m1 = run.collective.topology === 'allgather' ? 1 : run.roster.length;
-  if (!tail && (!Array.isArray(d.hashes) || d.hashes.length !== m1 || !d.hashes.every(isHex32) || !isHex32(d.nonceHash) || typeof d.loss !== 'number')) {
+  if (!tail && (!Array.isArray(d.hashes) || d.hashes.length !== m1 || !d.hashes.every(isHash) || !isHash(d.nonceHash) || typeof d.loss !== 'number')) {
     ctl.mesh.drop(from, m, 'AUDIT with a malformed commitment'); return;
   }
-  if ((d.reveal !== null && !isHex32(d.reveal)) || (d.beacon !== null && !isHex32(d.beacon))) { ctl.mesh.drop(from, m, 'AUDIT with a malformed nonce or beacon'); return; }
+  if ((d.reveal !== null && !isHash(d.reveal)) || (d.beacon !== null && !isHash(d.beacon))) { ctl.mesh.drop(from, m, 'AUDIT with a malformed nonce or beacon'); return; }
   // the frame's epoch: a roster that may be committed a moment later here (its slots are the new ones)
   const epoch = d.epoch;
   if (!tail) {
@@ -342,7 +341,7 @@ export function onEvidence(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
   const accuser = run.roster.indexOf(from);
   if (!b || d.runId !== run.desc.runId || accuser < 0 || d.accuser !== accuser || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
-      || !isHex32(d.committed) || !isHex32(d.recomputed) || d.epoch !== run.epoch) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
+      || !isHash(d.committed) || !isHash(d.recomputed) || d.epoch !== run.epoch) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
   if (b.evidence.length >= run.roster.length * 2) { ctl.mesh.drop(from, m, 'too much evidence at once'); return; }
   b.evidence.push({ from, ev: d });
   (run.recovery ? advance(ctl, run) : drainEvidence(ctl, run)).catch((err) => console.warn('daisy: checking evidence failed:', err));
