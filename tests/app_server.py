@@ -23,10 +23,20 @@ START_S = 90            # bound on the app's start (importing gradio is most of 
 WAIT_MS = 10_000        # bound on every wait for something the page must show
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now and that this process never handed out before: the kernel
+    may give a just-released port again, and two servers told the same port make one of them
+    exit while the other answers for it (a CI run's data server once reported another's hub)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def start_app(tmp: str, name: str, env_extra: dict, args: list[str], tree: str = REPO_ROOT):
