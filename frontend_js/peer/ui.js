@@ -7,6 +7,7 @@ import { bus } from './bus.js';
 import { Peer, automationApi } from './peer.js';
 
 const PLOT_W = 600, PLOT_H = 180;
+const PLOT_EVERY_MS = 250;
 
 const esc = (text) => String(text ?? '').replace(/[&<>"']/g, (c) => (
   { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[c]));
@@ -103,8 +104,19 @@ export function mount(element) {
     $('data').textContent = dataLabel;
     $('data').title = dataDetail;
     if ($('data-detail').textContent !== dataDetail) $('data-detail').textContent = dataDetail;
-    drawPlot($('plot'), s.curve);
+    // the curve is redrawn at most every PLOT_EVERY_MS while a run goes (a default step takes
+    // ~40 ms; a redraw ~2 ms), at once otherwise; a skipped redraw comes with a later render
+    const plotKey = `${s.curve.length}:${s.curve.at(-1)}:${$('plot').clientWidth}`;
+    if (plotKey !== drawnKey) {
+      const wait = s.running ? drawnAt + PLOT_EVERY_MS - performance.now() : 0;
+      if (wait <= 0) {
+        drawPlot($('plot'), s.curve);
+        drawnKey = plotKey;
+        drawnAt = performance.now();
+      } else if (plotTimer === null) plotTimer = setTimeout(() => { plotTimer = null; render(); }, wait);
+    }
   };
+  let drawnKey = '', drawnAt = -Infinity, plotTimer = null;
   bus.on('state', () => { if (!queued) { queued = true; setTimeout(render, 16); } });
   peer.boot();
   render();
