@@ -15,6 +15,10 @@ or a cheap check can catch it):
     otherbatch     the gradient of a batch no slot trains on (seed, step, P + slot)
     mismatch       its gradient with the first value one ulp up: matches its commitment, not its batch
     liar-auditor   honest gradients; as an auditor it accuses whomever it audits
+    liar-owner     honest gradients; as a reduce-scatter shard's owner (P >= 4) its reduced shard is
+                   forged (forge_reduced: every value negated), the same to every peer, so the
+                   replicas agree on poisoned weights; an audit of its slot also checks its reduce
+                   (check_reduced_shard) and catches it. In an all-gather run it has no shard: honest.
 
 A step: every slot's messages and commitment; cheap checks; the seeded audits, each recomputed by
 its auditor; a failed audit judged by recomputation removes the audited peer or its accuser; a
@@ -31,16 +35,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import prng
-from .audit import (Evidence, audit_pairs, beacon, cheap_check, contribution_digest, judge,
-                    message_bounds, message_hashes, reference_nonce, rollback_step, slot_digest,
+from .audit import (Evidence, audit_pairs, beacon, cheap_check, check_reduced_shard, contribution_digest,
+                    judge, message_bounds, message_hashes, reference_nonce, rollback_step, slot_digest,
                     slot_messages)
 from .collective import flatten_grads, unflatten
-from .exchange_codec import CodecError, codec_for
+from .exchange_codec import BLOCK, SCALE_BYTES, CodecError, codec_for
 from .model import param_shapes
 from .reduce import reduce_losses
 from .train import Group, copy_replica
 
-KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor")
+KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor", "liar-owner")
 MAX_AUDIT_RATE = 64
 
 
@@ -120,6 +124,21 @@ def forge(kind: str, factor: float, flat: np.ndarray, seed: int, step: int, slot
     raise ValueError(f"forge: {kind} needs more than the honest gradient")
 
 
+def forge_reduced(message: bytes, codec) -> bytes:
+    """A lying owner's REDUCED message: the honest one with every value negated, still well formed
+    (f64: each float64's sign bit flipped; int8: each code negated, the block scales kept), so it
+    decodes to exactly minus the honest shard."""
+    out = bytearray(message)
+    if codec.name == "f64":
+        for i in range(7, len(out), 8):
+            out[i] ^= 0x80
+        return bytes(out)
+    for at in range(0, len(out), SCALE_BYTES + BLOCK):
+        codes = np.frombuffer(bytes(out[at + SCALE_BYTES:at + SCALE_BYTES + BLOCK]), dtype=np.int8)
+        out[at + SCALE_BYTES:at + SCALE_BYTES + len(codes)] = (-codes).tobytes()   # codes are -127..127
+    return bytes(out)
+
+
 # -- the audited run --------------------------------------------------------------------------
 class AuditedRun:
     """A Group (daisy/train.py) trained with commitments, audits and removal (module docstring);
@@ -151,7 +170,7 @@ class AuditedRun:
         """What the peer in `slot` sends at step index s: (loss, flat)."""
         pid, trainer = self.ids[slot], self.group.trainers[slot]
         loss, flat = self.honest(trainer, s, slot)
-        if not self.attacking(pid, s) or self.attack.kind == "liar-auditor":
+        if not self.attacking(pid, s) or self.attack.kind in ("liar-auditor", "liar-owner"):
             return loss, flat
         kind, previous = self.attack.kind, self.previous.get(pid, flat)
         self.previous[pid] = flat
@@ -196,6 +215,11 @@ class AuditedRun:
         for auditor, audited in audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces)):
             reported = self.audit(s, auditor, audited, digests[audited], P)
             if reported == digests[audited]:
+                reason = self.check_owner(s, audited, messages, N)
+                if reason is not None:
+                    why = (f"reduced shard from peer {self.ids[audited]} did not reproduce at step {s + 1}: "
+                           f"removed ({reason}; audited by peer {self.ids[auditor]})")
+                    return self.remove(audited, s, why, emit)
                 passed.append((auditor, audited))
                 continue
             ev = Evidence(run=str(cfg.seed), step=s, slot=audited, accuser=auditor,
@@ -210,6 +234,29 @@ class AuditedRun:
             return self.remove(auditor, s, why, emit)
         self.apply(s, sent, messages, passed, emit)
 
+    def reduced_message(self, s: int, k: int, messages, N: int) -> bytes:
+        """The REDUCED message the owner of shard k sends at s (reduce-scatter): the codec's
+        reduce of the slots' messages of shard k, forged by a lying owner."""
+        lo, hi = message_bounds(N, len(self.ids), self.codec)[k]
+        decoded = [self.codec.decode(ms[k], hi - lo) for ms in messages]
+        message = self.codec.reduce_message(decoded, seed=self.cfg.seed, step=s, offset=lo)
+        pid = self.ids[k]
+        if self.attacking(pid, s) and self.attack.kind == "liar-owner":
+            return forge_reduced(message, self.codec)
+        return message
+
+    def check_owner(self, s: int, k: int, messages, N: int):
+        """An audit of slot k also audits its reduce, when it owns a shard (reduce-scatter): its
+        transcript (the slots' messages of shard k, each as committed) against the REDUCED it
+        sent. None when it reproduces (or in an all-gather run), else the reason."""
+        if len(messages[0]) == 1:
+            return None
+        lo, hi = message_bounds(N, len(self.ids), self.codec)[k]
+        transcript = [ms[k] for ms in messages]
+        committed = [hashlib.sha256(m).digest() for m in transcript]
+        reduced = self.codec.decode(self.reduced_message(s, k, messages, N), hi - lo)
+        return check_reduced_shard(transcript, committed, reduced, hi - lo, self.codec, self.cfg.seed, s, lo)
+
     def messages(self, flat: np.ndarray, P: int, s: int, slot: int) -> list:
         """The slot's messages; a forged gradient the codec refuses to encode (int8: a value
         that is not finite or too large) is sent as its raw float64 bytes, as a forger would."""
@@ -222,7 +269,11 @@ class AuditedRun:
         """G from the checked messages (daisy.collective.codec_reduce's rule), Adam on every replica."""
         P, N, seed = len(self.ids), len(sent[0][1]), self.cfg.seed
         flat = np.zeros(N)
-        for k, (lo, hi) in enumerate(message_bounds(N, P, self.codec)):
+        bounds = message_bounds(N, P, self.codec)
+        for k, (lo, hi) in enumerate(bounds):
+            if len(bounds) > 1:          # reduce-scatter: each shard as its owner sent it
+                flat[lo:hi] = self.codec.decode(self.reduced_message(s, k, messages, N), hi - lo)
+                continue
             decoded = [self.codec.decode(ms[k], hi - lo) for ms in messages]
             flat[lo:hi] = self.codec.reduce(decoded, seed=seed, step=s, offset=lo)
         G = unflatten(flat, self.shapes)

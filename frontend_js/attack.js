@@ -2,7 +2,7 @@
 //   node frontend_js/cli.mjs --peers P --attack "slot=1,from=39,kind=scale:-1000" [--audit-rate R]
 // prints the lines of python -m daisy.train with the same flags. The attacking peers are named by
 // their slot at the run's start and keep their ids when slots renumber. Kinds: scale:F, nan,
-// noise, const, stale, otherbatch, mismatch, liar-auditor (daisy/attack.py says what each sends);
+// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner (daisy/attack.py says what each sends);
 // slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
 // commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
@@ -10,16 +10,16 @@
 import { PURPOSE_ATTACK, draw, key, uniform } from './prng.js';
 import { paramShapes } from './model.js';
 import { flattenGrads, unflatten } from './collective.js';
-import { CodecError, codecFor } from './exchange_codec.js';
+import { BLOCK, SCALE_BYTES, CodecError, codecFor } from './exchange_codec.js';
 import { reduceLosses } from './reduce.js';
 import { Group, cloneReplica, stepJsonLine } from './train.js';
 import {
-  Evidence, auditPairs, beacon, cheapCheck, contributionDigest, judge, messageBounds,
-  messageHashes, referenceNonce, rollbackStep, slotDigest, slotMessages, toHex,
+  Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
+  messageHashes, referenceNonce, rollbackStep, sha256, slotDigest, slotMessages, toHex,
 } from './audit.js';
 import { Sha256 } from './hashing.js';
 
-export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor'];
+export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
 export const MAX_AUDIT_RATE = 64;
 
 // ---- the attack setting ---------------------------------------------------------------------------
@@ -108,6 +108,22 @@ export function forge(kind, factor, flat, seed, step, slot) {
   throw new Error(`forge: ${kind} needs more than the honest gradient`);
 }
 
+// A lying owner's REDUCED message: the honest one with every value negated, still well formed
+// (f64: each float64's sign bit flipped; int8: each code negated, the block scales kept), so it
+// decodes to exactly minus the honest shard. A new array; the message is left as it is.
+export function forgeReduced(message, codec) {
+  const out = Uint8Array.from(message);
+  if (codec.name === 'f64') {
+    for (let i = 7; i < out.length; i += 8) out[i] ^= 0x80;
+    return out;
+  }
+  const codes = new Int8Array(out.buffer);
+  for (let at = 0; at < out.length; at += SCALE_BYTES + BLOCK) {
+    for (let i = at + SCALE_BYTES; i < Math.min(out.length, at + SCALE_BYTES + BLOCK); i++) codes[i] = -codes[i];   // -127..127
+  }
+  return out;
+}
+
 // ---- the audited run -----------------------------------------------------------------------------
 // A Group (train.js) trained with commitments, audits and removal; a removal replaces the Group by
 // one of the survivors, restored to the rollback's state
@@ -142,7 +158,7 @@ export class AuditedRun {
   async contribute(s, slot) {
     const pid = this.ids[slot], trainer = this.group.trainers[slot];
     const [loss, flat] = await this.honest(trainer, s, slot);
-    if (!this.attacking(pid, s) || this.attack.kind === 'liar-auditor') return [loss, flat];
+    if (!this.attacking(pid, s) || this.attack.kind === 'liar-auditor' || this.attack.kind === 'liar-owner') return [loss, flat];
     const kind = this.attack.kind, previous = this.previous.has(pid) ? this.previous.get(pid) : flat;
     this.previous.set(pid, flat);
     if (kind === 'stale') return [loss, previous];
@@ -190,7 +206,16 @@ export class AuditedRun {
     for (const [auditor, audited] of auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces))) {
       const reported = toHex(await this.audit(s, auditor, audited, digests[audited], P));
       const committed = toHex(digests[audited]);
-      if (reported === committed) { passed.push([auditor, audited]); continue; }
+      if (reported === committed) {
+        const reason = this.checkOwner(s, audited, messages, N);
+        if (reason !== null) {
+          const why = `reduced shard from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: `
+            + `removed (${reason}; audited by peer ${this.ids[auditor]})`;
+          return this.remove(audited, s, why, emit);
+        }
+        passed.push([auditor, audited]);
+        continue;
+      }
       const ev = new Evidence({ run: String(cfg.seed), step: s, slot: audited, accuser: auditor, committed, recomputed: reported });
       if (judge(ev, toHex(await this.recompute(s, audited, P))) === 'audited') {
         const why = `gradient from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: removed `
@@ -202,6 +227,26 @@ export class AuditedRun {
       return this.remove(auditor, s, why, emit);
     }
     return this.apply(s, sent, messages, passed, emit);
+  }
+
+  // the REDUCED message the owner of shard k sends at s (reduce-scatter): the codec's reduce of the
+  // slots' messages of shard k, forged by a lying owner
+  reducedMessage(s, k, messages, N) {
+    const [lo, hi] = messageBounds(N, this.ids.length, this.codec)[k];
+    const decoded = messages.map((ms) => this.codec.decode(ms[k], hi - lo));
+    const message = this.codec.reduceMessage(decoded, { seed: this.cfg.seed, step: s, offset: lo });
+    return this.attacking(this.ids[k], s) && this.attack.kind === 'liar-owner' ? forgeReduced(message, this.codec) : message;
+  }
+
+  // an audit of slot k also audits its reduce, when it owns a shard (reduce-scatter): its transcript
+  // (the slots' messages of shard k, each as committed) against the REDUCED it sent. null when it
+  // reproduces (or in an all-gather run), else the reason
+  checkOwner(s, k, messages, N) {
+    if (messages[0].length === 1) return null;
+    const [lo, hi] = messageBounds(N, this.ids.length, this.codec)[k];
+    const transcript = messages.map((ms) => ms[k]);
+    const reduced = this.codec.decode(this.reducedMessage(s, k, messages, N), hi - lo);
+    return checkReducedShard(transcript, transcript.map((m) => sha256(m)), reduced, hi - lo, this.codec, this.cfg.seed, s, lo);
   }
 
   // the slot's messages; a forged gradient the codec refuses to encode (int8: a value that is not
@@ -220,7 +265,9 @@ export class AuditedRun {
     const { cfg, group } = this;
     const P = this.ids.length, N = sent[0][1].length;
     const flat = new Float64Array(N);
-    messageBounds(N, P, this.codec).forEach(([lo, hi], k) => {
+    const bounds = messageBounds(N, P, this.codec);
+    bounds.forEach(([lo, hi], k) => {
+      if (bounds.length > 1) { flat.set(this.codec.decode(this.reducedMessage(s, k, messages, N), hi - lo), lo); return; }   // rsag: each shard as its owner sent it
       const decoded = messages.map((ms) => this.codec.decode(ms[k], hi - lo));
       flat.set(this.codec.reduce(decoded, { seed: cfg.seed, step: s, offset: lo }), lo);
     });

@@ -36,6 +36,8 @@ CASES = {
     "otherbatch": ["--peers", "2", "--stop-after", "30", "--attack", "slot=1,from=5,kind=otherbatch", *TINY],
     "mismatch-rsag": ["--peers", "4", "--stop-after", "30", "--attack", "slot=3,from=5,kind=mismatch", *TINY],
     "liar": ["--peers", "3", "--stop-after", "30", "--attack", "slot=1,from=5,kind=liar-auditor", *TINY],
+    "liar-owner-int8": ["--peers", "4", "--stop-after", "30", "--exchange", "int8", "--attack",
+                        "slot=1,from=5,kind=liar-owner", *TINY],
     "collude": ["--peers", "5", "--stop-after", "40", "--attack", "slot=1+3,from=5,kind=scale:-1000", *TINY],
     "int8-scale": ["--peers", "4", "--stop-after", "30", "--exchange", "int8", "--attack",
                    "slot=2,from=5,kind=scale:-1000", *TINY],
