@@ -8,7 +8,9 @@ next test's group holds only its own pages); a test that needs isolation uses a 
 from __future__ import annotations
 
 import json
+import re
 import secrets
+from pathlib import Path
 
 import pytest
 
@@ -206,14 +208,16 @@ def test_a_webgpu_page_and_a_cpu_page_train_together(app_url, pages):
 
 
 def test_another_mesh_protocol_is_refused_on_both_pages(app_url, pages):
-    new = open_peer(pages, app_url + "/", "v4")                       # this version (4)
-    old = open_peer(pages, app_url + "/?meshProtocol=3", "v3")        # a page of the version before
+    frames_js = (Path(__file__).resolve().parents[1] / "frontend_js" / "peer" / "frames.js").read_text()
+    v = int(re.search(r"export const PROTOCOL_VERSION = (\d+);", frames_js).group(1))     # this version
+    new = open_peer(pages, app_url + "/", f"v{v}")
+    old = open_peer(pages, app_url + f"/?meshProtocol={v - 1}", f"v{v - 1}")   # a page of the version before
     new_id, old_id = state(new)["peerId"], state(old)["peerId"]
-    wait_state(new, f"(s.links[{json.dumps(old_id)}] || '').startsWith('refused')", "v4 refuses v3", 20_000)
-    wait_state(old, f"(s.links[{json.dumps(new_id)}] || '').startsWith('refused')", "v3 refuses v4", 20_000)
-    assert "protocol v3, this page v4" in state(new)["links"][old_id]
-    assert "v4" in state(old)["links"][new_id]
-    new.wait_for_function("document.querySelector('#daisy-peer').innerText.includes('protocol v3')", timeout=WAIT_MS)
+    wait_state(new, f"(s.links[{json.dumps(old_id)}] || '').startsWith('refused')", "the new page refuses the old", 20_000)
+    wait_state(old, f"(s.links[{json.dumps(new_id)}] || '').startsWith('refused')", "the old page refuses the new", 20_000)
+    assert f"protocol v{v - 1}, this page v{v}" in state(new)["links"][old_id]
+    assert f"v{v}" in state(old)["links"][new_id]
+    new.wait_for_function(f"document.querySelector('#daisy-peer').innerText.includes('protocol v{v - 1}')", timeout=WAIT_MS)
     # a Start leaves the incompatible page out: a one-peer run
     new.evaluate("(cfg) => window.daisy.start(cfg)", {"steps": 100, **TINY})
     wait_state(new, "s.running && s.step >= 2", "solo run")

@@ -21,7 +21,7 @@
 import { jsSha, createSubtleSha, gateSha } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
-export const PROTOCOL_VERSION = 4;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE
+export const PROTOCOL_VERSION = 5;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE; 5: TRANSCRIPT_ASK, TRANSCRIPT
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
@@ -50,12 +50,15 @@ export const TYPES = Object.freeze({
   GRAD_PART: 21, // binary: part index (u32) + bytes of a GRAD's payload, sent while the backward pass runs (mesh_collective.js)
   // audited gradients (docs/PROTOCOL.md "Audited gradients", run/audits.js)
   AUDIT: 22,     // JSON {runId, epoch, step, hashes, loss, nonceHash, reveal, beacon}: a step's commitment, the last step's nonce
-  EVIDENCE: 23,  // JSON {runId, epoch, step, slot, accuser, committed, recomputed}: a failed audit, for every member to check
+  EVIDENCE: 23,  // JSON {runId, epoch, step, slot, accuser, committed, recomputed, kind?}: a failed audit, for every member to check
+  TRANSCRIPT_ASK: 24, // JSON {runId, epoch, step}: to a reduce-scatter shard's owner: its transcript of that step, please
+  TRANSCRIPT: 25,     // binary: the owner's transcript: the P messages of its shard it reduced, slot order
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;
 export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.REFUSE, TYPES.GO, TYPES.STOP, TYPES.FIN,
-  TYPES.ROSTER, TYPES.STATUS, TYPES.HALT, TYPES.JOIN, TYPES.SYNC, TYPES.SYNCED, TYPES.LEAVE, TYPES.AUDIT, TYPES.EVIDENCE]);
+  TYPES.ROSTER, TYPES.STATUS, TYPES.HALT, TYPES.JOIN, TYPES.SYNC, TYPES.SYNCED, TYPES.LEAVE, TYPES.AUDIT, TYPES.EVIDENCE,
+  TYPES.TRANSCRIPT_ASK]);
 export const MAX_JSON_BYTES = 64 * 1024;
 
 // ---- digest ---------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ export class MeshCollective {
   // minPartBytes: the streamed GRAD's smallest part (streamCuts; the same on every peer of a run)
   // sha: the SHA-256 of the messages' hashes (the audits' commitments; a backend's gated wasm one)
   constructor(mesh, { runId, roster, selfId, shapes, startStep = 0, deadlineMs = 10_000, topology = null, subscribe = true,
-    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES, sha = jsSha }) {
+    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES, sha = jsSha, forgeReduced = null }) {
     this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId; this.sha = sha;
     this.shapes = shapes; this.names = shapes.map(([n]) => n);
     this.sizes = shapes.map(([, s]) => s.reduce((x, y) => x * y, 1));
@@ -107,13 +107,15 @@ export class MeshCollective {
                                    // is down and peers may be waiting for batches (docs/ARCHITECTURE.md "Server outage")
     this.steps = new Map();        // step -> {grads: Map slot -> decoded Float64Array, losses, hashes, reduced: Map,
                                    //          parts: Map slot -> {payload, got: Set of part indexes} (streamed GRADs),
-                                   //          messages: Map slot -> the codec message received, lies: Map slot -> {why, nonFinite}}
+                                   //          messages: Map slot -> the codec message received, lies: Map slot -> {why, nonFinite},
+                                   //          reducedMessages: Map slot -> the REDUCED message received}
     this.stream = null;            // this page's streamed GRAD of the step being computed (beginStep)
     this.current = startStep;      // the step being exchanged (frames of it and the next are accepted)
     this.done = startStep - 1;     // the last step exchanged (its late frames are dropped, not stored)
     this.wake = null;              // resolves the waiting exchange when something arrived
     this.failure = null;           // an ExchangeError that ends every exchange
     this.closed = false;           // close() was called: a streamed GRAD posts no more parts
+    this.forgeReduced = forgeReduced; // (step, message) -> message: the fault plan's lying shard owner (tests)
     this.onLie = null;             // (slot, step, {why, nonFinite}): told of a cheap check failed on arrival,
                                    // also after the exchange failed (the run convicts: run/audits.js)
     this.bytesSent = 0;            // payload bytes sent (the benchmark reads it)
@@ -152,7 +154,9 @@ export class MeshCollective {
       this.mesh.drop(from, m, `REDUCED refused: ${err.message}`);
       return;
     }
-    this.stepState(m.step).reduced.set(m.slot, values);
+    const st = this.stepState(m.step);
+    st.reduced.set(m.slot, values);
+    st.reducedMessages.set(m.slot, m.payload);
     this.wake?.();
   }
 
@@ -247,7 +251,7 @@ export class MeshCollective {
     let st = this.steps.get(step);
     if (!st) {
       st = { grads: new Map(), losses: new Array(this.P), hashes: new Array(this.P), reduced: new Map(), parts: new Map(),
-             messages: new Map(), lies: new Map() };
+             messages: new Map(), lies: new Map(), reducedMessages: new Map() };
       this.steps.set(step, st);
     }
     return st;
@@ -326,7 +330,9 @@ export class MeshCollective {
 
   // -> {loss, grads (named views of the reduced gradient G), flat: G (N,), hashes: each slot's
   //    hash after step-1, losses: each slot's loss, ownHashes: SHA-256 (hex) of each message we sent
-  //    (message order; the commitment), inHashes: each slot's message to us, hashed (ours: ours)}.
+  //    (message order; the commitment), inHashes: each slot's message to us, hashed (ours: ours),
+  //    rsag only (else null): transcript: the P messages of our shard (slot order), reduced: each
+  //    owner's REDUCED message (slot order, ours included)}.
   //    After beginStep(step) our GRAD's last part is sent here (the rest went during the backward
   //    pass), else the whole GRAD. A peer's gradient that fails a cheap check is told to onLie
   //    (the run convicts its sender, which ends this exchange); the collective itself only drops it.
@@ -345,7 +351,7 @@ export class MeshCollective {
     const b = this.bounds;
     const ownMessages = stream ? await stream.finish(grads, loss, prevHash) : await this.sendWhole(step, grads, loss, prevHash);
     const ownMessage = ownMessages.length === 1 ? ownMessages[0] : ownMessages[slot];
-    let G;
+    let G, rsag = null;
     if (this.topology === 'allgather') {
       const has = (s) => st.grads.has(s);
       await this.waitFor(step, () => others.every(([, s]) => has(s)), missingFrom(has, 'gradient'));
@@ -356,18 +362,22 @@ export class MeshCollective {
       await this.waitFor(step, () => others.every(([, s]) => hasGrad(s)), missingFrom(hasGrad, 'gradient shard'));
       const n = b[slot + 1] - b[slot];
       const own = codec.decode(ownMessage, n);
-      const reducedMessage = codec.reduceMessage(this.roster.map((_, s) => (s === slot ? own : st.grads.get(s))), { seed, step, offset: b[slot] });
+      let reducedMessage = codec.reduceMessage(this.roster.map((_, s) => (s === slot ? own : st.grads.get(s))), { seed, step, offset: b[slot] });
+      if (this.forgeReduced) reducedMessage = this.forgeReduced(step, reducedMessage);
       await Promise.all(others.map(([id]) => this.send(id, TYPES.REDUCED, step, reducedMessage)));
       const hasReduced = (s) => st.reduced.has(s);
       await this.waitFor(step, () => others.every(([, s]) => hasReduced(s)), missingFrom(hasReduced, 'reduced shard'));
       G = new Float64Array(this.N);
       for (let s = 0; s < this.P; s++) G.set(s === slot ? codec.decode(reducedMessage, n) : st.reduced.get(s), b[s]);
+      // what an audit of a shard owner needs (run/audits.js): ours as owner, and every owner's REDUCED
+      rsag = { transcript: this.roster.map((_, s) => (s === slot ? ownMessage : st.messages.get(s))),
+               reduced: this.roster.map((_, s) => (s === slot ? reducedMessage : st.reducedMessages.get(s))) };
     }
     const hashOf = (bytes) => this.sha.hexOf([bytes]);
     const ownHashes = ownMessages.map(hashOf);
     const inHashes = this.roster.map((_, s) => (s === slot ? ownHashes[ownHashes.length === 1 ? 0 : slot] : hashOf(st.messages.get(s))));
     const out = { loss: reduceLosses(st.losses), grads: unflatten(G, this.shapes), flat: G, hashes: st.hashes.slice(),
-                  losses: st.losses.slice(), ownHashes, inHashes };
+                  losses: st.losses.slice(), ownHashes, inHashes, transcript: rsag?.transcript ?? null, reduced: rsag?.reduced ?? null };
     this.steps.delete(step);
     this.done = step;
     return out;

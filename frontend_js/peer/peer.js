@@ -54,11 +54,12 @@ export class Peer {
     // test hooks set before the page loads (tests/test_membership.py, test_mesh.py) become the
     // run controller's injected fault plan: the controller reads no globals
     const test = globalThis.__daisyTest || {};
-    // (tests/test_audits_pages.py: a forger {from, kind, factor}, a lying auditor {from}, the reference's nonces)
+    // (tests/test_audits_pages.py: a forger {from, kind, factor}, a lying auditor {from}, a lying shard owner {from}, the reference's nonces)
     const forge = test.forge && typeof test.forge === 'object' ? { from: Number(test.forge.from) || 0, kind: String(test.forge.kind), factor: Number(test.forge.factor ?? 1) } : null;
     const liarAuditor = test.liarAuditor && typeof test.liarAuditor === 'object' ? { from: Number(test.liarAuditor.from) || 0 } : null;
+    const liarOwner = test.liarOwner && typeof test.liarOwner === 'object' ? { from: Number(test.liarOwner.from) || 0 } : null;
     this.runs = new RunController(runHost(this), { faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin),
-      forge, liarAuditor, referenceNonces: Boolean(test.referenceNonces) } });
+      forge, liarAuditor, liarOwner, referenceNonces: Boolean(test.referenceNonces) } });
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
     this.rtc = new Map();      // peer id -> RtcPeer
     this.linkTries = new Map(); // peer id -> links offered since it was last ready (the watchdog's backoff)

@@ -13,6 +13,11 @@
 //   a failed audit     EVIDENCE {epoch, step, slot, accuser, committed, recomputed} to every member.
 //                      Each member recomputes itself (judge): the audited peer or the accuser is
 //                      convicted on this device's own evidence and the evidence is passed on.
+//   a shard owner      (reduce-scatter) an audit of slot k also audits k's reduce: the auditor asks
+//                      k for its transcript (TRANSCRIPT_ASK -> TRANSCRIPT: the P messages of shard k it
+//                      reduced), checks each against its sender's commitment and recomputes the
+//                      reduce against the REDUCED k sent; a mismatch is EVIDENCE {kind: 'reduce'},
+//                      which every member judges by asking k itself (no answer in time: k is gone)
 //   a cheap check      a gradient not finite or of the wrong size (mesh_collective.js): convicted
 //                      at once by every receiver
 //   a conviction       the peer is gone (recovery.js) with a rollback: the roster drops it from
@@ -27,7 +32,8 @@ import { Replica, Trainer } from '../train.js';
 import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
 import { waitUntil } from '../peer/page_clock.js';
-import { auditPairs, beacon, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence, toHex } from '../audit.js';
+import { auditPairs, beacon, checkReducedShard, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence, toHex } from '../audit.js';
+import { CodecError } from '../exchange_codec.js';
 import { jsSha } from '../hashing.js';
 import { MAX_AUDIT_RATE } from '../attack.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES, isHash } from './record.js';
@@ -85,7 +91,7 @@ function pruneStates(run) {
 export async function afterExchange(ctl, run, s, out, loss) {
   const b = run.book;
   if (!b) return true;
-  b.received.set(s, { inHashes: out.inHashes, losses: out.losses });
+  b.received.set(s, { inHashes: out.inHashes, losses: out.losses, transcript: out.transcript, reduced: out.reduced });
   const nonce = ctl.faults.referenceNonces ? referenceNonce(run.cfg.seed, s, run.slot) : crypto.getRandomValues(new Uint8Array(32));
   b.nonces.set(s, nonce);
   commitOwn(ctl, run, s, { hashes: out.ownHashes, loss, nonceHash: sha256Hex(nonce) });
@@ -203,6 +209,7 @@ async function auditStep(ctl, run, t) {
   const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes);
   b.pairs.set(t, pairs);
   b.digests.set(t, digests.map(toHex));
+  b.shardHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).hashes));
   b.done = t;
   // a member's beacon of t that is not ours: it saw other commitments (the split alarm)
   for (const [slot, x] of b.claimedBeacons.get(`${run.epoch}:${t}`) || []) {
@@ -244,11 +251,89 @@ async function checkAudit(ctl, run, b, { t, audited, committed, epoch, batch }) 
   const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
   if (void_()) return;
   const recomputed = await recompute(ctl, run, t, audited, batch);
-  if (recomputed === null || recomputed === committed || void_()) return;
+  if (recomputed === null || void_()) return;
+  if (recomputed === committed) {
+    if (run.collective.topology === 'rsag') await checkOwner(ctl, run, b, t, audited, epoch);
+    return;
+  }
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
   ctl.tellAll(run, TYPES.EVIDENCE, ev);
   b.evidenceSeen.add(evidenceKey(run.epoch, ev));
   convict(ctl, run, run.roster[audited], t, removalWords(ctl, run, run.roster[audited], t, ev));
+}
+
+// ---- reduce-scatter: a shard owner's reduce (docs/VERIFICATION.md §13 "A shard owner's reduced shard")
+// The audit of slot k passed its gradient; k also owns shard k: its transcript against the REDUCED
+// it sent. A mismatch is evidence for every member (each asks k for the transcript itself).
+async function checkOwner(ctl, run, b, t, k, epoch) {
+  const owner = run.roster[k];
+  const transcript = await askTranscript(ctl, run, b, t, k);
+  if (run.ended || run.book !== b || run.epoch !== epoch) return;
+  if (transcript === null) { noTranscript(ctl, run, owner, t); return; }
+  const v = ownerVerdict(run, b, t, k, transcript);
+  if (v.reason === null) return;
+  const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: k, accuser: run.slot, kind: 'reduce', committed: v.committed, recomputed: v.recomputed };
+  ctl.tellAll(run, TYPES.EVIDENCE, ev);
+  b.evidenceSeen.add(evidenceKey(run.epoch, ev));
+  convict(ctl, run, owner, t, ownerWords(ctl, run, owner, t, v.reason, run.slot));
+}
+
+// -> the transcript of step t from the owner of shard k (its P messages, concatenated), or null
+// when none came within the deadline; this device's own when it is that owner
+async function askTranscript(ctl, run, b, t, k) {
+  if (k === run.slot) return concat(b.received.get(t)?.transcript);
+  const key = `${run.epoch}:${t}:${k}`;
+  if (!b.transcripts.has(key)) {
+    b.asking.add(key);
+    ctl.mesh.sendJson(run.roster[k], TYPES.TRANSCRIPT_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+    await waitUntil(() => b.transcripts.has(key) || run.ended || run.book !== b, run.collective.deadlineMs, (wake) => ctl.onPoke(wake));
+    b.asking.delete(key);
+  }
+  return b.transcripts.get(key) ?? null;
+}
+
+const concat = (parts) => {
+  if (!parts) return null;
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+};
+
+// the owner's transcript of step t against the commitments and the REDUCED this device got ->
+// {reason (null: it reproduces), committed: SHA-256 of that REDUCED, recomputed: of the transcript}
+function ownerVerdict(run, b, t, k, transcript) {
+  const c = run.collective, codec = c.codec, P = run.roster.length;
+  const n = c.shardValues(k), size = codec.messageBytes(n);
+  const slices = Array.from({ length: P }, (_, s) => transcript.subarray(s * size, (s + 1) * size));
+  const committed = b.shardHashes.get(t).map((hashes) => fromHex(hashes[k]));
+  const reduced = b.received.get(t).reduced[k];
+  let reason;
+  try {
+    reason = checkReducedShard(slices, committed, codec.decode(reduced, n), n, codec, run.cfg.seed, t, c.bounds[k]);
+  } catch (err) {
+    if (!(err instanceof CodecError)) throw err;
+    reason = null;                // a committed slice that does not decode: its sender's lie, not the owner's
+  }
+  return { reason, committed: sha256Hex(reduced), recomputed: sha256Hex(transcript) };
+}
+
+function ownerWords(ctl, run, owner, t, reason, accuser) {
+  return `reduced shard from ${ctl.host.nameOf(owner)} did not reproduce at step ${t + 1}: removed (${reason}; audited by ${ctl.host.nameOf(run.roster[accuser])})`;
+}
+
+// an owner that does not show its transcript in time is gone (this device's own evidence)
+function noTranscript(ctl, run, owner, t) {
+  ctl.host.note(`No transcript of step ${t + 1} from ${ctl.host.nameOf(owner)} in time.`);
+  ctl.peerGone(owner, `no transcript of step ${t + 1} in time`);
+}
+
+// the mesh's limit for a TRANSCRIPT: only from an owner this device asked, at its exact size
+export function transcriptLimit(ctl, hd) {
+  const run = ctl.run, b = run?.book;
+  if (!b || run.collective.topology !== 'rsag' || hd.runId !== run.desc.runId) return 'TRANSCRIPT for no audit of ours';
+  if (!b.asking.has(`${run.epoch}:${hd.step}:${hd.slot}`)) return `TRANSCRIPT of step ${hd.step} from slot ${hd.slot}, not asked for`;
+  return run.roster.length * run.collective.codec.messageBytes(run.collective.shardValues(hd.slot));
 }
 
 function recordPass(run, audited, auditor, after) {
@@ -333,7 +418,10 @@ function pruneFrames(run) {
       if (e < run.epoch || st < b.done - 1) map.delete(key);
     }
   }
-  for (const map of [b.received, b.nonces, b.beacons, b.pairs, b.digests]) for (const st of [...map.keys()]) if (st < b.done - 8) map.delete(st);
+  for (const map of [b.received, b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const st of [...map.keys()]) if (st < b.done - 8) map.delete(st);
+  for (const set of [b.transcripts, b.answered]) {
+    for (const key of [...set.keys()]) if (Number(key.split(':').at(-1 - (set === b.transcripts))) < b.done - 8) set.delete(key);
+  }
 }
 
 // a member's evidence: checked once this device ran that step's audits itself
@@ -341,10 +429,33 @@ export function onEvidence(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
   const accuser = run.roster.indexOf(from);
   if (!b || d.runId !== run.desc.runId || accuser < 0 || d.accuser !== accuser || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
-      || !isHash(d.committed) || !isHash(d.recomputed) || d.epoch !== run.epoch) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
+      || !isHash(d.committed) || !isHash(d.recomputed) || d.epoch !== run.epoch || (d.kind !== undefined && d.kind !== 'reduce')) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
   if (b.evidence.length >= run.roster.length * 2) { ctl.mesh.drop(from, m, 'too much evidence at once'); return; }
   b.evidence.push({ from, ev: d });
   (run.recovery ? advance(ctl, run) : drainEvidence(ctl, run)).catch((err) => console.warn('daisy: checking evidence failed:', err));
+}
+
+// an auditor or a judge asks this device, the owner of a shard, for its transcript of a step: sent
+// once per asker and step, while kept (the last few steps)
+export function onTranscriptAsk(ctl, from, m) {
+  const run = ctl.at, d = m.json, b = run.book;
+  const ok = b && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step);
+  const parts = ok ? b.received.get(d.step)?.transcript : null;
+  if (!parts) { ctl.mesh.drop(from, m, `TRANSCRIPT_ASK of step ${d.step}: no transcript of it kept here`); return; }
+  const key = `${from}:${d.epoch}:${d.step}`;
+  if (b.answered.has(key)) { ctl.mesh.drop(from, m, `a second TRANSCRIPT_ASK of step ${d.step}`); return; }
+  b.answered.add(key);
+  ctl.mesh.send(from, { type: TYPES.TRANSCRIPT, slot: run.slot, runId: run.desc.runId, step: d.step, payload: concat(parts) }).catch(() => {});
+}
+
+// a transcript this device asked for (the mesh checked its size against transcriptLimit)
+export function onTranscript(ctl, from, m) {
+  const run = ctl.at, b = run.book, slot = run.roster.indexOf(from);
+  const key = `${run.epoch}:${m.step}:${slot}`;
+  const want = b && slot >= 0 && m.slot === slot && b.asking.has(key) ? run.roster.length * run.collective.codec.messageBytes(run.collective.shardValues(slot)) : -1;
+  if (m.payload.length !== want) { ctl.mesh.drop(from, m, 'TRANSCRIPT not asked for, or of another size'); return; }
+  b.transcripts.set(key, m.payload);
+  ctl.poke();
 }
 
 const evidenceKey = (epoch, ev) => `${epoch}:${ev.step}:${ev.slot}:${ev.accuser}`;
@@ -361,6 +472,7 @@ async function drainEvidence(ctl, run) {
     if (b.evidenceSeen.has(key)) continue;
     b.evidenceSeen.add(key);
     const pairs = b.pairs.get(ev.step);
+    if (ev.kind === 'reduce') return judgeOwner(ctl, run, b, from, ev, pairs);
     const committed = b.digests.get(ev.step)?.[ev.slot];
     if (!pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot) || committed !== ev.committed) {
       ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} that names no audit of that step or another commitment`);
@@ -376,6 +488,26 @@ async function drainEvidence(ctl, run) {
     return false;
   }
   return !run.ended && !run.recovery;
+}
+
+// evidence against a shard owner's reduce: this device asks the owner for the transcript itself
+// (its own when it is that owner) and judges; no answer in time: the owner is gone. -> false
+async function judgeOwner(ctl, run, b, from, ev, pairs) {
+  const got = b.received.get(ev.step);
+  if (run.collective.topology !== 'rsag' || !pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot)
+      || !got?.reduced || ev.committed !== sha256Hex(got.reduced[ev.slot])) {
+    ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} against a reduce that names no audit of it or another REDUCED`);
+    return drainEvidence(ctl, run);
+  }
+  const owner = run.roster[ev.slot], accuser = run.roster[ev.accuser];
+  ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
+  const transcript = await askTranscript(ctl, run, b, ev.step, ev.slot);
+  if (run.book !== b || run.ended) return false;
+  if (transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
+  const { reason } = ownerVerdict(run, b, ev.step, ev.slot, transcript);
+  if (reason !== null) convict(ctl, run, owner, ev.step, ownerWords(ctl, run, owner, ev.step, reason, ev.accuser));
+  else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused the reduced shard of ${ctl.host.nameOf(owner)} at step ${ev.step + 1}, which reproduced: ${ctl.host.nameOf(accuser)} removed`);
+  return false;
 }
 
 function removalWords(ctl, run, id, t, ev) {
@@ -524,7 +656,7 @@ export function takeRollback(run, from, convicted) {
   b.convicted.clear(); b.accused.clear(); b.queued = [];
   clearTimeout(b.skipTimer); b.skipTimer = null;
   for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
-  for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
+  for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
   b.done = Math.min(b.done, from - 1);
   b.evidence = [];
   return st.hash;

@@ -39,6 +39,8 @@ import * as loopP from './loop.js';
 import * as recoveryP from './recovery.js';
 import * as joinP from './join.js';
 import * as auditsP from './audits.js';
+import { forgeReduced } from '../attack.js';
+import { codecFor } from '../exchange_codec.js';
 
 // frame type -> phase -> handler (ctl, from, message). A type with no handler in the current
 // phase is dropped with a reason (counted toward the sender's flood limit by the mesh).
@@ -61,10 +63,13 @@ const HANDLERS = {
   [TYPES.SYNCED]: { running: joinP.onSynced },
   [TYPES.AUDIT]: { running: auditsP.onAudit },
   [TYPES.EVIDENCE]: { running: auditsP.onEvidence },
+  [TYPES.TRANSCRIPT_ASK]: { running: auditsP.onTranscriptAsk },
+  [TYPES.TRANSCRIPT]: { running: auditsP.onTranscript },
 };
 // frames that are simply not for this device in some phases (no drop: they are expected there)
 const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
-  [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])]]);
+  [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
+  [TYPES.TRANSCRIPT_ASK, new Set(['idle', 'joining'])]]);
 
 export class RunController {
   // host: see above; timing: TIMING overrides (tests); faults: the injected fault plan (tests)
@@ -106,6 +111,8 @@ export class RunController {
       this.mesh.on(type, (from, m) => this.routeGradient(from, m));
       this.mesh.setLimit(type, (hd) => this.gradientLimit(type, hd));
     }
+    // a transcript only from an owner this device asked, at its exact size (run/audits.js)
+    this.mesh.setLimit(TYPES.TRANSCRIPT, (hd) => auditsP.transcriptLimit(this, hd));
   }
 
   get selfId() { return this.host.selfId; }
@@ -157,6 +164,7 @@ export class RunController {
     this.collectives.get(key)?.close();
     const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
       shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed,
+      forgeReduced: this.faults.liarOwner ? forgedReduce(this.faults.liarOwner.from, cfg.exchange) : null,
       ...(this.host.backend()?.sha ? { sha: this.host.backend().sha } : {}) });
     collective.onLie = (slot, step, lie) => auditsP.onLie(this, collective, slot, step, lie);
     this.collectives.set(key, collective);
@@ -244,4 +252,10 @@ export class RunController {
     run.hash = run.c.hashing.weightHash(run.replica.params);
     return run.hash;
   }
+}
+
+// the fault plan's lying shard owner: its REDUCED from step index `from` on (attack.js forgeReduced)
+function forgedReduce(from, exchange) {
+  const codec = codecFor(exchange);
+  return (step, message) => (step >= from ? forgeReduced(message, codec) : message);
 }

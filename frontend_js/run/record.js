@@ -28,6 +28,8 @@ export const NO_FAULTS = Object.freeze({
                             // `from` (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly,
                             // and as an auditor passes the peers named in colluders (ids) unchecked
   liarAuditor: null,        // {from}: from step index `from`, this page accuses every peer it audits
+  liarOwner: null,          // {from}: from step index `from`, this page's REDUCED shard (reduce-scatter) is
+                            // forged, the same to every peer (attack.js forgeReduced)
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
 });
 
@@ -157,7 +159,12 @@ export class AuditBook {
     this.floor = floor;          // the first step audited: the run's start or its last join or departure
     this.done = floor - 1;       // the last step whose audits ran here
     this.nonces = new Map();     // step -> this device's secret nonce of it (32 bytes)
-    this.received = new Map();   // step -> {inHashes, losses}: what this device got in that exchange
+    this.received = new Map();   // step -> {inHashes, losses, transcript, reduced}: what this device got in that
+                                 // exchange (the last two: reduce-scatter's, MeshCollective.exchange; kept KEPT_RING steps)
+    this.shardHashes = new Map();// step -> each slot's committed message hashes (hex, message order): a transcript's check
+    this.asking = new Set();     // "epoch:step:owner slot": transcripts this device asked for and waits on
+    this.transcripts = new Map();// the same keys -> the transcript that came (the owner's P messages, concatenated)
+    this.answered = new Set();   // "asker:epoch:step": transcripts this device sent (one per asker and step)
     this.commits = new Map();    // "epoch:step" -> Map slot -> {hashes, loss, nonceHash} (AUDIT; ours included)
     this.reveals = new Map();    // "epoch:step" -> Map slot -> nonce hex (the next step's AUDIT)
     this.claimedBeacons = new Map(); // "epoch:step" -> Map slot -> the beacon a member computed

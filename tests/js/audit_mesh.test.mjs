@@ -7,7 +7,8 @@
 //   2. a lying auditor (accuses whomever it audits)
 //   3. a NaN gradient (the cheap check; f64 exchange, where it decodes)
 //   4. two colluders of five (reduce-scatter): each passes the other; both caught, rolled back in turn
-//   5. nobody lies: audits on change nothing (every step = the plain reference); a forged
+//   5. a lying shard owner (reduce-scatter): its REDUCED forged, caught by the audit of its transcript
+//   6. nobody lies: audits on change nothing (every step = the plain reference); a forged
 //      EVIDENCE naming no audit, and a malformed AUDIT: dropped, nobody removed
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -104,6 +105,12 @@ test('two colluders in a group of five (reduce-scatter) forge and pass each othe
       assertKept(n, ref);
     }
   } finally { await g.close(); }
+});
+
+test('a lying shard owner (reduce-scatter, P = 4, int8): its forged REDUCED poisons every replica alike, the audit of its reduce (its transcript) removes it; every honest page = the reference', async () => {
+  const { ref, honest } = await attackCase(4, 2, { liarOwner: { from: 4 } }, 'slot=2,from=4,kind=liar-owner', { exchange: 'int8' });
+  for (const n of honest) assert.match(convictions(n)[0].why, /reduced shard from p2 did not reproduce at step \d+: removed \(its reduced shard did not reproduce; audited by p\d\)/);
+  assert.ok(ref.removals[0].step > 4);
 });
 
 test('nobody lies: every page audits and every step is the plain reference; evidence naming no audit and a malformed AUDIT are dropped', async () => {
