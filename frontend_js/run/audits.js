@@ -226,7 +226,11 @@ async function auditStep(ctl, run, t) {
     // colluders unchecked
     const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;
     const f = ctl.faults.forge, colluding = f !== null && t >= f.from && (f.colluders || []).includes(run.roster[audited]);
-    if (lying) ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed: sha256Hex(fromHex(committed)) });
+    if (lying && ctl.faults.liarAuditor.reduce && run.collective.topology === 'rsag') {
+      // a false accusation of the audited owner's reduce (its transcript will clear it)
+      ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, kind: 'reduce',
+                                         committed: sha256Hex(b.received.get(t).reduced[audited]), recomputed: sha256Hex(fromHex(committed)) });
+    } else if (lying) ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed: sha256Hex(fromHex(committed)) });
     else if (!colluding) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});

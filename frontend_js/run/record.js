@@ -27,7 +27,8 @@ export const NO_FAULTS = Object.freeze({
   forge: null,              // {from, kind, factor, colluders}: this page sends a forged gradient from step index
                             // `from` (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly,
                             // and as an auditor passes the peers named in colluders (ids) unchecked
-  liarAuditor: null,        // {from}: from step index `from`, this page accuses every peer it audits
+  liarAuditor: null,        // {from, reduce}: from step index `from`, this page accuses every peer it audits
+                            // (reduce: in reduce-scatter, of a reduce its transcript clears, not of its gradient)
   liarOwner: null,          // {from}: from step index `from`, this page's REDUCED shard (reduce-scatter) is
                             // forged, the same to every peer (attack.js forgeReduced)
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice

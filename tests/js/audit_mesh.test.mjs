@@ -7,7 +7,8 @@
 //   2. a lying auditor (accuses whomever it audits)
 //   3. a NaN gradient (the cheap check; f64 exchange, where it decodes)
 //   4. two colluders of five (reduce-scatter): each passes the other; both caught, rolled back in turn
-//   5. a lying shard owner (reduce-scatter): its REDUCED forged, caught by the audit of its transcript
+//   5. a lying shard owner (reduce-scatter): its REDUCED forged, caught by the audit of its transcript;
+//      a lying auditor accusing an owner's reduce: the transcript clears the owner, the accuser goes
 //   6. nobody lies: audits on change nothing (every step = the plain reference); a forged
 //      EVIDENCE naming no audit, and a malformed AUDIT: dropped, nobody removed
 import { test } from 'node:test';
@@ -111,6 +112,11 @@ test('a lying shard owner (reduce-scatter, P = 4, int8): its forged REDUCED pois
   const { ref, honest } = await attackCase(4, 2, { liarOwner: { from: 4 } }, 'slot=2,from=4,kind=liar-owner', { exchange: 'int8' });
   for (const n of honest) assert.match(convictions(n)[0].why, /reduced shard from p2 did not reproduce at step \d+: removed \(its reduced shard did not reproduce; audited by p\d\)/);
   assert.ok(ref.removals[0].step > 4);
+});
+
+test('a lying auditor accusing an owner\'s reduce (P = 4): every member asks the owner for its transcript, which clears it; the accuser is removed, as the reference removes a lying auditor', async () => {
+  const { honest } = await attackCase(4, 2, { liarAuditor: { from: 4, reduce: true } }, 'slot=2,from=4,kind=liar-auditor', { exchange: 'int8' });
+  for (const n of honest) assert.match(convictions(n)[0].why, /p2 accused the reduced shard of p\d at step \d+, which reproduced: p2 removed/);
 });
 
 test('nobody lies: every page audits and every step is the plain reference; evidence naming no audit and a malformed AUDIT are dropped', async () => {
