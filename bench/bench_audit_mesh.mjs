@@ -4,6 +4,7 @@
 // 100-step run with auditRate 0 and one with auditRate 1, alternated --reps times; per run the
 // median step interval of the leader (all P pages share this one thread, so the interval is the
 // group's compute + the transport), and per page and step the bytes of AUDIT/EVIDENCE frames
+// (and TRANSCRIPT_ASK/TRANSCRIPT: the audit of a reduce-scatter shard owner, P >= 4)
 // against the gradient bytes (GRAD, GRAD_PART, REDUCED) it sent. Reported: medians over the reps
 // and the ratio audited / not audited of the step interval.
 //   node bench/bench_audit_mesh.mjs [--reps 3] [--json]
@@ -16,7 +17,7 @@ const opt = (name, d) => { const i = argv.indexOf(name); return i >= 0 ? argv[i 
 const REPS = Number(opt('--reps', 3)), JSON_OUT = argv.includes('--json');
 const STEPS = 100;
 const GRAD_TYPES = new Set([TYPES.GRAD, TYPES.GRAD_PART, TYPES.REDUCED]);
-const AUDIT_TYPES = new Set([TYPES.AUDIT, TYPES.EVIDENCE]);
+const AUDIT_TYPES = new Set([TYPES.AUDIT, TYPES.EVIDENCE, TYPES.TRANSCRIPT_ASK, TYPES.TRANSCRIPT]);
 
 // one run of P pages: -> {stepMs (the leader's median step interval), auditBytes, gradBytes (per page and step)}
 async function oneRun(P, auditRate, seed) {
@@ -54,7 +55,7 @@ for (const P of [2, 3, 4, 8]) {
 }
 if (JSON_OUT) console.log(JSON.stringify(rows));
 else {
-  console.log('| P | step ms, audits off | step ms, auditRate 1 | ratio | AUDIT+EVIDENCE bytes / page / step | gradient bytes / page / step |');
+  console.log('| P | step ms, audits off | step ms, auditRate 1 | ratio | AUDIT+EVIDENCE+TRANSCRIPT bytes / page / step | gradient bytes / page / step |');
   console.log('|---|---|---|---|---|---|');
   for (const r of rows) console.log(`| ${r.P} | ${r.stepMsOff.toFixed(2)} | ${r.stepMsOn.toFixed(2)} | ${r.ratio.toFixed(2)} | ${Math.round(r.auditBytes)} | ${Math.round(r.gradBytes)} |`);
 }
