@@ -440,9 +440,10 @@ export function onEvidence(ctl, from, m) {
 }
 
 // an auditor or a judge asks this device, the owner of a shard, for its transcript of a step: sent
-// once per asker and step, while kept (the last few steps)
+// once per asker and step, while kept (the last few steps). Also answered from the run that just
+// ended here (idle): a member still auditing the last steps may need it after this device ended.
 export function onTranscriptAsk(ctl, from, m) {
-  const run = ctl.at, d = m.json, b = run.book;
+  const run = ctl.phase === 'running' ? ctl.at : ctl.lastRun, d = m.json, b = run?.book;
   const ok = b && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step);
   const parts = ok ? b.received.get(d.step)?.transcript : null;
   if (!parts) { ctl.mesh.drop(from, m, `TRANSCRIPT_ASK of step ${d.step}: no transcript of it kept here`); return; }

@@ -63,13 +63,13 @@ const HANDLERS = {
   [TYPES.SYNCED]: { running: joinP.onSynced },
   [TYPES.AUDIT]: { running: auditsP.onAudit },
   [TYPES.EVIDENCE]: { running: auditsP.onEvidence },
-  [TYPES.TRANSCRIPT_ASK]: { running: auditsP.onTranscriptAsk },
+  [TYPES.TRANSCRIPT_ASK]: { running: auditsP.onTranscriptAsk, idle: auditsP.onTranscriptAsk },
   [TYPES.TRANSCRIPT]: { running: auditsP.onTranscript },
 };
 // frames that are simply not for this device in some phases (no drop: they are expected there)
 const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
   [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
-  [TYPES.TRANSCRIPT_ASK, new Set(['idle', 'joining'])]]);
+  [TYPES.TRANSCRIPT_ASK, new Set(['joining'])]]);
 
 export class RunController {
   // host: see above; timing: TIMING overrides (tests); faults: the injected fault plan (tests)
