@@ -15,9 +15,9 @@ import { reduceLosses } from './reduce.js';
 import { Group, cloneReplica, stepJsonLine } from './train.js';
 import {
   Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
-  messageHashes, referenceNonce, rollbackStep, sha256, slotDigest, slotMessages, toHex,
+  messageHashes, referenceNonce, rollbackStep, sha256, slotDigest, slotMessages,
 } from './audit.js';
-import { Sha256 } from './hashing.js';
+import { Sha256, toHex } from './hashing.js';
 
 export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
 export const MAX_AUDIT_RATE = 64;

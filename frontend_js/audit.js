@@ -24,7 +24,6 @@ export const NONCE_TAG = ascii('daisy-audit-nonce-v1');
 export const DEFAULT_AUDIT_RATE = 1;          // audits per step in the group (a run setting)
 
 export const sha256 = (...parts) => { const h = new Sha256(); for (const p of parts) h.update(p); return h.digest(); };
-export const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 const f64Bytes = (values) => new Uint8Array(Float64Array.from(values).buffer);
 

@@ -44,6 +44,10 @@ function compressBlock(h, w, dv, off) {
 }
 
 // Incremental SHA-256 (FIPS 180-4): update(Uint8Array) any number of times, then hexdigest().
+// bytes <-> lowercase hex, the one rule for every hash the pages show, send and compare
+export const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+export const fromHex = (hex) => Uint8Array.from({ length: hex.length / 2 }, (_, i) => parseInt(hex.slice(2 * i, 2 * i + 2), 16));
+
 export class Sha256 {
   constructor() {
     this.h = new Int32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
@@ -98,7 +102,7 @@ export class Sha256 {
   }
 
   hexdigest() {
-    return Array.from(this.digest(), (b) => b.toString(16).padStart(2, '0')).join('');
+    return toHex(this.digest());
   }
 }
 
@@ -217,11 +221,10 @@ export function createSubtleSha() {
       if (buf.length < total) buf = new Uint8Array(total);
       let o = 0;
       for (const p of parts) { buf.set(p, o); o += p.length; }
-      return hex(new Uint8Array(await subtle.digest('SHA-256', buf.subarray(0, total))));
+      return toHex(new Uint8Array(await subtle.digest('SHA-256', buf.subarray(0, total))));
     },
   };
 }
-const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 
 // sha -> null, or its first disagreement with the JS SHA-256 in words: every padding case
 // (0..130 bytes), across blocks, a message split into two parts

@@ -18,7 +18,7 @@
 //   64     ...   this chunk's payload bytes
 // All integers little-endian. A message is accepted only when every chunk arrived, the chunks
 // tile the payload exactly, and the digest matches.
-import { jsSha, createSubtleSha, gateSha } from '../hashing.js';
+import { jsSha, createSubtleSha, gateSha, fromHex } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
 export const PROTOCOL_VERSION = 5;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE; 5: TRANSCRIPT_ASK, TRANSCRIPT
@@ -87,8 +87,7 @@ export function upgradingSha(make) {
 
 // SHA-256 of identity (12 bytes: version, type, slot, runId, step) || payload -> Uint8Array(32)
 export async function messageDigest(identity, payload, sha = jsSha) {
-  const hex = await sha.hexOf([identity, payload]);
-  return Uint8Array.from({ length: 32 }, (_, i) => parseInt(hex.substr(2 * i, 2), 16));
+  return fromHex(await sha.hexOf([identity, payload]));
 }
 
 // ---- encode ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import { flattenGrads, unflatten, topologyFor } from '../collective.js';
 import { codecFor, CodecError } from '../exchange_codec.js';
 import { TYPES } from './frames.js';
 import { yieldToPage } from './page_clock.js';
-import { jsSha } from '../hashing.js';
+import { jsSha, toHex, fromHex } from '../hashing.js';
 
 // ---- MeshCollective -------------------------------------------------------------------------
 
@@ -22,12 +22,9 @@ const allFinite = (values) => { for (let i = 0; i < values.length; i++) if (!Num
 
 const HASH_BYTES = 32;
 const HEADER_BYTES = HASH_BYTES + 8;     // a GRAD: the sender's previous hash, its loss (f64 LE), then the codec message
-const hexToBytes = (hex) => {
-  const out = new Uint8Array(HASH_BYTES);
-  if (hex) for (let i = 0; i < HASH_BYTES; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
-  return out;
-};
-const bytesToHex = (b) => (b.every((x) => x === 0) ? null : Array.from(b, (x) => x.toString(16).padStart(2, '0')).join(''));
+// a GRAD's previous hash: null (none yet, the run's first step) travels as 32 zero bytes
+const hexToBytes = (hex) => (hex ? fromHex(hex) : new Uint8Array(HASH_BYTES));
+const bytesToHex = (b) => (b.every((x) => x === 0) ? null : toHex(b));
 
 // ---- the streamed GRAD's parts (pure; docs/PROTOCOL.md "Streamed GRAD") ---------------------
 

@@ -32,15 +32,14 @@ import { Replica, Trainer } from '../train.js';
 import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
 import { waitUntil } from '../peer/page_clock.js';
-import { auditPairs, beacon, checkReducedShard, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence, toHex } from '../audit.js';
+import { auditPairs, beacon, checkReducedShard, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence } from '../audit.js';
 import { CodecError } from '../exchange_codec.js';
-import { jsSha } from '../hashing.js';
+import { jsSha, toHex, fromHex } from '../hashing.js';
 import { MAX_AUDIT_RATE } from '../attack.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES, isHash } from './record.js';
 import { alarm } from './ending.js';
 
 const sha256Hex = (bytes) => jsSha.hexOf([bytes]);
-const fromHex = (hex) => Uint8Array.from({ length: hex.length / 2 }, (_, i) => parseInt(hex.slice(2 * i, 2 * i + 2), 16));
 export const validAuditRate = (r) => Number.isInteger(r) && r >= 0 && r <= MAX_AUDIT_RATE;
 
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------

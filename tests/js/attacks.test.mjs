@@ -9,8 +9,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, detectionProbability,
-  expectedSteps, judge, messageHashes, referenceNonce, rollbackStep, slotMessages, toHex, trustedStep,
+  expectedSteps, judge, messageHashes, referenceNonce, rollbackStep, slotMessages, trustedStep,
 } from '../../frontend_js/audit.js';
+import { toHex } from '../../frontend_js/hashing.js';
 import { codecFor } from '../../frontend_js/exchange_codec.js';
 import { draw, key } from '../../frontend_js/prng.js';
 import { bestBackend } from '../../frontend_js/engines.js';
