@@ -422,9 +422,8 @@ function pruneFrames(run) {
     }
   }
   for (const map of [b.received, b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const st of [...map.keys()]) if (st < b.done - 8) map.delete(st);
-  for (const set of [b.transcripts, b.answered]) {
-    for (const key of [...set.keys()]) if (Number(key.split(':').at(-1 - (set === b.transcripts))) < b.done - 8) set.delete(key);
-  }
+  for (const key of [...b.transcripts.keys()]) if (Number(key.split(':')[1]) < b.done - 8) b.transcripts.delete(key);   // epoch:step:owner
+  for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - 8) b.answered.delete(key);          // asker:epoch:step
 }
 
 // a member's evidence: checked once this device ran that step's audits itself
