@@ -128,11 +128,11 @@ def forge_reduced(message: bytes, codec) -> bytes:
     """A lying owner's REDUCED message: the honest one with every value negated, still well formed
     (f64: each float64's sign bit flipped; int8: each code negated, the block scales kept), so it
     decodes to exactly minus the honest shard."""
-    out = bytearray(message)
     if codec.name == "f64":
-        for i in range(7, len(out), 8):
-            out[i] ^= 0x80
-        return bytes(out)
+        out = np.frombuffer(message, dtype=np.uint8).copy()
+        out[7::8] ^= 0x80
+        return out.tobytes()
+    out = bytearray(message)
     for at in range(0, len(out), SCALE_BYTES + BLOCK):
         codes = np.frombuffer(bytes(out[at + SCALE_BYTES:at + SCALE_BYTES + BLOCK]), dtype=np.int8)
         out[at + SCALE_BYTES:at + SCALE_BYTES + len(codes)] = (-codes).tobytes()   # codes are -127..127

@@ -295,6 +295,9 @@ async function askTranscript(ctl, run, b, t, k) {
   return b.transcripts.get(key) ?? null;
 }
 
+// a transcript of shard k: the P slots' messages of it, each of the shard's message size
+const transcriptBytes = (run, k) => run.roster.length * run.collective.codec.messageBytes(run.collective.shardValues(k));
+
 const concat = (parts) => {
   if (!parts) return null;
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
@@ -307,7 +310,7 @@ const concat = (parts) => {
 // {reason (null: it reproduces), committed: SHA-256 of that REDUCED, recomputed: of the transcript}
 function ownerVerdict(run, b, t, k, transcript) {
   const c = run.collective, codec = c.codec, P = run.roster.length;
-  const n = c.shardValues(k), size = codec.messageBytes(n);
+  const n = c.shardValues(k), size = transcriptBytes(run, k) / P;
   const slices = Array.from({ length: P }, (_, s) => transcript.subarray(s * size, (s + 1) * size));
   const committed = b.shardHashes.get(t).map((hashes) => fromHex(hashes[k]));
   const reduced = b.received.get(t).reduced[k];
@@ -336,7 +339,7 @@ export function transcriptLimit(ctl, hd) {
   const run = ctl.run, b = run?.book;
   if (!b || run.collective.topology !== 'rsag' || hd.runId !== run.desc.runId) return 'TRANSCRIPT for no audit of ours';
   if (!b.asking.has(`${run.epoch}:${hd.step}:${hd.slot}`)) return `TRANSCRIPT of step ${hd.step} from slot ${hd.slot}, not asked for`;
-  return run.roster.length * run.collective.codec.messageBytes(run.collective.shardValues(hd.slot));
+  return transcriptBytes(run, hd.slot);
 }
 
 function recordPass(run, audited, auditor, after) {
@@ -455,7 +458,7 @@ export function onTranscriptAsk(ctl, from, m) {
 export function onTranscript(ctl, from, m) {
   const run = ctl.at, b = run.book, slot = run.roster.indexOf(from);
   const key = `${run.epoch}:${m.step}:${slot}`;
-  const want = b && slot >= 0 && m.slot === slot && b.asking.has(key) ? run.roster.length * run.collective.codec.messageBytes(run.collective.shardValues(slot)) : -1;
+  const want = b && slot >= 0 && m.slot === slot && b.asking.has(key) ? transcriptBytes(run, slot) : -1;
   if (m.payload.length !== want) { ctl.mesh.drop(from, m, 'TRANSCRIPT not asked for, or of another size'); return; }
   b.transcripts.set(key, m.payload);
   ctl.poke();
