@@ -11,6 +11,7 @@
 3. The pinned float epilogue:  out[i, j] = (float64(acc[i, j]) * s_row[i]) * s_col[j].
 The backward pass uses the same units with the straight-through estimator: the quantizer's
 gradient is taken as the identity, so dX = qmatmul(dY, W^T-side) and dW = qmatmul(X^T, dY).
+JS twin: frontend_js/units.js.
 """
 import numpy as np
 
