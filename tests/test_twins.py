@@ -107,7 +107,7 @@ def test_every_js_module_that_mirrors_daisy_is_listed():
     that file, so a new twin is not left out of this list."""
     listed = {(py, js) for py, js, _ in TWINS}
     claims = []
-    for path in sorted((ROOT / "frontend_js").rglob("*.js")):
+    for path in sorted(p for p in (ROOT / "frontend_js").rglob("*") if p.suffix in (".js", ".mjs")):
         js = path.relative_to(ROOT).as_posix()
         for py in re.findall(r"(?:mirroring|mirrors|twin of)\s+(daisy/[\w/]+\.py)", js_header(path)):
             claims.append((py, js))
