@@ -2,6 +2,7 @@
 
 Every field is an int so a config is exact on every wire and in every file, but `exchange`: the
 name of the gradient exchange codec (daisy/exchange_codec.py), one of EXCHANGES.
+JS twin: frontend_js/config.js.
 """
 from dataclasses import dataclass, fields, asdict
 

@@ -4,6 +4,7 @@ A batch is addressed by (run seed, step, slot), so any peer can rebuild any othe
     k = prng.key(PURPOSE_DATA, seed, step, slot)        step counts from 0
     start_b = prng.draw(k, b) mod (len(stream) - T)     b = 0..B-1
     x_b = stream[start_b : start_b + T],  y_b = stream[start_b + 1 : start_b + T + 1]
+JS twin: frontend_js/data.js.
 """
 from pathlib import Path
 

@@ -25,6 +25,7 @@ Files written (tensor order inside each):
                    {c}.reduce{j}.G (n,) f64; meta.malformed: [{codec, n, hex, error}] (the
                    decoder's exact message); meta.train_int8: P=4 rsag hashes of 5 steps
 Regenerate after any intended change to the math; the mirrors' tests tell you when.
+JS twin: frontend_js/fixtures.js.
 """
 import json
 import struct

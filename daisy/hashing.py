@@ -1,6 +1,7 @@
 """The canonical weight hash: SHA-256 over every parameter, in param_shapes order, as the
 little-endian bytes of its float64 values in row-major order. Shown as hex; the UI shows the
-first 16 hex digits."""
+first 16 hex digits.
+JS twin: frontend_js/hashing.js."""
 import hashlib
 
 import numpy as np

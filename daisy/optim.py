@@ -5,6 +5,7 @@
     w = w - lr * ((m / (1 - B1^t)) / (sqrt(v / (1 - B2^t)) + EPS))
 
 with B^t by pow_int (square-and-multiply from the top bit), t = 1 at the first step.
+JS twin: frontend_js/optim.js.
 """
 from collections import OrderedDict
 

@@ -4,6 +4,7 @@
 
 A peer's slot is its index in the step's roster, so every peer sums the same values in the
 same order whatever order they arrived in. The step's loss is reduced the same way.
+JS twin: frontend_js/reduce.js.
 """
 from collections import OrderedDict
 

@@ -1,6 +1,7 @@
 """Byte-level tokenizer: ids 0..255 are UTF-8 bytes, 256 is EOT (end of text / document break).
 
 Checkpoints and kits record TOKENIZER_ID; loaders refuse any other id.
+JS twin: frontend_js/tokenizer.js.
 """
 import numpy as np
 

@@ -11,6 +11,7 @@
 3. The pinned float epilogue:  out[i, j] = (float64(acc[i, j]) * s_row[i]) * s_col[j].
 The backward pass uses the same units with the straight-through estimator: the quantizer's
 gradient is taken as the identity, so dX = qmatmul(dY, W^T-side) and dW = qmatmul(X^T, dY).
+JS twin: frontend_js/units.js.
 """
 import numpy as np
 
@@ -53,24 +54,3 @@ def qmatmul(a, b):
     qa, sa = quantize_rows(a)
     qb, sb = quantize_cols(b)
     return epilogue(gemm_i8(qa, qb), sa, sb)
-
-
-# --- int8 packed four to a u32, as the WGSL kernels read them (little-endian lanes) ---------
-
-def pack_i8x4(q):
-    """int8 (..., 4n) -> uint32 (..., n): word = b0 | b1<<8 | b2<<16 | b3<<24, b = q & 0xff."""
-    b = np.asarray(q, dtype=np.int8).view(np.uint8).astype(np.uint32)
-    b = b.reshape(b.shape[:-1] + (-1, 4))
-    return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
-
-
-def unpack_i8x4(w):
-    """uint32 (..., n) -> int8 (..., 4n): lane i = sign_extend8((w >> 8i) & 0xff)."""
-    w = np.asarray(w, dtype=np.uint32)
-    lanes = np.stack([(w >> (8 * i)) & 0xFF for i in range(4)], axis=-1)
-    return sign_extend8(lanes).reshape(w.shape[:-1] + (-1,))
-
-
-def sign_extend8(b):
-    """uint8 value in 0..255 -> int8: (b ^ 0x80) - 0x80."""
-    return ((np.asarray(b).astype(np.int32) ^ 0x80) - 0x80).astype(np.int8)

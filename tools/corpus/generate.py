@@ -1089,7 +1089,6 @@ RHYME_GROUPS = [
 POEM_TITLES = ["Harbour", "Evening Song", "Small Hours", "The Orchard", "Late {season_title}", "Walking Home",
                "Rain", "For {name}", "The Lane", "What the River Said", "A {season_title} Morning", "Lullaby",
                "Letter to a Friend", "Lighthouse", "Frost", "The Garden in {month}"]
-POEM_LAST_WORDS = [".", "."]
 
 
 def finish_line(line: str, last: bool) -> str:
