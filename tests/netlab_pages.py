@@ -38,10 +38,15 @@ class LabPages:
     """One browser per page, page i's inside lab namespace i; console errors are collected in
     `problems` as tests/page_browser.py does."""
 
-    def __init__(self, lab, base: str):
+    def __init__(self, lab, base: str, spki: str | None = None):
+        """spki: for an https base, the base64 SHA-256 of the server's public key, the one
+        certificate the pages' browsers trust (Chromium's --ignore-certificate-errors-spki-list);
+        an http base is treated as a secure origin instead."""
         self.lab, self.base = lab, base
         self.problems: list[str] = []
         self.browsers = []
+        self.trust = (f"--ignore-certificate-errors-spki-list={spki}" if spki
+                      else f"--unsafely-treat-insecure-origin-as-secure={base}")
 
     def __enter__(self):
         self.pw = sync_playwright().start()
@@ -63,7 +68,7 @@ class LabPages:
         init_script: JavaScript run before the page's own (test hooks)."""
         browser = self.pw.chromium.launch(
             executable_path=self.lab.chromium(i, cpu), timeout=30_000,
-            args=[*FLAGS, f"--unsafely-treat-insecure-origin-as-secure={self.base}"])
+            args=[*FLAGS, self.trust])
         self.browsers.append(browser)
         context = browser.new_context(permissions=["camera", "microphone"])
         if init_script:
