@@ -93,17 +93,16 @@ def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     raise_file_limit()
     host, tls = args.host, {}
+    said = [f"DaisyChain-Web on http://{'localhost' if host == '0.0.0.0' else host}:{args.port}"]
     if args.https:
         try:
             served, host, shown = https_plan(args.host, args.ssl_certfile, args.ssl_keyfile, lan_addresses())
         except TlsError as e:
             raise SystemExit(f"error: {e}") from None
         tls = {"ssl_certfile": served.certfile, "ssl_keyfile": served.keyfile}
+        said = banner(served, shown, args.port)     # the URLs to open, the fingerprint
     check_port_free(host, args.port)
-    if args.https:
-        print("\n".join(banner(served, shown, args.port)), flush=True)
-    else:
-        print(f"DaisyChain-Web on http://{'localhost' if host == '0.0.0.0' else host}:{args.port}", flush=True)
+    print("\n".join(said), flush=True)
     uvicorn.run(create_app(), host=host, port=args.port, log_level="info", **tls, **uvicorn_settings())
 
 

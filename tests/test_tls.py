@@ -1,8 +1,9 @@
 """`python app.py --https`'s certificate (daisy/space/tls.py; README "A room without internet"):
 its names, fingerprint, reuse while the addresses match and renewal when they change, the key's
 file mode, the clear errors of a given certificate, the plan with no LAN address, a port in use
-and a real TLS handshake (uvicorn configured as app.py does, /signal over wss://) verified by
-OpenSSL against the certificate, with its host name checked.
+a real TLS handshake (uvicorn configured as app.py does, /signal over wss://) verified by
+OpenSSL against the certificate, with its host name checked, and `python app.py` stopping with the
+reason.
 
 Independent checks: names and fingerprint are read back with the standard library's OpenSSL
 (ssl._ssl._test_decode_cert, hashlib over the DER), not with the module under test."""
@@ -16,6 +17,8 @@ import os
 import socket
 import ssl
 import stat
+import subprocess
+import sys
 
 import pytest
 from cryptography import x509
@@ -29,6 +32,7 @@ from daisy.space.signaling.config import SignalingConfig
 from daisy.space.signaling.hub import SignalingHub
 from daisy.space.signaling.routes import make_app
 from daisy.space.tls import TlsError, banner, given_certificate, https_plan, lan_addresses, self_signed
+from tests.app_server import REPO_ROOT
 from tests.signal_client import serve_in_thread
 
 NOW = datetime.datetime(2026, 12, 5, 8, 0, tzinfo=datetime.timezone.utc)
@@ -184,3 +188,22 @@ def test_signal_over_wss_verifies_against_the_certificate(tmp_path):
             assert asyncio.run(first(f"wss://{where}:{port}/signal"))["type"] == "welcome", where
         with pytest.raises(ssl.SSLCertVerificationError, match="match"):   # a name it does not carry
             asyncio.run(first(f"wss://127.0.0.1:{port}/signal", server_hostname="elsewhere.lan"))
+
+
+def test_the_command_stops_with_the_reason(tmp_path):
+    """`python app.py` itself: a port in use, a certificate and a key that do not belong together."""
+    cert, _ = write_pair(tmp_path, "given")
+    _, other_key = write_pair(tmp_path, "other")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DAISY_", "HF_"))},
+           "DAISY_TLS_DIR": str(tmp_path / "tls"), "HF_HUB_OFFLINE": "1"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        runs = [(["--https", "--host", "127.0.0.1", "--port", str(port)], f"error: port {port} is in use on 127.0.0.1"),
+                (["--ssl-certfile", cert, "--ssl-keyfile", other_key, "--port", str(port)],
+                 f"error: the key {other_key} does not match the certificate {cert}")]
+        for args, message in runs:
+            out = subprocess.run([sys.executable, "app.py", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                                 text=True, timeout=120)
+            assert out.returncode == 1 and message in out.stderr, (args, out.returncode, out.stderr[-2000:])
