@@ -59,6 +59,10 @@ def test_names_fingerprint_and_key_mode(tmp_path):
     assert stat.S_IMODE(os.stat(served.keyfile).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
     assert [p.name for p in d.iterdir() if p.name.endswith(".tmp")] == []
+    # a host name that is no DNS name is left out; an IPv6 address sorts beside IPv4 ones
+    odd = self_signed(str(tmp_path / "odd"), ["fd00::20", "192.168.1.20"], "My Laptop", NOW)
+    assert (odd.dns_names, odd.ip_addresses) == (("localhost",), ("127.0.0.1", "192.168.1.20", "fd00::20"))
+    assert ("IP Address", "FD00:0:0:0:0:0:0:20") in decoded(odd.certfile)["subjectAltName"]
 
 
 def test_reused_while_the_names_match_and_renewed_when_they_change(tmp_path):
@@ -141,6 +145,8 @@ def test_plan_prints_each_lan_address_and_serves_localhost_only_without_one(tmp_
     # one address asked for: the certificate names it even when it is not found on an interface
     served, host, shown = https_plan("198.18.7.1", None, None, [], env)
     assert (host, shown, served.ip_addresses) == ("198.18.7.1", ["198.18.7.1"], ("127.0.0.1", "198.18.7.1"))
+    served, host, shown = https_plan("::1", None, None, ["192.168.1.20"], env)
+    assert "    https://[::1]:7860" in banner(served, shown, 7860) and "::1" in served.ip_addresses
 
 
 def test_lan_addresses_are_this_machines_and_not_loopback():

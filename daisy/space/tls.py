@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import ipaddress
 import os
+import re
 import socket
 import sys
 
@@ -58,6 +59,7 @@ class ServedCertificate:
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
+DNS_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
 
 
 def https_plan(host: str, certfile: str | None, keyfile: str | None, found, env=os.environ):
@@ -76,7 +78,12 @@ def https_plan(host: str, certfile: str | None, keyfile: str | None, found, env=
     if certfile is not None:
         return given_certificate(certfile, keyfile), host, shown
     named = set(found) | ({host} if is_address(host) else set())
-    return self_signed(tls_dir(env), sorted(named, key=ipaddress.ip_address), socket.gethostname()), host, shown
+    return self_signed(tls_dir(env), sorted(named, key=address_order), socket.gethostname()), host, shown
+
+
+def address_order(text: str):
+    ip = ipaddress.ip_address(text)
+    return ip.version, ip
 
 
 def is_address(text: str) -> bool:
@@ -110,7 +117,7 @@ def lan_addresses() -> list[str]:
             found = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
         except OSError:
             found = set()
-    return sorted((a for a in found if reachable(a)), key=ipaddress.ip_address)
+    return sorted((a for a in found if reachable(a)), key=address_order)
 
 
 def reachable(address: str) -> bool:
@@ -121,12 +128,13 @@ def reachable(address: str) -> bool:
 def names_for(addresses, hostname: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The subject alternative names of the self-signed certificate -> (DNS names, IPs), sorted."""
     dns = {"localhost"}
-    if hostname and hostname != "localhost":
+    hostname = hostname.lower()
+    if DNS_NAME.fullmatch(hostname) and hostname != "localhost":   # "My Laptop", "ü": no DNS name
         dns.add(hostname)
         if "." not in hostname:
             dns.add(hostname + ".local")           # mDNS: how a phone may reach a laptop by name
     ips = {"127.0.0.1", *addresses}
-    return tuple(sorted(dns)), tuple(sorted(ips, key=ipaddress.ip_address))
+    return tuple(sorted(dns)), tuple(sorted(ips, key=address_order))
 
 
 def tls_dir(env=os.environ) -> str:
@@ -149,7 +157,7 @@ def self_signed(directory: str, addresses, hostname: str, now: datetime.datetime
     except TlsError:
         pass                                        # none yet, or not one to keep: make it anew
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"DaisyChain-Web on {hostname or 'localhost'}"[:64])])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "DaisyChain-Web (self-signed)")])
     sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
     cert = (x509.CertificateBuilder()
             .subject_name(name).issuer_name(name)
@@ -236,7 +244,7 @@ def names_of(cert: x509.Certificate) -> tuple[tuple[str, ...], tuple[str, ...]]:
     except x509.ExtensionNotFound:
         return (), ()
     return (tuple(sorted(sans.get_values_for_type(x509.DNSName))),
-            tuple(sorted((str(a) for a in sans.get_values_for_type(x509.IPAddress)), key=ipaddress.ip_address)))
+            tuple(sorted((str(a) for a in sans.get_values_for_type(x509.IPAddress)), key=address_order)))
 
 
 def describe(cert: x509.Certificate, certfile: str, keyfile: str, how: str) -> ServedCertificate:
@@ -264,7 +272,7 @@ def banner(served: ServedCertificate, addresses, port: int) -> list[str]:
         lines.append("Open on the devices of this network:")
         for a in addresses:
             note = "" if covers(served, a) else "   (the certificate does not name it: browsers will refuse it)"
-            lines.append(f"    https://{a}:{port}{note}")
+            lines.append(f"    https://{f'[{a}]' if ':' in a else a}:{port}{note}")
     else:
         lines.append(f"No LAN address found: serving this machine only, https://localhost:{port}")
     lines.append(f"Certificate SHA-256 fingerprint: {served.fingerprint}")
