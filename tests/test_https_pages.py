@@ -14,8 +14,8 @@ certificate names it because app.py found it among the interfaces, as it finds a
 address. The pages group through a room: the lab gives each namespace its own address of
 198.18.0.0/15 (the benchmarking range), which the server rightly counts as two networks, where a
 classroom's Wi-Fi gives private addresses that form one group (tests/test_signaling.py
-test_loopback_and_private_addresses_share_one_local_group); rooms work over TLS as over the
-internet.
+test_loopback_and_private_addresses_share_one_local_group; over wss:// from two addresses of the
+local network: tests/test_tls.py); rooms work over TLS as over the internet.
 """
 from __future__ import annotations
 

@@ -175,9 +175,11 @@ def test_port_in_use_and_https_switches_are_clear():
         app.parse_args([], env={"DAISY_HTTPS": "maybe"})
 
 
-def test_signal_over_wss_verifies_against_the_certificate(tmp_path):
+def test_signal_over_wss_verifies_against_the_certificate_and_groups_by_the_devices_addresses(tmp_path):
     """uvicorn with app.py's settings and the self-signed certificate; a client that trusts only
-    that certificate connects to wss://localhost/signal (OpenSSL checks the chain and the name)."""
+    that certificate connects to wss://localhost/signal (OpenSSL checks the chain and the name).
+    Two clients from two addresses of the local network (127.0.0.2, 127.0.0.3: the server sees
+    the socket's address, as it sees a LAN device's) land in one network group."""
     served = self_signed(str(tmp_path / "tls"), [], "classroom")
     hub = make_app(SignalingHub(SignalingConfig(ping_s=5, grace_s=0.5)))
     settings = {**app.uvicorn_settings({"DAISY_TRUSTED_PROXIES": "none"}),
@@ -188,12 +190,20 @@ def test_signal_over_wss_verifies_against_the_certificate(tmp_path):
         async with connect(url, ssl=trusting, open_timeout=10, **kw) as ws:
             return json.loads(await asyncio.wait_for(ws.recv(), 10))
 
+    async def two_devices(url: str) -> list[dict]:
+        async with connect(url, ssl=trusting, open_timeout=10, local_addr=("127.0.0.2", 0)) as a, \
+                connect(url, ssl=trusting, open_timeout=10, local_addr=("127.0.0.3", 0)) as b:
+            return [json.loads(await asyncio.wait_for(ws.recv(), 10)) for ws in (a, b)]
+
     with serve_in_thread(hub, **settings) as base:
         port = base.rsplit(":", 1)[1]
         for where in ("localhost", "127.0.0.1"):
             assert asyncio.run(first(f"wss://{where}:{port}/signal"))["type"] == "welcome", where
         with pytest.raises(ssl.SSLCertVerificationError, match="match"):   # a name it does not carry
             asyncio.run(first(f"wss://127.0.0.1:{port}/signal", server_hostname="elsewhere.lan"))
+        a, b = asyncio.run(two_devices(f"wss://127.0.0.1:{port}/signal"))
+    assert a["group"] == b["group"] and a["group"]["kind"] == "network", (a["group"], b["group"])
+    assert a["peerId"] in [p["id"] for p in b["peers"]], b["peers"]
 
 
 def test_the_command_stops_with_the_reason(tmp_path):
