@@ -29,7 +29,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.app_server import free_port, start_app, state, stop_app, wait_state, wait_up
+from tests.app_server import free_port, start_app, stop_app, wait_state, wait_up
 from tests.netlab_pages import LabPages, admit, linked, room_url
 from tests.reference import reference_hashes
 from tests.test_membership import assert_reference, final_hashes, record
