@@ -20,7 +20,6 @@ raise TlsError with what to do.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import datetime
@@ -52,7 +51,6 @@ class ServedCertificate:
     certfile: str
     keyfile: str
     fingerprint: str          # SHA-256 of the certificate (DER), "AB:CD:…", as browsers show it
-    spki_sha256: str          # base64 SHA-256 of its public key (Chromium's --ignore-certificate-errors-spki-list)
     dns_names: tuple[str, ...]
     ip_addresses: tuple[str, ...]
     how: str                  # "made now", "reused" (the self-signed one) or "given"
@@ -250,11 +248,8 @@ def names_of(cert: x509.Certificate) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def describe(cert: x509.Certificate, certfile: str, keyfile: str, how: str) -> ServedCertificate:
     dns, ips = names_of(cert)
     digest = cert.fingerprint(hashes.SHA256())
-    pin = hashes.Hash(hashes.SHA256())
-    pin.update(spki(cert.public_key()))
     return ServedCertificate(certfile=os.path.abspath(certfile), keyfile=os.path.abspath(keyfile),
                              fingerprint=":".join(f"{b:02X}" for b in digest),
-                             spki_sha256=base64.b64encode(pin.finalize()).decode(),
                              dns_names=dns, ip_addresses=ips, how=how)
 
 
