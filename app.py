@@ -8,6 +8,7 @@ or --ssl-certfile/--ssl-keyfile ($DAISY_SSL_CERTFILE/$DAISY_SSL_KEYFILE) with a 
 """
 import argparse
 import errno
+import logging
 import os
 import resource
 import socket
@@ -18,11 +19,12 @@ import uvicorn
 # Gradio's usage analytics would phone home on a machine that may have no network at all.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from daisy.space.server import create_app  # noqa: E402  (after the environment default above)
-from daisy.space.connguard import ConnectionGuard, guarded_protocol, guarded_ws_protocol  # noqa: E402
+from daisy.space.connguard import (ConnectionGuard, guarded_protocol, guarded_tls_protocol,  # noqa: E402
+                                   guarded_ws_protocol)
 from daisy.space.addresses import trusted_proxies_from_env  # noqa: E402
 from daisy.space.signaling.config import SignalingConfig  # noqa: E402
 from daisy.space.env import env_flag  # noqa: E402
-from daisy.space.tls import TlsError, banner, https_plan, lan_addresses  # noqa: E402
+from daisy.space.tls import TlsError, banner, https_plan, lan_addresses, server_context  # noqa: E402
 from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: E402
 from uvicorn.protocols.websockets.auto import AutoWebSocketsProtocol  # noqa: E402
 
@@ -92,30 +94,43 @@ def raise_file_limit() -> None:
 def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     raise_file_limit()
-    host, tls = args.host, {}
+    host, tls = args.host, None
     said = [f"DaisyChain-Web on http://{'localhost' if host == '0.0.0.0' else host}:{args.port}"]
     if args.https:
         try:
             served, host, shown = https_plan(args.host, args.ssl_certfile, args.ssl_keyfile, lan_addresses())
         except TlsError as e:
             raise SystemExit(f"error: {e}") from None
-        tls = {"ssl_certfile": served.certfile, "ssl_keyfile": served.keyfile}
+        tls = server_context(served)
+        logging.getLogger("uvicorn.error").addFilter(StartLineScheme())
         said = banner(served, shown, args.port)     # the URLs to open, the fingerprint
     check_port_free(host, args.port)
     print("\n".join(said), flush=True)
-    uvicorn.run(create_app(), host=host, port=args.port, log_level="info", **tls, **uvicorn_settings())
+    uvicorn.run(create_app(), host=host, port=args.port, log_level="info", **uvicorn_settings(tls=tls))
 
 
-def uvicorn_settings(env=os.environ) -> dict:
+class StartLineScheme(logging.Filter):
+    """uvicorn's "Uvicorn running on http://…" names the scheme of uvicorn's own TLS, which
+    --https leaves unused (the connection guard does the handshakes): it says https."""
+
+    def filter(self, record) -> bool:
+        if str(record.msg).startswith("Uvicorn running on") and record.args and record.args[0] == "http":
+            record.args = ("https", *record.args[1:])
+        return True
+
+
+def uvicorn_settings(env=os.environ, tls=None) -> dict:
     """uvicorn options of the Space (limits: docs/TROUBLESHOOTING.md, "Connection limits").
     X-Forwarded-For is believed only from the proxies of DAISY_TRUSTED_PROXIES (README "Serving
     over HTTPS"), the same list signaling uses: never "*", which let any client choose its
     network group. Raw connections get a header timeout and caps (daisy.space.connguard); WebSocket
-    messages are refused past the signaling frame limit before they are buffered or inflated."""
+    messages are refused past the signaling frame limit before they are buffered or inflated.
+    tls: an ssl.SSLContext for HTTPS, its handshakes under the same timeout and caps."""
     trusted = trusted_proxies_from_env(env)
     guard = ConnectionGuard.from_env(env, trusted=trusted)
+    http = guarded_protocol(AutoHTTPProtocol, guard)
     return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None,
-            "http": guarded_protocol(AutoHTTPProtocol, guard),
+            "http": guarded_tls_protocol(http, guard, tls) if tls is not None else http,
             "ws": guarded_ws_protocol(AutoWebSocketsProtocol, guard),
             "timeout_keep_alive": 5,                # idle keep-alive connections
             "h11_max_incomplete_event_size": 16 * 1024,   # request line + headers

@@ -19,6 +19,7 @@ import ssl
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from cryptography import x509
@@ -31,7 +32,8 @@ import app
 from daisy.space.signaling.config import SignalingConfig
 from daisy.space.signaling.hub import SignalingHub
 from daisy.space.signaling.routes import make_app
-from daisy.space.tls import TlsError, banner, given_certificate, https_plan, lan_addresses, self_signed
+from daisy.space.tls import (TlsError, banner, given_certificate, https_plan, lan_addresses, self_signed,
+                              server_context)
 from tests.app_server import REPO_ROOT
 from tests.signal_client import serve_in_thread
 
@@ -182,8 +184,7 @@ def test_signal_over_wss_verifies_against_the_certificate_and_groups_by_the_devi
     the socket's address, as it sees a LAN device's) land in one network group."""
     served = self_signed(str(tmp_path / "tls"), [], "classroom")
     hub = make_app(SignalingHub(SignalingConfig(ping_s=5, grace_s=0.5)))
-    settings = {**app.uvicorn_settings({"DAISY_TRUSTED_PROXIES": "none"}),
-                "ssl_certfile": served.certfile, "ssl_keyfile": served.keyfile}
+    settings = app.uvicorn_settings({"DAISY_TRUSTED_PROXIES": "none"}, tls=server_context(served))
     trusting = ssl.create_default_context(cafile=served.certfile)
 
     async def first(url: str, **kw) -> dict:
@@ -204,6 +205,51 @@ def test_signal_over_wss_verifies_against_the_certificate_and_groups_by_the_devi
         a, b = asyncio.run(two_devices(f"wss://127.0.0.1:{port}/signal"))
     assert a["group"] == b["group"] and a["group"]["kind"] == "network", (a["group"], b["group"])
     assert a["peerId"] in [p["id"] for p in b["peers"]], b["peers"]
+
+
+def test_connections_that_never_handshake_are_capped_and_timed_out(tmp_path):
+    """Over TLS a connection holds its slot from its accept (daisy.space.connguard
+    guarded_tls_protocol): 40 silent sockets from one address against a cap of 30 — 10 closed at
+    once, the 30 others when the header timeout (2 s) passes without a handshake (uvicorn's own
+    TLS held all 40 for asyncio's 60 s); then a client completes its handshake and gets its
+    welcome."""
+    served = self_signed(str(tmp_path / "tls"), [], "classroom")
+    hub = make_app(SignalingHub(SignalingConfig(ping_s=5, grace_s=0.5)))
+    env = {"DAISY_TRUSTED_PROXIES": "none", "DAISY_MAX_CONN_PER_ADDR": "30", "DAISY_HEADER_TIMEOUT_S": "2"}
+    trusting = ssl.create_default_context(cafile=served.certfile)
+
+    async def welcome(url: str) -> dict:
+        async with connect(url, ssl=trusting, open_timeout=10) as ws:
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+    with serve_in_thread(hub, **app.uvicorn_settings(env, tls=server_context(served))) as base:
+        port = int(base.rsplit(":", 1)[1])
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+        try:
+            deadline = time.monotonic() + 1.5        # the 10 over the cap: closed as they come
+            while (at_once := sum(closed_by_server(s, 0.01) for s in silent)) < 10 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            deadline = time.monotonic() + 6          # the 30 others: when 2 s pass without a handshake
+            while (later := sum(closed_by_server(s, 0.01) for s in silent)) < 40 and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            for s in silent:
+                s.close()
+        assert (at_once, later) == (10, 40), (at_once, later)
+        assert asyncio.run(welcome(f"wss://localhost:{port}/signal"))["type"] == "welcome"
+
+
+def closed_by_server(sock: socket.socket, within_s: float) -> bool:
+    """The server closed `sock` (EOF or reset) within within_s."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
 
 
 def test_the_command_stops_with_the_reason(tmp_path):

@@ -7,7 +7,7 @@ Space, tunnel or proxy.
     served, host, shown = https_plan("0.0.0.0", None, None, found)     # self-signed, made or reused
     served, host, shown = https_plan("0.0.0.0", "cert.pem", "key.pem", found)  # given, e.g. mkcert's
     print("\\n".join(banner(served, shown, port)))          # URLs to open, the fingerprint
-    uvicorn.run(..., host=host, ssl_certfile=served.certfile, ssl_keyfile=served.keyfile)
+    uvicorn.run(..., host=host, **app.uvicorn_settings(tls=server_context(served)))   # TLS in connguard
 
 The self-signed certificate names this machine's LAN addresses (IP subject alternative names),
 its host name (and `<name>.local`, mDNS), `localhost` and 127.0.0.1. It lives in the cache
@@ -27,6 +27,7 @@ import ipaddress
 import os
 import re
 import socket
+import ssl
 import sys
 
 from cryptography import x509
@@ -251,6 +252,14 @@ def describe(cert: x509.Certificate, certfile: str, keyfile: str, how: str) -> S
     return ServedCertificate(certfile=os.path.abspath(certfile), keyfile=os.path.abspath(keyfile),
                              fingerprint=":".join(f"{b:02X}" for b in digest),
                              dns_names=dns, ip_addresses=ips, how=how)
+
+
+def server_context(served: ServedCertificate) -> ssl.SSLContext:
+    """The server's TLS settings: the standard library's defaults for a server (TLS 1.2 and
+    later, its cipher choice), this certificate."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(served.certfile, served.keyfile)
+    return context
 
 
 # ---- what the server says at start --------------------------------------------------------------
