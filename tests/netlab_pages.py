@@ -77,7 +77,7 @@ class LabPages:
         if init_script:
             context.add_init_script(init_script)
         page = context.new_page()
-        if past_warning:
+        if past_warning:                                             # the warning, first
             try:
                 page.goto(url, wait_until="load", timeout=60_000)
             except PlaywrightError as e:
@@ -85,12 +85,13 @@ class LabPages:
                     raise
             else:
                 raise AssertionError(f"{label}: the browser opened {url} without warning about its certificate")
+        page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
+        page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))
+        if past_warning:
             page.click("#details-button", timeout=WAIT_MS)           # "Advanced"
             with page.expect_navigation(url=url, wait_until="load", timeout=60_000):
                 page.click("#proceed-link", timeout=WAIT_MS)         # "Proceed to … (unsafe)"
-        page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
-        page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))
-        if not past_warning:
+        else:
             page.goto(url, wait_until="load", timeout=60_000)
         page.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=30_000)
         return page
