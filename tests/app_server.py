@@ -51,13 +51,15 @@ def start_app(tmp: str, name: str, env_extra: dict, args: list[str], tree: str =
     return proc, log
 
 
-def wait_up(proc, base: str, log_path: str) -> None:
+def wait_up(proc, base: str, log_path: str, verify=True) -> None:
+    """verify: httpx's (False: any certificate, for an https base whose certificate the
+    test checks itself)."""
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"app.py exited with {proc.returncode}:\n{open(log_path).read()[-3000:]}")
         try:
-            if httpx.get(base + "/", timeout=2).status_code == 200:
+            if httpx.get(base + "/", timeout=2, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

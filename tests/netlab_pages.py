@@ -12,7 +12,7 @@ import json
 import os
 import secrets
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Error as PlaywrightError, sync_playwright
 
 from tests.app_server import WAIT_MS, free_port, start_app, state, stop_app, wait_state, wait_up
 from tests.page_browser import FLAGS
@@ -38,10 +38,15 @@ class LabPages:
     """One browser per page, page i's inside lab namespace i; console errors are collected in
     `problems` as tests/page_browser.py does."""
 
-    def __init__(self, lab, base: str):
+    def __init__(self, lab, base: str, spki: str | None = None):
+        """spki: for an https base, the base64 SHA-256 of the server's public key, the one
+        certificate the pages' browsers trust (Chromium's --ignore-certificate-errors-spki-list);
+        an http base is treated as a secure origin instead."""
         self.lab, self.base = lab, base
         self.problems: list[str] = []
         self.browsers = []
+        self.trust = (f"--ignore-certificate-errors-spki-list={spki}" if spki
+                      else f"--unsafely-treat-insecure-origin-as-secure={base}")
 
     def __enter__(self):
         self.pw = sync_playwright().start()
@@ -58,20 +63,36 @@ class LabPages:
                 b.close()
         self.browsers.clear()
 
-    def open(self, i: int, url: str, label: str, cpu: int | None = None, init_script: str | None = None):
+    def open(self, i: int, url: str, label: str, cpu: int | None = None, init_script: str | None = None,
+             past_warning: bool = False):
         """Page i (behind lab link i) on url, its browser pinned to `cpu` when given;
-        init_script: JavaScript run before the page's own (test hooks)."""
+        init_script: JavaScript run before the page's own (test hooks). past_warning: the
+        browser does not trust the https server's certificate; it must show its warning, and
+        the page is opened as a person does it: "Advanced", then "Proceed to … (unsafe)"."""
         browser = self.pw.chromium.launch(
             executable_path=self.lab.chromium(i, cpu), timeout=30_000,
-            args=[*FLAGS, f"--unsafely-treat-insecure-origin-as-secure={self.base}"])
+            args=FLAGS if past_warning else [*FLAGS, self.trust])
         self.browsers.append(browser)
         context = browser.new_context(permissions=["camera", "microphone"])
         if init_script:
             context.add_init_script(init_script)
         page = context.new_page()
+        if past_warning:                                             # the warning, first
+            try:
+                page.goto(url, wait_until="load", timeout=60_000)
+            except PlaywrightError as e:
+                if "ERR_CERT_AUTHORITY_INVALID" not in str(e):
+                    raise
+            else:
+                raise AssertionError(f"{label}: the browser opened {url} without warning about its certificate")
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
         page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))
-        page.goto(url, wait_until="load", timeout=60_000)
+        if past_warning:
+            page.click("#details-button", timeout=WAIT_MS)           # "Advanced"
+            with page.expect_navigation(url=url, wait_until="load", timeout=60_000):
+                page.click("#proceed-link", timeout=WAIT_MS)         # "Proceed to … (unsafe)"
+        else:
+            page.goto(url, wait_until="load", timeout=60_000)
         page.wait_for_function("window.daisy && window.daisy.state().peerId", timeout=30_000)
         return page
 

@@ -12,6 +12,10 @@ exhaust file descriptors. `guarded_protocol(base, guard)` wraps uvicorn's HTTP p
   closed at once;
 - each condition logs one line per minute (with how many it suppressed), not one per event.
 
+Over HTTPS (`python app.py --https`), `guarded_tls_protocol` does the TLS handshake in front of
+the guarded HTTP protocol, so that a connection holds its slot from its accept and its handshake
+is bounded by the same header timeout.
+
 A WebSocket keeps its slot until it closes (its own idle rules are the hub's: docs/PROTOCOL.md).
 Settings: DAISY_HEADER_TIMEOUT_S, DAISY_MAX_CONN_PER_ADDR, DAISY_MAX_CONN (docs/TROUBLESHOOTING.md);
 the global cap never exceeds the open-file limit less 128 (app.py raises the soft limit to the
@@ -19,6 +23,7 @@ hard one first).
 """
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -144,3 +149,73 @@ def guarded_ws_protocol(base, guard: ConnectionGuard):
             guard.release(self.transport)
 
     return GuardedWebSocketProtocol
+
+
+def guarded_tls_protocol(http_class, guard: ConnectionGuard, context):
+    """TLS (the ssl.SSLContext `context`) in front of `http_class` (a guarded_protocol class),
+    done here rather than by uvicorn's own TLS: that one hands a connection to the HTTP protocol
+    only once its handshake is done, so a connection that never completes one held no slot
+    (100 silent sockets from one address stayed open against a cap of 30, each for asyncio's
+    60 s handshake bound). Here a connection takes its slot when accepted, its handshake must
+    finish within header_timeout_s, and then the HTTP protocol takes the slot over."""
+
+    class GuardedTLSHandshake(asyncio.Protocol):
+        """The connection until the HTTP protocol has it. States: "tcp" (accepted, holding the
+        slot), "tls" (start_tls running: once the handshake is done, what the TLS layer delivers
+        before the HTTP protocol is connected is held here and handed on), "handed"."""
+
+        def __init__(self, *args, **kwargs):
+            self.app = http_class(*args, **kwargs)
+            self.state = "tcp"
+            self.raw = None           # the TCP transport, while it holds the slot
+            self.handshake = None     # the task (a reference, so that it is not collected)
+            self.held: list = []      # ("data", bytes) | ("eof", None) | ("lost", exc)
+
+        def connection_made(self, transport) -> None:
+            transport.pause_reading()               # not a byte before start_tls takes the socket
+            peer = transport.get_extra_info("peername")
+            if not guard.admit(transport, str(peer[0]) if peer else ""):
+                transport.abort()
+                return
+            self.raw = transport
+            self.handshake = asyncio.get_running_loop().create_task(self._handshake())
+
+        async def _handshake(self) -> None:
+            self.state = "tls"
+            try:
+                tls = await asyncio.get_running_loop().start_tls(
+                    self.raw, self, context, server_side=True, ssl_handshake_timeout=guard.header_timeout_s)
+            except Exception:                        # too slow, reset, not TLS, a refused certificate
+                guard.note("tls-handshake", f"closed connection(s) that completed no TLS handshake in "
+                                            f"{guard.header_timeout_s:g} s (DAISY_HEADER_TIMEOUT_S), or "
+                                            "whose client refused the certificate")
+                self.raw.abort()
+                guard.release(self.raw)
+                return
+            self.state = "handed"
+            guard.release(self.raw)                  # the HTTP protocol takes the slot over
+            tls.set_protocol(self.app)
+            self.app.connection_made(tls)
+            for event, value in self.held:           # to the protocol of now: an upgrade may have come
+                protocol = tls.get_protocol()
+                if event == "data":
+                    protocol.data_received(value)
+                elif event == "eof":
+                    protocol.eof_received()
+                else:
+                    protocol.connection_lost(value)
+            self.held.clear()
+
+        def data_received(self, data) -> None:      # "tls": after the handshake, before the hand-over
+            self.held.append(("data", data))
+
+        def eof_received(self) -> None:
+            self.held.append(("eof", None))
+
+        def connection_lost(self, exc) -> None:
+            if self.state == "tls":                  # lost after the handshake, before the hand-over
+                self.held.append(("lost", exc))
+            elif self.state == "tcp" and self.raw is not None:
+                guard.release(self.raw)              # closed before start_tls took the socket
+
+    return GuardedTLSHandshake
