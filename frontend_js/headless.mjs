@@ -15,7 +15,7 @@
 // its first run ended, unless --keep: then it stays, holds the model, answers joins, hands its
 // stopped run to a fresh peer (group_state.js) and audits like any member — the group's keeper.
 // Status lines on stdout (step, loss, tokens/s, peers, hash); --json: one JSON object per line.
-// Commands on stdin, one a line: start [k=v,...] | stop | approve ID | reject ID | state | quit;
+// Commands on stdin, one a line: start [k=v,...] | stop | approve ID | reject ID | state | drops | quit;
 // a join request to a room it hosts is asked there (y/n) unless --approve decides.
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -44,7 +44,7 @@ Joins the group of the DaisyChain server at URL as one more device (the page's p
   --identity FILE      where the seat's token is kept, so a restarted process is the same peer
                        (default: ~/.daisychain/headless-<hash of URL and room>.json)
   --param k=v          a URL parameter of the page (gpu, storeEvery, meshProtocol)
-Commands on stdin: start [k=v,...] | stop | approve ID | reject ID | state | quit`;
+Commands on stdin: start [k=v,...] | stop | approve ID | reject ID | state | drops | quit`;
 
 const LINGER_MS = 2000;        // after its run ended, before a peer without --keep leaves
 
@@ -227,7 +227,9 @@ async function main(argv) {
 
   // ---- a run ends: leave, unless this peer keeps the group's model
   bus.on('run-ended', (e) => {
-    out('run-ended', { state: e.state, step: e.step, hash: e.hash, error: e.error, message: e.message },
+    const drops = peer.mesh.drops;
+    out('run-ended', { state: e.state, step: e.step, hash: e.hash, error: e.error, message: e.message, history: e.history,
+                       drops: drops.count, stale: drops.stale },
       `run ${e.state} at step ${e.step}, hash ${(e.hash || '').slice(0, 16)}${e.error ? ` (${e.error})` : ''}: ${e.message}`);
     // the last FIN, audits and transcripts this peer owes the others go out before the goodbye
     if (!o.keep) setTimeout(() => exit(e.error || e.state === 'failed' ? 1 : 0, `the run ${e.state}`), LINGER_MS);
@@ -275,7 +277,8 @@ async function main(argv) {
     stop: () => daisy.stop(),
     approve: (id) => daisy.approve(id),
     reject: (id) => daisy.reject(id),
-    state: () => process.stdout.write(JSON.stringify(peer.state()) + '\n'),
+    state: () => process.stdout.write(JSON.stringify(o.json ? { event: 'state', t: Date.now(), state: peer.state() } : peer.state()) + '\n'),
+    drops: () => { const d = daisy.mesh.drops(); out('drops', d, `${d.count} bad frames dropped, ${d.stale} of a run that ended`); },
     quit: () => exit(0, 'quit'),
     y: () => daisy.approve(asked.shift()),
     n: () => daisy.reject(asked.shift()),

@@ -499,7 +499,7 @@ export function automationApi(peer, bus) {
     // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
     // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
     mesh: {
-      drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice() }),
+      drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice(), stale: peer.mesh.drops.stale }),
       links: () => ({ ...peer.s.links }),
       sendRaw: (peerId, bytes) => peer.rtc.get(peerId)?.send(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)),
       frames: () => import('./frames.js'),
