@@ -296,6 +296,10 @@ async function main(argv) {
 
   // ---- leaving: the page's goodbye
   for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => exit(0, sig));
+  // as in a page, an error nobody caught is reported and the peer goes on (Node would end the
+  // process: one failed best-effort send must not take a member out of its run)
+  process.on('unhandledRejection', (err) => console.warn('daisy: unhandled rejection:', err?.stack || err));
+  process.on('uncaughtException', (err) => console.warn('daisy: uncaught exception:', err?.stack || err));
 
   peer.boot();
   return null;
