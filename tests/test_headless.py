@@ -127,30 +127,38 @@ def test_the_headless_peer_hosts_a_room_approves_a_page_and_comes_back_as_the_sa
 def test_a_large_run_stopped_mid_exchange_ends_cleanly_on_both(app_url, pages, tmp_path):
     """The largest model (width 128, 8 layers: a 12.8 MB float64 gradient, ~1600 frames) with the
     smallest batch and sequence, so a step is mostly its exchange and a Stop lands mid-exchange;
-    the other side's gradient still arriving must not close the link or raise an alarm."""
+    the other side's gradient still arriving must not close the link or raise an alarm. Where a
+    Stop lands is the machine's timing: the run is continued and stopped again (up to 4 times)
+    until frames of the ended run did arrive after it ended, and every stop must be clean."""
     big = {"width": 128, "layers": 8, "heads": 4, "seq_len": 16, "batch": 2, "steps": 10000}
     with headless_peer(app_url, tmp_path, "--keep") as h:
         page = open_peer(pages, app_url + "/", "page")
         linked_both(page, h)
-        page.evaluate("(cfg) => window.daisy.start(cfg)", big)
-        wait_state(page, "s.running && s.step >= 3", "3 steps", RUN_MS)
-        h.wait(lambda e: e["event"] == "step" and e["step"] >= 3, "3 steps on the headless peer", RUN_S)
-        page.evaluate("window.daisy.stop()")
-        s = ended(page, "the page stopped", RUN_MS)
-        e = run_ended(h, 1)
-        assert s["runState"] == e["state"] == "stopped", (s["message"], e)
-        assert s["error"] == e["error"] == "", (s["message"], e["message"])
-        assert s["step"] == e["step"] and s["hash"] == e["hash"], (s["step"], e["step"])
-        time.sleep(3)                                      # what was on its way has arrived
-        hid, pid = h.peer_id, s["peerId"]
-        assert state(page)["links"][hid] == "linked", state(page)["links"]
-        assert not any(x["event"] == "link" and x["peer"] == pid and x["state"].startswith("closed") for x in h.events)
-        h.send("drops")
-        d = h.wait(lambda x: x["event"] == "drops", "the headless peer's drops")
-        pd = page.evaluate("window.daisy.mesh.drops()")
-        print(f"stale frames dropped: page {pd['stale']}, headless {d['stale']}; bad: page {pd['count']}, headless {d['count']}")
-        assert pd["stale"] + d["stale"] > 0, "the Stop did not land mid-exchange: nothing of the run arrived after it ended"
-        assert pd["count"] < 50 and d["count"] < 50, (pd["recent"][-5:], d["recent"][-5:])
+        hid, pid = h.peer_id, state(page)["peerId"]
+        stale = 0
+        for attempt in range(1, 5):
+            at = state(page)["step"]
+            page.evaluate("(cfg) => window.daisy.start(cfg)", big if attempt == 1 else {"resume": True})
+            wait_state(page, f"s.running && s.step >= {at + 2}", "2 steps", RUN_MS)
+            page.evaluate("window.daisy.stop()")
+            s = ended(page, "the page stopped", RUN_MS)
+            e = run_ended(h, attempt)
+            assert s["runState"] == e["state"] == "stopped", (attempt, s["message"], e)
+            assert s["error"] == e["error"] == "", (attempt, s["message"], e["message"])
+            assert s["step"] == e["step"] and s["hash"] == e["hash"], (attempt, s["step"], e["step"])
+            time.sleep(3)                                  # what was on its way has arrived
+            assert state(page)["links"][hid] == "linked", state(page)["links"]
+            assert not any(x["event"] == "link" and x["peer"] == pid and x["state"].startswith("closed") for x in h.events)
+            h.send("drops")
+            h.wait(lambda x: x["event"] == "drops" and len(h.all("drops")) == attempt, "the headless peer's drops")
+            d, pd = h.all("drops")[-1], page.evaluate("window.daisy.mesh.drops()")
+            print(f"stop {attempt} at step {s['step']}: stale frames dropped: page {pd['stale']}, headless {d['stale']}; "
+                  f"bad: page {pd['count']}, headless {d['count']}")
+            assert pd["count"] < 50 and d["count"] < 50, (pd["recent"][-5:], d["recent"][-5:])
+            if pd["stale"] + d["stale"] > stale:
+                break
+            stale = pd["stale"] + d["stale"]
+        assert pd["stale"] + d["stale"] > 0, "no Stop landed mid-exchange in 4 tries: nothing arrived after a run ended"
 
 
 def test_the_keeper_restores_a_fresh_page(app_url, pages, tmp_path):
