@@ -234,14 +234,18 @@ async function main(argv) {
     // the last FIN, audits and transcripts this peer owes the others go out before the goodbye
     if (!o.keep) setTimeout(() => exit(e.error || e.state === 'failed' ? 1 : 0, `the run ${e.state}`), LINGER_MS);
   });
-  // the keeper hands its stopped run to a peer that links while the group is idle (a fresh page
-  // adopts it: group_state.js); a peer that holds a model is only offered it
+  // the keeper hands its stopped run to a fresh peer (announced 'idle': it holds no model) whose
+  // link comes up while this one is idle; the peer adopts it (group_state.js). Each peer is
+  // considered once, when its link comes up: a member of the run holds the model already, and a
+  // state of up to 40 MB must not be on its way when that member starts the next run.
   if (o.keep) {
-    const shared = new Set();
+    const seen = new Set();
     bus.on('state', (s) => {
       for (const [id, st] of Object.entries(s.links)) {
-        if (st !== 'linked' || shared.has(id) || peer.runs.busy || !peer.models.resumePoint()) continue;
-        shared.add(id);
+        if (st !== 'linked' || seen.has(id)) continue;
+        seen.add(id);
+        const q = s.peers.find((p) => p.id === id);
+        if (peer.runs.busy || !peer.models.resumePoint() || !q || !['', 'idle'].includes(q.state || '')) continue;
         peer.restore.share([id]).catch((err) => out('note', { text: `restore to ${id}: ${err.message || err}` }));
       }
     });

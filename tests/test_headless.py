@@ -147,11 +147,13 @@ def test_a_large_run_stopped_mid_exchange_ends_cleanly_on_both(app_url, pages, t
             assert s["error"] == e["error"] == "", (attempt, s["message"], e["message"])
             assert s["step"] == e["step"] and s["hash"] == e["hash"], (attempt, s["step"], e["step"])
             time.sleep(3)                                  # what was on its way has arrived
-            assert state(page)["links"][hid] == "linked", state(page)["links"]
-            assert not any(x["event"] == "link" and x["peer"] == pid and x["state"].startswith("closed") for x in h.events)
+            links = state(page)["links"]
+            assert links[hid] == "linked", (links, page.evaluate("window.daisy.mesh.drops()")["recent"][-6:])
             h.send("drops")
             h.wait(lambda x: x["event"] == "drops" and len(h.all("drops")) == attempt, "the headless peer's drops")
             d, pd = h.all("drops")[-1], page.evaluate("window.daisy.mesh.drops()")
+            closed = [x["state"] for x in h.events if x["event"] == "link" and x["peer"] == pid and x["state"].startswith("closed")]
+            assert not closed, (closed, d["recent"][-6:])
             print(f"stop {attempt} at step {s['step']}: stale frames dropped: page {pd['stale']}, headless {d['stale']}; "
                   f"bad: page {pd['count']}, headless {d['count']}")
             assert pd["count"] < 50 and d["count"] < 50, (pd["recent"][-5:], d["recent"][-5:])
