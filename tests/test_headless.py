@@ -5,6 +5,7 @@ the page's and `python -m daisy.train` (tests/reference.py) at every step.
 """
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from tests.app_server import offline_app, open_peer, state, wait_state
 from tests.headless_peer import headless_peer
 from tests.reference import reference_hashes
+from tests.signal_client import SignalClient
 from tests.test_membership import assert_reference, final_hashes, record, schedule
 from tests.test_mesh import TINY, ended
 
@@ -122,6 +124,38 @@ def test_the_headless_peer_hosts_a_room_approves_a_page_and_comes_back_as_the_sa
         again = h2.wait(lambda e: e["event"] == "welcome", "welcome again")
         assert again["peerId"] == welcome["peerId"], (again, welcome)
         wait_state(page, f"s.requests.some((r) => r.id === '{welcome['peerId']}')", "the page sees the same seat ask")
+
+
+def test_without_a_policy_the_headless_host_asks_each_join_request_on_stdin(app_url, tmp_path):
+    """Two devices ask to join its room (signaling clients: no page needed): `y` admits the
+    first, `n` declines the second (the server closes its socket, 4403)."""
+    room = f"ask-{secrets.token_hex(4)}"
+    ws_base = app_url.replace("http", "ws", 1)
+
+    async def until(client, kind: str) -> dict:
+        while (msg := await client.next(10)).get("type") != kind:
+            pass
+        return msg
+
+    async def ask(h) -> None:
+        yes = await SignalClient.open(ws_base, room=room, name="yes")
+        no = await SignalClient.open(ws_base, room=room, name="no")
+        try:
+            assert yes.welcome["role"] == no.welcome["role"] == "pending"
+            for client, answer in ((yes, "y"), (no, "n")):
+                await asyncio.to_thread(h.wait, lambda e, c=client: e["event"] == "request" and e["peer"] == c.id, "the request")
+                assert [e["verdict"] for e in h.all("request") if e["peer"] == client.id] == ["ask"]
+                h.send(answer)
+            assert (await until(yes, "approved"))["role"] == "member"
+            code, _ = await no.wait_closed(10)
+            assert code == 4403, code
+        finally:
+            await yes.close()
+            await no.close()
+
+    with headless_peer(app_url, tmp_path, "--room", room, label="asker") as h:
+        assert h.wait(lambda e: e["event"] == "welcome", "welcome")["role"] == "host"
+        asyncio.run(asyncio.wait_for(ask(h), 60))
 
 
 def test_a_large_run_stopped_mid_exchange_ends_cleanly_on_both(app_url, pages, tmp_path):
