@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -155,7 +156,9 @@ def test_without_a_policy_the_headless_host_asks_each_join_request_on_stdin(app_
 
     with headless_peer(app_url, tmp_path, "--room", room, label="asker") as h:
         assert h.wait(lambda e: e["event"] == "welcome", "welcome")["role"] == "host"
-        asyncio.run(asyncio.wait_for(ask(h), 60))
+        # in a thread of its own: Playwright's sync API keeps an event loop running on this one
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(lambda: asyncio.run(asyncio.wait_for(ask(h), 60))).result()
 
 
 def test_a_large_run_stopped_mid_exchange_ends_cleanly_on_both(app_url, pages, tmp_path):
