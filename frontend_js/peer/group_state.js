@@ -46,11 +46,13 @@ export class GroupRestore {
 
   // ---- sender -------------------------------------------------------------------------------
   // After a load on this device: the model store's state to every linked admitted peer that is
-  // not training. -> the number of peers it went to (errors are notes, never thrown).
-  async share() {
+  // not training (ids: only these; the headless keeper's stopped run to a peer that just linked).
+  // -> the number of peers it went to (errors are notes, never thrown).
+  async share(ids = null) {
     const p = this.peer, s = p.s, models = p.models;
-    if (p.runs.busy || !models.resumable || !models.model) return 0;
-    const targets = s.peers.filter((q) => q.id !== s.peerId && q.role !== 'pending' && this.mesh.isReady(q.id));
+    if (p.runs.busy || !models.model || !(models.resumable || models.resumePoint())) return 0;   // a load, or a stopped run
+    const targets = s.peers.filter((q) => q.id !== s.peerId && q.role !== 'pending' && this.mesh.isReady(q.id)
+      && (!ids || ids.includes(q.id)));
     const busy = targets.filter((q) => /^(training|starting|joining)/.test(q.state || ''));
     const to = targets.filter((q) => !busy.includes(q));
     if (busy.length) p.note(`The checkpoint was not sent to ${busy.map((q) => q.name).join(', ')}: in a run.`);

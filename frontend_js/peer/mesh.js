@@ -15,6 +15,9 @@
 // keeps sending such frames (MAX_BAD_FRAMES within BAD_WINDOW_MS) is disconnected. An unfinished
 // message holds only the bytes received, and only until it stalls: a timer per link abandons one
 // with no new chunk for PARTIAL_TIMEOUT_MS (docs/PROTOCOL.md "Mesh limits").
+// Frames of something that just ended on this device (a run stopped while a peer's gradient was
+// on its way: its lanes still deliver it) are expected: a limit may say so (a Stale), and they are
+// dropped without counting as bad, up to that thing's own sizes per link (Stale.budget bytes).
 import { FrameError, HEADER_BYTES, JSON_TYPES, MAX_JSON_BYTES, PROTOCOL_VERSION, Reassembler, TYPES,
   createFrameSha, encodeMessage, jsonPayload, typeName, upgradingSha } from './frames.js';
 
@@ -34,6 +37,12 @@ export const SYSTEM_CLOCK = Object.freeze({
   },
 });
 
+// What a limit function returns for a frame of something that just ended: why, which thing
+// (key: the budget starts over for another), and the payload bytes a link may still send of it
+export class Stale {
+  constructor(reason, key, budget) { this.reason = reason; this.key = key; this.budget = budget; }
+}
+
 export class Mesh {
   // sha: the frames' SHA-256 (hashing.js's sha); by default made once for this mesh (frames.js
   // createFrameSha: WebCrypto when it passes its gate, else the JS one; the JS one until then)
@@ -47,7 +56,7 @@ export class Mesh {
     this.limits = new Map();       // type -> (header) => max payload bytes, or a string (why refused)
     this.listeners = new Map();    // 'drop' | 'link' -> Set
     this.msgId = 1;
-    this.drops = { count: 0, recent: [] };
+    this.drops = { count: 0, recent: [], stale: 0 };   // stale: frames of what just ended, dropped uncounted
     this.faultNext = null;         // tests: {type, kind: 'cut' | 'tamper'} applied to the next message of that type
   }
 
@@ -71,10 +80,19 @@ export class Mesh {
     else this.limits.set(type, typeof limit === 'function' ? limit : () => limit);
   }
 
-  limitFor(h) {
+  // entry: the link's; a Stale within its budget throws a FrameError marked stale (dropped
+  // uncounted), past it the frame is refused as any other
+  limitFor(h, entry) {
     if (JSON_TYPES.has(h.type)) return MAX_JSON_BYTES;
     const f = this.limits.get(h.type);
-    return f ? f(h) : `${typeName(h.type)} while no run expects it`;
+    const limit = f ? f(h) : `${typeName(h.type)} while no run expects it`;
+    if (!(limit instanceof Stale)) return limit;
+    if (entry.stale.key !== limit.key) entry.stale = { key: limit.key, bytes: 0 };
+    entry.stale.bytes += h.data.length;
+    if (entry.stale.bytes > limit.budget) return `${limit.reason} (over ${limit.budget} bytes of it)`;
+    const err = new FrameError(limit.reason);
+    err.stale = true;
+    throw err;
   }
 
   // ---- links --------------------------------------------------------------------------------
@@ -82,9 +100,9 @@ export class Mesh {
     this.removeLink(peerId, 'replaced');
     const onProgress = (h, bytes) => this.emit('progress', { peer: peerId, type: h.type, bytes, length: h.length });
     const onAbandon = (h, reason) => this.drop(peerId, h, reason);
-    const reasm = new Reassembler({ limitFor: (h) => this.limitFor(h), onProgress, onAbandon, sha: this.sha,
+    const entry = { link, reasm: null, chain: Promise.resolve(), hello: null, bad: [], expiry: null, stale: { key: null, bytes: 0 } };
+    entry.reasm = new Reassembler({ limitFor: (h) => this.limitFor(h, entry), onProgress, onAbandon, sha: this.sha,
       now: () => this.clock.now() });
-    const entry = { link, reasm, chain: Promise.resolve(), hello: null, bad: [], expiry: null };
     this.links.set(peerId, entry);
     this.send(peerId, { type: TYPES.HELLO, payload: jsonPayload({ protocol: this.version, peerId: this.selfId }) })
       .catch(() => {});
@@ -154,6 +172,7 @@ export class Mesh {
       done = await entry.reasm.accept(bytes);
     } catch (err) {
       if (!(err instanceof FrameError)) throw err;
+      if (err.stale) { this.dropStale(); return; }
       if (err.version !== undefined) {
         this.refuse(peerId, `peer ${peerId} speaks mesh protocol v${err.version}, this page v${this.version}`);
         return;
@@ -188,6 +207,9 @@ export class Mesh {
     if (entry) entry.refused = reason;
     this.removeLink(peerId, reason);
   }
+
+  // a frame of what just ended (Stale): expected, so neither a bad frame nor a line of the log
+  dropStale() { this.drops.stale++; }
 
   drop(peerId, m, reason, type = m ? m.type : undefined) {
     const what = m ? `${typeName(m.type)} step ${m.step + 1} ` : '';

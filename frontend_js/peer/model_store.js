@@ -75,7 +75,7 @@ export class ModelStore {
     if (!this.model) throw new Error(NO_MODEL);
     const compute = await this.peer.compute();
     const body = this.snapshotBody(compute, optim);
-    const res = await fetch(route, { method: 'POST', body, headers: { 'Content-Type': 'application/octet-stream' } });
+    const res = await fetch(this.peer.serverUrl(route), { method: 'POST', body, headers: { 'Content-Type': 'application/octet-stream' } });
     if (!res.ok) throw new Error(await errorText(res));
     const disposition = res.headers.get('Content-Disposition') || '';
     const name = (/filename="([^"]+)"/.exec(disposition) || [])[1] || route.split('/').pop();
@@ -106,7 +106,7 @@ export class ModelStore {
           throw new Error(`the file is ${size.toLocaleString('en-US')} bytes, over the limit of ` +
                           `${MAX_CHECKPOINT_BYTES.toLocaleString('en-US')} bytes`);
         }
-        const res = await fetch('/api/load', { method: 'POST', body: source, headers: { 'Content-Type': 'application/octet-stream' } });
+        const res = await fetch(this.peer.serverUrl('/api/load'), { method: 'POST', body: source, headers: { 'Content-Type': 'application/octet-stream' } });
         if (!res.ok) throw new Error(await errorText(res));
         const c = await this.peer.compute();
         state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });

@@ -1,7 +1,11 @@
 // The browser peer: its membership in the signaling group, its links to the other peers, the
 // group run, the model it holds, and the automation API `window.daisy` (docs/ARCHITECTURE.md).
 //
-//   const peer = new Peer(bus, { modules });  peer.boot();
+//   const peer = new Peer(bus, { modules, params, server });  peer.boot();
+//
+// Two hosts build it (docs/ARCHITECTURE.md "Two hosts of one peer"): the page (ui.js: the page's
+// URL parameters, its own origin) and the headless peer (../headless.mjs: a server's URL, its
+// command line's parameters). It reads no browser globals: what differs comes in as options.
 //
 // Jobs, one module each: server_connection.js (the /signal socket), this file (membership and
 // roster, the links to admitted peers, the compute path), model_store.js (the model:
@@ -28,11 +32,16 @@ export const LINK_READY_MS = 8000;
 const LINK_READY_MAX_MS = 30_000;
 
 export class Peer {
-  constructor(bus, { modules = [] } = {}) {
+  // modules: the frontend_js files the server has (no 404 probing); params: the page's URL
+  // parameters (URLSearchParams: room, gpu, storeEvery, meshProtocol); server: the server's base
+  // URL ('' in the page: its own origin); connection: more options of the server connection
+  // (ServerConnection: name, token)
+  constructor(bus, { modules = [], params = new URLSearchParams(), server = '', connection = {} } = {}) {
     this.bus = bus;
-    this.modules = new Set(modules);   // frontend_js files the server has (no 404 probing)
-    const params = new URLSearchParams(location.search);
+    this.modules = new Set(modules);
     this.params = params;
+    this.server = server;
+    this.connection = connection;
     this.room = params.get('room');
     this.s = {
       peerId: null, name: null, group: null, role: null, signal: 'connecting', rejected: false,
@@ -163,17 +172,24 @@ export class Peer {
       this.conn?.send({ type: 'relay', to: peer, data: { kind: 'mesh-refused', protocol: this.mesh.version, reason } });
     });
     this.mesh.on('drop', () => this.set({ drops: this.mesh.drops.count }));
-    this.conn = new ServerConnection(this.bus, { room: this.room });
+    this.conn = new ServerConnection(this.bus, { ...this.connection, room: this.room,
+      url: this.server ? `${this.server.replace(/^http/, 'ws')}/signal` : null });
     this.conn.connect();
-    // leaving: tell the run's peers and the server now, so nobody waits for a deadline
-    globalThis.addEventListener?.('pagehide', () => {
-      this.runs.goodbye();
-      this.conn.leave();
-      for (const link of this.rtc.values()) link.close('the page closed');
-    });
+    globalThis.addEventListener?.('pagehide', () => this.goodbye('the page closed'));
     this.pathReady = this.detectPath();     // start() waits for it: a run's engine is fixed at start
     this.loadDataInfo();
   }
+
+  // leaving: tell the run's peers and the server now, so nobody waits for a deadline (the page's
+  // pagehide; the headless peer's SIGINT/SIGTERM)
+  goodbye(reason) {
+    this.runs.goodbye();
+    this.conn?.leave();
+    for (const link of this.rtc.values()) link.close(reason);
+  }
+
+  // a server route's URL: relative in the page, absolute in the headless peer
+  serverUrl(path) { return `${this.server}${path}`; }
 
   welcomeText(m) {
     const back = this.outage.welcomeText(m);   // after an outage, mid-run
@@ -313,13 +329,13 @@ export class Peer {
   async detectPath() {
     this.cpuBackend = await this.loadCpuBackend();
     let path = 'cpu';
-    let reason = 'WebGPU not available in this browser';
+    let reason = globalThis.navigator ? 'WebGPU not available in this browser' : 'no WebGPU in this host';
     let why = 'no WebGPU';       // the short label's part (pathLabel); `reason` is the details
     // ?gpu=off: the CPU path even where WebGPU works; ?gpu=all: every GEMM on the GPU, even
     // where the CPU would be faster (checking a GPU); default 'auto' (gpu.js gpuPays)
     const gpuChoice = this.params.get('gpu') || 'auto';
     if (gpuChoice === 'off') { reason = 'WebGPU turned off by ?gpu=off'; why = 'WebGPU off (?gpu=off)'; }
-    else if (navigator.gpu && this.modules.has('gpu/gpu.js')) {
+    else if (globalThis.navigator?.gpu && this.modules.has('gpu/gpu.js')) {
       try {
         const gpu = await import('../gpu/gpu.js');
         this.gpu = gpu;
@@ -344,7 +360,7 @@ export class Peer {
         reason = `GPU engine failed to start: ${err.message || err}`;
         why = 'GPU engine failed to start';
       }
-    } else if (navigator.gpu) {
+    } else if (globalThis.navigator?.gpu) {
       reason = 'GPU engine not available in this build';
       why = 'no GPU engine in this build';
     }
@@ -361,7 +377,7 @@ export class Peer {
 
   async loadDataInfo() {
     try {
-      const info = await (await fetch('/data/info')).json();
+      const info = await (await fetch(this.serverUrl('/data/info'))).json();
       this.set({ dataSource: { source: info.source, summary: info.summary, reason: info.reason, dataId: info.data_id } });
     } catch (err) {
       this.set({ dataSource: { source: 'unknown', summary: 'the data route could not be reached', reason: `${err.message || err}` } });
@@ -455,7 +471,7 @@ function runHost(peer) {
     backend: () => peer.backend(),
     get gpu() { return peer.gpu || null; },
     dataId: () => peer.dataId(),
-    batches: (cfg, dataId) => new HttpBatches(cfg, { dataId }),
+    batches: (cfg, dataId) => new HttpBatches(cfg, { dataId, base: peer.server }),
     get models() { return peer.models; },
     get stored() { return peer.storedRun || null; },
   };
@@ -483,7 +499,7 @@ export function automationApi(peer, bus) {
     // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
     // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
     mesh: {
-      drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice() }),
+      drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice(), stale: peer.mesh.drops.stale }),
       links: () => ({ ...peer.s.links }),
       sendRaw: (peerId, bytes) => peer.rtc.get(peerId)?.send(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)),
       frames: () => import('./frames.js'),

@@ -18,9 +18,11 @@
 // one signal: {sdp: lane 0's offer, lanes: [lane 1's offer, ...]}; the answer likewise, so the
 // page sees one offer and one answer per link. Candidates carry their lane and go out together,
 // CANDIDATE_BATCH_MS after the first of a batch (the server allows a peer 50 messages a second).
-// Back-pressure: no lane queues past HIGH_WATER bytes in its channel's buffer; a sender waits for
-// `bufferedamountlow` (threshold LOW_WATER). Chromium closes a channel whose buffer passes
-// ~16 MB, so an unbounded loop of send() would kill the link at the larger settings.
+// Back-pressure: no lane queues past HIGH_WATER bytes in its channel's buffer, and the link's lanes
+// together past MAX_LINK_QUEUED (the memory one link may hold: 16 lanes × HIGH_WATER would be
+// 16 MiB); a sender waits for `bufferedamountlow` (threshold LOW_WATER) or, at the latest,
+// LANE_POLL_MS (Node's @roamhq/wrtc never fires the event). Chromium closes a channel whose
+// buffer passes ~16 MB, so an unbounded loop of send() would kill the link at the larger settings.
 export const LANES = 16;
 export const MAX_LANES = 32;                // what an offer may ask for
 export const PAGE_CONNECTIONS = 64;         // lanes of the links a page opens, summed at each opening (Chromium refuses past ~500 connections)
@@ -30,6 +32,8 @@ export const PAGE_CONNECTIONS = 64;         // lanes of the links a page opens, 
 export const lanesFor = (links) => Math.max(1, Math.min(LANES, Math.floor(PAGE_CONNECTIONS / Math.max(1, links))));
 export const HIGH_WATER = 1024 * 1024;
 export const LOW_WATER = 256 * 1024;
+export const MAX_LINK_QUEUED = 8 * 1024 * 1024;
+export const LANE_POLL_MS = 5;
 export const SEQ_BYTES = 4;                 // each frame's sequence number, before the frame
 export const MAX_HELD_BYTES = 32 * 1024 * 1024;   // frames waiting for an earlier one (LaneOrder) ...
 export const MAX_HELD_FRAMES = 8192;              // ... and how many (16 lanes × 1 MiB is 2048 frames)
@@ -86,6 +90,24 @@ export class LaneOrder {
     }
     return out;
   }
+}
+
+// The sending half's choice, pure: buffered[k] is lane k's queued bytes (null: not open) ->
+// the lane to send `size` bytes on (the least queued), or -1 to wait. A lane takes it under its
+// HIGH_WATER and the link under MAX_LINK_QUEUED; an empty lane, or an empty link, always takes one
+// frame (a frame is never larger than the bounds).
+export function laneFor(buffered, size, { highWater = HIGH_WATER, linkMax = MAX_LINK_QUEUED } = {}) {
+  let best = -1, total = 0;
+  for (const [k, b] of buffered.entries()) {
+    if (b === null) continue;
+    total += b;
+    if (best < 0 || b < buffered[best]) best = k;
+  }
+  if (best < 0) return -1;
+  const b = buffered[best];
+  const laneOk = b + size <= highWater || b === 0;
+  const linkOk = total + size <= linkMax || total === 0;
+  return laneOk && linkOk ? best : -1;
 }
 
 // the sending half's number in front of a frame
@@ -274,10 +296,10 @@ export class RtcPeer {
     const message = withSeq(this.sendSeq, bytes);
     for (;;) {
       if (this.state !== 'open') throw new Error(`link to ${this.remoteId} is ${this.state}`);
-      const open = this.lanes.map((l) => l.channel).filter((ch) => ch && ch.readyState === 'open');
-      const ch = open.reduce((best, c) => (!best || c.bufferedAmount < best.bufferedAmount ? c : best), null);
-      if (ch && (ch.bufferedAmount + message.length <= HIGH_WATER || ch.bufferedAmount === 0)) {
-        ch.send(message);
+      const channels = this.lanes.map((l) => l.channel);
+      const k = laneFor(channels.map((ch) => (ch && ch.readyState === 'open' ? ch.bufferedAmount : null)), message.length);
+      if (k >= 0) {
+        channels[k].send(message);
         this.sendSeq = (this.sendSeq + 1) >>> 0;
         return;
       }
@@ -285,17 +307,19 @@ export class RtcPeer {
     }
   }
 
-  // resolves when some lane's buffer ran low, or a lane opened or closed
+  // resolves when some lane's buffer ran low, or a lane opened or closed, or after LANE_POLL_MS
+  // (a host that never fires `bufferedamountlow`: the sender looks at the buffers again)
   anyLaneReady() {
     const channels = this.lanes.map((l) => l.channel).filter(Boolean);
     return new Promise((resolve) => {
       const events = ['bufferedamountlow', 'open', 'close'];
       const done = () => {
+        clearTimeout(timer);
         for (const ch of channels) for (const e of events) ch.removeEventListener(e, done);
         resolve();
       };
       for (const ch of channels) for (const e of events) ch.addEventListener(e, done);
-      if (!channels.length) setTimeout(done, 50);
+      const timer = setTimeout(done, channels.length ? LANE_POLL_MS : 50);
     });
   }
 

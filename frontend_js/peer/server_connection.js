@@ -18,12 +18,14 @@ const FINAL_CLOSES = new Map([
 const BACKOFF_MS = [500, 1000, 2000, 4000, 5000];   // capped low: after a restart, pages are back within 5 s
 
 export class ServerConnection {
-  constructor(bus, { room = null, name = null, url = null } = {}) {
+  // url: the /signal endpoint, no query (default: this page's origin's); token: an identity of an
+  // earlier `welcome` to present on the first connect (the headless peer's saved seat)
+  constructor(bus, { room = null, name = null, url = null, token = null } = {}) {
     this.bus = bus;
     this.room = room;
     this.name = name;
     this.url = url;
-    this.token = null;        // from `welcome`; kept in memory only (one identity per tab)
+    this.token = token;       // from `welcome`; a page keeps it in memory only (one identity per tab)
     this.ws = null;
     this.attempt = 0;
     this.final = false;
@@ -33,14 +35,13 @@ export class ServerConnection {
   }
 
   endpoint() {
-    if (this.url) return this.url;
-    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const base = this.url || `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/signal`;
     const params = new URLSearchParams();
     if (this.room !== null) params.set('room', this.room);
     if (this.token) params.set('token', this.token);
     if (this.name) params.set('name', this.name);
     const query = params.toString();
-    return `${proto}//${location.host}/signal${query ? '?' + query : ''}`;
+    return `${base}${query ? '?' + query : ''}`;
   }
 
   connect() {

@@ -81,7 +81,7 @@ export class StoredRun {
       const token = this.token();
       if (!token) throw new Error('not connected to the server');
       const q = new URLSearchParams({ run: String(snap.runId), final: snap.final ? '1' : '0' });
-      const res = await fetch(`/api/group-run?${q}`, { method: 'POST', body: snap.body,
+      const res = await fetch(this.peer.serverUrl(`/api/group-run?${q}`), { method: 'POST', body: snap.body,
         headers: { 'Content-Type': 'application/octet-stream', [TOKEN_HEADER]: token } });
       if (!res.ok) throw new Error(await errorText(res));
       this.stored = { runId: snap.runId, step: snap.step };
@@ -108,7 +108,7 @@ export class StoredRun {
   }
 
   async check() {
-    const res = await fetch('/api/group-run/info', { headers: { [TOKEN_HEADER]: this.token() } });
+    const res = await fetch(this.peer.serverUrl('/api/group-run/info'), { headers: { [TOKEN_HEADER]: this.token() } });
     if (!res.ok) throw new Error(await errorText(res));
     const info = await res.json();
     const offer = info.stored && info.step < info.steps
@@ -124,7 +124,7 @@ export class StoredRun {
     try {
       if (!this.peer.s.storedOffer) throw new Error('no stored run of this group to resume');
       if (this.peer.runs.busy) throw new Error('a run is going: stop it first');
-      const res = await fetch('/api/group-run', { headers: { [TOKEN_HEADER]: this.token() } });
+      const res = await fetch(this.peer.serverUrl('/api/group-run'), { headers: { [TOKEN_HEADER]: this.token() } });
       if (!res.ok) throw new Error(await errorText(res));
       const c = await this.peer.compute();
       const state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });

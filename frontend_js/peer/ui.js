@@ -19,7 +19,7 @@ function readJson(el, name, fallback) {
 export function mount(element) {
   const host = element.querySelector('#daisy-peer') || element;
   if (window.daisy) return window.daisy;     // a second mount (Gradio re-mount): one peer per tab
-  const peer = new Peer(bus, { modules: readJson(host, 'modules', []) });
+  const peer = new Peer(bus, { modules: readJson(host, 'modules', []), params: new URLSearchParams(location.search) });
   window.daisy = automationApi(peer, bus);
   host.innerHTML = `
     <div class="daisy-status" data-role="status">Connecting to the server…</div>

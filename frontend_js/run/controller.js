@@ -31,6 +31,7 @@
 // member list), maybeJoin() (the member list or a link changed), goodbye() (the page is closing).
 import { TYPES } from '../peer/frames.js';
 import { MeshCollective } from '../peer/mesh_collective.js';
+import { Stale } from '../peer/mesh.js';
 import { epochKey } from '../peer/roster.js';
 import { maxStateBytes } from '../state_codec.js';
 import { TIMING, NO_FAULTS } from './record.js';
@@ -70,6 +71,14 @@ const HANDLERS = {
 const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
   [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
   [TYPES.TRANSCRIPT_ASK, new Set(['joining'])]]);
+
+// What one link may still deliver of a run that ended (payload bytes): a peer's messages of the
+// step it was exchanging and of the one it may have begun streaming (GRAD or its parts, REDUCED),
+// at that run's sizes. A Stop mid-exchange leaves them on their way (mesh.js Stale).
+export function staleBudget(run) {
+  const c = run.collective;
+  return 2 * (c.maxPayload(TYPES.GRAD) + c.maxPayload(TYPES.REDUCED));
+}
 
 export class RunController {
   // host: see above; timing: TIMING overrides (tests); faults: the injected fault plan (tests)
@@ -145,17 +154,28 @@ export class RunController {
     if (run && run.roster.includes(from)) run.heard.set(from, performance.now());
     if (run && recoveryP.checkForeignFrame(this, run, from, m, c)) return;
     if (c) c.onFrame(from, m);
+    else if (this.justEnded(m.runId)) this.mesh.dropStale();
     else this.mesh.drop(from, m, `a gradient frame of run ${m.runId}, not a run or epoch of this device`);
   }
 
   // what a gradient frame may weigh: its epoch's exact sizes; this run's other epochs at the
-  // largest (so the split check sees them); anything else nothing
+  // largest (so the split check sees them); the run that just ended: nothing, dropped uncounted up
+  // to what a peer may have had on its way at the end (staleBudget); anything else nothing
   gradientLimit(type, hd) {
     const c = this.collectives.get(hd.runId);
     if (c) return c.maxPayload(type);
     const run = this.run;
     if (run && ((hd.runId - run.desc.runId) >>> 0) <= run.epoch + 1000) return 40 + 8 * run.collective.N;
+    if (this.justEnded(hd.runId)) {
+      return new Stale(`a gradient frame of run ${this.lastRun.desc.runId}, which ended`, this.lastRun.desc.runId, staleBudget(this.lastRun));
+    }
     return `a gradient frame of run ${hd.runId}, not a run or epoch of this device`;
+  }
+
+  // a frame run id (run id + epoch) of the last run that ended here: its epochs and a change's next
+  justEnded(frameRunId) {
+    const last = this.lastRun;
+    return Boolean(last && this.run !== last && ((frameRunId - last.desc.runId) >>> 0) <= last.epoch + 1);
   }
 
   // ---- collectives: one per roster epoch, registered before anyone may send it a gradient ----
