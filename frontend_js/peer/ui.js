@@ -77,7 +77,8 @@ export function mount(element) {
     const offer = !s.running && s.storedOffer;
     $('stored-box').hidden = !offer;
     if (offer) {
-      const whose = [offer.runId ? `run ${offer.runId}` : '', offer.writer ? `stored by peer ${offer.writer}` : ''].filter(Boolean).join(', ');
+      const devices = offer.rosterSize ? `vouched by ${offer.vouchedBy} of ${offer.rosterSize} device${offer.rosterSize === 1 ? '' : 's'}` : '';
+      const whose = [offer.runId ? `run ${offer.runId}` : '', devices].filter(Boolean).join(', ');
       $('resume-stored').textContent = `Resume step ${offer.step} of the group's run${whose ? ` (${whose})` : ''}`;
     }
     // a group restore offered to a page that holds a model: nothing replaces it without a click
