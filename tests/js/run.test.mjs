@@ -56,7 +56,8 @@ for (const P of [2, 5, 8]) {
     for (const e of ends) assert.equal(e.state, 'stopped');
     assert.equal(new Set(ends.map((e) => e.step)).size, 1, g.describe());
     assert.equal(new Set(ends.map((e) => e.hash)).size, 1, g.describe());
-    for (const n of nodes.slice(0, -1)) assert.match(n.ended.message, new RegExp(`by ${nodes[P - 1].id}`), 'the panel names who stopped it');
+    // the panel names who stopped it: the sender of the STOP it got, or a relay's claim of it
+    for (const n of nodes.slice(0, -1)) assert.match(n.ended.message, new RegExp(`by ${nodes[P - 1].id}|says ${nodes[P - 1].id} asked`), 'the panel names who stopped it');
     await assertHonest(nodes);
     await g.close();
   });
@@ -228,6 +229,24 @@ test('STOP {mismatch} to one page stops the run everywhere, named, nobody remove
     await assertHonest([L, P1]);
     await g.close();
   }
+});
+
+test('a STOP naming another member shows its sender as the stopper and the name as its claim (issue 27, property 5)', async () => {
+  const { g, nodes } = await startGroup(3, 37);
+  const [L, P1, H] = nodes;
+  await g.until(() => L.completed >= 4, '4 steps');
+  const run = H.ctl.run;
+  H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: 'stopped on p0', by: L.id }, { runId: run.desc.runId, slot: 2 });
+  const ends = await g.ended([L, P1]);
+  for (const e of ends) assert.equal(e.state, 'stopped');
+  // P1 saw H's frame: H stopped it, and what H says of p0 is H's word
+  assert.match(P1.ended.message, new RegExp(`^Stopped at step \\d+ by ${H.id} \\(which says ${L.id} asked: stopped on p0\\)`), P1.ended.message);
+  assert.doesNotMatch(P1.ended.message, new RegExp(`by ${L.id}`), 'a relayed name is never shown as the stopper');
+  // L got the STOP from P1's relay, or from H: a sender it saw, never itself
+  assert.match(L.ended.message, new RegExp(`by (${P1.id}|${H.id}) `), L.ended.message);
+  assert.doesNotMatch(L.ended.message, new RegExp(`by ${L.id}`), L.ended.message);
+  await assertHonest(nodes);
+  await g.close();
 });
 
 test('a liar echoes each side its own gradient: the sync guard stops every honest page with the alarm, no fork', async () => {
