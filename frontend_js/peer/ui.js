@@ -25,7 +25,7 @@ export function mount(element) {
     <div class="daisy-status" data-role="status">Connecting to the server…</div>
     <div class="daisy-error" data-role="error"></div>
     <h3>Peers</h3>
-    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th><th>link</th><th>weight hash</th></tr></thead><tbody></tbody></table>
+    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th><th>link</th><th>weight hash</th><th></th></tr></thead><tbody></tbody></table>
     <div data-role="requests-box" hidden>
       <h3>Join requests</h3>
       <table data-role="requests"><tbody></tbody></table>
@@ -60,6 +60,7 @@ export function mount(element) {
       else if (button.dataset.action === 'restore-load') peer.restore.accept().catch((err) => peer.set({ error: `Checkpoint refused: ${err.message || err}` }));
       else if (button.dataset.action === 'restore-ignore') peer.restore.decline();
       else if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
+      else if (button.dataset.action === 'keep-out') peer.keepOut(button.dataset.peer);
       else peer.reject(button.dataset.peer);
     } catch (err) { $('error').textContent = err.message; }
   });
@@ -136,7 +137,16 @@ function peerRow(p, s) {
   return `<tr data-peer="${esc(p.id)}"><td>${esc(p.name)}${badges.join('')}</td>` +
          `<td>${p.path ? esc(p.path.toUpperCase()) : '?'}</td><td>${esc(state)}</td>` +
          `<td class="daisy-link" title="${esc(link)}">${esc(link.split(':')[0])}</td>` +
-         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(hash.slice(0, 12)) : '–'}</td></tr>`;
+         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(hash.slice(0, 12)) : '–'}</td>` +
+         `<td>${keepOutCell(p, s)}</td></tr>`;
+}
+
+// "don't train with this device": this page refuses any roster with it (and a room's host removes it)
+function keepOutCell(p, s) {
+  if (p.id === s.peerId) return '';
+  const why = s.keptOut[p.id];
+  if (why) return `<span class="daisy-kept-out" title="${esc(why)}">kept out</span>`;
+  return `<button type="button" class="keep-out" data-action="keep-out" data-peer="${esc(p.id)}">Don't train with this device</button>`;
 }
 
 function requestRow(r) {

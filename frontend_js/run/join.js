@@ -26,6 +26,7 @@ export function onJoin(ctl, from, m) {
   if (run.ended || run.roster[0] !== ctl.selfId) return;      // only the leader answers
   const no = (reason) => ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: 0, reason }).catch(() => {});
   if (run.roster.includes(from)) { ctl.mesh.drop(from, m, 'JOIN from a member of the run'); return; }
+  if (ctl.keptOut.has(from)) { no(`${h.nameOf(ctl.selfId)} keeps this device out (${ctl.keptOut.get(from)})`); return; }
   const j = run.joiners.get(from);
   if (j && j.stage === 'snapshot') { ctl.mesh.drop(from, m, 'a repeated JOIN while its state transfer is pending'); return; }
   if (j) {
@@ -322,7 +323,7 @@ export function onJoinRoster(ctl, from, m) {
   const jn = ctl.at, d = m.json;
   if (!jn.desc || from !== jn.from || d.runId !== jn.desc.runId) { ctl.mesh.drop(from, m, 'ROSTER from outside the run'); return; }
   if (!Array.isArray(d.roster) || !d.roster.includes(ctl.selfId)) { ctl.mesh.drop(from, m, 'a roster change that does not name this device'); return; }
-  const why = checkRoster(d, { roster: d.roster.filter((id) => id !== ctl.selfId), epoch: Math.min(jn.epoch, d.epoch - 1), completed: d.from - 1, selfId: ctl.selfId }, from);
+  const why = checkRoster(d, { roster: d.roster.filter((id) => id !== ctl.selfId), epoch: Math.min(jn.epoch, d.epoch - 1), completed: d.from - 1, selfId: ctl.selfId, keptOut: ctl.keptOut }, from);
   if (why || !validHistory(d.history, d.from, d.roster.length) || !Number.isInteger(d.base) || d.base < jn.epoch || d.from < jn.snap) {
     ctl.mesh.drop(from, m, `ROSTER refused: ${why || 'bad schedule'}`);
     ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: jn.desc.runId, epoch: d.epoch, reason: why || 'bad schedule' }, { runId: jn.desc.runId }).catch(() => {});

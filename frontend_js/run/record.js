@@ -32,6 +32,7 @@ export const NO_FAULTS = Object.freeze({
   liarOwner: null,          // {from}: from step index `from`, this page's REDUCED shard (reduce-scatter) is
                             // forged, the same to every peer (attack.js forgeReduced)
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
+  refuseRosters: false,     // this page refuses every roster change proposed to it (stalls every recovery and join)
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once

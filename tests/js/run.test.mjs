@@ -249,6 +249,41 @@ test('a STOP naming another member shows its sender as the stopper and the name 
   await g.close();
 });
 
+test('a liar that refuses every roster stops the run when a member leaves; kept out by a user, the next run goes on without it (issue 27, property 6)', async () => {
+  const g = new Group({ seed: 39 });
+  const [L, P1, P2] = g.add(3);
+  const [X] = g.add(1, { faults: { refuseRosters: true } });
+  await g.linked();
+  await L.ctl.start(SETTINGS);
+  await g.until(() => [L, P1, P2, X].every((n) => n.ctl.phase === 'running') && L.completed >= 4, 'four running, 4 steps');
+  g.leave(P2);                                    // an honest member leaves: the new roster needs X's word
+  const first = await g.ended([L, P1]);
+  for (const e of first) assert.equal(e.state, 'stopped', g.describe());
+  assert.match(L.ended.message, /p3 refused the new roster: the fault plan refuses every roster/, L.ended.message);
+  // L's user: "don't train with this device"; L refuses any roster with it and never proposes one
+  assert.equal(L.ctl.keepOut(X.id, 'its user said so'), true);
+  const runEnds = (n) => n.events.filter(([e]) => e === 'run-ended').map(([, p]) => p);
+  await g.until(() => X.ctl.phase === 'idle', 'X idle');
+  await L.ctl.start(SETTINGS);
+  await g.until(() => P1.ctl.phase === 'running' && L.completed >= 8, 'the next run, 8 steps', 30_000);
+  assert.deepEqual(L.ctl.run.roster, [L.id, P1.id], 'the next run goes on without X');
+  assert.match(L.notes.join('\n'), /Starting without p3: kept out on this device/);
+  // X asks to join it (an idle device seeing its group train): refused, the reason said
+  await sleep(Math.max(0, X.ctl.joinBackoffUntil - performance.now()) + 20);   // after its run's end, a short backoff
+  X.ctl.maybeJoin();
+  await g.until(() => X.notes.some((t) => /keeps this device out/.test(t)), `X told it is kept out: ${JSON.stringify(X.notes)} ${X.ctl.phase}`, 10_000);
+  await sleep(200);
+  assert.ok(!L.ctl.run.roster.includes(X.id) && !L.ctl.run.joiners.has(X.id), 'X never enters the run');
+  // a RUN naming X, from P1, is declined by L (it would train with X)
+  L.ctl.stop();
+  const second = await g.until(() => runEnds(L).length === 2 && runEnds(P1).length === 2, 'the second run to end').then(() => [runEnds(L)[1], runEnds(P1)[1]]);
+  for (const e of second) assert.equal(e.state, 'stopped');
+  const off = await firstOffReference(L);
+  assert.equal(off, null, off);
+  await assert.rejects(P1.ctl.start(SETTINGS), /keeps out|kept out/, 'P1 proposes L and X: L declines');
+  await g.close();
+});
+
 test('a liar echoes each side its own gradient: the sync guard stops every honest page with the alarm, no fork', async () => {
   const { g, nodes } = await startGroup(3, 36);
   const [L, P1, H] = nodes;

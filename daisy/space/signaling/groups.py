@@ -23,11 +23,30 @@ def peer_id_of(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:PEER_ID_HEX]
 
 
+class RemovedIds:
+    """The peer ids a room's host removed, the latest MAX of them (a bound: each removal is of a
+    seat, and seats are bounded by the group's size and the join rate)."""
+    MAX = 256
+
+    def __init__(self):
+        self.ids: dict[str, None] = {}
+
+    def add(self, peer_id: str) -> None:
+        self.ids.pop(peer_id, None)
+        self.ids[peer_id] = None
+        while len(self.ids) > self.MAX:
+            del self.ids[next(iter(self.ids))]
+
+    def __contains__(self, peer_id: str) -> bool:
+        return peer_id in self.ids
+
+
 class Group:
     def __init__(self, key: str, public_id: str):
         self.key, self.public_id = key, public_id
         self.kind = "room" if key.startswith("room:") else "network"
         self.seats: dict[str, Seat] = {}  # peer id -> seat, in join order
+        self.removed = RemovedIds()  # ids the room's host removed: they never take a seat here again
 
 
 class Seat:

@@ -145,7 +145,7 @@ class SignalingHub:
                 role = "member"
             else:
                 role = "pending" if any(s.role == "host" for s in group.seats.values()) else "host"
-            token, peer_id = self._identity(token)
+            token, peer_id = self._identity(token, group)
             seat = Seat(peer_id, token, group, clean_text(name, MAX_NAME), role, addr,
                         collections.deque(maxlen=self.config.vouch_keep),
                         ReportRate(self.config.vouch_per_s, self.config.vouch_burst))
@@ -160,13 +160,14 @@ class SignalingHub:
         self._announce_arrival(seat)
         return seat
 
-    def _identity(self, token: str | None) -> tuple[str, str]:
+    def _identity(self, token: str | None, group: Group | None = None) -> tuple[str, str]:
         """(token, peer id) of a new seat. A well-formed token this hub does not know (minted
         by an earlier run of the server, or expired here) keeps its id, so a run's roster
         survives a restart; a malformed one, or one whose id a live seat holds (the same token
         in another group, or a preimage attempt), is ignored: a fresh identity. Why accepting
         client tokens gives nobody new power: docs/PROTOCOL.md "Identity"."""
-        if token and TOKEN.fullmatch(token) and (peer_id := peer_id_of(token)) not in self.peer_ids:
+        if token and TOKEN.fullmatch(token) and (peer_id := peer_id_of(token)) not in self.peer_ids \
+                and not (group is not None and peer_id in group.removed):
             self.peer_ids.add(peer_id)
             return token, peer_id
         while (peer_id := peer_id_of(token := secrets.token_urlsafe(24))) in self.peer_ids:
@@ -297,6 +298,8 @@ class SignalingHub:
             self._forward(seat, msg, ref)
         elif kind in ("approve", "reject"):
             self._decide(seat, msg, ref)
+        elif kind == "remove":
+            self._remove(seat, msg, ref)
         elif kind == "hello":
             self._hello(seat, msg, ref)
         elif kind == "vouch":
@@ -344,6 +347,28 @@ class SignalingHub:
             if target.addr:  # no reconnect-and-ask loop from that address
                 self.joins.rejected(target.addr, seat.group.key, time.monotonic())
             self._release(target)
+
+    def _remove(self, seat: Seat, msg: dict, ref) -> None:
+        """The room host keeps a member out: its seat is released now (its token no longer
+        resumes it, its id may not take a seat in this room again), it is told and closed 4403,
+        its address waits the rejection cool-down before asking again, and the group is told
+        `peer-left` with reason `removed` (docs/PROTOCOL.md "Client → server")."""
+        if seat.role != "host":
+            seat.send(error("not-host", "only the room host can remove a member", ref))
+            return
+        peer = msg.get("peer")
+        target = seat.group.seats.get(peer) if isinstance(peer, str) else None
+        if target is None or target is seat:
+            seat.send(error("no-such-peer", "no other member with that id in your room", ref))
+            return
+        seat.group.removed.add(target.id)
+        target.send({"type": "removed", "reason": "the room host removed this device"})
+        if target.conn:
+            target.conn.close(CLOSE_REJECTED, "removed by the host")
+        if target.addr:
+            self.joins.rejected(target.addr, seat.group.key, time.monotonic())
+        self._broadcast(viewers(target), {"type": "peer-left", "peer": target.id, "reason": "removed"})
+        self._release(target)
 
     def _hello(self, seat: Seat, msg: dict, ref) -> None:
         path = msg.get("path")
