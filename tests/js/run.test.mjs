@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 
 import { Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
 import { stateLimit } from '../../frontend_js/run/peer_state.js';
+import { FWD_WINDOW } from '../../frontend_js/run/record.js';
 import { maxStateBytes } from '../../frontend_js/state_codec.js';
 import { makeConfig, RANGES } from '../../frontend_js/config.js';
 import { paramShapes, paramCount } from '../../frontend_js/model.js';
@@ -243,7 +244,7 @@ test('a STOP naming another member shows its sender as the stopper and the name 
   assert.match(P1.ended.message, new RegExp(`^Stopped at step \\d+ by ${H.id} \\(which says ${L.id} asked: stopped on p0\\)`), P1.ended.message);
   assert.doesNotMatch(P1.ended.message, new RegExp(`by ${L.id}`), 'a relayed name is never shown as the stopper');
   // L got the STOP from P1's relay, or from H: a sender it saw, never itself
-  assert.match(L.ended.message, new RegExp(`by (${P1.id}|${H.id}) `), L.ended.message);
+  assert.match(L.ended.message, new RegExp(`by (${P1.id}|${H.id})\\b`), L.ended.message);
   assert.doesNotMatch(L.ended.message, new RegExp(`by ${L.id}`), L.ended.message);
   await assertHonest(nodes);
   await g.close();
@@ -344,20 +345,42 @@ test('JOIN repeated every few ms: one state transfer per interval, repeated JOIN
   await g.close();
 });
 
-test('a joiner that never finishes its sync is dropped at the deadline and forwarding stops', async () => {
+test('a joiner that stalls (asks, never reads) gets a window of forwarded steps per transfer, and each time it asks again waits longer (issue 27, property 4)', async () => {
   const { g, nodes } = await startGroup(2, 39);
   const [L] = nodes;
   const [J] = g.add(1, { faults: { noJoin: true } });
   await g.linked();
   J.mesh.receive = () => {};                          // it asks, then never reads what it is sent
-  let sends = 0;                                       // messages from the leader to J
+  let fwd = 0;
+  const transfers = [];                               // when the leader sent it a state
   const send = L.mesh.send.bind(L.mesh);
-  L.mesh.send = (to, msg) => { if (to === J.id) sends++; return send(to, msg); };
-  J.sendJson(L.id, TYPES.JOIN, { protocol: J.mesh.version, dataId: 'builtin:test' });
-  await g.until(() => L.notes.some((t) => /Stopped syncing p2 in: its sync did not finish/.test(t)), 'the sync deadline', 10_000);
-  const sent = sends, at = L.completed;
-  await g.until(() => L.completed >= at + 5, 'more steps');
-  assert.ok(sends - sent <= 1, `${sends - sent} messages after the deadline (the REFUSE at most)`);
+  L.mesh.send = (to, msg) => {
+    if (to === J.id && msg.type === TYPES.FWD) fwd++;
+    if (to === J.id && msg.type === TYPES.STATE) transfers.push(performance.now());
+    return send(to, msg);
+  };
+  const stalled = () => L.notes.filter((t) => /Stopped syncing p2 in: it confirmed none of the last \d+ forwarded steps/.test(t)).length;
+  const at = L.completed, t0 = performance.now();
+  const perTransfer = [];
+  for (let k = 0; k < 3; k++) {
+    const before = fwd;
+    J.sendJson(L.id, TYPES.JOIN, { protocol: J.mesh.version, dataId: 'builtin:test' });
+    await g.until(() => stalled() > k, `stalled sync ${k + 1}`, 20_000);
+    perTransfer.push(fwd - before);
+  }
+  const steps = L.completed - at, perMs = steps / (performance.now() - t0);
+  const gaps = transfers.slice(1).map((t, i) => t - transfers[i]);
+  console.log(`# a stalled joiner over ${steps} steps of the group: ${transfers.length} states, forwarded steps ${perTransfer.join(', ')} (gaps ${gaps.map((x) => x.toFixed(0)).join(', ')} ms)`);
+  assert.equal(transfers.length, 3);
+  // each transfer waited STALL_FACTOR (4) times longer than the one before
+  gaps.forEach((gap, i) => assert.ok(gap >= TIMING.resyncIntervalMs * 4 ** (i + 1) - 20, `transfer ${i + 2} came ${gap.toFixed(0)} ms after the one before`));
+  // per transfer a window of forwarded steps, or the steps of the first confirmation's wait, where a
+  // forwarded step per group step went out before, until the sync deadline
+  const most = FWD_WINDOW + perMs * TIMING.firstAckMs * 2 + 10;
+  for (const n of perTransfer) assert.ok(n <= most, `${n} forwarded steps in one stalled sync: over ${most.toFixed(0)}`);
+  const done = fwd, at2 = L.completed;
+  await g.until(() => L.completed >= at2 + 20, 'more steps');
+  assert.equal(fwd, done, 'no forwarded step once its sync is dropped');
   assert.equal(L.ctl.run.joiners.size, 0);
   L.ctl.stop();
   await g.ended(nodes);
