@@ -208,6 +208,37 @@ async def test_only_the_host_approves_or_rejects(base):
 
 
 @async_test
+async def test_the_host_removes_a_member_for_good(base):
+    """`remove` (issue 27, property 6): host only; the member is told and closed 4403, the group
+    is told peer-left "removed", its token resumes nothing, its id never takes a seat in the room
+    again, and its address waits the cool-down before asking again."""
+    async with Clients(base) as c:
+        host, (member, liar) = await room_with_members(c, "remove-me", 2)
+        for actor, target in ((member, liar), (liar, member)):
+            await actor.send({"type": "remove", "peer": target.id, "ref": 3})
+            err = await actor.expect("error")
+            assert (err["code"], err["ref"]) == ("not-host", 3), err
+        for peer in ("0123456789abcdef", host.id, 12, None):
+            await host.send({"type": "remove", "peer": peer})
+            assert (await host.expect("error"))["code"] == "no-such-peer"
+        await host.send({"type": "remove", "peer": liar.id})
+        assert (await liar.expect("removed"))["reason"]
+        assert await liar.wait_closed() == (CLOSE_REJECTED, "removed by the host")
+        for other in (host, member):
+            assert await other.expect("peer-left") == {"type": "peer-left", "peer": liar.id, "reason": "removed"}
+        await relay_ok(host, member)
+        # back at once from its address: refused for the cool-down (4429)
+        early = await SignalClient.open(base, room="remove-me", token=liar.welcome["token"], expect_welcome=False)
+        assert (await early.wait_closed())[0] == CLOSE_TOO_MANY_JOINS
+        await asyncio.sleep(CONFIG.reject_cooldown_s)
+        # later its token gets a new identity, pending: the host decides again
+        again = await c.open(room="remove-me", token=liar.welcome["token"])
+        assert again.id != liar.id and again.welcome["role"] == "pending" and not again.welcome["resumed"]
+        assert (await host.expect("join-request"))["peer"]["id"] == again.id
+        await member.silent(0.1)
+
+
+@async_test
 async def test_host_leaving_hands_over_to_longest_present_member(base):
     async with Clients(base) as c:
         host, (first, second), pending = await room_with_pending(c, "handover", 2)

@@ -14,14 +14,13 @@ from fastapi import FastAPI
 
 from daisy.config import Config
 from daisy.space.bodies import Pace
-from daisy.space.group_run import (TOKEN_HEADER, GroupRunStore, StoredRun, UploadGate, Write, make_group_run_router,
-                                   write_refusal)
+from daisy.space.group_run import TOKEN_HEADER, GroupRunStore, StoredRun, UploadGate, make_group_run_router, store_refusal
 from daisy.hashing import weight_hash
 from daisy.model import param_count, param_shapes
 from daisy.space.signaling.config import SignalingConfig
 from daisy.space.signaling.hub import SignalingHub
 from daisy.space.signaling.routes import make_signaling_router
-from daisy.files.state_codec import MAX_STATE_BYTES, encode_state
+from daisy.files.state_codec import MAX_STATE_BYTES, decode_state, encode_state
 from tests.bits import assert_same_bits
 from tests.signal_client import Clients, async_test, serve_in_thread
 
@@ -39,12 +38,18 @@ def tiny_body(step: int, seed: int = 1, **overrides) -> bytes:
     return encode_state(**{**fields, **overrides})
 
 
+def hash_of(body: bytes) -> str:
+    return decode_state(body, need_optim=False)["weight_hash"]
+
+
 @contextlib.contextmanager
-def stored_run_app(store: GroupRunStore | None = None, gate: UploadGate | None = None, **options):
+def stored_run_app(store: GroupRunStore | None = None, gate: UploadGate | None = None, *,
+                   config: SignalingConfig | None = None, **options):
     """/signal and the stored-run routes over one hub, served by uvicorn -> (ws base, http base,
-    store, gate); options go to make_group_run_router."""
-    hub = SignalingHub(SignalingConfig(grace_s=0.5))
+    store, gate); options go to make_group_run_router (an upload waits 1 s for its vouchers)."""
+    hub = SignalingHub(config or SignalingConfig(grace_s=0.5))
     store, gate = store or GroupRunStore(), gate or UploadGate()
+    options = {"vouch_wait_s": 1.0, **options}
     app = FastAPI()
     app.include_router(make_signaling_router(hub))
     app.include_router(make_group_run_router(hub, store, gate=gate, **options))
@@ -60,6 +65,20 @@ def server():
 
 def auth(client) -> dict:
     return {TOKEN_HEADER: client.welcome["token"]}
+
+
+async def vouch(client, body: bytes, run: int = 1, roster=None, final: bool = False, step: int | None = None) -> None:
+    """`client` reports over its seat that its replica of run `run` holds `body`'s weights at
+    `body`'s step (roster: the run's peer ids, default `client` alone)."""
+    step = decode_state(body, need_optim=False)["step"] if step is None else step
+    await client.send({"type": "vouch", "run": run, "step": step, "hash": hash_of(body), "final": final,
+                       "roster": [c if isinstance(c, str) else c.id for c in (roster or [client])]})
+
+
+async def vouched_store(http, client, body, run: int = 1, final: int = 0, xff: str | None = None):
+    """A run of one: `client` vouches for `body`, then stores it."""
+    await vouch(client, body, run, final=bool(final))
+    return await store_run(http, client, body, run, final, xff)
 
 
 def store_run(http, client, body, run: int = 1, final: int = 0, xff: str | None = None):
@@ -96,21 +115,26 @@ async def test_a_member_stores_the_run_and_every_member_of_the_group_reads_it(se
         refused(await http.get("/api/group-run", headers=auth(other)), 404, "no stored run for this group")
 
         body = tiny_body(40)
+        for member in (leader, other):
+            await vouch(member, body, run=7, roster=[leader, other])
         r = await store_run(http, leader, body, run=7)
         assert r.status_code == 200, r.text
         info = (await http.get("/api/group-run/info", headers=auth(other))).json()
         assert info["stored"] and info["step"] == 40 and info["steps"] == 100, info
-        assert (info["run_id"], info["writer"], info["final"]) == (7, leader.id, False), info
+        assert (info["run_id"], info["final"], info["vouched_by"], info["roster_size"]) == (7, False, 2, 2), info
         assert info["config"] == TINY.to_dict() and info["bytes"] == len(body) and info["saved_at"] > 0, info
         got = await http.get("/api/group-run", headers=auth(other))
         assert got.status_code == 200 and got.headers["x-daisy-step"] == "40", got.headers
         assert got.headers["x-daisy-weight-hash"] == info["weight_hash"] == r.json()["weight_hash"]
-        assert (got.headers["x-daisy-run-id"], got.headers["x-daisy-writer"]) == ("7", leader.id)
+        assert (got.headers["x-daisy-run-id"], got.headers["x-daisy-vouched-by"], got.headers["x-daisy-roster-size"]) \
+            == ("7", "2", "2")
         same_body(got.content, body)
 
-        # the run's next upload replaces it: the latest state per group
+        # the run's next vouched upload replaces it, whoever sends it: the latest state per group
         later = tiny_body(50, seed=2)
-        assert (await store_run(http, leader, later, run=7)).status_code == 200
+        for member in (leader, other):
+            await vouch(member, later, run=7, roster=[leader, other])
+        assert (await store_run(http, other, later, run=7)).status_code == 200
         same_body((await http.get("/api/group-run", headers=auth(other))).content, later)
 
 
@@ -120,7 +144,7 @@ async def test_an_upload_of_a_state_from_outside_the_group_is_refused(server):
     async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
         member = await c.open(xff=NET_B, name="member")
         mine = tiny_body(30)
-        stored = await store_run(http, member, mine)
+        stored = await vouched_store(http, member, mine)
         assert stored.status_code == 200, stored.text
         host = await c.open(room="stored-a", xff=NET_B, name="host")
         guest = await approved_member(c, host, "stored-a", "guest")
@@ -144,6 +168,7 @@ async def test_an_upload_of_a_state_from_outside_the_group_is_refused(server):
 
         # a room member stores into its room, whatever group the request names; the network
         # group's run is untouched, and each group reads only its own
+        await vouch(guest, outsider)
         named = await http.post("/api/group-run?run=1&final=0&room=&group=net:local", content=outsider,
                                 headers={**auth(guest), "X-Daisy-Group": "network"})
         assert named.status_code == 200, named.text
@@ -163,7 +188,7 @@ async def test_bad_bodies_are_refused_by_name_and_the_stored_run_stays(server):
     async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=60) as http:
         member = await c.open(xff="192.0.2.77", name="member")
         good = tiny_body(20)
-        assert (await store_run(http, member, good)).status_code == 200
+        assert (await vouched_store(http, member, good)).status_code == 200
         tampered = bytearray(good)
         tampered[-8 * 3 * param_count(TINY) + 3] ^= 1   # a weight's bit
         rng = np.random.default_rng(1)
@@ -186,7 +211,7 @@ async def test_bad_bodies_are_refused_by_name_and_the_stored_run_stays(server):
 def test_the_store_keeps_the_latest_runs_within_its_count_and_bytes():
     body = tiny_body(10)
     run = lambda step: StoredRun(body=body, step=step, config=TINY.to_dict(), weight_hash="h", saved_at=0,  # noqa: E731
-                                 run_id=1, writer="w", final=False)
+                                 run_id=1, final=False, vouchers=frozenset("a"), roster_size=1)
     store = GroupRunStore(max_runs=2, max_bytes=10 * len(body))
     assert store.put("a", run(1)) == [] and store.put("b", run(1)) == []
     assert store.put("a", run(2)) == []                     # a replacement is not a new group
@@ -212,7 +237,7 @@ async def test_over_the_stores_bounds_the_oldest_group_is_evicted():
         async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
             first, second, third = [await c.open(xff=f"203.0.113.{i}") for i in (1, 2, 3)]
             for client in (first, second, third):
-                assert (await store_run(http, client, body)).status_code == 200
+                assert (await vouched_store(http, client, body)).status_code == 200
             assert (await http.get("/api/group-run/info", headers=auth(first))).json() == {"stored": False}
             for client in (second, third):
                 assert (await http.get("/api/group-run/info", headers=auth(client))).json()["stored"]
@@ -222,57 +247,165 @@ async def test_over_the_stores_bounds_the_oldest_group_is_evicted():
 
 
 
-def test_the_write_rules_as_a_table():
-    """write_refusal, every case of docs/PROTOCOL.md "The stored run (HTTP)"."""
-    run = StoredRun(body=b"", step=20, config={"steps": 100}, weight_hash="h", saved_at=0,
-                    run_id=7, writer="A", final=False)
-    ended = StoredRun(**{**run.__dict__, "final": True})
-    cases = [  # stored, (run id, writer, final), step, writer present -> refusal words (None: accepted)
-        (None, (7, "B", False), 1, True, None),
-        (run, (7, "A", False), 21, True, None),
-        (run, (7, "A", False), 20, True, "only grows"),
-        (run, (7, "A", False), 19, True, "only grows"),
-        (run, (7, "A", True), 20, True, None),                  # the same step, now final
-        (run, (7, "A", False), None, True, None),               # before the body: the step is not known
-        (run, (7, "B", False), 21, True, "still in the group"),
-        (run, (7, "B", False), 21, False, None),                # its writer left
-        (run, (7, "B", False), 20, False, "only grows"),
-        (run, (8, "B", False), 1, True, "has not ended"),
-        (run, (8, "B", False), 1, False, None),
-        (run, (8, "A", False), 1, True, None),                  # its own writer's next run
-        (ended, (7, "A", False), 30, True, "has ended"),
-        (ended, (7, "A", True), 20, True, "has ended"),         # final is set once
-        (ended, (8, "B", False), 1, True, None),
+def test_the_store_rules_as_a_table():
+    """store_refusal, every case of docs/PROTOCOL.md "The stored run (HTTP)": vouched by a
+    majority of its roster; more vouchers replace any; as many, or more than half of the same
+    devices, replace another run or a later step of the same unended run."""
+    def run(run_id, step, vouchers, size, final=False):
+        return StoredRun(body=b"", step=step, config={"steps": 100}, weight_hash="ab" * 32, saved_at=0,
+                         run_id=run_id, final=final, vouchers=frozenset(vouchers), roster_size=size)
+    stored = run(7, 20, "ABC", 3)
+    ended = run(7, 20, "ABC", 3, final=True)
+    kinds = {"vouched by 1 of": "unvouched", "vouched by 0 of": "unvouched", "vouched by 3 devices": "outvouched",
+             "only grows": "behind", "has ended": "ended"}
+    cases = [  # stored, the upload -> refusal words (None: accepted)
+        (None, run(7, 1, "A", 1), None),                         # a run of one, vouched by one
+        (None, run(7, 1, "A", 2), "vouched by 1 of 2"),          # half is not more than half
+        (None, run(7, 1, "", 0), "vouched by 0 of 0"),           # nobody reported that hash
+        (None, run(7, 1, "AB", 3), None),
+        (stored, run(7, 21, "ABC", 3), None),
+        (stored, run(7, 21, "AB", 2), None),                     # C left: 2 of the 3 carry on
+        (stored, run(7, 21, "AB", 3), None),
+        (stored, run(7, 21, "A", 1), "vouched by 3 devices"),    # one member alone: never
+        (stored, run(8, 1, "D", 1), "vouched by 3 devices"),     # nor its own run
+        (stored, run(8, 1, "DE", 2), "vouched by 3 devices"),
+        (stored, run(8, 1, "DEF", 3), None),                     # another run vouched by as many
+        (stored, run(8, 1, "AB", 2), None),                      # the group's own later run, fewer
+        (stored, run(7, 20, "ABC", 3), "only grows"),
+        (stored, run(7, 19, "ABC", 3), "only grows"),
+        (stored, run(7, 20, "ABC", 3, final=True), None),        # the same step, now final
+        (stored, run(7, 5, "ABCD", 4), None),                    # vouched by more: replaces any
+        (ended, run(7, 30, "ABC", 3), "has ended"),
+        (ended, run(7, 20, "ABC", 3, final=True), "has ended"),  # final is set once
+        (ended, run(8, 1, "ABC", 3), None),
+        (run(7, 90, "L", 1, final=True), run(7, 25, "AB", 3), None),   # a lone liar's "end" is outvoted
     ]
-    for stored, (run_id, writer, final), step, present, words in cases:
-        why = write_refusal(stored, Write(run_id, writer, final), step, present)
+    for old, new, words in cases:
+        no = store_refusal(old, new)
+        why = no and no[1]
         assert (why is None) if words is None else (why is not None and words in why), \
-            (stored and (stored.run_id, stored.writer, stored.final), run_id, writer, final, step, present, why)
+            (old and (old.run_id, old.step, sorted(old.vouchers), old.final), new.run_id, new.step,
+             sorted(new.vouchers), new.roster_size, new.final, why)
+        assert no is None or no[0] == next(k for w, k in kinds.items() if w in why), no
 
 
 @async_test
-async def test_only_the_runs_writer_stores_it_until_it_ends_or_its_writer_leaves(server):
+async def test_a_member_can_neither_pre_empt_nor_block_nor_end_the_groups_stored_run(server):
+    """Issue 27's finding 2, over real uvicorn: a member of a three-device run stores a poisoned
+    state under the run's id before the leader's first store, then "ends" it. Refused as the
+    run's (vouched by 1 of 3); as a run of its own (roster: itself) it is stored, vouched by 1,
+    and the group's majority-vouched state replaces it and is never replaced by it again."""
     ws, base, _, _ = server
     async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
-        a, b, third = [await c.open(xff="203.0.113.40", name=n) for n in ("a", "b", "c")]
-        info = lambda: http.get("/api/group-run/info", headers=auth(b))  # noqa: E731
-        assert (await store_run(http, a, tiny_body(10), run=7)).status_code == 200
-        refused(await store_run(http, b, tiny_body(20), run=7), 409, f"stored by {a.id}, which is still in the group")
-        refused(await store_run(http, b, tiny_body(5), run=8), 409, "has not ended")
-        refused(await store_run(http, a, tiny_body(10), run=7), 409, "only grows")
-        for query in ("", "?run=0", "?run=abc", "?run=4294967296", "?run=7&final=2"):
-            refused(await http.post(f"/api/group-run{query}", content=tiny_body(30), headers=auth(a)), 400, "=")
-        assert (await store_run(http, a, tiny_body(20), run=7, final=1)).status_code == 200
-        assert (await info()).json()["final"] is True
-        refused(await store_run(http, a, tiny_body(30), run=7), 409, "has ended")
-        # a new run replaces an ended one; then its writer leaves and another member carries it on
-        assert (await store_run(http, b, tiny_body(5), run=8)).status_code == 200
-        refused(await store_run(http, third, tiny_body(6), run=8), 409, "still in the group")
-        await b.close()
-        await third.expect("peer-left")
-        assert (await store_run(http, third, tiny_body(6), run=8)).status_code == 200
+        p0, p1, liar = [await c.open(xff="203.0.113.41", name=n) for n in ("p0", "p1", "liar")]
+        group = [p0, p1, liar]
+        info = lambda: http.get("/api/group-run/info", headers=auth(p1))  # noqa: E731
+        poison = tiny_body(10, seed=66)
+        await vouch(liar, poison, run=7, roster=group)
+        refused(await store_run(http, liar, poison, run=7), 409, "vouched by 1 of 3 devices")
+        assert (await info()).json() == {"stored": False}
+        # its own run of one, under the group's run id: stored, and says so
+        await vouch(liar, poison, run=7, roster=[liar])
+        assert (await store_run(http, liar, poison, run=7)).status_code == 200
+        assert (await info()).json()["vouched_by"] == 1
+        # the group's state at step 25, vouched by the two honest members: stored, uploaded by anyone
+        good = tiny_body(25, seed=1)
+        for member in (p0, p1):
+            await vouch(member, good, run=7, roster=group)
+        assert (await store_run(http, liar, good, run=7)).status_code == 200
+        got = (await info()).json()
+        assert (got["step"], got["weight_hash"], got["vouched_by"], got["roster_size"]) == (25, hash_of(good), 2, 3), got
+        # the liar can no longer replace it, end it, nor start a run of its own over it
+        for run_id, final, step in ((7, 0, 30), (7, 1, 30), (8, 0, 1), (8, 1, 1)):
+            body = tiny_body(step, seed=66)
+            await vouch(liar, body, run=run_id, roster=[liar], final=bool(final))
+            r = await store_run(http, liar, body, run=run_id, final=final)
+            refused(r, 409, "vouched by 2 devices")
+            assert r.json()["refusal"] == "outvouched", r.json()
+        # nor make it unvouched by saying another hash: its own word alone changes
+        await vouch(liar, tiny_body(50, seed=66), run=7, roster=group)
+        later = tiny_body(50, seed=2)
+        for member in (p0, p1):
+            await vouch(member, later, run=7, roster=group)
+        assert (await store_run(http, p1, later, run=7)).status_code == 200
+        # the group ends its run; the next run of the group (fewer devices, the same ones) replaces it
+        end = tiny_body(60, seed=2)
+        for member in (p0, p1):
+            await vouch(member, end, run=7, roster=group, final=True)
+        assert (await store_run(http, p0, end, run=7, final=1)).status_code == 200
+        refused(await store_run(http, p0, end, run=7), 409, "has ended")
+        next_run = tiny_body(5, seed=4)
+        for member in (p0, p1):
+            await vouch(member, next_run, run=8, roster=[p0, p1])
+        assert (await store_run(http, p0, next_run, run=8)).status_code == 200
+        got = (await info()).json()
+        assert (got["run_id"], got["step"], got["vouched_by"], got["roster_size"], got["final"]) == (8, 5, 2, 2, False), got
+
+
+@async_test
+async def test_only_seats_of_the_group_vouch_each_once_over_its_own_seat(server):
+    """A report counts for its own seat only, within its own group, and for the roster it
+    names: another group's members, a report naming another roster, or the same member saying
+    it twice add nothing; ids in a roster that never report only raise the bar."""
+    ws, base, _, _ = server
+    async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        a, b = [await c.open(xff="203.0.113.42", name=n) for n in ("a", "b")]
+        elsewhere = await c.open(xff="203.0.113.43", name="elsewhere")
+        body = tiny_body(10, seed=8)
+        ghosts = ["0123456789abcdef", "fedcba9876543210"]
+        await vouch(a, body, roster=[a, *ghosts])               # a roster of seats nobody holds
+        await vouch(a, body, roster=[a, *ghosts])               # twice: still a's one word
+        await vouch(elsewhere, body, roster=[a, elsewhere])     # not in a's group
+        refused(await store_run(http, a, body), 409, "vouched by 1 of 3 devices")
+        await vouch(b, body, roster=[a, b])                     # another roster: counts apart
+        refused(await store_run(http, b, body), 409, "vouched by 1 of 2 devices")
+        await vouch(b, body, roster=[a, ghosts[0], b])          # a named another roster
+        refused(await store_run(http, b, body), 409, "of 3 devices")
+        await vouch(a, body, roster=[a, b])                     # each one's latest word counts
+        await vouch(b, body, roster=[a, b])
+        assert (await store_run(http, b, body)).status_code == 200
         got = (await http.get("/api/group-run/info", headers=auth(a))).json()
-        assert (got["run_id"], got["writer"], got["step"], got["final"]) == (8, third.id, 6, False), got
+        assert (got["vouched_by"], got["roster_size"]) == (2, 2), got
+
+
+@async_test
+async def test_vouch_reports_are_checked_bounded_and_rate_limited():
+    config = SignalingConfig(grace_s=0.5, vouch_per_s=5, vouch_burst=3, vouch_keep=4)
+    with stored_run_app(config=config) as (ws, base, _, _):
+        async with Clients(ws) as c, httpx.AsyncClient(base_url=base, timeout=30) as http:
+            host = await c.open(room="vouch-a", name="host")
+            pending = await c.open(room="vouch-a", name="pending")
+            await host.expect("join-request")
+            good = {"type": "vouch", "run": 1, "step": 3, "hash": "ab" * 32, "final": False, "roster": [host.id]}
+            await pending.send({**good, "roster": [pending.id], "ref": 1})
+            assert (await pending.expect("error"))["code"] == "not-admitted"
+            bad = {"run": 0, "step": -1, "hash": "AB" * 32, "final": 1, "roster": [],
+                   "extra": None}
+            for field, value in bad.items():
+                if field == "extra":
+                    value = [host.id, host.id]
+                    field = "roster"
+                await host.send({**good, field: value, "ref": field})
+                err = await host.expect("error")
+                assert err["code"] == "bad-message" and f'"{field}"' in err["message"], err
+            await host.send({**good, "roster": ["0123456789abcdef"]})
+            assert "must include you" in (await host.expect("error"))["message"]
+            # 3 at once, then 5 a second: the 4th at once is refused and not kept
+            for step in range(4):
+                await host.send({**good, "step": step, "ref": step})
+            err = await host.expect("error")
+            assert (err["code"], err["ref"]) == ("rate-limited", 3), err
+            await host.silent(0.2)
+            # each seat keeps its latest vouch_keep reports: the oldest goes
+            await asyncio.sleep(0.7)
+            body = tiny_body(1, seed=5)
+            await vouch(host, body)
+            for step in range(2, 6):
+                await asyncio.sleep(0.25)
+                await host.send({**good, "step": step})
+            refused(await store_run(http, host, body), 409, "vouched by 0 of 0")
+            await vouch(host, body)
+            assert (await store_run(http, host, body)).status_code == 200
 
 
 async def trickle(port: int, token: str, xff: str, total: int, every_s: float):
@@ -322,12 +455,12 @@ async def test_slow_uploads_from_other_groups_do_not_keep_a_group_from_storing()
                     break
                 await asyncio.sleep(0.01)
             assert len(gate.groups) == 2 and gate.held < 100, (gate.groups, gate.held)
-            assert (await store_run(http, victim, body, xff="203.0.113.60")).status_code == 200
+            assert (await vouched_store(http, victim, body, xff="203.0.113.60")).status_code == 200
             refused(await store_run(http, neighbour, body, xff=addresses[0]), 429, "another upload from your address")
             for status, closed in await asyncio.gather(*trickles):
                 assert status.startswith("HTTP/1.1 408") and closed, (status, closed)
             assert gate.held == 0 and not gate.groups and not gate.addresses
-            assert (await store_run(http, neighbour, body, xff=addresses[0])).status_code == 200
+            assert (await vouched_store(http, neighbour, body, xff=addresses[0])).status_code == 200
 
 
 @async_test
@@ -357,7 +490,8 @@ async def test_uploads_hold_slots_and_bytes_received_not_bytes_declared():
             busy = await store_run(http, other_group, body, xff=NET_B)
             refused(busy, 503, "busy, retry")
             assert busy.headers["retry-after"] == "5"
+            await vouch(first, body)
             release.set()
             assert (await held).status_code == 200
-            assert (await store_run(http, other_group, body, xff=NET_B)).status_code == 200
+            assert (await vouched_store(http, other_group, body, xff=NET_B)).status_code == 200
             assert gate.held == 0 and not gate.groups

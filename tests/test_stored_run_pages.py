@@ -5,10 +5,17 @@ group's run", resumes, and every later hash equals the reference's
 (`python -m daisy.train --peers 2 --stop-after N --save a.pt`, then `--resume a.pt --peers 1`)."""
 from __future__ import annotations
 
+import asyncio
+import threading
+
+import httpx
 import pytest
 
 from tests.app_server import offline_app, open_peer, state, wait_state
+from daisy.files.state_codec import decode_state
 from tests.reference import setting_args, train_hashes
+from tests.signal_client import SignalClient
+from tests.test_stored_run import tiny_body
 from tests.test_mesh import RUN_MS, TINY, assert_hashes_equal, ended, open_group, record_steps, step_hashes
 
 pytestmark = pytest.mark.slow
@@ -18,6 +25,8 @@ SETTINGS = {**TINY, "steps": 10000}
 STORE_EVERY = 10
 RESUMED_STEPS = 12
 TINY_FLAGS = setting_args(SETTINGS)
+# refused stores: a lone page's run after the group's (vouched by fewer), the liar's
+EXPECTED_CONSOLE = ("status of 409 (Conflict)",)
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +69,66 @@ def test_every_page_closes_and_a_reopened_page_resumes_the_groups_run(app_url, p
     got = step_hashes(c)
     want = train_hashes("--resume", str(pt), "--peers", "1", "--stop-after", str(max(got) - n))
     assert_hashes_equal("resumed page", got, want, first=n + 1)
+
+
+def as_member(app_url: str, act) -> list:
+    """await act(seat, http, answers) as a member of the pages' network group: a real signaling
+    seat from loopback (no page), on its own event loop beside Playwright's -> answers."""
+    answers = []
+
+    async def main():
+        async with await SignalClient.open(app_url.replace("http://", "ws://"), name="liar") as seat:
+            async with httpx.AsyncClient(base_url=app_url, timeout=30) as http:
+                await act(seat, http, answers)
+    thread = threading.Thread(target=lambda: asyncio.run(main()))
+    thread.start()
+    thread.join(60)
+    return answers
+
+
+def liar_stores(app_url: str, run_id: int, roster: list[str], body: bytes) -> list[tuple[int, str]]:
+    """A member vouches for `body` over its seat, first naming the pages' roster plus itself,
+    then itself alone, and uploads it under the pages' run id each time -> [(status, text)]."""
+    state = decode_state(body, need_optim=False)
+
+    async def lie(liar, http, answers):
+        for claimed in (roster + [liar.id], [liar.id]):
+            await liar.send({"type": "vouch", "run": run_id, "step": state["step"], "final": False,
+                             "hash": state["weight_hash"], "roster": claimed})
+            r = await http.post(f"/api/group-run?run={run_id}&final=0", content=body,
+                                headers={"X-Daisy-Token": liar.welcome["token"]})
+            answers.append((r.status_code, r.text))
+    return as_member(app_url, lie)
+
+
+def group_info(app_url: str) -> dict:
+    async def ask(seat, http, answers):
+        answers.append((await http.get("/api/group-run/info", headers={"X-Daisy-Token": seat.welcome["token"]})).json())
+    return as_member(app_url, ask)[0]
+
+
+def test_a_member_cannot_pre_empt_the_store_and_the_groups_vouched_state_is_stored(app_url, pages):
+    """Issue 27's finding 2 in real pages: a member uploads a poisoned state under the running
+    run's id. Named as the run's roster it is vouched by 1 of 3: refused. As a run of its own
+    it is vouched by 1, never more than the group's state the pages vouched (2 of 2), which is
+    stored and is what a page's own step hash says."""
+    a, b = open_group(pages, f"{app_url}/?storeEvery={STORE_EVERY}", 2)
+    record_steps(a)
+    a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
+    wait_state(a, f"s.storedStep >= {STORE_EVERY}", "the group's first stored step", RUN_MS)
+    run = state(a)["run"]
+    poison = tiny_body(1, seed=66)
+    answers = liar_stores(app_url, run["id"], run["roster"], poison)
+    assert len(answers) == 2, answers
+    assert answers[0][0] == 409 and "vouched by 1 of 3 devices" in answers[0][1], answers
+    assert answers[1][0] == 409 and "vouched by 2 devices" in answers[1][1], answers
+    # the group goes on storing its own state, vouched by both pages
+    done = state(a)["storedStep"]
+    wait_state(a, f"s.storedStep > {done} || !s.running", "a later stored step", RUN_MS)
+    assert state(a)["running"], (state(a)["message"], state(b)["message"], state(a)["error"])
+    info = group_info(app_url)
+    hashes = step_hashes(a)
+    assert info["run_id"] == run["id"] and (info["vouched_by"], info["roster_size"]) == (2, 2), info
+    assert info["weight_hash"] == hashes[info["step"]], (info, hashes.get(info["step"]))
+    a.evaluate("window.daisy.stop()")
+    ended(a, "stopped")

@@ -4,27 +4,32 @@ outlives its browsers (docs/ARCHITECTURE.md "The stored run").
     store = GroupRunStore.from_env()            # bounded: groups and total bytes
     app.include_router(make_group_run_router(hub, store))
 
-The run's leader POSTs its replica (the state body, daisy/files/state_codec.py) every N steps and at
-the end; a page that is alone in its group asks whether a state is stored and may load it.
-Who may read or write a group's run is decided ONLY by the caller's signaling identity: the
-`token` of its `/signal` welcome, sent in the X-Daisy-Token header (a header, so no log line
-carries it), maps to a seat of the SignalingHub and so to that seat's group and peer id. A group
-or writer named by the client is never believed: no route takes one.
+Every member of a run reports over its own signaling seat (`vouch`: run id, roster, step, weight
+hash) every N steps and at the end; the run's leader POSTs its replica (the state body,
+daisy/files/state_codec.py) at those steps. The server hashes the body's weights itself and keeps
+the state only when more than half of the roster its reporters named reported that hash for that
+step (store_refusal): who uploads does not matter. A page that is alone in its group asks whether
+a state is stored and may load it. Which group a request reads or writes is decided ONLY by the
+caller's signaling identity: the `token` of its `/signal` welcome, sent in the X-Daisy-Token
+header (a header, so no log line carries it), maps to a seat of the SignalingHub and so to that
+seat's group. A group named by the client is never believed: no route takes one.
 
 Routes (docs/PROTOCOL.md "The stored run (HTTP)"):
     POST /api/group-run?run=ID&final=0|1   state body with Adam's moments -> {stored info}
-    GET  /api/group-run/info   {"stored": false} or {"stored": true, step, steps, run_id, writer, final, ...}
+    GET  /api/group-run/info   {"stored": false} or {"stored": true, step, steps, run_id, final, vouched_by, roster_size, ...}
     GET  /api/group-run        the state body (404 when the group has none)
 Refusals are JSON {"error": message naming the problem}: 401 no or unknown token, 403 a room
 member the host has not approved, 400 a bad body or query, 408 a body too slow, 409 a write the
-run's rules refuse (write_refusal) or an upload of the group already in progress, 413 too large,
+run's rules refuse (store_refusal) or an upload of the group already in progress, 413 too large,
 429 an upload from the same address in progress, 503 busy.
 
 Memory only: a Space's disk is ephemeral, and a restart ends every run's peers anyway.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections import OrderedDict
@@ -38,13 +43,15 @@ from daisy.space.bodies import (DEFAULT_PACE, BodyIncomplete, BodyTooLarge, Pace
                                refuse)
 from daisy.space.env import env_number
 from daisy.space.signaling.hub import SignalingHub
+from daisy.space.signaling.messages import MAX_RUN_ID
 from daisy.files.state_codec import MAX_STATE_BYTES, StateError, decode_state
 
 TOKEN_HEADER = "X-Daisy-Token"
 DEFAULT_MAX_RUNS = 64              # groups with a stored run
 DEFAULT_MAX_MB = 256               # all stored bodies together (the largest settings' is ~38 MiB)
 DEFAULT_UPLOAD_BYTES = 2 * MAX_STATE_BYTES   # bodies being uploaded, all together (bytes received)
-MAX_RUN_ID = 0xFFFFFFFF            # a run id is the mesh's: a u32 other than 0 (docs/PROTOCOL.md)
+VOUCH_WAIT_S = 5.0                 # an upload waits this long at most for its step's reports
+VOUCH_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -52,65 +59,66 @@ class StoredRun:
     body: bytes
     step: int
     config: dict
-    weight_hash: str
+    weight_hash: str               # computed here over the body's weights (decode_state)
     saved_at: int                  # unix time, ms
     run_id: int                    # the mesh's run id (RUN's runId)
-    writer: str                    # the peer id of the seat whose token stored it
-    final: bool                    # its run ended: only a new run replaces it
+    final: bool                    # its run ended with this state (vouched so)
+    vouchers: frozenset            # the peer ids whose reports vouched this state
+    roster_size: int               # the devices of the roster they named
 
     def info(self) -> dict:
         return {"stored": True, "step": self.step, "steps": self.config["steps"],
                 "weight_hash": self.weight_hash, "config": dict(self.config),
-                "saved_at": self.saved_at, "bytes": len(self.body),
-                "run_id": self.run_id, "writer": self.writer, "final": self.final}
+                "saved_at": self.saved_at, "bytes": len(self.body), "run_id": self.run_id,
+                "final": self.final, "vouched_by": len(self.vouchers), "roster_size": self.roster_size}
 
 
 @dataclass(frozen=True)
 class Write:
-    """What an upload claims (run id, final) and who makes it (the writer's peer id, from its token)."""
+    """What an upload claims: its run id and whether the run ended with it."""
     run_id: int
-    writer: str
     final: bool
 
 
-def write_refusal(stored: StoredRun | None, write: Write, step: int | None,
-                  writer_present: bool) -> str | None:
-    """Why `write` may not replace `stored` (None: it may). step None: the body is not read yet
-    (checked again once it is). writer_present: the stored run's writer still holds a connected
-    seat in the group, on the signaling server's word. The rules (docs/PROTOCOL.md "The stored
-    run (HTTP)"): no stored run; the same run from its writer, step only growing, final set once;
-    the same run from another member once its writer left; a new run once the stored one is
-    final, its writer left, or from that writer itself."""
-    if stored is None:
+UNVOUCHED, OUTVOUCHED, ENDED, BEHIND = "unvouched", "outvouched", "ended", "behind"   # the refusals' kinds
+
+
+def store_refusal(stored: StoredRun | None, run: StoredRun) -> tuple[str, str] | None:
+    """(kind, why) the checked, vouch-counted `run` may not replace `stored` (None: it may). The rules
+    (docs/PROTOCOL.md "The stored run (HTTP)"): more than half of the roster its vouchers named
+    vouched it; a state vouched by more devices replaces any; one vouched by as many, or by more
+    than half of those that vouched the stored one (the same group carrying on with fewer),
+    replaces another run, or its own run's earlier step while that run has not ended."""
+    k, n = len(run.vouchers), run.roster_size
+    if 2 * k <= n:
+        return UNVOUCHED, (f"step {run.step} of run {run.run_id} (weights {run.weight_hash[:12]}) is vouched by "
+                f"{k} of {n} devices of its roster: more than half of them must report that hash")
+    if stored is None or k > len(stored.vouchers):
         return None
-    if write.run_id != stored.run_id:
-        # its own writer starting another run: a page runs one run at a time, so the stored
-        # one has ended (a failed run stores no final state)
-        if stored.final or not writer_present or write.writer == stored.writer:
-            return None
-        return (f"the group's stored run {stored.run_id} has not ended and its writer "
-                f"{stored.writer} is still in the group: run {write.run_id} may replace it only "
-                "once it is final or its writer has left")
+    shared = len(run.vouchers & stored.vouchers)
+    if k < len(stored.vouchers) and 2 * shared <= len(stored.vouchers):
+        return OUTVOUCHED, (f"the group's stored run {stored.run_id} (step {stored.step}) is vouched by "
+                f"{len(stored.vouchers)} devices; this state by {k}, {shared} of them among those: it may "
+                "replace it only when vouched by as many, or by more than half of the same devices")
+    if run.run_id != stored.run_id:
+        return None
     if stored.final:
-        return (f"run {stored.run_id} has ended (its final state is stored at step {stored.step}): "
-                "only a new run may replace it")
-    if write.writer != stored.writer and writer_present:
-        return (f"run {stored.run_id} is stored by {stored.writer}, which is still in the group: "
-                "another member may store it only once that writer has left")
-    if step is not None and not (step > stored.step or (step == stored.step and write.final)):
-        return (f"step {step} of run {stored.run_id} is not past the stored step {stored.step}: "
+        return ENDED, (f"run {stored.run_id} has ended (its final state is stored at step {stored.step}): "
+                "only a new run, or one vouched by more devices, may replace it")
+    if not (run.step > stored.step or (run.step == stored.step and run.final)):
+        return BEHIND, (f"step {run.step} of run {run.run_id} is not past the stored step {stored.step}: "
                 "a run's stored step only grows")
     return None
 
 
-def parse_write(query, writer: str) -> Write | str:
+def parse_write(query) -> Write | str:
     """The upload's query (run=ID&final=0|1) -> its Write, or why it is malformed."""
     run, final = query.get("run", ""), query.get("final", "0")
     if not (run.isdigit() and len(run) <= 10 and 0 < int(run) <= MAX_RUN_ID):
         return f"run= must be the run's id, a whole number in 1..{MAX_RUN_ID}, got {run[:20]!r}"
     if final not in ("0", "1"):
         return f"final= must be 0 or 1, got {final[:20]!r}"
-    return Write(run_id=int(run), writer=writer, final=final == "1")
+    return Write(run_id=int(run), final=final == "1")
 
 
 class GroupRunStore:
@@ -151,9 +159,9 @@ class GroupRunStore:
 
 
 def checked_run(body: bytes, write: Write) -> StoredRun:
-    """A state body -> the StoredRun to keep, or StateError naming what is wrong. The body
-    must be whole (weights and both Adam moments) and carry its weight hash; decode_state
-    recomputes the hash over the weights and refuses a mismatch."""
+    """A state body -> the StoredRun it would be (nobody's vouch counted yet), or StateError
+    naming what is wrong. The body must be whole (weights and both Adam moments) and carry its
+    weight hash; decode_state recomputes the hash over the weights and refuses a mismatch."""
     state = decode_state(body, need_optim=True, need_hash=True)
     cfg, step = state["config"], state["step"]
     if step > cfg["steps"]:
@@ -161,8 +169,8 @@ def checked_run(body: bytes, write: Write) -> StoredRun:
     if state["adam_t"] != step:
         raise StateError(f"the state's Adam step count ({state['adam_t']}) differs from its step ({step})")
     return StoredRun(body=bytes(body), step=step, config=cfg, weight_hash=state["weight_hash"],
-                     saved_at=int(time.time() * 1000), run_id=write.run_id, writer=write.writer,
-                     final=write.final)
+                     saved_at=int(time.time() * 1000), run_id=write.run_id, final=write.final,
+                     vouchers=frozenset(), roster_size=0)
 
 
 class UploadBusy(Exception):
@@ -213,10 +221,11 @@ class UploadGate:
 
 
 def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None, *,
-                          gate: UploadGate | None = None, pace: Pace = DEFAULT_PACE) -> APIRouter:
-    """The stored-run routes over `hub` (whose seats say who is in which group and who is still
-    there) and `store` (from the environment when None); uploads pass `gate` and are read at
-    `pace`."""
+                          gate: UploadGate | None = None, pace: Pace = DEFAULT_PACE,
+                          vouch_wait_s: float = VOUCH_WAIT_S) -> APIRouter:
+    """The stored-run routes over `hub` (whose seats say who is in which group and what each
+    reported) and `store` (from the environment when None); uploads pass `gate`, are read at
+    `pace` and wait up to vouch_wait_s for their vouchers' reports."""
     router = APIRouter()
     store = store or GroupRunStore.from_env()
     gate = gate or UploadGate()
@@ -241,10 +250,15 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
         seat = seat_of(request)
         return seat if isinstance(seat, JSONResponse) else store.get(seat.group.key)
 
-    def refusal(key: str, write: Write, step: int | None) -> JSONResponse | None:
-        stored = store.get(key)
-        why = write_refusal(stored, write, step, stored is not None and hub.present(key, stored.writer))
-        return refuse(409, why) if why else None
+    async def vouched(key: str, run: StoredRun) -> StoredRun:
+        """`run` with the vouchers of its (run, step, hash) counted now; members' reports of the
+        step the upload is for may come just after it: wait for a majority up to vouch_wait_s."""
+        deadline = time.monotonic() + vouch_wait_s
+        while True:
+            ids, size = hub.vouchers(key, run.run_id, run.step, run.weight_hash, run.final)
+            if 2 * len(ids) > size or time.monotonic() >= deadline:
+                return dataclasses.replace(run, vouchers=ids, roster_size=size)
+            await asyncio.sleep(VOUCH_POLL_S)
 
     @router.post("/api/group-run")
     async def upload(request: Request):
@@ -252,12 +266,11 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
         if isinstance(seat, JSONResponse):
             return seat
         key = seat.group.key
-        write = parse_write(request.query_params, seat.id)
+        write = parse_write(request.query_params)
         if isinstance(write, str):
             return refuse(400, write)
-        # refused before the body is read: the run's rules, then the upload slots
         address = hub.address_of(request)
-        if (no := refusal(key, write, None) or gate.refusal(key, address)) is not None:
+        if (no := gate.refusal(key, address)) is not None:
             return no
         with gate.slot(key, address) as take:
             try:
@@ -272,9 +285,11 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
                 return refuse(503, str(e), {"Retry-After": "5", "Connection": "close"})
             except StateError as e:
                 return refuse(400, str(e))
-            # again with the step, and the writer's presence now (it may have left meanwhile)
-            if (no := refusal(key, write, run.step)) is not None:
-                return no
+            # who uploads does not matter: what the group's members reported for this state does
+            run = await vouched(key, run)
+            if (no := store_refusal(store.get(key), run)) is not None:
+                kind, why = no
+                return JSONResponse({"error": why, "refusal": kind}, status_code=409)
             store.put(key, run)
         return run.info()
 
@@ -294,7 +309,7 @@ def make_group_run_router(hub: SignalingHub, store: GroupRunStore | None = None,
             return refuse(404, "no stored run for this group")
         return Response(run.body, media_type="application/octet-stream",
                         headers={"X-Daisy-Weight-Hash": run.weight_hash, "X-Daisy-Step": str(run.step),
-                                 "X-Daisy-Run-Id": str(run.run_id), "X-Daisy-Writer": run.writer,
-                                 "Cache-Control": "no-store"})
+                                 "X-Daisy-Run-Id": str(run.run_id), "X-Daisy-Vouched-By": str(len(run.vouchers)),
+                                 "X-Daisy-Roster-Size": str(run.roster_size), "Cache-Control": "no-store"})
 
     return router

@@ -56,6 +56,7 @@ export class Peer {
       notes: [],             // the last few things worth telling the user
       drops: 0,              // mesh frames dropped (bad, late, foreign); details in mesh.drops
       threads: null,         // {count, shared, reason}: the CPU backend's threads, in shared memory or not, and why not every part on every core (null until decided)
+      keptOut: {},           // peer id -> why this page never trains with it (its user's "don't train with this device", or the room host's removal)
     };
     // ?meshProtocol=N: speak another mesh protocol version (tests of the refusal path)
     const protocol = Number(params.get('meshProtocol'));
@@ -85,7 +86,7 @@ export class Peer {
     const s = this.s;
     return { ...s, group: s.group && { ...s.group }, peers: s.peers.map((p) => ({ ...p })),
              requests: s.requests.map((r) => ({ ...r })), curve: s.curve.slice(),
-             config: s.config && { ...s.config }, threads: s.threads && { ...s.threads }, resumable: this.models.resumePoint() };
+             config: s.config && { ...s.config }, threads: s.threads && { ...s.threads }, keptOut: { ...s.keptOut }, resumable: this.models.resumePoint() };
   }
 
   set(patch) {
@@ -129,8 +130,10 @@ export class Peer {
       this.set({ peers: this.s.peers.filter((p) => p.id !== m.peer),
                  requests: this.s.requests.filter((r) => r.id !== m.peer) });
       this.bus.emit('roster', this.s.peers);
-      // an explicit goodbye ends the link; a dropped socket may come back (the link may be fine)
-      if (m.reason === 'left') this.closeLink(m.peer, 'it left the group');
+      // an explicit goodbye ends the link; a dropped socket may come back (the link may be fine);
+      // a device the room's host removed is kept out here too (the server's word)
+      if (m.reason === 'removed') this.keepOut(m.peer, 'removed by the room host');
+      if (m.reason === 'left' || m.reason === 'removed') this.closeLink(m.peer, m.reason === 'left' ? 'it left the group' : 'the room host removed it');
     });
     on('role', (m) => {
       const peers = this.s.peers.map((p) => (p.id === m.peer ? { ...p, role: m.role } : p));
@@ -205,6 +208,17 @@ export class Peer {
   announce() {
     const state = this.s.runState + (this.s.leader === this.s.peerId && this.s.running ? ' leader' : '');
     this.conn?.send({ type: 'hello', path: this.s.path || undefined, state });
+  }
+
+  // "don't train with this device" (the peer row's button): the run controller refuses any roster
+  // with it and never proposes one (run/controller.js keepOut); a room's host also has the server
+  // remove it from the room (`remove`: it leaves, and its id may not come back)
+  keepOut(peerId, why = 'its user chose not to train with it') {
+    if (typeof peerId !== 'string' || peerId === this.s.peerId) throw new Error('choose another device of the group');
+    this.runs.keepOut(peerId, why);
+    this.set({ keptOut: { ...this.s.keptOut, [peerId]: why } });
+    if (this.s.role === 'host' && this.room !== null && why !== 'removed by the room host') this.conn.send({ type: 'remove', peer: peerId });
+    return true;
   }
 
   approve(peerId) { return this.decide('approve', peerId); }
@@ -486,6 +500,7 @@ export function automationApi(peer, bus) {
     on: (event, cb) => bus.on(event, cb),
     approve: (peerId) => peer.approve(peerId),
     reject: (peerId) => peer.reject(peerId),
+    keepOut: (peerId) => peer.keepOut(peerId),
     hasModel: () => peer.hasModel(),
     generate: (prompt, opts) => peer.models.generate(prompt, opts),
     downloadCheckpoint: () => peer.models.downloadCheckpoint(),

@@ -53,8 +53,16 @@ export function scheduleWith(history, from, P) {
 // the --roster argument of python -m daisy.train for a history
 export const scheduleString = (history) => history.map(([f, P]) => `${f}:${P}`).join(',');
 
+// Whether a roster names a device this device keeps out (keptOut: id -> why) -> null or why not:
+// a page whose user said "don't train with this device" (or whose room host removed it) neither
+// proposes nor accepts a roster with it (docs/PROTOCOL.md "One lying member" 6).
+export function keptOutOf(roster, keptOut, nameOf = (id) => id) {
+  const id = (roster || []).find((x) => keptOut && keptOut.has(x));
+  return id === undefined ? null : `it includes ${nameOf(id)}, which this device keeps out (${keptOut.get(id)})`;
+}
+
 // Checks a ROSTER message {epoch, from, roster} against what this peer knows; -> null or why not.
-//   current: {roster, epoch, completed, selfId}; sender: the peer it came from.
+//   current: {roster, epoch, completed, selfId, keptOut?}; sender: the peer it came from.
 // A planned change (joiners admitted) keeps every current member and appends; it starts one to
 // three steps after this peer's completed count (announced two steps ahead, so that every member
 // has accepted it and seen the GO before it applies). A recovery removes departed peers only and restarts at completed or completed - 1
@@ -67,6 +75,8 @@ export function checkRoster(msg, current, sender) {
   if (!Number.isInteger(from)) return 'no start step';
   if (roster[0] !== sender) return 'the sender is not the new roster\'s leader';
   if (!roster.includes(current.selfId)) return 'the roster drops this device, which is here';
+  const out = keptOutOf(roster, current.keptOut);
+  if (out) return out;
   const kept = current.roster.filter((id) => roster.includes(id));
   const added = roster.filter((id) => !current.roster.includes(id));
   if (kept.some((id, i) => roster[i] !== id)) return 'the roster reorders its members';

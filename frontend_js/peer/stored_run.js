@@ -1,15 +1,17 @@
 // The stored run: the group's run outlives its browsers (docs/ARCHITECTURE.md "The stored run").
+//   - every device of the run vouches over its own signaling seat for its replica every N steps
+//     (?storeEvery=N, default STORE_EVERY: the same N on every page of a group) and at the end of
+//     the run: `vouch` {run, step, hash, final, roster} (docs/PROTOCOL.md "Client → server");
 //   - the run's CURRENT leader (slot 0 of the roster now) uploads the replica (the state body,
-//     state_codec.js) to /api/group-run?run=<runId>&final=0|1 every N steps (?storeEvery=N,
-//     default STORE_EVERY) and at the end of the run (final=1), without holding up training: one
-//     upload in flight at most, a failure is a note, not a stop. The server keeps one stored run
-//     per group and takes a write only from that run's writer with steps that only grow, from
-//     another member once the writer left, or for a new run once the stored one is final
-//     (docs/PROTOCOL.md "The stored run");
+//     state_codec.js) to /api/group-run?run=<runId>&final=0|1 at those steps, without holding up
+//     training: one upload in flight at most, a failure is a note, not a stop. The server hashes
+//     the weights itself and keeps the state only when more than half of the run's roster vouched
+//     for that hash at that step; a state vouched by more devices is never replaced by one vouched
+//     by fewer, except by the same group carrying on (docs/PROTOCOL.md "The stored run (HTTP)");
 //   - a page alone in its group and idle asks /api/group-run/info (on welcome, or when the last
 //     other peer left); a stored state
-//     becomes state().storedOffer and the panel's "Resume step N of the group's run R (stored by
-//     peer W)", which loads it with the model store's checked loader and starts the run from it.
+//     becomes state().storedOffer and the panel's "Resume step N of the group's run (run R,
+//     vouched by K of N devices)", which loads it with the model store's checked loader and starts the run from it.
 // The server knows the caller's group from the signaling token of its welcome (X-Daisy-Token):
 // nothing here names a group.
 //   run/loop.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
@@ -32,8 +34,9 @@ export class StoredRun {
     this.inFlight = null;      // the snapshot being uploaded
     this.queued = null;        // the end-of-run snapshot waiting for it
     this.stored = null;        // {runId, step} of this page's last stored state
+    this.outvouched = null;    // {runId, size}: the server keeps a state vouched by more than this run's roster of `size`
     Object.assign(peer.s, {
-      storedOffer: null,       // {step, steps, hash, savedAt, config, runId, writer}: a state the group could resume
+      storedOffer: null,       // {step, steps, hash, savedAt, config, runId, vouchedBy, rosterSize}: a state the group could resume
       storedStep: null,        // the step of the last state this page stored
     });
     this.alone = false;
@@ -50,20 +53,38 @@ export class StoredRun {
   leads(run) { return run.roster[0] === this.peer.s.peerId; }
 
   afterStep(run) {
+    if (run.completed % this.every !== 0) return;
+    this.vouch(run, false);
     // while the server is away (an outage, a restart) its answer would be a refusal: skip this one
-    if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight || this.peer.s.signal !== 'connected') return;
+    if (!this.leads(run) || this.inFlight || this.peer.s.signal !== 'connected' || this.outvoted(run)) return;
     this.upload(this.snapshot(run, false));
   }
 
   // after a mismatch, a split alarm or a failure the replica is not the group's state: keep the last good one
   afterRun(run, { state, error } = {}) {
-    if (!this.leads(run) || state === 'failed' || error === 'replica mismatch' || error === 'split alarm') return;
+    if (state === 'failed' || error === 'replica mismatch' || error === 'split alarm') return;
     if (run.completed <= run.desc.startStep) return;
+    this.vouch(run, true);
+    if (!this.leads(run) || this.outvoted(run)) return;
     const last = this.queued || this.inFlight || this.stored;
     if (last && last.runId === run.desc.runId && last.step === run.completed) return;
     const snap = this.snapshot(run, true);
     if (this.inFlight) this.queued = snap;
     else this.upload(snap);
+  }
+
+  // this device's word, over its own seat, that its replica of the run holds run.hash after
+  // run.completed steps (the server counts these, never the uploader's claim)
+  vouch(run, final) {
+    this.peer.conn?.send({ type: 'vouch', run: run.desc.runId, step: run.completed, hash: run.hash, final,
+      roster: [...run.roster] });
+  }
+
+  // the server refused this run as vouched by fewer devices than the stored one: no more
+  // uploads of it until its roster grows (a lone page resuming a group's run is not stored)
+  outvoted(run) {
+    const o = this.outvouched;
+    return Boolean(o) && o.runId === run.desc.runId && run.roster.length <= o.size;
   }
 
   // synchronous: the bytes are one step's state even while training goes on. final: the run ended
@@ -72,7 +93,7 @@ export class StoredRun {
     const body = encodeState(run.c.model.paramShapes(run.cfg), {
       config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
       weightHash: run.hash, extra: run.extra });
-    return { runId: run.desc.runId, step: run.completed, final, body };
+    return { runId: run.desc.runId, step: run.completed, final, body, size: run.roster.length };
   }
 
   async upload(snap) {
@@ -83,6 +104,11 @@ export class StoredRun {
       const q = new URLSearchParams({ run: String(snap.runId), final: snap.final ? '1' : '0' });
       const res = await fetch(this.peer.serverUrl(`/api/group-run?${q}`), { method: 'POST', body: snap.body,
         headers: { 'Content-Type': 'application/octet-stream', [TOKEN_HEADER]: token } });
+      if (res.status === 409) {
+        const why = await res.json().catch(() => ({}));
+        if (why.refusal === 'outvouched') this.outvouched = { runId: snap.runId, size: snap.size };
+        throw new Error(typeof why.error === 'string' ? why.error : 'HTTP 409');
+      }
       if (!res.ok) throw new Error(await errorText(res));
       this.stored = { runId: snap.runId, step: snap.step };
       this.peer.set({ storedStep: snap.step });
@@ -113,7 +139,7 @@ export class StoredRun {
     const info = await res.json();
     const offer = info.stored && info.step < info.steps
       ? { step: info.step, steps: info.steps, hash: info.weight_hash, savedAt: info.saved_at, config: info.config,
-          runId: info.run_id ?? null, writer: typeof info.writer === 'string' ? info.writer.slice(0, 64) : null } : null;
+          runId: info.run_id ?? null, vouchedBy: info.vouched_by ?? null, rosterSize: info.roster_size ?? null } : null;
     if (!this.peer.runs.busy && !this.peer.models.has()) this.peer.set({ storedOffer: offer });
     return offer;
   }

@@ -25,7 +25,7 @@ export function mount(element) {
     <div class="daisy-status" data-role="status">Connecting to the server…</div>
     <div class="daisy-error" data-role="error"></div>
     <h3>Peers</h3>
-    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th><th>link</th><th>weight hash</th></tr></thead><tbody></tbody></table>
+    <table data-role="peers"><thead><tr><th>peer</th><th>path</th><th>state</th><th>link</th><th>weight hash</th><th></th></tr></thead><tbody></tbody></table>
     <div data-role="requests-box" hidden>
       <h3>Join requests</h3>
       <table data-role="requests"><tbody></tbody></table>
@@ -60,6 +60,7 @@ export function mount(element) {
       else if (button.dataset.action === 'restore-load') peer.restore.accept().catch((err) => peer.set({ error: `Checkpoint refused: ${err.message || err}` }));
       else if (button.dataset.action === 'restore-ignore') peer.restore.decline();
       else if (button.dataset.action === 'approve') peer.approve(button.dataset.peer);
+      else if (button.dataset.action === 'keep-out') peer.keepOut(button.dataset.peer);
       else peer.reject(button.dataset.peer);
     } catch (err) { $('error').textContent = err.message; }
   });
@@ -77,7 +78,8 @@ export function mount(element) {
     const offer = !s.running && s.storedOffer;
     $('stored-box').hidden = !offer;
     if (offer) {
-      const whose = [offer.runId ? `run ${offer.runId}` : '', offer.writer ? `stored by peer ${offer.writer}` : ''].filter(Boolean).join(', ');
+      const devices = offer.rosterSize ? `vouched by ${offer.vouchedBy} of ${offer.rosterSize} device${offer.rosterSize === 1 ? '' : 's'}` : '';
+      const whose = [offer.runId ? `run ${offer.runId}` : '', devices].filter(Boolean).join(', ');
       $('resume-stored').textContent = `Resume step ${offer.step} of the group's run${whose ? ` (${whose})` : ''}`;
     }
     // a group restore offered to a page that holds a model: nothing replaces it without a click
@@ -135,7 +137,16 @@ function peerRow(p, s) {
   return `<tr data-peer="${esc(p.id)}"><td>${esc(p.name)}${badges.join('')}</td>` +
          `<td>${p.path ? esc(p.path.toUpperCase()) : '?'}</td><td>${esc(state)}</td>` +
          `<td class="daisy-link" title="${esc(link)}">${esc(link.split(':')[0])}</td>` +
-         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(hash.slice(0, 12)) : '–'}</td></tr>`;
+         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(hash.slice(0, 12)) : '–'}</td>` +
+         `<td>${keepOutCell(p, s)}</td></tr>`;
+}
+
+// "don't train with this device": this page refuses any roster with it (and a room's host removes it)
+function keepOutCell(p, s) {
+  if (p.id === s.peerId) return '';
+  const why = s.keptOut[p.id];
+  if (why) return `<span class="daisy-kept-out" title="${esc(why)}">kept out</span>`;
+  return `<button type="button" class="keep-out" data-action="keep-out" data-peer="${esc(p.id)}">Don't train with this device</button>`;
 }
 
 function requestRow(r) {

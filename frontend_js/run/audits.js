@@ -395,8 +395,10 @@ export function onAudit(ctl, from, m) {
   // the frame's epoch: a roster that may be committed a moment later here (its slots are the new ones)
   const epoch = d.epoch;
   if (!tail) {
+    // one per step: a repeat is a bad frame, also once the step is audited (its commitments pruned)
     const commits = commitsOf(b, epoch, d.step);
-    if (!commits.has(slot)) commits.set(slot, { hashes: d.hashes, loss: d.loss, nonceHash: d.nonceHash });
+    if (commits.has(slot) || d.step < b.done - 1) { ctl.mesh.drop(from, m, `a repeated AUDIT of step ${d.step}`); return; }
+    commits.set(slot, { hashes: d.hashes, loss: d.loss, nonceHash: d.nonceHash });
   }
   if (d.reveal !== null && d.step - 1 >= b.floor) {
     const key = `${epoch}:${d.step - 1}`;
@@ -440,26 +442,51 @@ export function onEvidence(ctl, from, m) {
   (run.recovery ? advance(ctl, run) : drainEvidence(ctl, run)).catch((err) => console.warn('daisy: checking evidence failed:', err));
 }
 
-// an auditor or a judge asks this device, the owner of a shard, for its transcript of a step: sent
-// once per asker and step, while kept (the last few steps). Also answered from the run that just
-// ended here (idle): a member still auditing the last steps may need it after this device ended.
-export function onTranscriptAsk(ctl, from, m) {
+// an auditor or a judge asks this device, the owner of a shard, for its transcript of a step. Sent
+// only where the protocol owes it: to the auditor the beacon named for this device's slot at that
+// step, or to a member judging an EVIDENCE of this device's reduce at that step; once per asker and
+// step, while kept. An ask not owed yet (this device has not drawn that step's pairs, or the
+// evidence is still on its way) waits for it up to the exchange deadline; one never owed is a bad
+// frame (counted toward the flood limit), as is a repeated one. So a member makes this device send
+// a transcript only where the run would anyway (docs/PROTOCOL.md "Mesh limits"). Also answered
+// from the run that just ended here (idle): a member still auditing the last steps may ask then.
+export async function onTranscriptAsk(ctl, from, m) {
   const run = ctl.phase === 'running' ? ctl.at : ctl.lastRun, d = m.json, b = run?.book;
   const ok = b && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step);
   const parts = ok ? b.received.get(d.step)?.transcript : null;
   if (!parts) { ctl.mesh.drop(from, m, `TRANSCRIPT_ASK of step ${d.step}: no transcript of it kept here`); return; }
   const key = `${from}:${d.epoch}:${d.step}`;
   if (b.answered.has(key)) { ctl.mesh.drop(from, m, `a second TRANSCRIPT_ASK of step ${d.step}`); return; }
-  b.answered.add(key);
-  ctl.mesh.send(from, { type: TYPES.TRANSCRIPT, slot: run.slot, runId: run.desc.runId, step: d.step, payload: concat(parts) }).catch(() => {});
+  b.answered.add(key);                       // a repeat while this one waits is a second ask too
+  const owed = () => run.book === b && transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step);
+  if (!(await waitUntil(owed, run.collective.deadlineMs, (wake) => ctl.onPoke(wake)))) {
+    if (run.book === b) ctl.mesh.drop(from, m, `TRANSCRIPT_ASK of step ${d.step}: not this step's auditor of this device, nor judging its reduce`);
+    return;
+  }
+  const kept = b.received.get(d.step)?.transcript;
+  if (kept) ctl.mesh.send(from, { type: TYPES.TRANSCRIPT, slot: run.slot, runId: run.desc.runId, step: d.step, payload: concat(kept) }).catch(() => {});
 }
 
-// a transcript this device asked for (the mesh checked its size against transcriptLimit)
+// whether the member in slot `asker` is owed this device's transcript of step t: the pairs of t name
+// it this device's auditor, or an EVIDENCE of kind 'reduce' against this device's slot at t is here
+// (pending or judged: evidenceSeen's keys are epoch:step:slot:accuser)
+function transcriptOwed(run, b, asker, epoch, t) {
+  if (asker < 0) return false;
+  if (b.pairs.get(t)?.some(([auditor, audited]) => auditor === asker && audited === run.slot)) return true;
+  if (b.evidence.some(({ ev }) => ev.kind === 'reduce' && ev.epoch === epoch && ev.step === t && ev.slot === run.slot)) return true;
+  const judged = `${epoch}:${t}:${run.slot}:`;
+  for (const k of b.evidenceSeen) if (k.startsWith(judged)) return true;
+  return false;
+}
+
+// a transcript this device asked for (the mesh checked its size against transcriptLimit); a second
+// one of the same ask is a bad frame
 export function onTranscript(ctl, from, m) {
   const run = ctl.at, b = run.book, slot = run.roster.indexOf(from);
   const key = `${run.epoch}:${m.step}:${slot}`;
   const want = b && slot >= 0 && m.slot === slot && b.asking.has(key) ? transcriptBytes(run, slot) : -1;
   if (m.payload.length !== want) { ctl.mesh.drop(from, m, 'TRANSCRIPT not asked for, or of another size'); return; }
+  if (b.transcripts.has(key)) { ctl.mesh.drop(from, m, `a second TRANSCRIPT of step ${m.step}`); return; }
   b.transcripts.set(key, m.payload);
   ctl.poke();
 }

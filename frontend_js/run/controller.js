@@ -95,6 +95,7 @@ export class RunController {
     this.linkWaitTimer = null;
     this.maxStateBytes = 0;      // the largest allowed state body, once the compute modules loaded
     this.serverGone = new Set(); // peers the signaling server saw leave (peer-left), until they come back
+    this.keptOut = new Map();    // peer id -> why this device never trains with it (its user's word, or the room host's)
     this.collectives = new Map();// frame run id (run id + epoch) -> MeshCollective
     this.pokes = new Set();      // waiters woken when a roster change or recovery moves on
     this.endedWaiters = new Set();
@@ -223,6 +224,22 @@ export class RunController {
   }
 
   maybeJoin() { joinP.maybeJoin(this); }
+
+  // "don't train with this device": this device refuses any roster with `id` and never proposes
+  // one (roster.js keptOutOf). A run it is in now is stopped (its next Start goes on without it),
+  // unless the signaling server already said it left (a room host's removal): then the run's
+  // recovery goes on without it.
+  keepOut(id, why) {
+    if (typeof id !== 'string' || id === this.selfId) return false;
+    this.keptOut.set(id, why);
+    if (this.phase === 'proposing' && this.at.desc.roster.includes(id)) this.at.reject(new Error(`${this.host.nameOf(id)} is kept out: ${why}`));
+    if (this.phase === 'accepted' && this.at.desc.roster.includes(id)) { startP.refuseAccepted(this, `${this.host.nameOf(id)} is kept out: ${why}`); }
+    if (this.phase === 'joining' && this.at.from === id) joinP.abandonJoin(this, `${this.host.nameOf(id)} is kept out: ${why}`, 0);
+    if (this.phase === 'running' && this.at.roster.includes(id) && !this.serverGone.has(id)) loopP.stop(this, `${this.host.nameOf(id)} is kept out: ${why}`);
+    return true;
+  }
+
+  trustAgain(id) { return this.keptOut.delete(id); }
 
   // a peer's link closed: this device's own evidence
   peerGone(id, why) {

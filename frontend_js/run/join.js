@@ -17,7 +17,8 @@ import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
 import { encodeState, maxStateBytes } from '../state_codec.js';
 import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../peer/roster.js';
-import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, validHistory, isHash, short } from './record.js';
+import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, FWD_WINDOW,
+  STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, short } from './record.js';
 import { readPeerState, stateLimit, gradientBytes } from './peer_state.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
@@ -26,11 +27,14 @@ export function onJoin(ctl, from, m) {
   if (run.ended || run.roster[0] !== ctl.selfId) return;      // only the leader answers
   const no = (reason) => ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: 0, reason }).catch(() => {});
   if (run.roster.includes(from)) { ctl.mesh.drop(from, m, 'JOIN from a member of the run'); return; }
+  if (ctl.keptOut.has(from)) { no(`${h.nameOf(ctl.selfId)} keeps this device out (${ctl.keptOut.get(from)})`); return; }
   const j = run.joiners.get(from);
   if (j && j.stage === 'snapshot') { ctl.mesh.drop(from, m, 'a repeated JOIN while its state transfer is pending'); return; }
   if (j) {
     // it gave up on the transfer under way: no more forwarding to it; a new transfer goes out at
-    // a boundary, no sooner than resyncIntervalMs after the last one
+    // a boundary, no sooner than resyncIntervalMs after the last one (a sync it confirmed nothing
+    // of stalled: the wait grows, as for one dropped by the forwarding window)
+    if (j.verified === null) run.stalls.set(from, (run.stalls.get(from) || 0) + 1);
     j.stage = 'snapshot'; j.verified = null; j.admitted = null;
     return;
   }
@@ -42,15 +46,30 @@ export function onJoin(ctl, from, m) {
   h.note(`${h.nameOf(from)} asked to join: syncing it in at the next step boundary.`);
 }
 
-// after step s completed: the state to new joiners (no more often than resyncIntervalMs each),
-// the step's G to those catching up; a sync past its deadline is dropped
+// after step s completed: the state to new joiners (no more often than resyncIntervalMs each, that
+// wait multiplied by STALL_FACTOR for each of the device's syncs that stalled), the step's G to
+// those catching up; a sync past its deadline is dropped, and so is one whose joiner confirms
+// (SYNCED) none of FWD_WINDOW forwarded steps for ackMs (its first: firstAckMs after its state's
+// send completed): a joiner that stalls costs the group a few seconds of forwarding and one
+// state per wait, not a forwarded step per group step until the deadline (docs/PROTOCOL.md "One
+// lying member" 5)
 export function forwardToJoiners(ctl, run, s, flat) {
   const now = performance.now(), h = ctl.host;
   for (const [id, j] of run.joiners) {
     if (!ctl.mesh.isReady(id) || j.queued > MAX_FWD_QUEUED) { dropJoiner(run, id); continue; }
     if (j.stage === 'snapshot') {
       const last = run.transfers.get(id);
-      if (last === undefined || now - last >= ctl.t.resyncIntervalMs) sendSync(ctl, run, id, j, now);
+      const wait = ctl.t.resyncIntervalMs * STALL_FACTOR ** Math.min(run.stalls.get(id) || 0, MAX_STALL_WAITS);
+      if (last === undefined || now - last >= wait) sendSync(ctl, run, id, j, now);
+      continue;
+    }
+    if (j.admitted === null && s - Math.max(j.stateStep, j.verified ?? 0) >= FWD_WINDOW
+        && now - j.ackedAt >= (j.verified === null ? ctl.t.firstAckMs : ctl.t.ackMs)) {
+      dropJoiner(run, id);
+      run.stalls.set(id, (run.stalls.get(id) || 0) + 1);
+      const why = `it confirmed none of the last ${s - Math.max(j.stateStep, j.verified ?? 0)} forwarded steps`;
+      ctl.mesh.sendJson(id, TYPES.REFUSE, { runId: 0, reason: why }).catch(() => {});
+      h.note(`Stopped syncing ${h.nameOf(id)} in: ${why}.`);
       continue;
     }
     if (j.admitted === null && now - j.sentAt > ctl.t.syncDeadlineMs) {
@@ -62,7 +81,7 @@ export function forwardToJoiners(ctl, run, s, flat) {
     }
     const payload = new Uint8Array(flat.buffer.slice(flat.byteOffset, flat.byteOffset + flat.byteLength));
     queueTo(j, () => ctl.mesh.send(id, { type: TYPES.FWD, runId: run.desc.runId, step: s, payload }));
-    if (j.admitted !== null && s + 1 >= j.admitted) run.joiners.delete(id);     // it has all it needs
+    if (j.admitted !== null && s + 1 >= j.admitted) { run.joiners.delete(id); run.stalls.delete(id); }     // it has all it needs
   }
 }
 
@@ -81,6 +100,8 @@ function sendSync(ctl, run, id, j, now) {
   const c = run.c, r = run.replica;
   j.stage = 'syncing';
   j.sentAt = now;
+  j.stateStep = run.completed;
+  j.ackedAt = Infinity;                        // until its state's send completed (below)
   j.verified = null;
   run.transfers.set(id, now);
   // encodeState copies the weights now: the state of this boundary, whatever the loop does next
@@ -91,6 +112,7 @@ function sendSync(ctl, run, id, j, now) {
                  step: run.completed, hash: run.hash, bytes: body.length };
   queueTo(j, () => ctl.mesh.sendJson(id, TYPES.SYNC, sync, { runId: run.desc.runId }));
   queueTo(j, () => ctl.mesh.send(id, { type: TYPES.STATE, runId: run.desc.runId, step: run.completed, payload: body }));
+  queueTo(j, () => { j.ackedAt = performance.now(); });
 }
 
 export function onSynced(ctl, from, m) {
@@ -110,7 +132,7 @@ export function onSynced(ctl, from, m) {
     j.stage = 'snapshot'; j.verified = null; j.admitted = null;
     return;
   }
-  if (j.verified === null || d.step > j.verified) j.verified = d.step;
+  if (j.verified === null || d.step > j.verified) { j.verified = d.step; j.ackedAt = performance.now(); }
 }
 
 // before this device's gradient of step s leaves: propose joiners current within one step for a
@@ -322,7 +344,7 @@ export function onJoinRoster(ctl, from, m) {
   const jn = ctl.at, d = m.json;
   if (!jn.desc || from !== jn.from || d.runId !== jn.desc.runId) { ctl.mesh.drop(from, m, 'ROSTER from outside the run'); return; }
   if (!Array.isArray(d.roster) || !d.roster.includes(ctl.selfId)) { ctl.mesh.drop(from, m, 'a roster change that does not name this device'); return; }
-  const why = checkRoster(d, { roster: d.roster.filter((id) => id !== ctl.selfId), epoch: Math.min(jn.epoch, d.epoch - 1), completed: d.from - 1, selfId: ctl.selfId }, from);
+  const why = checkRoster(d, { roster: d.roster.filter((id) => id !== ctl.selfId), epoch: Math.min(jn.epoch, d.epoch - 1), completed: d.from - 1, selfId: ctl.selfId, keptOut: ctl.keptOut }, from);
   if (why || !validHistory(d.history, d.from, d.roster.length) || !Number.isInteger(d.base) || d.base < jn.epoch || d.from < jn.snap) {
     ctl.mesh.drop(from, m, `ROSTER refused: ${why || 'bad schedule'}`);
     ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: jn.desc.runId, epoch: d.epoch, reason: why || 'bad schedule' }, { runId: jn.desc.runId }).catch(() => {});

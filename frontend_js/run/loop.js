@@ -226,16 +226,17 @@ export function onStop(ctl, from, m) {
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { ctl.mesh.drop(from, m, 'STOP for no run of ours'); return; }
   if (d.stopAfter < run.completed - 1 || d.stopAfter > run.lastSent + 2) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
   const reason = String(d.reason || '').slice(0, 400);
-  // who stopped it: the sender, or (relayed) the member the sender names, if it is in the run
-  const by = typeof d.by === 'string' && run.roster.includes(d.by) ? d.by : from;
-  const relayed = by !== from ? ` (relayed by ${ctl.host.nameOf(from)})` : '';
+  // who stopped it is what this device saw: the frame's sender. A member it names (`by`, a
+  // relay's) is the sender's claim and is shown as one; the reason is the sender's words too
+  const claimed = typeof d.by === 'string' && d.by !== from && run.roster.includes(d.by) ? d.by : null;
+  const says = claimed ? `which says ${ctl.host.nameOf(claimed)} asked: ` : '';
   if (d.stopAfter < run.completed && !restoreUndo(ctl, run)) {
-    end(ctl, run, 'stopped', `${reason} — stopped by ${ctl.host.nameOf(by)}${relayed}; this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
+    end(ctl, run, 'stopped', `${reason} — stopped by ${ctl.host.nameOf(from)}${claimed ? `, ${says.slice(0, -2)}` : ''}; this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
     return;
   }
   // an alarm it reports is its word: the run stops (any member may stop it), nobody is removed
   const alarmed = ALARMS.has(d.alarm) ? d.alarm : d.mismatch === true ? 'replica mismatch' : '';
-  setStop(ctl, run, d.stopAfter, by, `${reason || 'stopped'}${relayed}`, alarmed);
+  setStop(ctl, run, d.stopAfter, from, `${says}${reason || 'stopped'}`, alarmed);
 }
 
 const ALARMS = new Set(['replica mismatch', 'split alarm']);

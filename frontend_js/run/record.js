@@ -15,7 +15,9 @@ export const TIMING = Object.freeze({
   confirmWaitMs: 10_000,    // too few survivors for a quorum: wait this long for the server's word
   joinWaitMs: 6_000,        // a joiner asks again when the leader's SYNC or STATE stalls this long
   syncDeadlineMs: 60_000,   // a joiner not in the roster this long after its state was sent is dropped
-  resyncIntervalMs: 5_000,  // at most one state transfer to the same joiner this often
+  resyncIntervalMs: 5_000,  // at most one state transfer to the same joiner this often (times STALL_FACTOR per stalled sync)
+  firstAckMs: 3_000,        // a joiner confirms (SYNCED) its first forwarded step this long after its state's send completed,
+  ackMs: 1_000,             // and each later one this long after the one before, or is dropped once FWD_WINDOW behind
   chunkMs: 25,              // train at most this long before yielding to the page
   streamGrads: true,        // send the GRAD in parts during the backward pass (MeshCollective.beginStep)
 });
@@ -32,6 +34,7 @@ export const NO_FAULTS = Object.freeze({
   liarOwner: null,          // {from}: from step index `from`, this page's REDUCED shard (reduce-scatter) is
                             // forged, the same to every peer (attack.js forgeReduced)
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
+  refuseRosters: false,     // this page refuses every roster change proposed to it (stalls every recovery and join)
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once
@@ -40,6 +43,9 @@ export const MAX_RESYNCS = 3;       // a joiner that reports a wrong hash this o
 export const RATE_WINDOW = 20;      // steps in the tokens/s window
 export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
 export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
+export const FWD_WINDOW = 8;        // forwarded steps a joiner may be behind on its SYNCED reports (and TIMING's ack waits)
+export const STALL_FACTOR = 4;      // each stalled sync of a device multiplies its wait for the next transfer by this,
+export const MAX_STALL_WAITS = 3;   // up to STALL_FACTOR ** 3 (5 s, 20 s, 80 s, 320 s at the default resync interval)
 export const MAX_FWD_HELD = 256;    // forwarded gradients a joiner holds unapplied before it asks again
 export const KEPT_RING = 5;         // audits: the states after the last few steps, always kept (run/audits.js)
 export const MAX_KEPT_STATES = 32;  // audits: states kept in all (trusted points beyond the ring go oldest first)
@@ -128,6 +134,8 @@ export class Joiner {
     this.admitted = null;       // the step it contributes from, once a roster naming it is committed
     this.resyncs = resyncs;     // wrong hashes reported so far
     this.sentAt = 0;            // when its state transfer was sent (the sync deadline runs from it)
+    this.stateStep = 0;         // the step count of that state: FWDs run ahead of max(it, verified) by FWD_WINDOW at most
+    this.ackedAt = Infinity;    // when it last confirmed a step (SYNCED matching), or its state's send completed
     this.chain = Promise.resolve();   // its sends, in order
     this.queued = 0;            // sends queued on the chain
     this.dropped = false;       // dropped (gone, stalled, past its deadline): its queued sends are skipped
@@ -220,6 +228,7 @@ export class Run {
     this.change = null;         // a RosterChange proposed/accepted/committed, not yet in effect
     this.joiners = new Map();   // leader: id -> Joiner
     this.transfers = new Map(); // leader: id -> when its last state transfer was sent (outlives the Joiner)
+    this.stalls = new Map();    // leader: id -> its syncs that stalled (fell FWD_WINDOW behind), until one finishes
     this.sent = { bytes: 0, waitMs: 0 };        // over the epochs' collectives already closed
     this.stepTimes = [];        // the recent steps' times (rate, pace of the deadline)
     this.curve = [];            // [step, loss] for the plot

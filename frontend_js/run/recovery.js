@@ -345,7 +345,8 @@ export function onRoster(ctl, from, m, final = false) {
   }
   const completed = mine.length ? rollbackTo(mine) : run.completed;
   if (!why && mine.length && d.from !== completed) why = `it goes back to step ${d.from}, this device's judgement to ${completed}`;
-  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId }, from);
+  if (!why && ctl.faults.refuseRosters) why = 'the fault plan refuses every roster';
+  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId, keptOut: ctl.keptOut }, from);
   if (!why && (!validHistory(d.history, d.from, d.roster.length) || scheduleString(d.history) !== scheduleString(scheduleWith(run.history, d.from, d.roster.length)))) {
     why = 'its P schedule is not this run\'s';
   }

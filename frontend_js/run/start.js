@@ -15,6 +15,7 @@ import { waitUntil } from '../peer/page_clock.js';
 import { Proposal, Acceptance, newRunId, short, isHash } from './record.js';
 import { readPeerState, stateLimit } from './peer_state.js';
 import { validAuditRate } from './audits.js';
+import { keptOutOf } from '../peer/roster.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
 export function freshReplica(c, cfg) {
@@ -50,7 +51,9 @@ export async function start(ctl, config) {
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
   const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
-  const candidates = h.members().filter((q) => q.id !== ctl.selfId && q.role !== 'pending');
+  const keptOut = h.members().filter((q) => ctl.keptOut.has(q.id));
+  if (keptOut.length) h.note(`Starting without ${keptOut.map((q) => q.name || q.id).join(', ')}: kept out on this device.`);
+  const candidates = h.members().filter((q) => q.id !== ctl.selfId && q.role !== 'pending' && !ctl.keptOut.has(q.id));
   await waitUntil(() => candidates.every((q) => ctl.mesh.isReady(q.id)), ctl.t.linkWaitMs, (wake) => ctl.mesh.on('link', wake));
   const ready = candidates.filter((q) => ctl.mesh.isReady(q.id));
   const left = candidates.filter((q) => !ctl.mesh.isReady(q.id));
@@ -156,6 +159,8 @@ export async function onRun(ctl, from, m) {
     if (d.leader !== from || !Array.isArray(d.roster) || d.roster[0] !== from) throw new Error('the leader must be the sender and slot 0');
     if (d.roster.length > 64 || new Set(d.roster).size !== d.roster.length || !d.roster.every((x) => typeof x === 'string')) throw new Error('bad roster');
     if (!d.roster.includes(ctl.selfId)) throw new Error('this device is not in the roster');
+    const out = keptOutOf(d.roster, ctl.keptOut, ctl.host.nameOf);
+    if (out) throw new Error(out);
     cfg = c.config.makeConfig(d.config);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
@@ -213,6 +218,14 @@ function answerRun(ctl, acc) {
     return;
   }
   ctl.mesh.sendJson(acc.from, TYPES.ACCEPT, { runId: acc.desc.runId, initHash: hash }, { runId: acc.desc.runId }).catch(() => {});
+}
+
+// this device's user keeps a member of the accepted run out (controller.keepOut): declined
+export function refuseAccepted(ctl, why) {
+  const acc = ctl.at;
+  refuse(ctl, acc.from, acc.desc.runId, why);
+  dropAccepted(ctl);
+  ctl.host.note(`Declined the run from ${ctl.host.nameOf(acc.from)}: ${why}`);
 }
 
 export function dropAccepted(ctl) {

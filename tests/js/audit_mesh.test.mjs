@@ -11,10 +11,12 @@
 //      a lying auditor accusing an owner's reduce: the transcript clears the owner, the accuser goes
 //   6. nobody lies: audits on change nothing (every step = the plain reference); a forged
 //      EVIDENCE naming no audit, and a malformed AUDIT: dropped, nobody removed
+//   7. a member floods TRANSCRIPT_ASKs and repeated AUDITs (issue 27): the bytes it makes the honest
+//      pages send beyond the run's own are at most 10x its flood, every frame of it a bad frame
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Group, SETTINGS, BACKEND, TYPES, firstOffReference, sleep } from './run_harness.mjs';
+import { Group, SETTINGS, BACKEND, TIMING, TYPES, firstOffReference, sleep } from './run_harness.mjs';
 import { attackedRun } from './attack_runs.mjs';
 
 const STEPS = 100;          // the shortest run a config allows
@@ -138,4 +140,65 @@ test('nobody lies: every page audits and every step is the plain reference; evid
     assert.ok(nodes.reduce((k, n) => k + n.ctl.lastRun.book.audits, 0) >= STEPS, 'one audit per step in the group');
     assert.ok(a.mesh.drops?.some?.((d) => /EVIDENCE/.test(d.why || d.reason || '')) ?? true);
   } finally { await g.close(); }
+});
+
+// ---- 7. bounded audit traffic ----------------------------------------------------------------------
+
+// a run of 4 (reduce-scatter, int8) where p3, when `flood`, asks every owner every 500 ms for its
+// transcripts of the 5 steps around the one audits are at (one of them twice) and repeats an AUDIT
+// of that step -> {bytes honest pages sent p3 and p3 sent them, frames it flooded, the honest
+// pages' drop lines}
+async function floodRun(flood) {
+  const { g, nodes } = await audited(4, -1, {}, { exchange: 'int8' });
+  const liar = nodes[3], honest = nodes.slice(0, 3);
+  const drops = [];
+  for (const n of honest) n.mesh.on('drop', ({ peer, line }) => { if (peer === liar.id) drops.push(line); });
+  let unasked = 0;           // transcripts p3's own (honest) code never asked for
+  liar.mesh.on('drop', ({ line }) => { if (/TRANSCRIPT (for no audit|of step \d+ from slot \d+, not asked|not asked)/.test(line)) unasked++; });
+  let flooded = 0;
+  const tick = () => {
+    const run = liar.ctl.run;
+    if (!run || liar.ctl.phase !== 'running') return;
+    const step = run.completed - 2, runId = run.desc.runId, fields = { runId, slot: run.slot };
+    if (step < 5) return;
+    for (const n of honest) {
+      for (const t of [step + 1, step, step - 1, step - 2, step - 3, step]) liar.sendJson(n.id, TYPES.TRANSCRIPT_ASK, { runId, epoch: run.epoch, step: t }, fields);
+      liar.sendJson(n.id, TYPES.AUDIT, { runId, epoch: run.epoch, step, hashes: Array(4).fill('ab'.repeat(32)), loss: 1,
+        nonceHash: 'cd'.repeat(32), reveal: null, beacon: null }, fields);
+      flooded += 7;
+    }
+  };
+  const timer = flood ? setInterval(tick, 500) : null;   // 14 frames/s on each link: under the flood limit
+  try {
+    await g.ended(nodes, 60_000);
+    clearInterval(timer);
+    await sleep(TIMING.deadlineMs + 500);         // asks held for their deadline are dropped by then
+    for (const n of honest) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(convictions(n), [], `${n.id} convicted nobody`);
+      const off = await firstOffReference(n);
+      assert.equal(off, null, off);
+    }
+    const sum = (pairs) => pairs.reduce((k, [a, b]) => k + g.net.statsOf(a, b).bytes, 0);
+    return { toLiar: sum(honest.map((n) => [n.id, liar.id])), fromLiar: sum(honest.map((n) => [liar.id, n.id])), flooded, drops, unasked };
+  } finally { clearInterval(timer); await g.close(); }
+}
+
+test('a member flooding TRANSCRIPT_ASKs and repeated AUDITs makes the honest pages send at most 10x what it floods; each frame of it is a bad frame (issue 27, property 3)', async () => {
+  const floodLine = /a second TRANSCRIPT_ASK|not this step's auditor|no transcript of it kept|a repeated AUDIT/;
+  const base = await floodRun(false);
+  const hit = await floodRun(true);
+  const extraSent = hit.toLiar - base.toLiar, extraFlood = hit.fromLiar - base.fromLiar;
+  console.log(`# honest pages -> p3: ${base.toLiar} bytes honest, ${hit.toLiar} under the flood of ${hit.flooded} frames ` +
+    `(${extraFlood} bytes more from p3): ${extraSent} bytes more, ${(extraSent / extraFlood).toFixed(3)}x; ` +
+    `${hit.drops.filter((l) => floodLine.test(l)).length} counted as bad frames`);
+  assert.ok(hit.flooded >= 30, `the member flooded ${hit.flooded} frames`);
+  assert.ok(extraSent <= 10 * extraFlood, `the honest pages sent ${extraSent} bytes more for ${extraFlood} flooded bytes`);
+  assert.equal(hit.unasked, 0, 'every transcript p3 got was one its audits asked for (the one the beacon owed it)');
+  // every flooded frame is a bad frame (unasked, repeated or stale asks, repeated AUDITs) except an
+  // ask where p3 is the auditor the beacon named (owed: the run's own traffic, once; at the default
+  // rate one owner's in a step) and the last tick's, which may come after a page ended
+  const bad = hit.drops.filter((l) => floodLine.test(l)).length;
+  assert.ok(bad >= 0.75 * hit.flooded - 21, `${bad} of ${hit.flooded} flooded frames counted as bad: ${hit.drops.filter((l) => !floodLine.test(l)).slice(0, 5).join(' | ')}`);
+  assert.equal(base.drops.filter((l) => floodLine.test(l)).length, 0, `an honest p3 sends none: ${base.drops.slice(0, 5).join(' | ')}`);
 });

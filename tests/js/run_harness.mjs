@@ -35,7 +35,7 @@ export const SETTINGS = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4,
 export const DATA_ID = 'builtin:test';
 // timings short enough for tests, long enough for a loaded 2-core machine's event loop
 export const TIMING = { linkWaitMs: 300, acceptWaitMs: 10000, goWaitMs: 10000, finWaitMs: 1500, deadlineMs: 3000,
-  deadlineSteps: 5, confirmWaitMs: 1000, joinWaitMs: 3000, syncDeadlineMs: 5000, resyncIntervalMs: 200, chunkMs: 25 };
+  deadlineSteps: 5, confirmWaitMs: 1000, joinWaitMs: 3000, syncDeadlineMs: 5000, resyncIntervalMs: 200, firstAckMs: 1500, ackMs: 1000, chunkMs: 25 };
 
 const COMPUTE = { train, config, model, hashing, optim };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -49,6 +49,9 @@ class SignalingConfig:
     join_per_min: float = 20.0  # new room identities per address per minute (and burst)
     reject_cooldown_s: float = 30.0  # after a rejection, that address waits before asking again
     max_conn_per_addr: int = 64  # open sockets per client (behind a trusted proxy: the client's address)
+    vouch_per_s: float = 10.0  # `vouch` reports per seat per second (sustained)
+    vouch_burst: float = 20.0  # ... and at once
+    vouch_keep: int = 64  # each seat's latest reports the server keeps (older ones are dropped)
     ip_salt: bytes = field(default_factory=lambda: secrets.token_bytes(16), repr=False)
     trusted_proxies: tuple = LOOPBACK_PROXIES  # X-Forwarded-For is believed only from these
     ice_servers: list = field(default_factory=lambda: [dict(s) for s in DEFAULT_ICE_SERVERS])

@@ -5,11 +5,14 @@ function of the model: the hub asks these functions and does the sending."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import re
 import time
 
 from daisy.space.signaling.connection import Connection
+from daisy.space.signaling.limits import ReportRate
+from daisy.space.signaling.messages import Vouch
 
 TOKEN = re.compile(r"[A-Za-z0-9_-]{32}")  # what secrets.token_urlsafe(24) makes: 192 bits
 PEER_ID_HEX = 16  # a peer id: the first 16 hex digits (64 bits) of SHA-256(token)
@@ -20,17 +23,37 @@ def peer_id_of(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:PEER_ID_HEX]
 
 
+class RemovedIds:
+    """The peer ids a room's host removed, the latest MAX of them (a bound: each removal is of a
+    seat, and seats are bounded by the group's size and the join rate)."""
+    MAX = 256
+
+    def __init__(self):
+        self.ids: dict[str, None] = {}
+
+    def add(self, peer_id: str) -> None:
+        self.ids.pop(peer_id, None)
+        self.ids[peer_id] = None
+        while len(self.ids) > self.MAX:
+            del self.ids[next(iter(self.ids))]
+
+    def __contains__(self, peer_id: str) -> bool:
+        return peer_id in self.ids
+
+
 class Group:
     def __init__(self, key: str, public_id: str):
         self.key, self.public_id = key, public_id
         self.kind = "room" if key.startswith("room:") else "network"
         self.seats: dict[str, Seat] = {}  # peer id -> seat, in join order
+        self.removed = RemovedIds()  # ids the room's host removed: they never take a seat here again
 
 
 class Seat:
     """A peer's identity in a group; outlives its connection by grace_s so a token resumes it."""
 
-    def __init__(self, peer_id: str, token: str, group: Group, name: str, role: str, addr: str):
+    def __init__(self, peer_id: str, token: str, group: Group, name: str, role: str, addr: str,
+                 reports: collections.deque, report_rate: ReportRate):
         self.id, self.token, self.group, self.role = peer_id, token, group, role
         self.name = name or f"peer-{peer_id[:4]}"
         self.path: str | None = None
@@ -42,6 +65,14 @@ class Seat:
         self.update_due: asyncio.TimerHandle | None = None  # a coalesced peer-updated
         self.updated_at = float("-inf")
         self.addr = addr  # its network key (salted), for the rejection cool-down
+        self.reports = reports  # its latest `vouch` reports (a bounded deque of Vouch), oldest first
+        self.report_rate = report_rate
+
+    def keep_report(self, vouch: Vouch) -> None:
+        """Its word for (run, step) replaces its earlier word for the same; the oldest go first."""
+        for old in [r for r in self.reports if (r.run, r.step) == (vouch.run, vouch.step)]:
+            self.reports.remove(old)
+        self.reports.append(vouch)
 
     @property
     def admitted(self) -> bool:
@@ -75,6 +106,25 @@ def viewers(seat: Seat) -> list[Seat]:
     if seat.admitted:
         return [s for s in members(seat.group) if s is not seat]
     return [s for s in members(seat.group) if s.role == "host"]
+
+
+def vouchers(group: Group, run: int, step: int, weight_hash: str, final: bool) -> tuple[frozenset, int]:
+    """Who vouches that run `run` holds weights `weight_hash` after `step` steps (and, when
+    `final`, that it ended there) -> (their peer ids, the size of the roster they named). Only
+    the group's seats count (admitted, connected or within the reconnect grace), each once, and
+    only reporters naming the same roster digest count together: of the rosters named, the one
+    with the most such reporters (docs/PROTOCOL.md "The stored run"). (frozenset(), 0): nobody."""
+    by_roster: dict[tuple[str, int], set] = {}
+    for seat in group.seats.values():
+        if not seat.admitted:
+            continue
+        for r in seat.reports:
+            if (r.run, r.step, r.hash) == (run, step, weight_hash) and (r.final or not final):
+                by_roster.setdefault((r.roster, r.size), set()).add(seat.id)
+    if not by_roster:
+        return frozenset(), 0
+    (_, size), ids = max(by_roster.items(), key=lambda kv: (2 * len(kv[1]) > kv[0][1], len(kv[1]), -kv[0][1]))
+    return frozenset(ids), size
 
 
 def join_request(seat: Seat) -> dict:

@@ -5,6 +5,7 @@ Built once per app (daisy.space.server.create_app) from a SignalingConfig."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import hmac
 import json
@@ -18,12 +19,12 @@ from daisy.space.addresses import address_key, client_ip, is_trusted, network_ke
 from daisy.space.signaling.config import SignalingConfig
 from daisy.space.signaling.connection import Close, Connection, Shared
 from daisy.space.signaling.groups import (TOKEN, Group, Seat, join_request, members, peer_id_of, roster,
-                                          viewers)
-from daisy.space.signaling.limits import ClientSockets, JoinLimiter
+                                          viewers, vouchers)
+from daisy.space.signaling.limits import ClientSockets, JoinLimiter, ReportRate
 from daisy.space.signaling.messages import (CLOSE_BAD_ROOM, CLOSE_GROUP_FULL, CLOSE_IDLE, CLOSE_LEFT, CLOSE_REJECTED,
                                             CLOSE_REPLACED, CLOSE_ROOM_CLOSED, CLOSE_TOO_BIG,
                                             CLOSE_TOO_MANY_JOINS, DECODER, MAX_NAME, MAX_STATE, ROOM_CODE,
-                                            NonFinite, clean_text, error)
+                                            NonFinite, clean_text, error, parse_vouch)
 
 log = logging.getLogger("daisy.space.signaling")
 
@@ -50,6 +51,12 @@ class SignalingHub:
         group = self.groups.get(key)
         seat = group.seats.get(peer_id) if group else None
         return seat is not None and seat.conn is not None and not seat.released
+
+    def vouchers(self, key: str, run: int, step: int, weight_hash: str, final: bool) -> tuple[frozenset, int]:
+        """Who of group `key` vouched for that state of run `run`, and of how large a roster
+        (groups.vouchers: reports over each reporter's own seat, docs/PROTOCOL.md "The stored run")."""
+        group = self.groups.get(key)
+        return vouchers(group, run, step, weight_hash, final) if group else (frozenset(), 0)
 
     def address_of(self, request) -> str:
         """The client address of an HTTP request (behind a trusted proxy: the client's), as a key."""
@@ -138,8 +145,10 @@ class SignalingHub:
                 role = "member"
             else:
                 role = "pending" if any(s.role == "host" for s in group.seats.values()) else "host"
-            token, peer_id = self._identity(token)
-            seat = Seat(peer_id, token, group, clean_text(name, MAX_NAME), role, addr)
+            token, peer_id = self._identity(token, group)
+            seat = Seat(peer_id, token, group, clean_text(name, MAX_NAME), role, addr,
+                        collections.deque(maxlen=self.config.vouch_keep),
+                        ReportRate(self.config.vouch_per_s, self.config.vouch_burst))
             group.seats[seat.id] = seat
             self.by_token[seat.token] = seat
         seat.conn = conn
@@ -151,13 +160,14 @@ class SignalingHub:
         self._announce_arrival(seat)
         return seat
 
-    def _identity(self, token: str | None) -> tuple[str, str]:
+    def _identity(self, token: str | None, group: Group | None = None) -> tuple[str, str]:
         """(token, peer id) of a new seat. A well-formed token this hub does not know (minted
         by an earlier run of the server, or expired here) keeps its id, so a run's roster
         survives a restart; a malformed one, or one whose id a live seat holds (the same token
         in another group, or a preimage attempt), is ignored: a fresh identity. Why accepting
         client tokens gives nobody new power: docs/PROTOCOL.md "Identity"."""
-        if token and TOKEN.fullmatch(token) and (peer_id := peer_id_of(token)) not in self.peer_ids:
+        if token and TOKEN.fullmatch(token) and (peer_id := peer_id_of(token)) not in self.peer_ids \
+                and not (group is not None and peer_id in group.removed):
             self.peer_ids.add(peer_id)
             return token, peer_id
         while (peer_id := peer_id_of(token := secrets.token_urlsafe(24))) in self.peer_ids:
@@ -288,8 +298,12 @@ class SignalingHub:
             self._forward(seat, msg, ref)
         elif kind in ("approve", "reject"):
             self._decide(seat, msg, ref)
+        elif kind == "remove":
+            self._remove(seat, msg, ref)
         elif kind == "hello":
             self._hello(seat, msg, ref)
+        elif kind == "vouch":
+            self._vouch(seat, msg, ref)
         elif kind == "ping":
             conn.send({"type": "pong"})
         elif kind == "pong":
@@ -334,6 +348,28 @@ class SignalingHub:
                 self.joins.rejected(target.addr, seat.group.key, time.monotonic())
             self._release(target)
 
+    def _remove(self, seat: Seat, msg: dict, ref) -> None:
+        """The room host keeps a member out: its seat is released now (its token no longer
+        resumes it, its id may not take a seat in this room again), it is told and closed 4403,
+        its address waits the rejection cool-down before asking again, and the group is told
+        `peer-left` with reason `removed` (docs/PROTOCOL.md "Client → server")."""
+        if seat.role != "host":
+            seat.send(error("not-host", "only the room host can remove a member", ref))
+            return
+        peer = msg.get("peer")
+        target = seat.group.seats.get(peer) if isinstance(peer, str) else None
+        if target is None or target is seat:
+            seat.send(error("no-such-peer", "no other member with that id in your room", ref))
+            return
+        seat.group.removed.add(target.id)
+        target.send({"type": "removed", "reason": "the room host removed this device"})
+        if target.conn:
+            target.conn.close(CLOSE_REJECTED, "removed by the host")
+        if target.addr:
+            self.joins.rejected(target.addr, seat.group.key, time.monotonic())
+        self._broadcast(viewers(target), {"type": "peer-left", "peer": target.id, "reason": "removed"})
+        self._release(target)
+
     def _hello(self, seat: Seat, msg: dict, ref) -> None:
         path = msg.get("path")
         if path not in (None, "gpu", "cpu") or not isinstance(msg.get("name", ""), str) or \
@@ -357,6 +393,22 @@ class SignalingHub:
                 self._send_update(seat)
             else:
                 seat.update_due = loop.call_later(wait, self._send_update, seat)
+
+    def _vouch(self, seat: Seat, msg: dict, ref) -> None:
+        """A member's report of its replica's weight hash at a step: kept (bounded) for the
+        stored run's majority rule, never relayed; only an error answers."""
+        if not seat.admitted:
+            seat.send(error("not-admitted", "vouch: only an approved member's report counts", ref))
+            return
+        vouch = parse_vouch(msg, seat.id, self.config.max_group)
+        if isinstance(vouch, str):
+            seat.send(error("bad-message", vouch, ref))
+            return
+        if not seat.report_rate.admit(time.monotonic()):
+            seat.send(error("rate-limited", f"vouch: over {self.config.vouch_per_s:g} reports/s; "
+                                            "this one was not kept", ref))
+            return
+        seat.keep_report(vouch)
 
     def _send_update(self, seat: Seat) -> None:
         seat.update_due = None

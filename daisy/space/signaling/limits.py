@@ -90,6 +90,24 @@ class TokenBucket:
         return DROP
 
 
+class ReportRate:
+    """One seat's `vouch` reports: `rate_per_s` sustained, `burst` at once; a report over it is
+    refused (the sender is told; nothing is kept). Pages report every ?storeEvery steps (25 by
+    default) and at a run's end: a few a second at the fastest settings."""
+
+    def __init__(self, rate_per_s: float, burst: float):
+        self.rate_per_s, self.burst = rate_per_s, burst
+        self.tokens, self.t = burst, time.monotonic()
+
+    def admit(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.rate_per_s)
+        self.t = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
 class JoinLimiter:
     """New room identities per address: a token bucket of join_per_min a minute (a minute's
     worth of burst, so a classroom behind one address can join at once), and a cool-down per
