@@ -33,8 +33,9 @@ const HELP = `${USAGE}
 Joins the group of the DaisyChain server at URL as one more device (the page's peer, hosted by Node).
   --room CODE          join this room (its first device hosts it: approves who joins)
   --name N             the name the others see
-  --approve all|ID,... as room host: approve everyone, or these peer ids or names (others are
-                       declined); without it each request is asked on stdin (y/n)
+  --approve all|ID,... as room host: approve everyone, or these peer ids (others are declined;
+                       a name is the asker's own claim, never a credential); without it each
+                       request is asked on stdin (y/n)
   --json               one JSON object per line on stdout (events: welcome, link, request, run-started,
                        step, run-ended, note, exit)
   --keep               stay after a run: hold the model, answer joins, restore fresh peers, store runs
@@ -103,10 +104,11 @@ export function parseSettings(text) {
   return out;
 }
 
-// a join request -> 'approve' | 'reject' | 'ask' under the policy (--approve)
+// a join request -> 'approve' | 'reject' | 'ask' under the policy (--approve). By peer id only:
+// the server derives it from the seat's secret token, while a name is whatever the asker typed
 export function approval(policy, request) {
   if (policy === 'all') return 'approve';
-  if (policy instanceof Set) return policy.has(request.id) || policy.has(request.name) ? 'approve' : 'reject';
+  if (policy instanceof Set) return policy.has(request.id) ? 'approve' : 'reject';
   return 'ask';
 }
 

@@ -25,11 +25,11 @@ test('parseArgs: URL, room, name, approval list, keep, start settings, page para
   assert.throws(() => parseSettings('width'), /expected k=v/);
 });
 
-test('approval: all, a list by id or name (others declined), else asked', () => {
+test('approval: all, a list of peer ids (others declined, a name is no credential), else asked', () => {
   const req = { id: 'a1b2', name: 'laptop' };
   assert.equal(approval('all', req), 'approve');
   assert.equal(approval(new Set(['a1b2']), req), 'approve');
-  assert.equal(approval(new Set(['laptop']), req), 'approve');
+  assert.equal(approval(new Set(['laptop']), req), 'reject');      // anyone may call itself laptop
   assert.equal(approval(new Set(['other']), req), 'reject');
   assert.equal(approval(null, req), 'ask');
 });
