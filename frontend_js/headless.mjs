@@ -120,6 +120,15 @@ export function statusLine(s) {
   return `step ${s.step}/${s.totalSteps}${loss}${rate} peers ${peers} hash ${(s.hash || '').slice(0, 16)}`;
 }
 
+// text for a terminal, pure: a peer's words reach the status lines (a STOP's reason, up to 400
+// characters of whatever it sent) and must not move the cursor, recolour or retitle the terminal,
+// or start a line of their own (a fake "approve? [y/n]"); control characters are shown escaped
+// (keep: the ones left as they are, e.g. '\n' for stack traces on stderr)
+export function printable(text, keep = '') {
+  return String(text).replace(/[\u0000-\u001f\u007f-\u009f]/g,
+    (c) => (keep.includes(c) ? c : `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`));
+}
+
 // ---- the host: what a page's browser gives the peer --------------------------------------------
 async function installHostGlobals() {
   const missing = [];
@@ -176,7 +185,7 @@ async function main(argv) {
   if (o.help) { process.stdout.write(HELP + '\n'); return 0; }
   await installHostGlobals();
   // stdout carries status lines (or JSON lines) only: the peer's console goes to stderr
-  for (const k of ['log', 'info', 'warn', 'debug']) console[k] = (...a) => process.stderr.write(a.map(String).join(' ') + '\n');
+  for (const k of ['log', 'info', 'warn', 'debug']) console[k] = (...a) => process.stderr.write(printable(a.map(String).join(' '), '\n\t') + '\n');
   const [{ Bus }, { Peer, automationApi }] = await Promise.all([import('./peer/bus.js'), import('./peer/peer.js')]);
 
   const idFile = identityFile(o);
@@ -187,7 +196,7 @@ async function main(argv) {
 
   const out = (event, fields, text) => {
     if (o.json) process.stdout.write(JSON.stringify({ event, t: Date.now(), ...fields }) + '\n');
-    else if (text) process.stdout.write(text + '\n');
+    else if (text) process.stdout.write(printable(text) + '\n');
   };
   let exiting = false;
   const exit = (code, why) => {
