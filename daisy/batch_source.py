@@ -1,7 +1,7 @@
 """Where a slot's batch for a step comes from (twin of frontend_js/batch_source.js):
     StreamBatches(stream, cfg)    daisy.data.get_batch on a token stream (the CLI, tests)
     HttpBatches(cfg, base, ...)   a DaisyChain server's GET /data/batch?seed&step&slot&batch&seq_len
-                                  (daisy/space/datastream.py): little-endian uint16, (B, T+1) row-major
+                                  (daisy/space/datastream/source.py): little-endian uint16, (B, T+1) row-major
 get(step, slot) -> x (B, T), y (B, T) int64 token ids of the batch (cfg.seed, step, slot).
 
 HttpBatches asks for the next `ahead` steps of a slot in the background (a pool of PREFETCH_WORKERS
@@ -37,7 +37,7 @@ BACKOFF_S = (0.25, 0.5, 1.0, 2.0)   # then every 2 s: peers resume within 2 s of
 UNREACHABLE_STATUS = frozenset({502, 503, 504})
 
 # BatchError codes (= frontend_js/batch_source.js BATCH_ERRORS); the server's answers carry the
-# last two in their JSON `code` (daisy/space/datastream.py ERROR_CODES)
+# last two in their JSON `code` (daisy/space/datastream/errors.py ERROR_CODES)
 UNREACHABLE, DATA_CHANGED, BAD_ANSWER, BAD_PARAMETER, DATA_UNAVAILABLE = (
     "unreachable", "data_changed", "bad_answer", "bad_parameter", "data_unavailable")
 NOT_RETRIED = frozenset({DATA_CHANGED, BAD_PARAMETER})   # the same request gets the same answer

@@ -1,7 +1,7 @@
 // Where a slot's batch for a step comes from (twin of daisy/batch_source.py):
 //   StreamBatches(stream, cfg)   data.getBatch on a token stream (the CLI, tests)
 //   HttpBatches(cfg, opts)       the Space's GET /data/batch?seed&step&slot&batch&seq_len
-//                                (daisy/space/datastream.py): little-endian uint16, (B, T+1) row-major
+//                                (daisy/space/datastream/source.py): little-endian uint16, (B, T+1) row-major
 // get(step, slot) -> Promise of {x, y}: Int32Array (B*T) each, row-major (B, T).
 // one(step, slot): the same batch, alone: no prefetch, no wait counted (an audit's recomputation
 // of another slot's past step, run/audits.js).
@@ -20,7 +20,7 @@ const BACKOFF_MS = [250, 500, 1000, 2000];       // then every 2 s: peers resume
 const UNREACHABLE_STATUS = new Set([502, 503, 504]);
 
 // BatchError codes (= daisy/batch_source.py); the server's answers carry the last two in their
-// JSON `code` (daisy/space/datastream.py ERROR_CODES)
+// JSON `code` (daisy/space/datastream/errors.py ERROR_CODES)
 export const BATCH_ERRORS = Object.freeze({ UNREACHABLE: 'unreachable', DATA_CHANGED: 'data_changed', BAD_ANSWER: 'bad_answer',
   BAD_PARAMETER: 'bad_parameter', DATA_UNAVAILABLE: 'data_unavailable' });
 const E = BATCH_ERRORS;

@@ -33,8 +33,9 @@ const HELP = `${USAGE}
 Joins the group of the DaisyChain server at URL as one more device (the page's peer, hosted by Node).
   --room CODE          join this room (its first device hosts it: approves who joins)
   --name N             the name the others see
-  --approve all|ID,... as room host: approve everyone, or these peer ids or names (others are
-                       declined); without it each request is asked on stdin (y/n)
+  --approve all|ID,... as room host: approve everyone, or these peer ids (others are declined;
+                       a name is the asker's own claim, never a credential); without it each
+                       request is asked on stdin (y/n)
   --json               one JSON object per line on stdout (events: welcome, link, request, run-started,
                        step, run-ended, note, exit)
   --keep               stay after a run: hold the model, answer joins, restore fresh peers, store runs
@@ -103,10 +104,11 @@ export function parseSettings(text) {
   return out;
 }
 
-// a join request -> 'approve' | 'reject' | 'ask' under the policy (--approve)
+// a join request -> 'approve' | 'reject' | 'ask' under the policy (--approve). By peer id only:
+// the server derives it from the seat's secret token, while a name is whatever the asker typed
 export function approval(policy, request) {
   if (policy === 'all') return 'approve';
-  if (policy instanceof Set) return policy.has(request.id) || policy.has(request.name) ? 'approve' : 'reject';
+  if (policy instanceof Set) return policy.has(request.id) ? 'approve' : 'reject';
   return 'ask';
 }
 
@@ -116,6 +118,15 @@ export function statusLine(s) {
   const rate = s.tokensPerS ? ` ${Math.round(s.tokensPerS)} tok/s` : '';
   const loss = s.loss === null || s.loss === undefined ? '' : ` loss ${s.loss.toFixed(4)}`;
   return `step ${s.step}/${s.totalSteps}${loss}${rate} peers ${peers} hash ${(s.hash || '').slice(0, 16)}`;
+}
+
+// text for a terminal, pure: a peer's words reach the status lines (a STOP's reason, up to 400
+// characters of whatever it sent) and must not move the cursor, recolour or retitle the terminal,
+// or start a line of their own (a fake "approve? [y/n]"); control characters are shown escaped
+// (keep: the ones left as they are, e.g. '\n' for stack traces on stderr)
+export function printable(text, keep = '') {
+  return String(text).replace(/[\u0000-\u001f\u007f-\u009f]/g,
+    (c) => (keep.includes(c) ? c : `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`));
 }
 
 // ---- the host: what a page's browser gives the peer --------------------------------------------
@@ -174,7 +185,7 @@ async function main(argv) {
   if (o.help) { process.stdout.write(HELP + '\n'); return 0; }
   await installHostGlobals();
   // stdout carries status lines (or JSON lines) only: the peer's console goes to stderr
-  for (const k of ['log', 'info', 'warn', 'debug']) console[k] = (...a) => process.stderr.write(a.map(String).join(' ') + '\n');
+  for (const k of ['log', 'info', 'warn', 'debug']) console[k] = (...a) => process.stderr.write(printable(a.map(String).join(' '), '\n\t') + '\n');
   const [{ Bus }, { Peer, automationApi }] = await Promise.all([import('./peer/bus.js'), import('./peer/peer.js')]);
 
   const idFile = identityFile(o);
@@ -185,7 +196,7 @@ async function main(argv) {
 
   const out = (event, fields, text) => {
     if (o.json) process.stdout.write(JSON.stringify({ event, t: Date.now(), ...fields }) + '\n');
-    else if (text) process.stdout.write(text + '\n');
+    else if (text) process.stdout.write(printable(text) + '\n');
   };
   let exiting = false;
   const exit = (code, why) => {

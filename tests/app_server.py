@@ -128,4 +128,4 @@ def wait_state(page, js_condition: str, what: str, timeout_ms: int = WAIT_MS):
         page.wait_for_function(f"(() => {{ const s = window.daisy.state(); return {js_condition}; }})()",
                                timeout=timeout_ms)
     except Exception:
-        raise AssertionError(f"{what}: not within {timeout_ms} ms; state is {json.dumps(state(page))[:1500]}")
+        raise AssertionError(f"{what}: not within {timeout_ms} ms; message {state(page).get('message')!r}; state is {json.dumps(state(page))[:1500]}")

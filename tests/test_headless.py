@@ -55,10 +55,14 @@ def steps_since(h, run_n: int) -> dict[int, str]:
     return out
 
 
-def test_a_page_and_the_headless_peer_train_the_reference_each_leading_once(app_url, pages, tmp_path):
+def test_a_page_and_the_headless_peer_train_the_reference_each_leading_once_and_the_keeper_restores_a_fresh_page(
+        app_url, pages, tmp_path):
+    """Run 1: the page leads a 100-step run to its end, done on both. Run 2: the headless peer
+    (--keep) leads (stdin `start`) and stops it (`stop`) after 30 steps. Then the last page closes
+    and a fresh page gets the stopped run from the keeper. Every step of both = the reference."""
     settings = {"steps": 100, **TINY}
     want = reference_hashes(settings, 100, peers=2)
-    with headless_peer(app_url, tmp_path, "--keep") as h:
+    with headless_peer(app_url, tmp_path, "--keep", label="keeper") as h:
         page = open_peer(pages, app_url + "/", "page")
         linked_both(page, h)
         record(page)
@@ -71,15 +75,22 @@ def test_a_page_and_the_headless_peer_train_the_reference_each_leading_once(app_
         assert_reference("headless member", steps_since(h, 1), want)
         assert sorted(steps_since(h, 1)) == list(range(1, 101))
         record(page)
-        h.send("start " + ",".join(f"{k}={v}" for k, v in settings.items()))      # the headless peer leads
+        h.send("start " + ",".join(f"{k}={v}" for k, v in LONG.items()))          # the headless peer leads
         started = h.wait(lambda x: x["event"] == "run-started" and len(h.all("run-started")) == 2, "run 2 started")
         assert started["leader"] == h.peer_id, started
+        h.wait(lambda x: len(steps_since(h, 2)) >= 30, "30 steps of run 2", RUN_S)
+        h.send("stop")                                                           # ... and stops it
         e = run_ended(h, 2)
         s = ended(page, "run 2 ended", RUN_MS)
-        assert s["runState"] == e["state"] == "done" and e["error"] == "", (s["message"], e)
+        assert s["runState"] == e["state"] == "stopped" and e["error"] == "" and s["step"] == e["step"], (s["message"], e)
         assert s["run"]["roster"] == [h.peer_id, s["peerId"]], s["run"]
+        want = reference_hashes(LONG, e["step"], peers=2)
         assert_reference("headless leading", steps_since(h, 2), want)
         assert_reference("page member", final_hashes(page, "page"), want)
+        page.close()                                       # the last page goes: the keeper holds the run
+        fresh = open_peer(pages, app_url + "/", "fresh")
+        wait_state(fresh, f"s.resumable && s.resumable.step === {e['step']}", "the fresh page holds the keeper's run", 30_000)
+        assert state(fresh)["hash"] == e["hash"] == want[-1], (state(fresh)["hash"], e["hash"])
 
 
 def test_the_headless_peer_joins_mid_run_and_leaves_with_sigterm(app_url, pages, tmp_path):
@@ -198,20 +209,3 @@ def test_a_large_run_stopped_mid_exchange_ends_cleanly_on_both(app_url, pages, t
                 break
             stale = pd["stale"] + d["stale"]
         assert pd["stale"] + d["stale"] > 0, "no Stop landed mid-exchange in 4 tries: nothing arrived after a run ended"
-
-
-def test_the_keeper_restores_a_fresh_page(app_url, pages, tmp_path):
-    with headless_peer(app_url, tmp_path, "--keep", label="keeper") as h:
-        a = open_peer(pages, app_url + "/", "a")
-        linked_both(a, h)
-        a.evaluate("(cfg) => window.daisy.start(cfg)", LONG)
-        wait_state(a, "s.running && s.step >= 8", "8 steps", RUN_MS)
-        a.evaluate("window.daisy.stop()")
-        s = ended(a, "a stopped", RUN_MS)
-        e = run_ended(h, 1)
-        assert s["runState"] == e["state"] == "stopped" and s["step"] == e["step"], (s["message"], e)
-        a.close()                                          # the last page goes: the keeper holds the run
-        b = open_peer(pages, app_url + "/", "fresh")
-        wait_state(b, f"s.resumable && s.resumable.step === {e['step']}", "the fresh page holds the keeper's run", 30_000)
-        assert state(b)["hash"] == e["hash"], (state(b)["hash"], e["hash"])
-        assert e["hash"] == reference_hashes(LONG, e["step"], peers=2)[-1]

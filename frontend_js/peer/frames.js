@@ -25,6 +25,7 @@ export const PROTOCOL_VERSION = 5;         // 2: membership (ROSTER .. LEAVE); 3
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
+export const MIN_CHUNK_BYTES = 1024;       // the least payload a chunk but a message's last carries (encodeMessage)
 
 export const TYPES = Object.freeze({
   HELLO: 1,      // JSON {protocol, peerId}: the first message on a new link
@@ -96,7 +97,7 @@ export async function messageDigest(identity, payload, sha = jsSha) {
 export async function encodeMessage({ type, slot = NO_SLOT, runId = 0, step = 0, payload, version = PROTOCOL_VERSION },
   msgId, maxFrame, sha = jsSha) {
   const per = Math.min(maxFrame, MAX_FRAME_BYTES) - HEADER_BYTES;
-  if (per < 1024) throw new RangeError(`the link's frame limit ${maxFrame} is too small`);
+  if (per < MIN_CHUNK_BYTES) throw new RangeError(`the link's frame limit ${maxFrame} is too small`);
   const count = Math.max(1, Math.ceil(payload.length / per));
   if (count > 0xffff) throw new RangeError(`a ${payload.length}-byte message needs ${count} chunks, over 65535`);
   const head = new Uint8Array(HEADER_BYTES);

@@ -17,7 +17,8 @@
 // with no new chunk for PARTIAL_TIMEOUT_MS (docs/PROTOCOL.md "Mesh limits").
 // Frames of something that just ended on this device (a run stopped while a peer's gradient was
 // on its way: its lanes still deliver it) are expected: a limit may say so (a Stale), and they are
-// dropped without counting as bad, up to that thing's own sizes per link (Stale.budget bytes).
+// dropped without counting as bad, up to that thing's own sizes per link (Stale.budget bytes on the
+// wire: each frame costs its header too, so a flood of empty frames ends as soon as a real one).
 import { FrameError, HEADER_BYTES, JSON_TYPES, MAX_JSON_BYTES, PROTOCOL_VERSION, Reassembler, TYPES,
   createFrameSha, encodeMessage, jsonPayload, typeName, upgradingSha } from './frames.js';
 
@@ -38,7 +39,8 @@ export const SYSTEM_CLOCK = Object.freeze({
 });
 
 // What a limit function returns for a frame of something that just ended: why, which thing
-// (key: the budget starts over for another), and the payload bytes a link may still send of it
+// (key: the budget starts over for another), and the bytes a link may still send of it (frames,
+// headers included)
 export class Stale {
   constructor(reason, key, budget) { this.reason = reason; this.key = key; this.budget = budget; }
 }
@@ -88,7 +90,7 @@ export class Mesh {
     const limit = f ? f(h) : `${typeName(h.type)} while no run expects it`;
     if (!(limit instanceof Stale)) return limit;
     if (entry.stale.key !== limit.key) entry.stale = { key: limit.key, bytes: 0 };
-    entry.stale.bytes += h.data.length;
+    entry.stale.bytes += HEADER_BYTES + h.data.length;
     if (entry.stale.bytes > limit.budget) return `${limit.reason} (over ${limit.budget} bytes of it)`;
     const err = new FrameError(limit.reason);
     err.stale = true;

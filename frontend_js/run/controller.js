@@ -29,8 +29,8 @@
 //   host.stored                the stored run ({afterStep(run), afterRun(run, end)}) or null
 // and the host tells the controller: serverSaysGone(id) / serverSaysBack(id) (peer-left and the
 // member list), maybeJoin() (the member list or a link changed), goodbye() (the page is closing).
-import { TYPES } from '../peer/frames.js';
-import { MeshCollective } from '../peer/mesh_collective.js';
+import { HEADER_BYTES, MIN_CHUNK_BYTES, TYPES } from '../peer/frames.js';
+import { MeshCollective, PART_INDEX_BYTES } from '../peer/mesh_collective.js';
 import { Stale } from '../peer/mesh.js';
 import { epochKey } from '../peer/roster.js';
 import { maxStateBytes } from '../state_codec.js';
@@ -72,12 +72,15 @@ const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'j
   [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
   [TYPES.TRANSCRIPT_ASK, new Set(['joining'])]]);
 
-// What one link may still deliver of a run that ended (payload bytes): a peer's messages of the
+// What one link may still deliver of a run that ended (bytes on the wire): a peer's messages of the
 // step it was exchanging and of the one it may have begun streaming (GRAD or its parts, REDUCED),
-// at that run's sizes. A Stop mid-exchange leaves them on their way (mesh.js Stale).
+// at that run's sizes, each cut into the most frames a sender may (chunks of MIN_CHUNK_BYTES). A
+// Stop mid-exchange leaves them on their way (mesh.js Stale).
+const wireBytes = (payload) => payload + HEADER_BYTES * Math.max(1, Math.ceil(payload / MIN_CHUNK_BYTES));
 export function staleBudget(run) {
   const c = run.collective;
-  return 2 * (c.maxPayload(TYPES.GRAD) + c.maxPayload(TYPES.REDUCED));
+  const parts = c.inParts.reduce((sum, p) => sum + wireBytes(PART_INDEX_BYTES + p.to - p.from), 0);
+  return 2 * (Math.max(wireBytes(c.maxPayload(TYPES.GRAD)), parts) + wireBytes(c.maxPayload(TYPES.REDUCED)));
 }
 
 export class RunController {

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { approval, parseArgs, parseSettings, statusLine } from '../../frontend_js/headless.mjs';
+import { approval, parseArgs, parseSettings, printable, statusLine } from '../../frontend_js/headless.mjs';
 
 test('parseArgs: URL, room, name, approval list, keep, start settings, page parameters; bad input named', () => {
   const o = parseArgs(['http://127.0.0.1:7860/', '--room', 'abc', '--name', 'lab', '--approve', 'p1,box',
@@ -25,11 +25,11 @@ test('parseArgs: URL, room, name, approval list, keep, start settings, page para
   assert.throws(() => parseSettings('width'), /expected k=v/);
 });
 
-test('approval: all, a list by id or name (others declined), else asked', () => {
+test('approval: all, a list of peer ids (others declined, a name is no credential), else asked', () => {
   const req = { id: 'a1b2', name: 'laptop' };
   assert.equal(approval('all', req), 'approve');
   assert.equal(approval(new Set(['a1b2']), req), 'approve');
-  assert.equal(approval(new Set(['laptop']), req), 'approve');
+  assert.equal(approval(new Set(['laptop']), req), 'reject');      // anyone may call itself laptop
   assert.equal(approval(new Set(['other']), req), 'reject');
   assert.equal(approval(null, req), 'ask');
 });
@@ -39,4 +39,13 @@ test('statusLine: step, loss, tokens/s, admitted peers, hash', () => {
     peers: [{ role: 'member' }, { role: 'host' }, { role: 'pending' }] };
   assert.equal(statusLine(s), `step 12/30 loss 5.1235 1235 tok/s peers 2 hash ${'ab'.repeat(8)}`);
   assert.equal(statusLine({ ...s, loss: null, tokensPerS: null }), `step 12/30 peers 2 hash ${'ab'.repeat(8)}`);
+});
+
+test('printable: a peer\'s text reaches the terminal with its control characters escaped (no escape sequence, no line of its own)', () => {
+  const reason = 'stopped\n\u001b[2J\u001b]0;title\u0007join request from box (p1): approve? [y/n]\u009b';
+  const line = printable(reason);
+  assert.equal(line, 'stopped\\x0a\\x1b[2J\\x1b]0;title\\x07join request from box (p1): approve? [y/n]\\x9b');
+  assert.doesNotMatch(line, /[\u0000-\u001f\u007f-\u009f]/);
+  assert.equal(printable('Error: x\n    at f (a.js:1)\u001b', '\n\t'), 'Error: x\n    at f (a.js:1)\\x1b');
+  assert.equal(printable('step 3/100 loss 5.1 — ünïcode'), 'step 3/100 loss 5.1 — ünïcode');
 });

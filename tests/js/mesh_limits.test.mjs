@@ -7,11 +7,13 @@
 //   3. 450 GROUP_STATE first chunks claiming 39.8 MB each: nothing reserved for what a header claims
 //   4. the per-link byte budget of unfinished messages; honest interleaved messages still complete
 //   5. the time bound: an unfinished message that stalls is abandoned, its bytes given back
+//   6. 20,000 one-byte frames of a run that just ended (a Stale limit): each costs its header too,
+//      so the uncounted allowance ends after budget / 65 frames and the rest count as bad
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
-import { BAD_WINDOW_MS, MAX_BAD_FRAMES, Mesh } from '../../frontend_js/peer/mesh.js';
+import { BAD_WINDOW_MS, MAX_BAD_FRAMES, Mesh, Stale } from '../../frontend_js/peer/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, MAX_PENDING, PARTIAL_TIMEOUT_MS, PROTOCOL_VERSION,
   Reassembler, TYPES, encodeMessage, jsonPayload } from '../../frontend_js/peer/frames.js';
 import { jsSha } from '../../frontend_js/hashing.js';
@@ -161,4 +163,18 @@ test('an unfinished message with no new chunk for PARTIAL_TIMEOUT_MS is abandone
   assert.match(a.drops.recent.at(-1), new RegExp(`duplicate chunk of message ${0x63000001}`));
   assert.equal(entry.reasm.heldBytes, 0);
   assert.ok(a.links.has('h') && a.isReady('b'), 'three bad frames closed a link');
+});
+
+test('20,000 one-byte frames of a run that just ended: each costs its header too, so the uncounted allowance is budget / 65 frames, then they count', async () => {
+  const { net, a, b } = await meshes();
+  const budget = 100 * (HEADER_BYTES + 1);
+  a.setLimit(TYPES.GRAD, () => new Stale('a gradient frame of run 7, which ended', 7, budget));
+  const n0 = a.drops.count;
+  const { sent } = await flood(net, a, 20_000, (i) => chunkOf({ type: TYPES.GRAD, msgId: 0x62000000 + i, length: 1, per: 1 }));
+  assert.ok(!a.links.has('h'), `after ${sent} late one-byte frames h is still linked`);
+  assert.equal(a.drops.stale, 100, `${a.drops.stale} frames dropped uncounted for a budget of ${budget} bytes`);
+  assert.equal(sent, 100 + MAX_BAD_FRAMES + 1);
+  assert.equal(a.drops.count - n0, MAX_BAD_FRAMES + 1);
+  assert.match(a.drops.recent.at(-1), /which ended \(over 6500 bytes of it\)/);
+  assert.ok(a.isReady('b') && b.isReady('a'), 'the honest link went down with the hostile one');
 });
