@@ -122,7 +122,9 @@ for (const lanes of [1, 4]) {
     try {
       await opened;
       const frames = 3072, size = a.maxFrame;          // 3072 frames of 8 KiB: 24 MiB
-      let most = 0;
+      let most = 0, waits = 0;
+      const ready = a.anyLaneReady.bind(a);
+      a.anyLaneReady = () => { waits++; return ready(); };   // counts the sender's waits (the lane was full)
       const sends = [];
       for (let i = 0; i < frames; i++) {
         sends.push(a.send(frame(i, size)).then(() => { most = Math.max(most, a.bufferedAmount); }));
@@ -134,7 +136,9 @@ for (const lanes of [1, 4]) {
       for (const i of [0, 1, 1000, frames - 1]) assert.deepEqual(got[i], frame(i, size), `frame ${i}`);
       const bound = Math.min(lanes * HIGH_WATER, MAX_LINK_QUEUED) + size + SEQ_BYTES;
       assert.ok(most <= bound, `the link queued ${most} bytes (bound ${bound})`);
-      if (lanes === 1) assert.ok(most > HIGH_WATER / 2, `one lane never filled (${most} bytes): the wait was not exercised`);
+      // the lane filled and the sender waited (a count, not the sampled peak: on a loaded box the
+      // native side may drain between a send and its sample)
+      if (lanes === 1) assert.ok(waits > 0, `one lane never filled (at most ${most} bytes seen): the wait was not exercised`);
       console.log(`24 MiB over ${lanes} wrtc lane(s): at most ${most} bytes queued on the link`);
     } finally {
       a.close('test over'); b.close('test over');
