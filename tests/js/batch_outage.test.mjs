@@ -113,7 +113,9 @@ test('one(step, slot): the batch alone (an audit of another slot\'s past step): 
     assert.equal(source.waitMs, 0, 'not counted as a wait of the loop');
     assert.equal(source.inflight.size, 0, 'nothing held');
     await source.get(10, 0);
-    await new Promise((r) => setTimeout(r, 100));
+    // the prefetches are in flight: wait for them (bounded; a loaded box answered 3 in 100 ms once)
+    for (const t0 = Date.now(); asked.length < 5 && Date.now() - t0 < 5000;) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 50));   // and nothing more comes
     assert.deepEqual(asked.slice(1).sort(), ['10', '11', '12', '13'], 'get: its step and the next 3 of its slot');
   } finally { await server.close(); }
 });
