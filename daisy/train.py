@@ -10,6 +10,7 @@ to its own copy and hashes it. Honest replicas print P equal hashes on every lin
     python -m daisy.train --data-url http://127.0.0.1:7860     # the Space's keyed batches
     python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
     python -m daisy.train --peers 3 --attack "slot=1,from=39,kind=scale:-1000"   # audited (daisy/attack.py)
+    python -m daisy.train --delay 1                            # the one-step-delayed update (below)
 
 --roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
@@ -19,7 +20,9 @@ slots are dropped. --peers N is the schedule "0:N" (docs/VERIFICATION.md, "Roste
 
 A step, per replica: local step (loss, grads on its own batch) -> collective.exchange(...) ->
 the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash: Trainer.local_step,
-then Trainer.apply with G (twin of frontend_js/train.js). Where a slot's batch comes from is a
+then Trainer.apply with G (twin of frontend_js/train.js). With --delay 1 the Adam step of step s
+uses the G of step s-1 (W_{s+1} = adam(W_s, G_{s-1}); the last step applies both), so a page can
+send step s's gradient while it computes step s+1 (docs/VERIFICATION.md "The delayed update"). Where a slot's batch comes from is a
 BatchSource (daisy/batch_source.py): StreamBatches (a token stream in memory: the built-in corpus
 or --data) or HttpBatches (the Space's GET /data/batch, with a bounded prefetch of the next steps
 and the outage wait).
@@ -45,18 +48,23 @@ MAX_PEERS = 64
 
 
 class Replica:
-    """One peer's state: weights and Adam moments."""
+    """One peer's state: weights, Adam moments and, in a delayed run (Config.delay = 1), the
+    reduced gradient of the last step, not applied yet (`pending`; None in every other run and
+    before a delayed run's first step)."""
 
-    def __init__(self, params, adam):
-        self.params, self.adam = params, adam
+    def __init__(self, params, adam, pending=None):
+        self.params, self.adam, self.pending = params, adam, pending
 
     @property
     def step(self) -> int:
-        return self.adam["t"]
+        """Steps done: Adam's t, plus the step whose G is pending."""
+        return self.adam["t"] + (self.pending is not None)
 
 
 def copy_replica(r: Replica) -> Replica:
-    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam))
+    """The replica's whole state, copied: what a joining device receives, what an audit's
+    rollback restores (the one snapshot rule; frontend_js/train.js cloneReplica is its twin)."""
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.pending))
 
 
 class Trainer:
@@ -73,9 +81,22 @@ class Trainer:
         return loss_and_grads(self.replica.params, self.cfg, x, y, self.mm)
 
     def apply(self, G):
-        """Adam with the group's G, then the hash -> (step number after it, hash)."""
-        adam_step(self.replica.params, G, self.replica.adam, self.cfg.lr)
-        return self.replica.step, weight_hash(self.replica.params)
+        """Adam with the group's G, then the hash -> (step number after it, hash).
+        Delayed (cfg.delay = 1, docs/VERIFICATION.md "The delayed update"): the G of the step
+        before is applied and this step's G is kept as pending; the run's last step applies
+        both (nothing is left to hide behind), so a finished run holds no pending G."""
+        r, cfg = self.replica, self.cfg
+        if not cfg.delay:
+            adam_step(r.params, G, r.adam, cfg.lr)
+            return r.step, weight_hash(r.params)
+        last = r.step + 1 == cfg.steps
+        G, r.pending = r.pending, G
+        if G is not None:                      # a first step has nothing to apply yet
+            adam_step(r.params, G, r.adam, cfg.lr)
+        if last:
+            adam_step(r.params, r.pending, r.adam, cfg.lr)
+            r.pending = None
+        return r.step, weight_hash(r.params)
 
 
 def check_loss(loss: float, step: int) -> None:
@@ -174,6 +195,9 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=None, help="run seed, 0..2^32-1 (1234)")
     ap.add_argument("--exchange", default=None, metavar="CODEC",
                     help="how gradients travel between peers: f64 or int8 (f64; daisy/exchange_codec.py)")
+    ap.add_argument("--delay", type=int, default=None,
+                    help="update delay in steps, 0..1 (0): 1 applies step s's reduced gradient after "
+                         "step s+1's local step, so the exchange can travel while the next step computes")
     ap.add_argument("--data", default=None, help="a parquet file with a 'text' column (default: built-in corpus)")
     ap.add_argument("--data-url", default=None, metavar="http://HOST:PORT",
                     help="train on the keyed batches of a DaisyChain server's /data/batch (the "
@@ -209,7 +233,7 @@ def parse_args(argv):
         audited_args(ap, args)
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
              "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed,
-             "exchange": args.exchange}
+             "exchange": args.exchange, "delay": args.delay}
     given = {k: v for k, v in flags.items() if v is not None}
     if args.resume is not None:
         if given:
@@ -221,6 +245,9 @@ def parse_args(argv):
         ap.error(str(e))
     if args.stop_after is not None and not 1 <= args.stop_after <= cfg.steps:
         ap.error(f"--stop-after must be in 1..{cfg.steps} (the run's steps), got {args.stop_after}")
+    if cfg.delay and args.save is not None and args.stop_after not in (None, cfg.steps):
+        ap.error("--save with --delay 1 only at the run's end: a delayed run stopped before it holds "
+                 "the last step's reduced gradient, not applied yet, which a checkpoint does not store")
     if args.roster is not None:
         try:
             check_roster(args.schedule, args.roster, 0, cfg.steps)

@@ -1,11 +1,13 @@
 // The one config of a run, mirroring daisy/config.py: every field an int but `exchange` (the
 // gradient exchange codec's name, exchange_codec.js), validated on creation with the same messages.
+// `delay` (0 or 1): the update's delay in steps (train.js Trainer.apply); the wire form leaves it
+// out at 0, its default, so a run without it has the bytes it always had.
 import { VOCAB_SIZE } from './tokenizer.js';
 
 export { VOCAB_SIZE };
 
 export const DEFAULTS = Object.freeze({
-  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'int8',
+  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'int8', delay: 0,
 });
 
 // the exchange codecs (exchange_codec.js CODECS); daisy/config.py EXCHANGES is the twin
@@ -22,6 +24,7 @@ export const RANGES = Object.freeze({
   layers: [1, 8, 'layers'],
   heads: [1, 8, 'heads'],
   seed: [0, 2 ** 32 - 1, 'seed'],
+  delay: [0, 1, 'update delay'],
 });
 
 export class ConfigError extends Error {
@@ -65,5 +68,6 @@ export function makeConfig(settings = {}) {
 export function configToDict(cfg) {
   const d = {};
   for (const k of Object.keys(DEFAULTS)) d[k] = cfg[k];
+  if (d.delay === 0) delete d.delay;          // the default is left out (daisy/config.py to_dict)
   return d;
 }

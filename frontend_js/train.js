@@ -16,15 +16,19 @@ export const MAX_PEERS = 64;
 
 export const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
 
-// one peer's state: weights and Adam moments
+// one peer's state: weights, Adam moments and, in a delayed run (cfg.delay 1), the reduced
+// gradient of the last step, not applied yet (`pending`; null otherwise and before the first step)
 export class Replica {
-  constructor(params, adam) { this.params = params; this.adam = adam; }
-  get step() { return this.adam.t; }
+  constructor(params, adam, pending = null) { this.params = params; this.adam = adam; this.pending = pending; }
+  // steps done: Adam's t, plus the step whose G is pending
+  get step() { return this.adam.t + (this.pending === null ? 0 : 1); }
 }
 
-// a replica's full copy (weights, Adam m, v, t): what a joining device receives
+// a replica's whole state, copied (weights, Adam m, v, t, the pending G): what a joining device
+// receives, what an audit's rollback restores (daisy/train.py copy_replica: the one snapshot rule)
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
-  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
+  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) },
+  r.pending === null ? null : cloneParams(r.pending));
 
 // One replica's training step (Python: local_step, apply). batches: a BatchSource (batch_source.js);
 // backend: engines.js.
@@ -44,10 +48,23 @@ export class Trainer {
     return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena, onGrad);
   }
 
-  // Adam with the group's G, then the hash -> {step (number after it), hash}
+  // Adam with the group's G, then the hash -> {step (number after it), hash}. Delayed (cfg.delay
+  // 1; docs/VERIFICATION.md "The delayed update"): the G of the step before is applied and this
+  // step's G kept as pending; the run's last step applies both, so a finished run holds none.
   async apply(G) {
-    this.backend.adamStep(this.replica.params, G, this.replica.adam, this.cfg.lr);
-    return { step: this.replica.step, hash: await this.backend.weightHashAsync(this.replica.params) };
+    const r = this.replica, cfg = this.cfg;
+    if (!cfg.delay) this.backend.adamStep(r.params, G, r.adam, cfg.lr);
+    else {
+      const last = r.step + 1 === cfg.steps;
+      const previous = r.pending;
+      r.pending = cloneParams(G);             // G's arrays may be the arena's, reused next step
+      if (previous !== null) this.backend.adamStep(r.params, previous, r.adam, cfg.lr);   // a first step has none
+      if (last) {
+        this.backend.adamStep(r.params, r.pending, r.adam, cfg.lr);
+        r.pending = null;
+      }
+    }
+    return { step: r.step, hash: await this.backend.weightHashAsync(r.params) };
   }
 }
 

@@ -19,6 +19,7 @@ import { encodeState, maxStateBytes } from '../state_codec.js';
 import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../peer/roster.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, validHistory, isHash, short } from './record.js';
 import { readPeerState, stateLimit, gradientBytes } from './peer_state.js';
+import { pageConfig } from './start.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
 export function onJoin(ctl, from, m) {
@@ -222,7 +223,7 @@ export async function onSync(ctl, from, m) {
     const desc = d.desc;
     if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !Number.isInteger(d.runId) || d.runId <= 0 || d.runId > MAX_RUN_ID) throw new Error('bad run id');
     if (desc.protocol !== ctl.mesh.version) throw new Error(`protocol v${desc.protocol}`);
-    cfg = c.config.makeConfig(desc.config);
+    cfg = pageConfig(c, desc.config);
     if (desc.dataId !== await h.dataId()) throw new Error('different training data');
     if (!Array.isArray(d.roster) || d.roster[0] !== from || d.roster.includes(ctl.selfId) || d.roster.length > 64) throw new Error('bad roster');
     if (!Number.isInteger(d.step) || d.step < 0 || d.step >= cfg.steps || !isHash(d.hash) || !Number.isInteger(d.epoch) || d.epoch < 0) throw new Error('bad position');

@@ -17,6 +17,15 @@ import { readPeerState, stateLimit } from './peer_state.js';
 import { validAuditRate } from './audits.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
+// a run's config as a page takes it: the delayed update (cfg.delay 1) runs in the reference and
+// the JS CLI; a page's join and stored run do not carry its pending gradient yet, so a page
+// refuses it rather than fork (docs/VERIFICATION.md "The delayed update")
+export function pageConfig(c, settings) {
+  const cfg = c.config.makeConfig(settings);
+  if (cfg.delay) throw new Error('the delayed update (delay 1) is not run by pages yet: python -m daisy.train --delay 1 or node frontend_js/cli.mjs --delay 1');
+  return cfg;
+}
+
 export function freshReplica(c, cfg) {
   const params = c.model.initParams(cfg);
   return new Replica(cloneParams(params), c.optim.adamInit(params));
@@ -48,7 +57,7 @@ export async function start(ctl, config) {
   await h.ready();
   const dataId = await h.dataId();
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
-  const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
+  const cfg = resume ? resume.cfg : pageConfig(c, settings);
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
   const candidates = h.members().filter((q) => q.id !== ctl.selfId && q.role !== 'pending');
   await waitUntil(() => candidates.every((q) => ctl.mesh.isReady(q.id)), ctl.t.linkWaitMs, (wake) => ctl.mesh.on('link', wake));
@@ -156,7 +165,7 @@ export async function onRun(ctl, from, m) {
     if (d.leader !== from || !Array.isArray(d.roster) || d.roster[0] !== from) throw new Error('the leader must be the sender and slot 0');
     if (d.roster.length > 64 || new Set(d.roster).size !== d.roster.length || !d.roster.every((x) => typeof x === 'string')) throw new Error('bad roster');
     if (!d.roster.includes(ctl.selfId)) throw new Error('this device is not in the roster');
-    cfg = c.config.makeConfig(d.config);
+    cfg = pageConfig(c, d.config);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
     if (!validAuditRate(d.auditRate)) throw new Error(`bad audit rate ${JSON.stringify(d.auditRate)}`);

@@ -359,3 +359,13 @@ test('one bound for a peer\'s state body: the largest settings\' state, 8-byte l
   const c = { config: { makeConfig, RANGES }, model: { paramShapes, paramCount } };
   assert.equal(stateLimit(c, top), maxStateBytes(c));
 });
+
+// ---- the delayed update: the reference's and the JS CLI's, not a page's yet ----------------------
+test('a page refuses to start a delayed-update run (delay 1), with the reason', async () => {
+  const g = new Group({ seed: 25 });
+  const nodes = g.add(2);
+  await g.linked();
+  await assert.rejects(nodes[0].ctl.start({ ...SETTINGS, delay: 1 }), /the delayed update \(delay 1\) is not run by pages yet/);
+  assert.equal(nodes[0].ctl.phase === 'running', false);
+  await g.close();
+});
