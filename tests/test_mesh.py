@@ -131,6 +131,15 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
         assert want[-1][:12] in row and "linked" in row, row
     assert "2 of 2 replicas agree at step 100" in a.inner_text("#daisy-peer")
     assert "gradients audited (1 per step) through step 100" in a.inner_text("#daisy-peer")   # the last two steps' audits ran before FIN
+    # the user's question: the group against this device alone (frontend_js/run/speed.js), from
+    # the same step times the tokens/s readout shows and this page's own compute per step
+    for page, s in ((a, sa), (b, sb)):
+        sp = s["speed"]
+        assert sp["tokensPerS"] == s["tokensPerS"] and sp["aloneTokensPerS"] > 0 and sp["ratio"] > 0, sp
+        assert abs(sp["ratio"] - sp["tokensPerS"] / sp["aloneTokensPerS"]) <= 1e-9 * sp["ratio"], sp
+        line = page.inner_text('#daisy-peer [data-role="speedup"]')
+        m = re.fullmatch(r"this group trains ([0-9.]+)× as fast as this device alone \(([0-9,]+) tokens/s alone\)", line)
+        assert m and abs(float(m.group(1)) - sp["ratio"]) <= 0.051 * max(1.0, sp["ratio"]), (line, sp)
 
 
 def test_three_pages_stop_together_and_equal_the_reference(app_url, pages):

@@ -15,6 +15,7 @@ import * as recovery from './recovery.js';
 import * as join from './join.js';
 import * as audits from './audits.js';
 import { end, alarm, saveUndo, restoreUndo, runView, wakeParked } from './ending.js';
+import { groupSpeed } from './speed.js';
 
 // opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
 // history, completed, hash, trainer, batches} of the run it enters
@@ -37,7 +38,7 @@ export function begin(ctl, desc, replica, cfg, c, opts) {
   const others = roster.length - 1;
   const topology = run.collective.topology;
   h.show({ running: true, runState: 'training', leader: roster[0], config: cfg, step: completed,
-           totalSteps: cfg.steps, loss: null, hash: run.hash, curve: [], tokensPerS: null, sync: null,
+           totalSteps: cfg.steps, loss: null, hash: run.hash, curve: [], tokensPerS: null, speed: null, sync: null,
            replicas: { count: roster.length, agree: true, step: completed },
            run: runView(run), peerHashes: Object.fromEntries(run.peerHashes), error: '',
            message: (opts.joined ? `Synced in: training from step ${completed + 1}` : opts.resumed ? `Resuming from step ${completed}` : 'Training')
@@ -73,8 +74,9 @@ async function loop(ctl, run) {
     // the GRAD's parts go out as the backward pass finalizes them (docs/PROTOCOL.md "Streamed GRAD")
     const forging = ctl.faults.forge !== null && s >= ctl.faults.forge.from;    // the fault plan's forger
     const sink = ctl.t.streamGrads && !forging ? run.collective.beginStep(s) : null;
-    const local = await audits.exclusive(run, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
-      : run.trainer.localStep(s, slot, run.arena, sink)));
+    let ownMs = 0;           // this device's own compute of the step (timed inside `exclusive`: an audit's turn is not ours)
+    const local = await audits.exclusive(run, () => timed((ms) => { ownMs = ms; }, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
+      : run.trainer.localStep(s, slot, run.arena, sink))));
     if (forging) local.grads = forged(ctl, run, s, local.grads);
     audits.ownStep(ctl, run, s, local);
     if (run.ended) return;
@@ -109,7 +111,7 @@ async function loop(ctl, run) {
     if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
     if (run.stopAfter !== null && s >= run.stopAfter) break;
     saveUndo(run);
-    const applied = await audits.exclusive(run, () => run.trainer.apply(out.grads));
+    const applied = await audits.exclusive(run, () => timed((ms) => { ownMs += ms; }, () => run.trainer.apply(out.grads)));
     if (run.ended) return;
     checkLoss(out.loss, s + 1);
     run.completed = s + 1;
@@ -118,6 +120,8 @@ async function loop(ctl, run) {
     run.hashLog.delete(s + 1 - HASH_LOG);
     run.peerHashes.set(ctl.selfId, applied.hash);
     audits.keepState(run);
+    run.ownMs.push(ownMs);
+    if (run.ownMs.length > RATE_WINDOW) run.ownMs.shift();
     report(ctl, run, s + 1, out.loss);
     if (run.roster[0] === ctl.selfId && run.joiners.size) join.forwardToJoiners(ctl, run, s, out.flat);
     h.stored?.afterStep(run);          // the leader stores the group's run (stored_run.js)
@@ -137,6 +141,14 @@ async function loop(ctl, run) {
   await finishRun(ctl, run);
 }
 
+// f() timed: its milliseconds to done(ms), then its result
+async function timed(done, f) {
+  const t0 = performance.now();
+  const out = await f();
+  done(performance.now() - t0);
+  return out;
+}
+
 // the fault plan's forged gradient (attack.js forge), from the honest one
 function forged(ctl, run, s, grads) {
   const { kind, factor = 1 } = ctl.faults.forge;
@@ -151,14 +163,14 @@ function report(ctl, run, step, loss) {
   run.stepTimes.push(now);
   if (run.stepTimes.length > RATE_WINDOW) run.stepTimes.shift();
   const n = run.stepTimes.length, P = run.roster.length;
-  const tokensPerStep = run.cfg.batch * run.cfg.seq_len * P;
-  const rate = n > 1 ? (tokensPerStep * (n - 1) * 1000) / (run.stepTimes[n - 1] - run.stepTimes[0]) : null;
+  const speed = groupSpeed({ stepTimes: run.stepTimes, ownMs: run.ownMs, tokensPerDevice: run.cfg.batch * run.cfg.seq_len, P });
+  const rate = n > 1 ? speed.tokensPerS : null;
   run.curve.push([step, loss]);
   if (run.curve.length > MAX_CURVE) run.curve = run.curve.filter((_, i) => i % 2 === 0 || i === run.curve.length - 1);
   run.loss = loss;
   h.models.step = step;
   // peers' hashes arrive one step late (with the next step's frames): agreement is at step-1
-  h.show({ step, loss, hash: run.hash, tokensPerS: rate, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
+  h.show({ step, loss, hash: run.hash, tokensPerS: rate, speed, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
            replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step },
            audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0 } });
   h.emit('step', { step, loss, hash: run.hash, peers: P });
