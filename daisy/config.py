@@ -3,10 +3,11 @@
 Every field is an int so a config is exact on every wire and in every file, but `exchange`: the
 name of the gradient exchange codec (daisy/exchange_codec.py), one of EXCHANGES.
 
-`delay` (0 or 1) is the update's delay in steps (docs/VERIFICATION.md "The delayed update"):
-1 applies step s's reduced gradient after step s+1's local step, so the exchange of step s can
-travel while step s+1 computes. Its wire form (to_dict) leaves it out at 0, the default, so a
-run without it has the bytes it always had (checkpoints, state bodies, run descriptors).
+`local_steps` (H, 1..64) is how many steps each device takes between exchanges
+(docs/VERIFICATION.md "Local steps"): 1, the default, exchanges gradients every step; H > 1 lets
+every replica take H Adam steps on its own batches, then the group averages the int8-encoded
+weight deltas and takes an outer step (DiLoCo's Nesterov). The wire form (to_dict) leaves it out
+at 1, so a run without it has the bytes it always had (checkpoints, state bodies, descriptors).
 """
 from dataclasses import dataclass, fields, asdict
 
@@ -24,7 +25,7 @@ class Config:
     heads: int = 4         # attention heads H; width must be a multiple of heads
     seed: int = 1234       # run seed: init, data slicing and sampling all derive from it
     exchange: str = "int8"  # how gradients travel between peers: "int8" (1/7.9 the bytes; default) or "f64" (exact)
-    delay: int = 0         # update delay in steps: 0 = apply step s's G at step s; 1 = after step s+1's local step
+    local_steps: int = 1   # H: steps each device takes between exchanges (1 = exchange every step)
 
     def __post_init__(self):
         validate(self)
@@ -39,8 +40,8 @@ class Config:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if d["delay"] == 0:           # the default is left out: the bytes of every run before it
-            del d["delay"]
+        if d["local_steps"] == 1:     # the default is left out: the bytes of every run before it
+            del d["local_steps"]
         return d
 
     @classmethod
@@ -65,7 +66,7 @@ RANGES = {
     "layers": (1, 8, "layers"),
     "heads": (1, 8, "heads"),
     "seed": (0, 2**32 - 1, "seed"),
-    "delay": (0, 1, "update delay"),
+    "local_steps": (1, 64, "local steps"),
 }
 
 

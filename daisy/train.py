@@ -10,7 +10,7 @@ to its own copy and hashes it. Honest replicas print P equal hashes on every lin
     python -m daisy.train --data-url http://127.0.0.1:7860     # the Space's keyed batches
     python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
     python -m daisy.train --peers 3 --attack "slot=1,from=39,kind=scale:-1000"   # audited (daisy/attack.py)
-    python -m daisy.train --delay 1                            # the one-step-delayed update (below)
+    python -m daisy.train --local-steps 8                      # exchange every 8th step (below)
 
 --roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
@@ -20,9 +20,10 @@ slots are dropped. --peers N is the schedule "0:N" (docs/VERIFICATION.md, "Roste
 
 A step, per replica: local step (loss, grads on its own batch) -> collective.exchange(...) ->
 the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash: Trainer.local_step,
-then Trainer.apply with G (twin of frontend_js/train.js). With --delay 1 the Adam step of step s
-uses the G of step s-1 (W_{s+1} = adam(W_s, G_{s-1}); the last step applies both), so a page can
-send step s's gradient while it computes step s+1 (docs/VERIFICATION.md "The delayed update"). Where a slot's batch comes from is a
+then Trainer.apply with G (twin of frontend_js/train.js). With --local-steps H > 1 each replica
+takes H Adam steps on its own batches between exchanges, then the group averages the weight
+deltas through the codec and takes an outer Nesterov step (Group.local_step; docs/VERIFICATION.md
+"Local steps"): one exchange per H steps, for links slower than a step's compute. Where a slot's batch comes from is a
 BatchSource (daisy/batch_source.py): StreamBatches (a token stream in memory: the built-in corpus
 or --data) or HttpBatches (the Space's GET /data/batch, with a bounded prefetch of the next steps
 and the outage wait).
@@ -32,6 +33,7 @@ import copy
 import json
 import re
 import sys
+from collections import OrderedDict
 
 import numpy as np
 
@@ -42,29 +44,42 @@ from .config import Config, ConfigError
 from .hashing import weight_hash
 from .model import init_params, loss_and_grads, param_shapes
 from .optim import adam_init, adam_step
+from .reduce import reduce_losses
 from .units import qmatmul
 
 MAX_PEERS = 64
 
 
 class Replica:
-    """One peer's state: weights, Adam moments and, in a delayed run (Config.delay = 1), the
-    reduced gradient of the last step, not applied yet (`pending`; None in every other run and
-    before a delayed run's first step)."""
+    """One peer's state: weights and Adam moments; in a run of local steps (Config.local_steps
+    H > 1) also the group's weights at the last exchange (`anchor`) and the outer step's momentum
+    (`outer_m`), both None otherwise. Between exchanges `params` and `adam` are this replica's
+    own; at an exchange every replica's params become the anchor (docs/VERIFICATION.md "Local
+    steps")."""
 
-    def __init__(self, params, adam, pending=None):
-        self.params, self.adam, self.pending = params, adam, pending
+    def __init__(self, params, adam, anchor=None, outer_m=None):
+        self.params, self.adam = params, adam
+        self.anchor, self.outer_m = anchor, outer_m
 
     @property
     def step(self) -> int:
-        """Steps done: Adam's t, plus the step whose G is pending."""
-        return self.adam["t"] + (self.pending is not None)
+        return self.adam["t"]
 
 
 def copy_replica(r: Replica) -> Replica:
     """The replica's whole state, copied: what a joining device receives, what an audit's
     rollback restores (the one snapshot rule; frontend_js/train.js cloneReplica is its twin)."""
-    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.pending))
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor),
+                   copy.deepcopy(r.outer_m))
+
+
+OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9      # the outer Nesterov step of local steps (DiLoCo's)
+
+
+def is_exchange_step(cfg: Config, s: int) -> bool:
+    """Whether 0-based step s ends with an exchange: every step when H = 1; else the last step
+    of each round of H (s + 1 a multiple of H) and the run's last step."""
+    return cfg.local_steps == 1 or (s + 1) % cfg.local_steps == 0 or s + 1 == cfg.steps
 
 
 class Trainer:
@@ -81,22 +96,39 @@ class Trainer:
         return loss_and_grads(self.replica.params, self.cfg, x, y, self.mm)
 
     def apply(self, G):
-        """Adam with the group's G, then the hash -> (step number after it, hash).
-        Delayed (cfg.delay = 1, docs/VERIFICATION.md "The delayed update"): the G of the step
-        before is applied and this step's G is kept as pending; the run's last step applies
-        both (nothing is left to hide behind), so a finished run holds no pending G."""
-        r, cfg = self.replica, self.cfg
-        if not cfg.delay:
-            adam_step(r.params, G, r.adam, cfg.lr)
-            return r.step, weight_hash(r.params)
-        last = r.step + 1 == cfg.steps
-        G, r.pending = r.pending, G
-        if G is not None:                      # a first step has nothing to apply yet
-            adam_step(r.params, G, r.adam, cfg.lr)
-        if last:
-            adam_step(r.params, r.pending, r.adam, cfg.lr)
-            r.pending = None
+        """Adam with the group's G, then the hash -> (step number after it, hash)."""
+        adam_step(self.replica.params, G, self.replica.adam, self.cfg.lr)
+        return self.replica.step, weight_hash(self.replica.params)
+
+    # -- local steps (cfg.local_steps = H > 1; docs/VERIFICATION.md "Local steps") --------------
+    def local_apply(self, g) -> None:
+        """An inner step: Adam with this replica's own gradient, no exchange."""
+        adam_step(self.replica.params, g, self.replica.adam, self.cfg.lr)
+
+    def delta(self):
+        """What this replica sends at an exchange: D_i = anchor - params, per tensor."""
+        r = self.replica
+        return OrderedDict((name, r.anchor[name] - w) for name, w in r.params.items())
+
+    def outer(self, D):
+        """The outer step with the group's D (the slot-ordered mean of the D_i, through the
+        codec): m = 0.9 m + D; anchor = anchor - 0.7 (D + 0.9 m) (Nesterov); params = anchor.
+        -> (step number, hash of the new weights)."""
+        r = self.replica
+        for name in r.anchor:
+            m = OUTER_MOMENTUM * r.outer_m[name] + D[name]
+            r.outer_m[name] = m
+            r.anchor[name] = r.anchor[name] - OUTER_LR * (D[name] + OUTER_MOMENTUM * m)
+        r.params = copy.deepcopy(r.anchor)
         return r.step, weight_hash(r.params)
+
+
+def with_local_state(r: Replica) -> Replica:
+    """A replica entering a run of local steps at an exchange: anchor = its weights, no momentum."""
+    if r.anchor is None:
+        r.anchor = copy.deepcopy(r.params)
+        r.outer_m = OrderedDict((k, np.zeros_like(v)) for k, v in r.params.items())
+    return r
 
 
 def check_loss(loss: float, step: int) -> None:
@@ -113,6 +145,8 @@ class Group:
         if replicas is None:
             params = init_params(cfg)
             replicas = [Replica(copy.deepcopy(params), adam_init(params)) for _ in range(peers)]
+        if cfg.local_steps > 1:
+            replicas = [with_local_state(r) for r in replicas]
         self.replicas = replicas
         self.trainers = [Trainer(cfg, r, self.batches, mm) for r in replicas]
         self.collective = SimulatedCollective(param_shapes(cfg), seed=cfg.seed, exchange=cfg.exchange)
@@ -128,6 +162,8 @@ class Group:
         """Run one step; returns (step number after it, group loss, [hash per peer])."""
         s = self.replicas[0].step
         roster = list(range(len(self.trainers)))       # slot i = replica i
+        if self.cfg.local_steps > 1:
+            return self.local_step(s, roster)
         handles = []
         for slot, t in enumerate(self.trainers):       # each peer's local step
             loss_i, grads_i = t.local_step(s, slot)
@@ -138,6 +174,28 @@ class Group:
             applied.append(t.apply(G))
         check_loss(loss, s + 1)
         return s + 1, loss, [hash_ for _, hash_ in applied]
+
+    def local_step(self, s: int, roster):
+        """A step of local steps: each replica's own Adam step; at an exchange step the deltas go
+        through the collective (its codec, keyed on step s) and every replica takes the outer
+        step. The loss is the slot-ordered reduce of the replicas' losses; the hashes are each
+        replica's anchor (the group's weights at its last exchange: equal on every replica; its
+        own weights between exchanges are its own)."""
+        losses, hashes = {}, []
+        for slot, t in enumerate(self.trainers):
+            losses[slot], g = t.local_step(s, slot)
+            t.local_apply(g)
+        loss = reduce_losses(losses)
+        if is_exchange_step(self.cfg, s):
+            handles = [self.collective.exchange(s, roster, slot, losses[slot], t.delta())
+                       for slot, t in enumerate(self.trainers)]
+            for t, h in zip(self.trainers, handles):
+                loss, D = h.result()
+                hashes.append(t.outer(D)[1])
+        else:
+            hashes = [weight_hash(t.replica.anchor) for t in self.trainers]
+        check_loss(loss, s + 1)
+        return s + 1, loss, hashes
 
 
 # -- the roster schedule: how many peers compute each step -----------------------------------
@@ -195,9 +253,9 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=None, help="run seed, 0..2^32-1 (1234)")
     ap.add_argument("--exchange", default=None, metavar="CODEC",
                     help="how gradients travel between peers: f64 or int8 (f64; daisy/exchange_codec.py)")
-    ap.add_argument("--delay", type=int, default=None,
-                    help="update delay in steps, 0..1 (0): 1 applies step s's reduced gradient after "
-                         "step s+1's local step, so the exchange can travel while the next step computes")
+    ap.add_argument("--local-steps", type=int, default=None,
+                    help="steps each peer takes between exchanges, 1..64 (1): H > 1 exchanges weight "
+                         "deltas every H steps with an outer Nesterov step (docs/VERIFICATION.md)")
     ap.add_argument("--data", default=None, help="a parquet file with a 'text' column (default: built-in corpus)")
     ap.add_argument("--data-url", default=None, metavar="http://HOST:PORT",
                     help="train on the keyed batches of a DaisyChain server's /data/batch (the "
@@ -233,7 +291,7 @@ def parse_args(argv):
         audited_args(ap, args)
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
              "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed,
-             "exchange": args.exchange, "delay": args.delay}
+             "exchange": args.exchange, "local_steps": args.local_steps}
     given = {k: v for k, v in flags.items() if v is not None}
     if args.resume is not None:
         if given:
@@ -245,9 +303,11 @@ def parse_args(argv):
         ap.error(str(e))
     if args.stop_after is not None and not 1 <= args.stop_after <= cfg.steps:
         ap.error(f"--stop-after must be in 1..{cfg.steps} (the run's steps), got {args.stop_after}")
-    if cfg.delay and args.save is not None and args.stop_after not in (None, cfg.steps):
-        ap.error("--save with --delay 1 only at the run's end: a delayed run stopped before it holds "
-                 "the last step's reduced gradient, not applied yet, which a checkpoint does not store")
+    if cfg.local_steps > 1 and args.save is not None and args.stop_after not in (None, cfg.steps):
+        ap.error("--save with --local-steps only at the run's end: between exchanges every replica has "
+                 "its own weights and Adam state, which a checkpoint of one replica does not hold")
+    if cfg.local_steps > 1 and args.audit_rate is not None:
+        ap.error("--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
     if args.roster is not None:
         try:
             check_roster(args.schedule, args.roster, 0, cfg.steps)

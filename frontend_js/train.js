@@ -10,25 +10,45 @@ import { initParams, lossAndGrads, paramShapes, checkBackend } from './model.js'
 import { adamInit } from './optim.js';
 import { referenceBackend } from './engines.js';
 import { SimulatedCollective } from './collective.js';
+import { reduceLosses } from './reduce.js';
 import { StreamBatches } from './batch_source.js';
 
 export const MAX_PEERS = 64;
 
 export const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
 
-// one peer's state: weights, Adam moments and, in a delayed run (cfg.delay 1), the reduced
-// gradient of the last step, not applied yet (`pending`; null otherwise and before the first step)
+// one peer's state: weights and Adam moments; in a run of local steps (cfg.local_steps H > 1) also
+// the group's weights at the last exchange (`anchor`) and the outer step's momentum (`outerM`),
+// null otherwise (daisy/train.py Replica)
 export class Replica {
-  constructor(params, adam, pending = null) { this.params = params; this.adam = adam; this.pending = pending; }
-  // steps done: Adam's t, plus the step whose G is pending
-  get step() { return this.adam.t + (this.pending === null ? 0 : 1); }
+  constructor(params, adam, anchor = null, outerM = null) {
+    this.params = params; this.adam = adam; this.anchor = anchor; this.outerM = outerM;
+  }
+  get step() { return this.adam.t; }
 }
 
-// a replica's whole state, copied (weights, Adam m, v, t, the pending G): what a joining device
-// receives, what an audit's rollback restores (daisy/train.py copy_replica: the one snapshot rule)
+const cloneOrNull = (x) => (x === null ? null : cloneParams(x));
+
+// a replica's whole state, copied (weights, Adam m, v, t, the anchor and outer momentum): what a
+// joining device receives, what an audit's rollback restores (daisy/train.py copy_replica: the
+// one snapshot rule)
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
-  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) },
-  r.pending === null ? null : cloneParams(r.pending));
+  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) }, cloneOrNull(r.anchor), cloneOrNull(r.outerM));
+
+export const OUTER_LR = 0.7, OUTER_MOMENTUM = 0.9;      // the outer Nesterov step of local steps (DiLoCo's)
+
+// whether 0-based step s ends with an exchange: every step when H = 1; else the last step of each
+// round of H and the run's last step (daisy/train.py is_exchange_step)
+export const isExchangeStep = (cfg, s) => cfg.local_steps === 1 || (s + 1) % cfg.local_steps === 0 || s + 1 === cfg.steps;
+
+// a replica entering a run of local steps at an exchange: anchor = its weights, no momentum
+export function withLocalState(r) {
+  if (r.anchor === null) {
+    r.anchor = cloneParams(r.params);
+    r.outerM = Object.fromEntries(Object.entries(r.params).map(([k, v]) => [k, new Float64Array(v.length)]));
+  }
+  return r;
+}
 
 // One replica's training step (Python: local_step, apply). batches: a BatchSource (batch_source.js);
 // backend: engines.js.
@@ -48,22 +68,38 @@ export class Trainer {
     return lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena, onGrad);
   }
 
-  // Adam with the group's G, then the hash -> {step (number after it), hash}. Delayed (cfg.delay
-  // 1; docs/VERIFICATION.md "The delayed update"): the G of the step before is applied and this
-  // step's G kept as pending; the run's last step applies both, so a finished run holds none.
+  // Adam with the group's G, then the hash -> {step (number after it), hash}
   async apply(G) {
-    const r = this.replica, cfg = this.cfg;
-    if (!cfg.delay) this.backend.adamStep(r.params, G, r.adam, cfg.lr);
-    else {
-      const last = r.step + 1 === cfg.steps;
-      const previous = r.pending;
-      r.pending = cloneParams(G);             // G's arrays may be the arena's, reused next step
-      if (previous !== null) this.backend.adamStep(r.params, previous, r.adam, cfg.lr);   // a first step has none
-      if (last) {
-        this.backend.adamStep(r.params, r.pending, r.adam, cfg.lr);
-        r.pending = null;
+    this.backend.adamStep(this.replica.params, G, this.replica.adam, this.cfg.lr);
+    return { step: this.replica.step, hash: await this.backend.weightHashAsync(this.replica.params) };
+  }
+
+  // ---- local steps (cfg.local_steps H > 1; docs/VERIFICATION.md "Local steps")
+  // an inner step: Adam with this replica's own gradient, no exchange
+  localApply(g) { this.backend.adamStep(this.replica.params, g, this.replica.adam, this.cfg.lr); }
+
+  // what this replica sends at an exchange: D_i = anchor - params, per tensor
+  delta() {
+    const r = this.replica;
+    return Object.fromEntries(Object.entries(r.params).map(([k, w]) => {
+      const a = r.anchor[k], d = new Float64Array(w.length);
+      for (let i = 0; i < w.length; i++) d[i] = a[i] - w[i];
+      return [k, d];
+    }));
+  }
+
+  // the outer step with the group's D: m = 0.9 m + D; anchor = anchor - 0.7 (D + 0.9 m); params = anchor
+  async outer(D) {
+    const r = this.replica;
+    for (const k of Object.keys(r.anchor)) {
+      const a = r.anchor[k], om = r.outerM[k], d = D[k];
+      for (let i = 0; i < a.length; i++) {
+        const m = OUTER_MOMENTUM * om[i] + d[i];
+        om[i] = m;
+        a[i] = a[i] - OUTER_LR * (d[i] + OUTER_MOMENTUM * m);
       }
     }
+    r.params = cloneParams(r.anchor);
     return { step: r.step, hash: await this.backend.weightHashAsync(r.params) };
   }
 }
@@ -83,6 +119,7 @@ export class Group {
       const params = initParams(cfg);
       replicas = Array.from({ length: peers }, () => new Replica(cloneParams(params), adamInit(params)));
     }
+    if (cfg.local_steps > 1) replicas = replicas.map(withLocalState);
     this.replicas = replicas;
     this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
     this.collective = new SimulatedCollective(paramShapes(cfg), { seed: cfg.seed, exchange: cfg.exchange });
@@ -103,6 +140,7 @@ export class Group {
   async step() {
     const s = this.replicas[0].step;
     const roster = this.trainers.map((_, slot) => slot);
+    if (this.cfg.local_steps > 1) return this.localStep(s, roster);
     const reduced = [];
     this.arena.reset();
     try {
@@ -121,6 +159,29 @@ export class Group {
     const loss = outs[0].loss;
     checkLoss(loss, s + 1);
     return { step: s + 1, loss, hashes: applied.map((a) => a.hash) };
+  }
+
+  // a step of local steps (daisy/train.py Group.local_step): each replica's own Adam step; at an
+  // exchange step the deltas go through the collective and every replica takes the outer step.
+  // Hashes: each replica's anchor (equal on every replica; its own weights between exchanges are its own)
+  async localStep(s, roster) {
+    const losses = [];
+    for (let slot = 0; slot < this.trainers.length; slot++) {
+      this.arena.reset();
+      const r = await this.trainers[slot].localStep(s, slot, this.arena);
+      losses.push(r.loss);
+      this.trainers[slot].localApply(r.grads);
+    }
+    let loss = reduceLosses(losses), hashes = [];
+    if (isExchangeStep(this.cfg, s)) {
+      const outs = await Promise.all(this.trainers.map((t, slot) => this.collective.exchange(s, roster, slot, losses[slot], t.delta())));
+      for (let slot = 0; slot < this.trainers.length; slot++) hashes.push((await this.trainers[slot].outer(outs[slot].grads)).hash);
+      loss = outs[0].loss;
+    } else {
+      for (const t of this.trainers) hashes.push(await this.backend.weightHashAsync(t.replica.anchor));
+    }
+    checkLoss(loss, s + 1);
+    return { step: s + 1, loss, hashes };
   }
 }
 

@@ -17,12 +17,12 @@ import { readPeerState, stateLimit } from './peer_state.js';
 import { validAuditRate } from './audits.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
-// a run's config as a page takes it: the delayed update (cfg.delay 1) runs in the reference and
-// the JS CLI; a page's join and stored run do not carry its pending gradient yet, so a page
-// refuses it rather than fork (docs/VERIFICATION.md "The delayed update")
+// a run's config as a page takes it: local steps (cfg.local_steps > 1) run in the reference and
+// the JS CLI; a page's loop, join and stored run do not carry their state yet, so a page refuses
+// such a run rather than fork (docs/VERIFICATION.md "Local steps")
 export function pageConfig(c, settings) {
   const cfg = c.config.makeConfig(settings);
-  if (cfg.delay) throw new Error('the delayed update (delay 1) is not run by pages yet: python -m daisy.train --delay 1 or node frontend_js/cli.mjs --delay 1');
+  if (cfg.local_steps > 1) throw new Error('local steps (local_steps > 1) are not run by pages yet: python -m daisy.train --local-steps H or node frontend_js/cli.mjs --local-steps H');
   return cfg;
 }
 

@@ -360,12 +360,12 @@ test('one bound for a peer\'s state body: the largest settings\' state, 8-byte l
   assert.equal(stateLimit(c, top), maxStateBytes(c));
 });
 
-// ---- the delayed update: the reference's and the JS CLI's, not a page's yet ----------------------
-test('a page refuses to start a delayed-update run (delay 1), with the reason', async () => {
+// ---- local steps: the reference's and the JS CLI's, not a page's yet -----------------------------
+test('a page refuses to start a run of local steps (local_steps 4), with the reason', async () => {
   const g = new Group({ seed: 25 });
   const nodes = g.add(2);
   await g.linked();
-  await assert.rejects(nodes[0].ctl.start({ ...SETTINGS, delay: 1 }), /the delayed update \(delay 1\) is not run by pages yet/);
+  await assert.rejects(nodes[0].ctl.start({ ...SETTINGS, local_steps: 4 }), /local steps \(local_steps > 1\) are not run by pages yet/);
   assert.equal(nodes[0].ctl.phase === 'running', false);
   await g.close();
 });
