@@ -6,7 +6,7 @@ name of the gradient exchange codec (daisy/exchange_codec.py), one of EXCHANGES.
 `local_steps` (H, 1..64) is how many steps each device takes between exchanges
 (docs/VERIFICATION.md "Local steps"): 1, the default, exchanges gradients every step; H > 1 lets
 every replica take H Adam steps on its own batches, then the group averages the int8-encoded
-weight deltas and takes an outer step (DiLoCo's Nesterov). The wire form (to_dict) leaves it out
+weight deltas (the replicas' weights averaged). The wire form (to_dict) leaves it out
 at 1, so a run without it has the bytes it always had (checkpoints, state bodies, descriptors).
 """
 from dataclasses import dataclass, fields, asdict

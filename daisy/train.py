@@ -22,7 +22,7 @@ A step, per replica: local step (loss, grads on its own batch) -> collective.exc
 the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash: Trainer.local_step,
 then Trainer.apply with G (twin of frontend_js/train.js). With --local-steps H > 1 each replica
 takes H Adam steps on its own batches between exchanges, then the group averages the weight
-deltas through the codec and takes an outer Nesterov step (Group.local_step; docs/VERIFICATION.md
+deltas through the codec and steps to their mean (Group.local_step; docs/VERIFICATION.md
 "Local steps"): one exchange per H steps, for links slower than a step's compute. Where a slot's batch comes from is a
 BatchSource (daisy/batch_source.py): StreamBatches (a token stream in memory: the built-in corpus
 or --data) or HttpBatches (the Space's GET /data/batch, with a bounded prefetch of the next steps
@@ -52,14 +52,12 @@ MAX_PEERS = 64
 
 class Replica:
     """One peer's state: weights and Adam moments; in a run of local steps (Config.local_steps
-    H > 1) also the group's weights at the last exchange (`anchor`) and the outer step's momentum
-    (`outer_m`), both None otherwise. Between exchanges `params` and `adam` are this replica's
-    own; at an exchange every replica's params become the anchor (docs/VERIFICATION.md "Local
-    steps")."""
+    H > 1) also the group's weights at the last exchange (`anchor`; None otherwise). Between
+    exchanges `params` and `adam` are this replica's own; at an exchange every replica's params
+    become the new anchor (docs/VERIFICATION.md "Local steps")."""
 
-    def __init__(self, params, adam, anchor=None, outer_m=None):
-        self.params, self.adam = params, adam
-        self.anchor, self.outer_m = anchor, outer_m
+    def __init__(self, params, adam, anchor=None):
+        self.params, self.adam, self.anchor = params, adam, anchor
 
     @property
     def step(self) -> int:
@@ -69,11 +67,7 @@ class Replica:
 def copy_replica(r: Replica) -> Replica:
     """The replica's whole state, copied: what a joining device receives, what an audit's
     rollback restores (the one snapshot rule; frontend_js/train.js cloneReplica is its twin)."""
-    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor),
-                   copy.deepcopy(r.outer_m))
-
-
-OUTER_LR, OUTER_MOMENTUM = 0.7, 0.9      # the outer Nesterov step of local steps (DiLoCo's)
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor))
 
 
 def is_exchange_step(cfg: Config, s: int) -> bool:
@@ -112,22 +106,19 @@ class Trainer:
 
     def outer(self, D):
         """The outer step with the group's D (the slot-ordered mean of the D_i, through the
-        codec): m = 0.9 m + D; anchor = anchor - 0.7 (D + 0.9 m) (Nesterov); params = anchor.
+        codec): anchor = anchor - D, the replicas' weights averaged; params = anchor.
         -> (step number, hash of the new weights)."""
         r = self.replica
         for name in r.anchor:
-            m = OUTER_MOMENTUM * r.outer_m[name] + D[name]
-            r.outer_m[name] = m
-            r.anchor[name] = r.anchor[name] - OUTER_LR * (D[name] + OUTER_MOMENTUM * m)
+            r.anchor[name] = r.anchor[name] - D[name]
         r.params = copy.deepcopy(r.anchor)
         return r.step, weight_hash(r.params)
 
 
 def with_local_state(r: Replica) -> Replica:
-    """A replica entering a run of local steps at an exchange: anchor = its weights, no momentum."""
+    """A replica entering a run of local steps at an exchange: anchor = its weights."""
     if r.anchor is None:
         r.anchor = copy.deepcopy(r.params)
-        r.outer_m = OrderedDict((k, np.zeros_like(v)) for k, v in r.params.items())
     return r
 
 
@@ -254,8 +245,8 @@ def parse_args(argv):
     ap.add_argument("--exchange", default=None, metavar="CODEC",
                     help="how gradients travel between peers: f64 or int8 (f64; daisy/exchange_codec.py)")
     ap.add_argument("--local-steps", type=int, default=None,
-                    help="steps each peer takes between exchanges, 1..64 (1): H > 1 exchanges weight "
-                         "deltas every H steps with an outer Nesterov step (docs/VERIFICATION.md)")
+                    help="steps each peer takes between exchanges, 1..64 (1): H > 1 averages the peers' "
+                         "weights (int8 deltas) every H steps (docs/VERIFICATION.md)")
     ap.add_argument("--data", default=None, help="a parquet file with a 'text' column (default: built-in corpus)")
     ap.add_argument("--data-url", default=None, metavar="http://HOST:PORT",
                     help="train on the keyed batches of a DaisyChain server's /data/batch (the "

@@ -35,8 +35,8 @@ const FLAGS = {
   '--heads': ['heads', 'attention heads, 1..8 (4)'],
   '--seed': ['seed', 'run seed, 0..2^32-1 (1234)'],
   '--exchange': ['exchange', 'how gradients travel between peers: f64 or int8 (f64; exchange_codec.js)', 'CODEC'],
-  '--local-steps': ['local_steps', 'steps each peer takes between exchanges, 1..64 (1): H > 1 exchanges weight '
-    + 'deltas every H steps with an outer Nesterov step (docs/VERIFICATION.md)'],
+  '--local-steps': ['local_steps', "steps each peer takes between exchanges, 1..64 (1): H > 1 averages the peers' "
+    + 'weights (int8 deltas) every H steps (docs/VERIFICATION.md)'],
   '--data': ['data', 'a token file (*.u16, *.bin, *.tokens: raw little-endian uint16 ids) or a UTF-8 '
     + 'text file (documents separated by two blank lines, as the built-in corpus); parquet is not '
     + 'read by the JS CLI (default: built-in corpus)'],

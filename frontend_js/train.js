@@ -18,35 +18,26 @@ export const MAX_PEERS = 64;
 export const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
 
 // one peer's state: weights and Adam moments; in a run of local steps (cfg.local_steps H > 1) also
-// the group's weights at the last exchange (`anchor`) and the outer step's momentum (`outerM`),
-// null otherwise (daisy/train.py Replica)
+// the group's weights at the last exchange (`anchor`; null otherwise; daisy/train.py Replica)
 export class Replica {
-  constructor(params, adam, anchor = null, outerM = null) {
-    this.params = params; this.adam = adam; this.anchor = anchor; this.outerM = outerM;
-  }
+  constructor(params, adam, anchor = null) { this.params = params; this.adam = adam; this.anchor = anchor; }
   get step() { return this.adam.t; }
 }
 
 const cloneOrNull = (x) => (x === null ? null : cloneParams(x));
 
-// a replica's whole state, copied (weights, Adam m, v, t, the anchor and outer momentum): what a
-// joining device receives, what an audit's rollback restores (daisy/train.py copy_replica: the
-// one snapshot rule)
+// a replica's whole state, copied (weights, Adam m, v, t, the anchor): what a joining device
+// receives, what an audit's rollback restores (daisy/train.py copy_replica: the one snapshot rule)
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
-  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) }, cloneOrNull(r.anchor), cloneOrNull(r.outerM));
-
-export const OUTER_LR = 0.7, OUTER_MOMENTUM = 0.9;      // the outer Nesterov step of local steps (DiLoCo's)
+  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) }, cloneOrNull(r.anchor));
 
 // whether 0-based step s ends with an exchange: every step when H = 1; else the last step of each
 // round of H and the run's last step (daisy/train.py is_exchange_step)
 export const isExchangeStep = (cfg, s) => cfg.local_steps === 1 || (s + 1) % cfg.local_steps === 0 || s + 1 === cfg.steps;
 
-// a replica entering a run of local steps at an exchange: anchor = its weights, no momentum
+// a replica entering a run of local steps at an exchange: anchor = its weights
 export function withLocalState(r) {
-  if (r.anchor === null) {
-    r.anchor = cloneParams(r.params);
-    r.outerM = Object.fromEntries(Object.entries(r.params).map(([k, v]) => [k, new Float64Array(v.length)]));
-  }
+  if (r.anchor === null) r.anchor = cloneParams(r.params);
   return r;
 }
 
@@ -88,16 +79,12 @@ export class Trainer {
     }));
   }
 
-  // the outer step with the group's D: m = 0.9 m + D; anchor = anchor - 0.7 (D + 0.9 m); params = anchor
+  // the outer step with the group's D: anchor = anchor - D (the replicas' weights averaged); params = anchor
   async outer(D) {
     const r = this.replica;
     for (const k of Object.keys(r.anchor)) {
-      const a = r.anchor[k], om = r.outerM[k], d = D[k];
-      for (let i = 0; i < a.length; i++) {
-        const m = OUTER_MOMENTUM * om[i] + d[i];
-        om[i] = m;
-        a[i] = a[i] - OUTER_LR * (d[i] + OUTER_MOMENTUM * m);
-      }
+      const a = r.anchor[k], d = D[k];
+      for (let i = 0; i < a.length; i++) a[i] = a[i] - d[i];
     }
     r.params = cloneParams(r.anchor);
     return { step: r.step, hash: await this.backend.weightHashAsync(r.params) };
