@@ -166,8 +166,24 @@ def tokens_to_target(runs, at=(300, 1000)):
         print(f"| {r['mode']} | {r['seed']} | " + " | ".join(cells) + " |")
 
 
+def time_to_target(runs, alone, S=300):
+    """Against one device alone (P = 1, sync): the target is its smoothed loss at step S; each
+    P = 2 setting's steps to reach it, and its tokens per step relative to one device."""
+    target = smoothed(alone["losses"])[S]
+    print(f"\nTarget: one device alone (P = 1, seed {alone['seed']}), smoothed loss at step {S}: {target:.4f}\n")
+    print("| setting (P = 2) | seed | steps to target | tokens to target vs alone |\n|---|---|---|---|")
+    for r in sorted(runs, key=lambda r: (r["mode"], r["seed"])):
+        if r["seed"] != alone["seed"]:
+            continue
+        k = steps_to(smoothed(r["losses"]), target)
+        cell = "not reached" if k is None else f"{k} | {r['peers'] * k / S:.2f}×"
+        print(f"| {r['mode']} | {r['seed']} | {cell} |")
+
+
 def table(paths):
-    runs = [json.loads(Path(p).read_text()) for p in paths]
+    loaded = [json.loads(Path(p).read_text()) for p in paths]
+    runs = [r for r in loaded if r["peers"] == 2]
+    alone = [r for r in loaded if r["peers"] == 1]
     key = lambda r: (r["mode"], r.get("lr"))
     base = {r["seed"]: r for r in runs if r["mode"] == "sync" and r.get("lr") is None}
     print("| setting | seed | final@300 | eval@300 | final@2000 | eval@2000 | vs sync final@300 | @2000 | eval @300 | @2000 |")
@@ -188,6 +204,8 @@ def table(paths):
         print(f"| {name} | {r['seed']} | " + " | ".join(cells + rels) + " |")
     print()
     tokens_to_target(runs)
+    for a in alone:
+        time_to_target(runs, a)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ export class Replica {
   get step() { return this.adam.t; }
 }
 
-const cloneOrNull = (x) => (x === null ? null : cloneParams(x));
+const cloneOrNull = (x) => (x == null ? null : cloneParams(x));      // (a state read from a peer has no anchor)
 
 // a replica's whole state, copied (weights, Adam m, v, t, the anchor): what a joining device
 // receives, what an audit's rollback restores (daisy/train.py copy_replica: the one snapshot rule)
@@ -37,7 +37,7 @@ export const isExchangeStep = (cfg, s) => cfg.local_steps === 1 || (s + 1) % cfg
 
 // a replica entering a run of local steps at an exchange: anchor = its weights
 export function withLocalState(r) {
-  if (r.anchor === null) r.anchor = cloneParams(r.params);
+  if (r.anchor == null) r.anchor = cloneParams(r.params);
   return r;
 }
 
@@ -85,8 +85,8 @@ export class Trainer {
     for (const k of Object.keys(r.anchor)) {
       const a = r.anchor[k], d = D[k];
       for (let i = 0; i < a.length; i++) a[i] = a[i] - d[i];
+      r.params[k].set(a);                   // in place: an engine may hold the weights' arrays
     }
-    r.params = cloneParams(r.anchor);
     return { step: r.step, hash: await this.backend.weightHashAsync(r.params) };
   }
 }

@@ -142,6 +142,24 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
         assert m and abs(float(m.group(1)) - sp["ratio"]) <= 0.051 * max(1.0, sp["ratio"]), (line, sp)
 
 
+def test_two_pages_train_local_steps_equal_to_the_reference(app_url, pages):
+    """Local steps (H 4, audits off; docs/VERIFICATION.md "Local steps") in two pages: every step's
+    hash (the group's anchor) = python -m daisy.train --local-steps 4, to the run's end."""
+    a, b = open_group(pages, app_url + "/", 2)
+    for page in (a, b):
+        record_steps(page)
+    settings = {"steps": 100, "local_steps": 4, **TINY}
+    err = a.evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message)", settings)
+    assert "run without gradient audits" in err, err
+    a.evaluate("(cfg) => window.daisy.start(cfg)", {**settings, "auditRate": 0})
+    sa, sb = ended(a, "a finished"), ended(b, "b finished")
+    for s in (sa, sb):
+        assert s["runState"] == "done" and s["step"] == 100, s["message"]
+    want = reference_hashes(2, settings, 100)
+    assert_hashes_equal("leader", step_hashes(a), want)
+    assert_hashes_equal("member", step_hashes(b), want)
+
+
 def test_three_pages_stop_together_and_equal_the_reference(app_url, pages):
     group = open_group(pages, app_url + "/", 3)
     a, b, c = group

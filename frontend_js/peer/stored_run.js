@@ -51,7 +51,8 @@ export class StoredRun {
 
   afterStep(run) {
     // while the server is away (an outage, a restart) its answer would be a refusal: skip this one
-    if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight || this.peer.s.signal !== 'connected') return;
+    // (a run of local steps is stored at its end only: between exchanges the leader's weights are its own)
+    if (!this.leads(run) || run.completed % this.every !== 0 || this.inFlight || this.peer.s.signal !== 'connected' || run.cfg.local_steps > 1) return;
     this.upload(this.snapshot(run, false));
   }
 

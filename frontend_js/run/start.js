@@ -17,13 +17,11 @@ import { readPeerState, stateLimit } from './peer_state.js';
 import { validAuditRate } from './audits.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
-// a run's config as a page takes it: local steps (cfg.local_steps > 1) run in the reference and
-// the JS CLI; a page's loop, join and stored run do not carry their state yet, so a page refuses
-// such a run rather than fork (docs/VERIFICATION.md "Local steps")
-export function pageConfig(c, settings) {
-  const cfg = c.config.makeConfig(settings);
-  if (cfg.local_steps > 1) throw new Error('local steps (local_steps > 1) are not run by pages yet: python -m daisy.train --local-steps H or node frontend_js/cli.mjs --local-steps H');
-  return cfg;
+// Local steps (cfg.local_steps > 1, docs/VERIFICATION.md "Local steps") run without audits (an
+// audit recomputes a message from state the auditor holds; a round's delta depends on the
+// sender's own Adam state): a page refuses them with audits on
+export function checkLocalSteps(cfg, auditRate) {
+  if (cfg.local_steps > 1 && auditRate !== 0) throw new Error('local steps (local_steps > 1) run without gradient audits: start them with auditRate 0');
 }
 
 export function freshReplica(c, cfg) {
@@ -57,7 +55,8 @@ export async function start(ctl, config) {
   await h.ready();
   const dataId = await h.dataId();
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
-  const cfg = resume ? resume.cfg : pageConfig(c, settings);
+  const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
+  checkLocalSteps(cfg, auditRate);
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
   const candidates = h.members().filter((q) => q.id !== ctl.selfId && q.role !== 'pending');
   await waitUntil(() => candidates.every((q) => ctl.mesh.isReady(q.id)), ctl.t.linkWaitMs, (wake) => ctl.mesh.on('link', wake));
@@ -165,7 +164,8 @@ export async function onRun(ctl, from, m) {
     if (d.leader !== from || !Array.isArray(d.roster) || d.roster[0] !== from) throw new Error('the leader must be the sender and slot 0');
     if (d.roster.length > 64 || new Set(d.roster).size !== d.roster.length || !d.roster.every((x) => typeof x === 'string')) throw new Error('bad roster');
     if (!d.roster.includes(ctl.selfId)) throw new Error('this device is not in the roster');
-    cfg = pageConfig(c, d.config);
+    cfg = c.config.makeConfig(d.config);
+    checkLocalSteps(cfg, d.auditRate);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
     if (!validAuditRate(d.auditRate)) throw new Error(`bad audit rate ${JSON.stringify(d.auditRate)}`);
