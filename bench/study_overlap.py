@@ -108,10 +108,12 @@ def run(mode: str, seed: int, steps: int, peers: int, lr_x1000: int | None = Non
                   file=sys.stderr, flush=True)
         if not np.isfinite(losses[-1]):
             raise FloatingPointError(f"{mode} seed {seed}: loss {losses[-1]} at step {s}")
-        if s + 1 in CHECKPOINTS:
-            hashes = {t.replica.params["head.weight"].tobytes() for t in g.trainers}
-            assert len(hashes) == 1, f"{mode}: replicas differ at step {s + 1}"
-            evals[s + 1] = eval_loss(cfg, g.replicas[0].params, g.batches)
+        if s + 1 in CHECKPOINTS:            # the group's weights: local steps' anchor (between exchanges)
+            weights = glob if parts[0] == "local" else g.replicas[0].params
+            if parts[0] != "local" or (s + 1) % H == 0:
+                hashes = {t.replica.params["head.weight"].tobytes() for t in g.trainers}
+                assert len(hashes) == 1, f"{mode}: replicas differ at step {s + 1}"
+            evals[s + 1] = eval_loss(cfg, weights, g.batches)
     return losses, evals
 
 
