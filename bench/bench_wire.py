@@ -6,7 +6,7 @@ Per (profile, settings, exchange): first one page alone on the same profile (pag
 same way), then the group of P pages; each page's browser pinned to core i mod cores (taskset):
 
   ms/step     median step-to-step interval on the leader after --skip steps (performance.now at
-              each 'step' event)
+              each 'step' event); with local steps the mean over whole rounds (exchange to exchange)
   compute     the same page alone: its ms/step (no exchange; the data comes over its link too)
   wait        exchange wait: mesh.stats().waitMs over the steady part (sampled at step --skip and
               at the last step), mean over the pages, as a share of the step and in ms
@@ -23,6 +23,7 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py --frame-kib 4,8,16                # frame sizes, likewise
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
     python bench/bench_wire.py --audit-rates 0,1                 # gradient audits off and on (run/audits.js)
+    python bench/bench_wire.py --local-steps 1,4,16 --audit-rates 0     # local steps (H > 1 runs with audits off)
     python bench/bench_wire.py --target-step 200 --profiles lan,home --peers 2 --settings default
                                                                  # + time to the loss one page reaches at step 200
 
@@ -106,6 +107,10 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
     lead = benches[0]
     ts = [lead["t"][str(k)] for k in range(1, steps + 1)]
     steady = [b - a for a, b in zip(ts, ts[1:])][skip:] or [b - a for a, b in zip(ts, ts[1:])] or [ts[0] - lead["runStart"]]
+    H = settings.get("local_steps", 1)
+    if H > 1:            # local steps: pages run ahead between exchanges; time whole rounds (mean, exchange to exchange)
+        a, b = -(-max(skip, 1) // H) * H, steps // H * H
+        steady = [(lead["t"][str(b)] - lead["t"][str(a)]) / (b - a)] if b > a else [(ts[-1] - lead["runStart"]) / steps]
     waits, dwaits = [], []
     for b in benches:
         a, e = b["at"] or {"now": b["runStart"], "waitMs": 0, "dataWaitMs": 0}, b["end"]
@@ -192,6 +197,8 @@ def main() -> None:
                     "empty: the page's)")
     ap.add_argument("--gpu", default="off", help="the pages' ?gpu= (off: the CPU path, one engine for every row)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
+    ap.add_argument("--local-steps", default="", help="comma-separated local steps H to compare, e.g. 1,4,16 (the run "
+                    "setting local_steps, docs/VERIFICATION.md; H > 1 runs with audits off)")
     ap.add_argument("--audit-rates", default="", help="comma-separated gradient audits per step to compare, e.g. 0,1 "
                     "(the run's auditRate; empty: the page's default)")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
@@ -205,6 +212,7 @@ def main() -> None:
     lane_counts = [int(x) for x in args.lanes.split(",")] if args.lanes else [None]
     frame_caps = [int(x) for x in args.frame_kib.split(",")] if args.frame_kib else [None]
     audits = [int(x) for x in args.audit_rates.split(",")] if args.audit_rates else [None]
+    local = [int(x) for x in args.local_steps.split(",")] if args.local_steps else [1]
     print(f"cores {cores()}, load {load()}, |g| f64 default {8 * n_params(DEFAULT):,} B, large {8 * n_params(LARGE):,} B",
           flush=True)
     T0, rows = time.monotonic(), []
@@ -223,15 +231,18 @@ def main() -> None:
                         print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1,
                                           **{k: v for k, v in alone.items() if k != "lead"}}), flush=True)
                         for P in peers:
-                            for lanes, kib, audit in [(l, f, a) for l in lane_counts for f in frame_caps for a in audits]:
+                            cases = [(l, f, a if H == 1 else 0, H) for l in lane_counts for f in frame_caps for a in audits for H in local]
+                            for lanes, kib, audit, H in dict.fromkeys(cases):
                                 target = alone.get("target") if args.target_step else None
-                                r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout,
+                                run_settings = settings if H == 1 else {**settings, "local_steps": H}
+                                r = bench_case(pages, base, P, run_settings, exchange, steps, skip, args.reps, timeout,
                                                not args.no_pin, args.gpu, lanes, kib, audit, target)
                                 if args.target_step:
                                     r["alone_ttt"] = alone.get("ttt")
                                 label = f"{lanes or 'default'}" + (f" × {kib} KiB" if kib else "")
                                 row = {"profile": prof, "settings": name,
-                                       "exchange": (exchange or "default") + ("" if audit is None else f", audits {audit}"),
+                                       "exchange": (exchange or "default") + ("" if audit is None else f", audits {audit}")
+                                                   + ("" if H == 1 else f", local steps {H}"),
                                        "lanes": label, "P": P, **r, "compute_ms": alone.get("ms"),
                                        "alone_tok_s": alone.get("tok_s"), "load": load()}
                                 rows.append(row)
