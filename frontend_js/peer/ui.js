@@ -89,7 +89,7 @@ export function mount(element) {
     $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
     $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
     $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');
-    $('speedup').textContent = speedText(s.speed, s.replicas?.count ?? 1);
+    $('speedup').textContent = speedText(s.speed, s.replicas?.count ?? 1, s.config?.local_steps ?? 1);
     $('hash').textContent = s.hash ? s.hash.slice(0, 16) : '–';
     $('hash').title = s.hash || '';
     $('replicas').textContent = replicaText(s);

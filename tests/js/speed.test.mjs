@@ -9,12 +9,21 @@ test('two devices, each step 100 ms of group time and 60 ms of own compute: 1.2x
   assert.equal(s.tokensPerS, 2 * 256 * 3 * 1000 / 300);                // 5120
   assert.equal(s.aloneTokensPerS, 256 * 1000 * 3 / 180);
   assert.ok(Math.abs(s.ratio - 1.2) < 1e-12, String(s.ratio));
+  assert.equal(s.suggestH, null);                                     // the wait (40 ms) is under the compute (60)
   assert.equal(speedText(s, 2), 'this group trains 1.2× as fast as this device alone (4,267 tokens/s alone)');
+});
+
+test('a group that waits 12x its compute: the panel names the local steps that would hide it', () => {
+  const s = groupSpeed({ stepTimes: [0, 280, 560], ownMs: [20, 20], tokensPerDevice: 256, P: 2 });
+  assert.equal(s.suggestH, 13);                                        // X = 260 ms, C = 20 ms
+  assert.equal(speedText(s, 2), 'this group trains 0.1× as fast as this device alone (12,800 tokens/s alone); '
+    + 'the exchange takes longer than a step here: local steps 13 would hide it');
+  assert.equal(speedText(s, 2, 16), 'this group trains 0.1× as fast as this device alone (12,800 tokens/s alone)');
 });
 
 test('nothing measured yet: nulls and a dash', () => {
   const s = groupSpeed({ stepTimes: [5], ownMs: [], tokensPerDevice: 256, P: 2 });
-  assert.deepEqual(s, { tokensPerS: null, aloneTokensPerS: null, ratio: null });
+  assert.deepEqual(s, { tokensPerS: null, aloneTokensPerS: null, ratio: null, suggestH: null });
   assert.equal(speedText(s, 2), '–');
   assert.equal(speedText(null, 2), '–');
 });
