@@ -127,7 +127,7 @@ async function loop(ctl, run) {
     // the audits: this step's commitment out, the audits of step s-2 (a conviction goes back)
     if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
     if (run.stopAfter !== null && s >= run.stopAfter) break;
-    if (cfg.local_steps === 1) saveUndo(run);          // (local steps saved it before their own Adam step)
+    if (cfg.local_steps === 1) saveUndo(run);          // (local steps keep the state after each exchange instead)
     const applied = await audits.exclusive(run, () => timed((ms) => { ownMs += ms; },
       () => (cfg.local_steps > 1 ? run.trainer.outer(out.grads) : run.trainer.apply(out.grads))));
     if (run.ended) return;
