@@ -68,6 +68,6 @@ export function makeConfig(settings = {}) {
 export function configToDict(cfg) {
   const d = {};
   for (const k of Object.keys(DEFAULTS)) d[k] = cfg[k];
-  if (d.local_steps === 1) delete d.local_steps;     // the default is left out (daisy/config.py to_dict)
+  if (d.local_steps === 1 || d.local_steps === undefined) delete d.local_steps;   // the default is left out (daisy/config.py to_dict)
   return d;
 }
