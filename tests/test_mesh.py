@@ -150,9 +150,9 @@ def test_two_pages_train_local_steps_equal_to_the_reference(app_url, pages):
     for page in (a, b):
         record_steps(page)
     settings = {"steps": 100, "local_steps": 4, **TINY}
-    err = a.evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message)", settings)
+    err = a.evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message)", {**settings, "auditRate": 1})
     assert "run without gradient audits" in err, err
-    a.evaluate("(cfg) => window.daisy.start(cfg)", {**settings, "auditRate": 0})
+    a.evaluate("(cfg) => window.daisy.start(cfg)", settings)         # audits off by default with local steps
     sa, sb = ended(a, "a finished"), ended(b, "b finished")
     for s in (sa, sb):
         assert s["runState"] == "done" and s["step"] == 100, s["message"]

@@ -42,9 +42,10 @@ export async function start(ctl, config) {
   // resume: true continues the model this tab holds (a loaded checkpoint or a stopped run) from
   // its step with its config; false starts a new run from step 0; absent: a loaded checkpoint
   // short of its last step is continued
-  const { resume: want, auditRate = DEFAULT_AUDIT_RATE, ...settings } = config || {};
+  // auditRate: given, else the default (0 for local steps, which run without audits: checkLocalSteps)
+  const { resume: want, auditRate: givenRate, ...settings } = config || {};
   if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
-  if (!validAuditRate(auditRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(auditRate)}`);
+  if (givenRate !== undefined && !validAuditRate(givenRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(givenRate)}`);
   const m = h.models;
   const point = m.resumePoint();
   if (want === true && !point) {
@@ -56,6 +57,7 @@ export async function start(ctl, config) {
   const dataId = await h.dataId();
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
   const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
+  const auditRate = givenRate ?? (cfg.local_steps > 1 ? 0 : DEFAULT_AUDIT_RATE);
   checkLocalSteps(cfg, auditRate);
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
   const candidates = h.members().filter((q) => q.id !== ctl.selfId && q.role !== 'pending');
