@@ -415,3 +415,23 @@ test('a member that crashes in a run of local steps stops the others at their la
   }
   await g.close();
 });
+
+test('a device that opens the page during a run of local steps is not synced in; the run goes on equal to the reference', async () => {
+  const g = new Group({ seed: 29 });
+  const nodes = g.add(2);
+  await g.linked();
+  await nodes[0].ctl.start({ ...SETTINGS, local_steps: 4 });
+  await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'every node running');
+  await g.until(() => nodes[0].completed >= 4, '4 steps');
+  const [late] = g.add(1);
+  await g.linked();
+  await g.until(() => nodes[0].completed >= 16, '16 steps');
+  assert.notEqual(late.ctl.phase, 'running', 'the late device was synced into a run of local steps');
+  assert.deepEqual(nodes[0].run.roster, ['p0', 'p1']);
+  nodes[0].ctl.stop();
+  const ends = await g.ended(nodes);
+  assert.equal(new Set(ends.map((e) => `${e.step} ${e.hash}`)).size, 1, g.describe());
+  const { want } = await localStepsReference(2, ends[0].step);
+  for (const n of nodes) for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}`);
+  await g.close();
+});
