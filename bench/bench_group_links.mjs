@@ -7,7 +7,9 @@
 // group costs the sum of their local steps where devices would overlap them. The bench reports
 // both the raw ms/step and `parallel` = ms/step - (sum - max) of the members' own compute per step
 // (run.ownMs, frontend_js/run/speed.js): the step a group of separate devices would take, if its
-// exchange waits are as measured here. Per row:
+// exchange waits are as measured here. A member's own compute is timed around awaits that other
+// controllers' work may interleave with, so it can read high: `parallel` is then low and
+// `scaling` an upper estimate (it can exceed P); read the raw ms/step beside it. Per row:
 //   ms/step    mean step interval on the leader between two exchanges after --skip steps (local
 //              steps: pages run ahead between exchanges, so only whole rounds are timed)
 //   own        the leader's own compute per step (local step + apply), ms
