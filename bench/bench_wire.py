@@ -6,7 +6,7 @@ Per (profile, settings, exchange): first one page alone on the same profile (pag
 same way), then the group of P pages; each page's browser pinned to core i mod cores (taskset):
 
   ms/step     median step-to-step interval on the leader after --skip steps (performance.now at
-              each 'step' event)
+              each 'step' event); with local steps the mean over whole rounds (exchange to exchange)
   compute     the same page alone: its ms/step (no exchange; the data comes over its link too)
   wait        exchange wait: mesh.stats().waitMs over the steady part (sampled at step --skip and
               at the last step), mean over the pages, as a share of the step and in ms
@@ -23,6 +23,16 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py --frame-kib 4,8,16                # frame sizes, likewise
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
     python bench/bench_wire.py --audit-rates 0,1                 # gradient audits off and on (run/audits.js)
+    python bench/bench_wire.py --local-steps 1,4,16 --audit-rates 0     # local steps (H > 1 runs with audits off)
+    python bench/bench_wire.py --target-step 200 --profiles lan,home --peers 2 --settings default
+                                                                 # + time to the loss one page reaches at step 200
+
+Time to target loss (--target-step S, issue 25 §3): every run goes S steps; the loss curve is
+smoothed as the mean of the last SMOOTH steps' group losses; the target is the smoothed loss the
+page alone reaches at step S; a run's time to target = performance.now() at the first step whose
+smoothed loss is at or below it, minus the run's start (ms), and `ttt speedup` = the page alone's
+time / the group's. A group whose loss per step differs (more tokens per step, or a setting that
+changes the update) is judged by this, not by ms/step.
 """
 from __future__ import annotations
 
@@ -44,6 +54,21 @@ from tests.netlab_pages import LabPages, lab_app, room_group, room_url      # no
 from bench_mesh import DEFAULT, LARGE, RECORD, load, n_params               # noqa: E402
 
 SETTINGS = {"default": DEFAULT, "large": LARGE}
+SMOOTH = 10                # steps in the smoothed loss of time to target
+RECORD_LOSS = """() => { window.bench.loss = {}; window.daisy.on('step', (e) => { window.bench.loss[e.step] = e.loss; }); }"""
+
+
+def smoothed(losses: dict, upto: int) -> dict:
+    """{step: loss} -> {step: mean of the last SMOOTH losses} for steps SMOOTH..upto."""
+    return {k: statistics.fmean(losses[j] for j in range(k - SMOOTH + 1, k + 1))
+            for k in range(SMOOTH, upto + 1) if all(j in losses for j in range(k - SMOOTH + 1, k + 1))}
+
+
+def time_to_target(bench: dict, target: float, upto: int):
+    """ms from the run's start to the first step whose smoothed loss <= target, or None."""
+    curve = smoothed({int(k): v for k, v in bench["loss"].items()}, upto)
+    hit = next((k for k in sorted(curve) if curve[k] <= target), None)
+    return None if hit is None else bench["t"][str(hit)] - bench["runStart"]
 
 
 def cores() -> int:
@@ -55,6 +80,7 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
     """One run of `steps` steps on the linked pages of `group` (group[0] starts it)."""
     for page in group:
         page.evaluate(RECORD, [skip, steps])
+        page.evaluate(RECORD_LOSS)
     cfg = {**settings, "steps": max(100, steps)}
     if exchange is not None:
         cfg["exchange"] = exchange
@@ -81,6 +107,10 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
     lead = benches[0]
     ts = [lead["t"][str(k)] for k in range(1, steps + 1)]
     steady = [b - a for a, b in zip(ts, ts[1:])][skip:] or [b - a for a, b in zip(ts, ts[1:])] or [ts[0] - lead["runStart"]]
+    H = settings.get("local_steps", 1)
+    if H > 1:            # local steps: pages run ahead between exchanges; time whole rounds (mean, exchange to exchange)
+        a, b = -(-max(skip, 1) // H) * H, steps // H * H
+        steady = [(lead["t"][str(b)] - lead["t"][str(a)]) / (b - a)] if b > a else [(ts[-1] - lead["runStart"]) / steps]
     waits, dwaits = [], []
     for b in benches:
         a, e = b["at"] or {"now": b["runStart"], "waitMs": 0, "dataWaitMs": 0}, b["end"]
@@ -90,11 +120,12 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
     end = lead["end"]
     return {"ms": statistics.median(steady), "wait": statistics.mean(waits), "dwait": statistics.mean(dwaits),
             "bytes": end["bytesSent"] / max(1, end["steps"]), "wall": wall, "step": finals[0]["step"],
-            "engine": finals[0].get("engine"), "topology": end.get("topology")}
+            "engine": finals[0].get("engine"), "topology": end.get("topology"), "lead": lead}
 
 
 def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps, timeout_ms, pin: bool, gpu: str,
-               lanes: int | None = None, frame_kib: int | None = None, audit: int | None = None) -> dict:
+               lanes: int | None = None, frame_kib: int | None = None, audit: int | None = None,
+               target: float | None = None) -> dict:
     n = cores()
     cpus = [i % n for i in range(P)] if pin else None
     hooks = ([f"lanes: {int(lanes)}"] if lanes else []) + ([f"frameCap: {int(frame_kib) * 1024}"] if frame_kib else [])
@@ -109,8 +140,19 @@ def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps,
     if failed:                            # a run that did not finish is a result too (a row saying why)
         return {"failed": failed[0], "runs_failed": len(failed)}
     med = {k: statistics.median(r[k] for r in runs) for k in ("ms", "wait", "dwait", "bytes", "wall")}
-    return {**med, "ms_runs": [round(r["ms"], 1) for r in runs], "engine": runs[0]["engine"],
-            "topology": runs[0]["topology"], "tok_s": P * settings["batch"] * settings["seq_len"] * 1000 / med["ms"]}
+    out = {**med, "ms_runs": [round(r["ms"], 1) for r in runs], "engine": runs[0]["engine"],
+           "topology": runs[0]["topology"], "tok_s": P * settings["batch"] * settings["seq_len"] * 1000 / med["ms"]}
+    if target is not None or P == 1:
+        curves = [smoothed({int(k): v for k, v in r["lead"]["loss"].items()}, steps) for r in runs]
+        out["target"] = target if target is not None else statistics.median(c[steps] for c in curves if steps in c) \
+            if any(steps in c for c in curves) else None
+        if out["target"] is not None:
+            ttts = [time_to_target(r["lead"], out["target"], steps) for r in runs]
+            out["ttt_runs"] = [None if t is None else round(t) for t in ttts]
+            reached = [t for t in ttts if t is not None]
+            out["ttt"] = statistics.median(reached) if len(reached) == len(ttts) else None
+            out["target_steps"] = steps
+    return out
 
 
 def row_line(r: dict) -> str:
@@ -121,12 +163,22 @@ def row_line(r: dict) -> str:
     return (f"| {r['profile']} | {r['settings']} | {r['exchange']} | {r['lanes']} | {r['P']} | {r['topology'] or '—'} | "
             f"{r['ms']:.0f} ({', '.join(map(str, r['ms_runs']))}) | {r['compute_ms']:.0f} | "
             f"{wait_ms:.0f} ({100 * r['wait']:.0f} %) | {100 * r['dwait']:.1f} % | {r['bytes']:,.0f} | {r['tok_s']:.0f} | "
-            f"{r['alone_tok_s']:.0f} | {r['tok_s'] / r['alone_tok_s']:.2f}× | {r['load']} |")
+            f"{r['alone_tok_s']:.0f} | {r['tok_s'] / r['alone_tok_s']:.2f}× | {ttt_cell(r)} | {r['load']} |")
+
+
+def ttt_cell(r: dict) -> str:
+    """time to target: the group's ms (runs), and the page alone's time / the group's."""
+    if r.get("alone_ttt") is None:
+        return "—"
+    if r.get("ttt") is None:
+        return f"not reached in {r.get('target_steps')} steps (target {r['target']:.4f})"
+    return (f"{r['ttt']:.0f} ms ({', '.join(map(str, r['ttt_runs']))}) vs {r['alone_ttt']:.0f}: "
+            f"**{r['alone_ttt'] / r['ttt']:.2f}×** (target {r['target']:.4f})")
 
 
 HEADER = ("| profile | settings | exchange | lanes | P | topology | ms/step (runs) | compute alone, ms/step | exchange wait, ms (share) "
-          "| data wait | B sent /peer/step | group tok/s | one page alone, tok/s | scaling | load avg |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| data wait | B sent /peer/step | group tok/s | one page alone, tok/s | scaling | time to target loss | load avg |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> None:
@@ -145,9 +197,14 @@ def main() -> None:
                     "empty: the page's)")
     ap.add_argument("--gpu", default="off", help="the pages' ?gpu= (off: the CPU path, one engine for every row)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
+    ap.add_argument("--local-steps", default="", help="comma-separated local steps H to compare, e.g. 1,4,16 (the run "
+                    "setting local_steps, docs/VERIFICATION.md; H > 1 runs with audits off)")
     ap.add_argument("--audit-rates", default="", help="comma-separated gradient audits per step to compare, e.g. 0,1 "
                     "(the run's auditRate; empty: the page's default)")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
+    ap.add_argument("--target-step", type=int, default=None,
+                    help="time to target loss: every run goes this many steps; the target is the loss the page "
+                         "alone reaches at it (module docstring)")
     args = ap.parse_args()
     profiles = args.profiles.split(",")
     peers = [int(x) for x in args.peers.split(",")]
@@ -155,6 +212,7 @@ def main() -> None:
     lane_counts = [int(x) for x in args.lanes.split(",")] if args.lanes else [None]
     frame_caps = [int(x) for x in args.frame_kib.split(",")] if args.frame_kib else [None]
     audits = [int(x) for x in args.audit_rates.split(",")] if args.audit_rates else [None]
+    local = [int(x) for x in args.local_steps.split(",")] if args.local_steps else [1]
     print(f"cores {cores()}, load {load()}, |g| f64 default {8 * n_params(DEFAULT):,} B, large {8 * n_params(LARGE):,} B",
           flush=True)
     T0, rows = time.monotonic(), []
@@ -165,22 +223,30 @@ def main() -> None:
                 for name in args.settings.split(","):
                     settings = SETTINGS[name]
                     steps = args.steps if name == "default" else args.large_steps
+                    steps = args.target_step or steps
                     skip = min(args.skip, steps - 2) if name == "default" else 1
                     for exchange in exchanges:
                         timeout = 1_800_000
                         alone = bench_case(pages, base, 1, settings, exchange, steps, skip, args.reps, timeout, not args.no_pin, args.gpu)
-                        print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1, **alone}), flush=True)
+                        print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1,
+                                          **{k: v for k, v in alone.items() if k != "lead"}}), flush=True)
                         for P in peers:
-                            for lanes, kib, audit in [(l, f, a) for l in lane_counts for f in frame_caps for a in audits]:
-                                r = bench_case(pages, base, P, settings, exchange, steps, skip, args.reps, timeout,
-                                               not args.no_pin, args.gpu, lanes, kib, audit)
+                            cases = [(l, f, a if H == 1 else 0, H) for l in lane_counts for f in frame_caps for a in audits for H in local]
+                            for lanes, kib, audit, H in dict.fromkeys(cases):
+                                target = alone.get("target") if args.target_step else None
+                                run_settings = settings if H == 1 else {**settings, "local_steps": H}
+                                r = bench_case(pages, base, P, run_settings, exchange, steps, skip, args.reps, timeout,
+                                               not args.no_pin, args.gpu, lanes, kib, audit, target)
+                                if args.target_step:
+                                    r["alone_ttt"] = alone.get("ttt")
                                 label = f"{lanes or 'default'}" + (f" × {kib} KiB" if kib else "")
                                 row = {"profile": prof, "settings": name,
-                                       "exchange": (exchange or "default") + ("" if audit is None else f", audits {audit}"),
+                                       "exchange": (exchange or "default") + ("" if audit is None else f", audits {audit}")
+                                                   + ("" if H == 1 else f", local steps {H}"),
                                        "lanes": label, "P": P, **r, "compute_ms": alone.get("ms"),
                                        "alone_tok_s": alone.get("tok_s"), "load": load()}
                                 rows.append(row)
-                                print(json.dumps(row), flush=True)
+                                print(json.dumps({k: v for k, v in row.items() if k != "lead"}), flush=True)
                                 print(row_line(row), flush=True)
                 print(f"router counters ({prof}): {json.dumps(lab.stats())}", flush=True)
     print(HEADER)

@@ -2,6 +2,12 @@
 
 Every field is an int so a config is exact on every wire and in every file, but `exchange`: the
 name of the gradient exchange codec (daisy/exchange_codec.py), one of EXCHANGES.
+
+`local_steps` (H, 1..64) is how many steps each device takes between exchanges
+(docs/VERIFICATION.md "Local steps"): 1, the default, exchanges gradients every step; H > 1 lets
+every replica take H Adam steps on its own batches, then the group averages the int8-encoded
+weight deltas (the replicas' weights averaged). The wire form (to_dict) leaves it out
+at 1, so a run without it has the bytes it always had (checkpoints, state bodies, descriptors).
 JS twin: frontend_js/config.js.
 """
 from dataclasses import dataclass, fields, asdict
@@ -20,6 +26,7 @@ class Config:
     heads: int = 4         # attention heads H; width must be a multiple of heads
     seed: int = 1234       # run seed: init, data slicing and sampling all derive from it
     exchange: str = "int8"  # how gradients travel between peers: "int8" (1/7.9 the bytes; default) or "f64" (exact)
+    local_steps: int = 1   # H: steps each device takes between exchanges (1 = exchange every step)
 
     def __post_init__(self):
         validate(self)
@@ -33,7 +40,10 @@ class Config:
         return self.lr_x1000 / 1000.0     # one IEEE division, same bits everywhere
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["local_steps"] == 1:     # the default is left out: the bytes of every run before it
+            del d["local_steps"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
@@ -57,6 +67,7 @@ RANGES = {
     "layers": (1, 8, "layers"),
     "heads": (1, 8, "heads"),
     "seed": (0, 2**32 - 1, "seed"),
+    "local_steps": (1, 64, "local steps"),
 }
 
 

@@ -10,6 +10,7 @@ to its own copy and hashes it. Honest replicas print P equal hashes on every lin
     python -m daisy.train --data-url http://127.0.0.1:7860     # the Space's keyed batches
     python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
     python -m daisy.train --peers 3 --attack "slot=1,from=39,kind=scale:-1000"   # audited (daisy/attack.py)
+    python -m daisy.train --local-steps 8                      # exchange every 8th step (below)
 
 --roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
@@ -19,7 +20,10 @@ slots are dropped. --peers N is the schedule "0:N" (docs/VERIFICATION.md, "Roste
 
 A step, per replica: local step (loss, grads on its own batch) -> collective.exchange(...) ->
 the slot-ordered reduce (daisy.collective, daisy.reduce) -> Adam -> hash: Trainer.local_step,
-then Trainer.apply with G (twin of frontend_js/train.js). Where a slot's batch comes from is a
+then Trainer.apply with G (twin of frontend_js/train.js). With --local-steps H > 1 each replica
+takes H Adam steps on its own batches between exchanges, then the group averages the weight
+deltas through the codec and steps to their mean (Group.local_step; docs/VERIFICATION.md
+"Local steps"): one exchange per H steps, for links slower than a step's compute. Where a slot's batch comes from is a
 BatchSource (daisy/batch_source.py): StreamBatches (a token stream in memory: the built-in corpus
 or --data) or HttpBatches (the Space's GET /data/batch, with a bounded prefetch of the next steps
 and the outage wait).
@@ -29,6 +33,7 @@ import copy
 import json
 import re
 import sys
+from collections import OrderedDict
 
 import numpy as np
 
@@ -39,16 +44,20 @@ from .config import Config, ConfigError
 from .hashing import weight_hash
 from .model import init_params, loss_and_grads, param_shapes
 from .optim import adam_init, adam_step
+from .reduce import reduce_losses
 from .units import qmatmul
 
 MAX_PEERS = 64
 
 
 class Replica:
-    """One peer's state: weights and Adam moments."""
+    """One peer's state: weights and Adam moments; in a run of local steps (Config.local_steps
+    H > 1) also the group's weights at the last exchange (`anchor`; None otherwise). Between
+    exchanges `params` and `adam` are this replica's own; at an exchange every replica's params
+    become the new anchor (docs/VERIFICATION.md "Local steps")."""
 
-    def __init__(self, params, adam):
-        self.params, self.adam = params, adam
+    def __init__(self, params, adam, anchor=None):
+        self.params, self.adam, self.anchor = params, adam, anchor
 
     @property
     def step(self) -> int:
@@ -56,7 +65,15 @@ class Replica:
 
 
 def copy_replica(r: Replica) -> Replica:
-    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam))
+    """The replica's whole state, copied: what a joining device receives, what an audit's
+    rollback restores (the one snapshot rule; frontend_js/train.js cloneReplica is its twin)."""
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor))
+
+
+def is_exchange_step(cfg: Config, s: int) -> bool:
+    """Whether 0-based step s ends with an exchange: every step when H = 1; else the last step
+    of each round of H (s + 1 a multiple of H) and the run's last step."""
+    return cfg.local_steps == 1 or (s + 1) % cfg.local_steps == 0 or s + 1 == cfg.steps
 
 
 class Trainer:
@@ -77,6 +94,33 @@ class Trainer:
         adam_step(self.replica.params, G, self.replica.adam, self.cfg.lr)
         return self.replica.step, weight_hash(self.replica.params)
 
+    # -- local steps (cfg.local_steps = H > 1; docs/VERIFICATION.md "Local steps") --------------
+    def local_apply(self, g) -> None:
+        """An inner step: Adam with this replica's own gradient, no exchange."""
+        adam_step(self.replica.params, g, self.replica.adam, self.cfg.lr)
+
+    def delta(self):
+        """What this replica sends at an exchange: D_i = anchor - params, per tensor."""
+        r = self.replica
+        return OrderedDict((name, r.anchor[name] - w) for name, w in r.params.items())
+
+    def outer(self, D):
+        """The outer step with the group's D (the slot-ordered mean of the D_i, through the
+        codec): anchor = anchor - D, the replicas' weights averaged; params = anchor.
+        -> (step number, hash of the new weights)."""
+        r = self.replica
+        for name in r.anchor:
+            r.anchor[name] = r.anchor[name] - D[name]
+        r.params = copy.deepcopy(r.anchor)
+        return r.step, weight_hash(r.params)
+
+
+def with_local_state(r: Replica) -> Replica:
+    """A replica entering a run of local steps at an exchange: anchor = its weights."""
+    if r.anchor is None:
+        r.anchor = copy.deepcopy(r.params)
+    return r
+
 
 def check_loss(loss: float, step: int) -> None:
     if not np.isfinite(loss):
@@ -92,6 +136,8 @@ class Group:
         if replicas is None:
             params = init_params(cfg)
             replicas = [Replica(copy.deepcopy(params), adam_init(params)) for _ in range(peers)]
+        if cfg.local_steps > 1:
+            replicas = [with_local_state(r) for r in replicas]
         self.replicas = replicas
         self.trainers = [Trainer(cfg, r, self.batches, mm) for r in replicas]
         self.collective = SimulatedCollective(param_shapes(cfg), seed=cfg.seed, exchange=cfg.exchange)
@@ -107,6 +153,8 @@ class Group:
         """Run one step; returns (step number after it, group loss, [hash per peer])."""
         s = self.replicas[0].step
         roster = list(range(len(self.trainers)))       # slot i = replica i
+        if self.cfg.local_steps > 1:
+            return self.local_step(s, roster)
         handles = []
         for slot, t in enumerate(self.trainers):       # each peer's local step
             loss_i, grads_i = t.local_step(s, slot)
@@ -117,6 +165,28 @@ class Group:
             applied.append(t.apply(G))
         check_loss(loss, s + 1)
         return s + 1, loss, [hash_ for _, hash_ in applied]
+
+    def local_step(self, s: int, roster):
+        """A step of local steps: each replica's own Adam step; at an exchange step the deltas go
+        through the collective (its codec, keyed on step s) and every replica takes the outer
+        step. The loss is the slot-ordered reduce of the replicas' losses; the hashes are each
+        replica's anchor (the group's weights at its last exchange: equal on every replica; its
+        own weights between exchanges are its own)."""
+        losses, hashes = {}, []
+        for slot, t in enumerate(self.trainers):
+            losses[slot], g = t.local_step(s, slot)
+            t.local_apply(g)
+        loss = reduce_losses(losses)
+        if is_exchange_step(self.cfg, s):
+            handles = [self.collective.exchange(s, roster, slot, losses[slot], t.delta())
+                       for slot, t in enumerate(self.trainers)]
+            for t, h in zip(self.trainers, handles):
+                loss, D = h.result()
+                hashes.append(t.outer(D)[1])
+        else:
+            hashes = [weight_hash(t.replica.anchor) for t in self.trainers]
+        check_loss(loss, s + 1)
+        return s + 1, loss, hashes
 
 
 # -- the roster schedule: how many peers compute each step -----------------------------------
@@ -174,6 +244,9 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=None, help="run seed, 0..2^32-1 (1234)")
     ap.add_argument("--exchange", default=None, metavar="CODEC",
                     help="how gradients travel between peers: f64 or int8 (f64; daisy/exchange_codec.py)")
+    ap.add_argument("--local-steps", type=int, default=None,
+                    help="steps each peer takes between exchanges, 1..64 (1): H > 1 averages the peers' "
+                         "weights (int8 deltas) every H steps (docs/VERIFICATION.md)")
     ap.add_argument("--data", default=None, help="a parquet file with a 'text' column (default: built-in corpus)")
     ap.add_argument("--data-url", default=None, metavar="http://HOST:PORT",
                     help="train on the keyed batches of a DaisyChain server's /data/batch (the "
@@ -209,7 +282,7 @@ def parse_args(argv):
         audited_args(ap, args)
     flags = {"steps": args.steps, "width": args.width, "seq_len": args.seq_len, "batch": args.batch,
              "lr_x1000": args.lr, "layers": args.layers, "heads": args.heads, "seed": args.seed,
-             "exchange": args.exchange}
+             "exchange": args.exchange, "local_steps": args.local_steps}
     given = {k: v for k, v in flags.items() if v is not None}
     if args.resume is not None:
         if given:
@@ -221,6 +294,11 @@ def parse_args(argv):
         ap.error(str(e))
     if args.stop_after is not None and not 1 <= args.stop_after <= cfg.steps:
         ap.error(f"--stop-after must be in 1..{cfg.steps} (the run's steps), got {args.stop_after}")
+    if cfg.local_steps > 1 and args.save is not None and args.stop_after not in (None, cfg.steps):
+        ap.error("--save with --local-steps only at the run's end: between exchanges every replica has "
+                 "its own weights and Adam state, which a checkpoint of one replica does not hold")
+    if cfg.local_steps > 1 and args.audit_rate is not None:
+        ap.error("--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
     if args.roster is not None:
         try:
             check_roster(args.schedule, args.roster, 0, cfg.steps)

@@ -35,6 +35,8 @@ const FLAGS = {
   '--heads': ['heads', 'attention heads, 1..8 (4)'],
   '--seed': ['seed', 'run seed, 0..2^32-1 (1234)'],
   '--exchange': ['exchange', 'how gradients travel between peers: f64 or int8 (f64; exchange_codec.js)', 'CODEC'],
+  '--local-steps': ['local_steps', "steps each peer takes between exchanges, 1..64 (1): H > 1 averages the peers' "
+    + 'weights (int8 deltas) every H steps (docs/VERIFICATION.md)'],
   '--data': ['data', 'a token file (*.u16, *.bin, *.tokens: raw little-endian uint16 ids) or a UTF-8 '
     + 'text file (documents separated by two blank lines, as the built-in corpus); parquet is not '
     + 'read by the JS CLI (default: built-in corpus)'],
@@ -49,7 +51,7 @@ const FLAGS = {
 };
 const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
-       [--layers LAYERS] [--heads HEADS] [--seed SEED] [--exchange CODEC] [--data DATA] [--json] [--save SAVE]
+       [--layers LAYERS] [--heads HEADS] [--seed SEED] [--exchange CODEC] [--local-steps LOCAL_STEPS] [--data DATA] [--json] [--save SAVE]
        [--resume RESUME] [--attack slot=S,from=STEP,kind=KIND] [--audit-rate AUDIT_RATE]
        [--threads THREADS]`;
 
@@ -78,7 +80,7 @@ function pyInt(flag, s) {
 export function parseArgs(argv) {
   const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null,
     attack: null, audit_rate: null, attackSpec: null };
-  for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed', 'exchange']) args[k] = DEFAULTS[k];
+  for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed', 'exchange', 'local_steps']) args[k] = DEFAULTS[k];
   const unknown = [];
   for (let i = 0; i < argv.length; i++) {
     const tok = argv[i];
@@ -129,7 +131,8 @@ export function parseArgs(argv) {
   let cfg;
   try {
     cfg = makeConfig({ width: args.width, seq_len: args.seq_len, batch: args.batch, steps: args.steps,
-      lr_x1000: args.lr, layers: args.layers, heads: args.heads, seed: args.seed, exchange: args.exchange });
+      lr_x1000: args.lr, layers: args.layers, heads: args.heads, seed: args.seed, exchange: args.exchange,
+      local_steps: args.local_steps });
   } catch (e) {
     if (e instanceof ConfigError) throw new UsageError(e.message);
     throw e;
@@ -138,6 +141,10 @@ export function parseArgs(argv) {
     throw new UsageError(`--stop-after must be in 1..${cfg.steps} (the run's steps), got ${args.stop_after}`);
   }
   if (args.roster !== null) rosterOrUsage(() => checkRoster(args.schedule, args.roster, 0, cfg.steps));
+  // (daisy.train's --save refusal for local steps stopped early: the JS CLI has no --save)
+  if (cfg.local_steps > 1 && args.audit_rate !== null) {
+    throw new UsageError('--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)');
+  }
   if (args.attackSpec !== null) attackOrUsage(() => checkAttack(args.attackSpec, args.schedule[0][1], cfg.steps));
   return { args, cfg };
 }

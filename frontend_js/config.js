@@ -1,11 +1,13 @@
 // The one config of a run, mirroring daisy/config.py: every field an int but `exchange` (the
 // gradient exchange codec's name, exchange_codec.js), validated on creation with the same messages.
+// `local_steps` (H, 1..64): steps each device takes between exchanges (train.js Group.localStep);
+// the wire form leaves it out at 1, its default, so a run without it has the bytes it always had.
 import { VOCAB_SIZE } from './tokenizer.js';
 
 export { VOCAB_SIZE };
 
 export const DEFAULTS = Object.freeze({
-  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'int8',
+  width: 32, seq_len: 32, batch: 8, steps: 300, lr_x1000: 10, layers: 2, heads: 4, seed: 1234, exchange: 'int8', local_steps: 1,
 });
 
 // the exchange codecs (exchange_codec.js CODECS); daisy/config.py EXCHANGES is the twin
@@ -22,6 +24,7 @@ export const RANGES = Object.freeze({
   layers: [1, 8, 'layers'],
   heads: [1, 8, 'heads'],
   seed: [0, 2 ** 32 - 1, 'seed'],
+  local_steps: [1, 64, 'local steps'],
 });
 
 export class ConfigError extends Error {
@@ -65,5 +68,6 @@ export function makeConfig(settings = {}) {
 export function configToDict(cfg) {
   const d = {};
   for (const k of Object.keys(DEFAULTS)) d[k] = cfg[k];
+  if (d.local_steps === 1 || d.local_steps === undefined) delete d.local_steps;   // the default is left out (daisy/config.py to_dict)
   return d;
 }

@@ -10,21 +10,36 @@ import { initParams, lossAndGrads, paramShapes, checkBackend } from './model.js'
 import { adamInit } from './optim.js';
 import { referenceBackend } from './engines.js';
 import { SimulatedCollective } from './collective.js';
+import { reduceLosses } from './reduce.js';
 import { StreamBatches } from './batch_source.js';
 
 export const MAX_PEERS = 64;
 
 export const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
 
-// one peer's state: weights and Adam moments
+// one peer's state: weights and Adam moments; in a run of local steps (cfg.local_steps H > 1) also
+// the group's weights at the last exchange (`anchor`; null otherwise; daisy/train.py Replica)
 export class Replica {
-  constructor(params, adam) { this.params = params; this.adam = adam; }
+  constructor(params, adam, anchor = null) { this.params = params; this.adam = adam; this.anchor = anchor; }
   get step() { return this.adam.t; }
 }
 
-// a replica's full copy (weights, Adam m, v, t): what a joining device receives
+const cloneOrNull = (x) => (x == null ? null : cloneParams(x));      // (a state read from a peer has no anchor)
+
+// a replica's whole state, copied (weights, Adam m, v, t, the anchor): what a joining device
+// receives, what an audit's rollback restores (daisy/train.py copy_replica: the one snapshot rule)
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
-  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) });
+  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) }, cloneOrNull(r.anchor));
+
+// whether 0-based step s ends with an exchange: every step when H = 1; else the last step of each
+// round of H and the run's last step (daisy/train.py is_exchange_step)
+export const isExchangeStep = (cfg, s) => cfg.local_steps === 1 || (s + 1) % cfg.local_steps === 0 || s + 1 === cfg.steps;
+
+// a replica entering a run of local steps at an exchange: anchor = its weights
+export function withLocalState(r) {
+  if (r.anchor == null) r.anchor = cloneParams(r.params);
+  return r;
+}
 
 // One replica's training step (Python: local_step, apply). batches: a BatchSource (batch_source.js);
 // backend: engines.js.
@@ -49,6 +64,31 @@ export class Trainer {
     this.backend.adamStep(this.replica.params, G, this.replica.adam, this.cfg.lr);
     return { step: this.replica.step, hash: await this.backend.weightHashAsync(this.replica.params) };
   }
+
+  // ---- local steps (cfg.local_steps H > 1; docs/VERIFICATION.md "Local steps")
+  // an inner step: Adam with this replica's own gradient, no exchange
+  localApply(g) { this.backend.adamStep(this.replica.params, g, this.replica.adam, this.cfg.lr); }
+
+  // what this replica sends at an exchange: D_i = anchor - params, per tensor
+  delta() {
+    const r = this.replica;
+    return Object.fromEntries(Object.entries(r.params).map(([k, w]) => {
+      const a = r.anchor[k], d = new Float64Array(w.length);
+      for (let i = 0; i < w.length; i++) d[i] = a[i] - w[i];
+      return [k, d];
+    }));
+  }
+
+  // the outer step with the group's D: anchor = anchor - D (the replicas' weights averaged); params = anchor
+  async outer(D) {
+    const r = this.replica;
+    for (const k of Object.keys(r.anchor)) {
+      const a = r.anchor[k], d = D[k];
+      for (let i = 0; i < a.length; i++) a[i] = a[i] - d[i];
+      r.params[k].set(a);                   // in place: an engine may hold the weights' arrays
+    }
+    return { step: r.step, hash: await this.backend.weightHashAsync(r.params) };
+  }
 }
 
 export function checkLoss(loss, step) {
@@ -66,6 +106,7 @@ export class Group {
       const params = initParams(cfg);
       replicas = Array.from({ length: peers }, () => new Replica(cloneParams(params), adamInit(params)));
     }
+    if (cfg.local_steps > 1) replicas = replicas.map(withLocalState);
     this.replicas = replicas;
     this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
     this.collective = new SimulatedCollective(paramShapes(cfg), { seed: cfg.seed, exchange: cfg.exchange });
@@ -86,6 +127,7 @@ export class Group {
   async step() {
     const s = this.replicas[0].step;
     const roster = this.trainers.map((_, slot) => slot);
+    if (this.cfg.local_steps > 1) return this.localStep(s, roster);
     const reduced = [];
     this.arena.reset();
     try {
@@ -104,6 +146,29 @@ export class Group {
     const loss = outs[0].loss;
     checkLoss(loss, s + 1);
     return { step: s + 1, loss, hashes: applied.map((a) => a.hash) };
+  }
+
+  // a step of local steps (daisy/train.py Group.local_step): each replica's own Adam step; at an
+  // exchange step the deltas go through the collective and every replica takes the outer step.
+  // Hashes: each replica's anchor (equal on every replica; its own weights between exchanges are its own)
+  async localStep(s, roster) {
+    const losses = [];
+    for (let slot = 0; slot < this.trainers.length; slot++) {
+      this.arena.reset();
+      const r = await this.trainers[slot].localStep(s, slot, this.arena);
+      losses.push(r.loss);
+      this.trainers[slot].localApply(r.grads);
+    }
+    let loss = reduceLosses(losses), hashes = [];
+    if (isExchangeStep(this.cfg, s)) {
+      const outs = await Promise.all(this.trainers.map((t, slot) => this.collective.exchange(s, roster, slot, losses[slot], t.delta())));
+      for (let slot = 0; slot < this.trainers.length; slot++) hashes.push((await this.trainers[slot].outer(outs[slot].grads)).hash);
+      loss = outs[0].loss;
+    } else {
+      for (const t of this.trainers) hashes.push(await this.backend.weightHashAsync(t.replica.anchor));
+    }
+    checkLoss(loss, s + 1);
+    return { step: s + 1, loss, hashes };
   }
 }
 

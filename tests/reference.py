@@ -10,7 +10,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SETTING_FLAGS = {"width": "--width", "seq_len": "--seq-len", "batch": "--batch", "steps": "--steps",
                  "lr_x1000": "--lr", "layers": "--layers", "heads": "--heads", "seed": "--seed",
-                 "exchange": "--exchange"}
+                 "exchange": "--exchange", "local_steps": "--local-steps"}
 
 
 def setting_args(settings: dict) -> list[str]:

@@ -52,6 +52,7 @@ BAD_ARGS = [
     ["--roster", "0:2,5:3,5:2"], ["--roster", "1:2"], ["--roster", "0:2,100:3", "--steps", "100"],
     ["--roster", "0:2", "--peers", "2"], ["--r", "0:2"], ["--roster", "-1:2"],
     ["--exchange", "int4"], ["--exchange", "F64"],
+    ["--local-steps", "0"], ["--local-steps", "65"],
 ]
 # node's own flag: bad values exit 2 with a message naming it
 BAD_JS_ONLY = {("--threads", "0"): "threads (--threads) must be in 1..16, got 0",

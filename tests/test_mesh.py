@@ -131,6 +131,34 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
         assert want[-1][:12] in row and "linked" in row, row
     assert "2 of 2 replicas agree at step 100" in a.inner_text("#daisy-peer")
     assert "gradients audited (1 per step) through step 100" in a.inner_text("#daisy-peer")   # the last two steps' audits ran before FIN
+    # the user's question: the group against this device alone (frontend_js/run/speed.js), from
+    # the same step times the tokens/s readout shows and this page's own compute per step
+    for page, s in ((a, sa), (b, sb)):
+        sp = s["speed"]
+        assert sp["tokensPerS"] == s["tokensPerS"] and sp["aloneTokensPerS"] > 0 and sp["ratio"] > 0, sp
+        assert abs(sp["ratio"] - sp["tokensPerS"] / sp["aloneTokensPerS"]) <= 1e-9 * sp["ratio"], sp
+        line = page.inner_text('#daisy-peer [data-role="speedup"]')
+        m = re.fullmatch(r"this group trains ([0-9.]+)× as fast as this device alone \(([0-9,]+) tokens/s alone\)"
+                         r"(; the exchange takes longer than a step here: local steps [0-9]+ would hide it)?", line)
+        assert m and abs(float(m.group(1)) - sp["ratio"]) <= 0.051 * max(1.0, sp["ratio"]), (line, sp)
+
+
+def test_two_pages_train_local_steps_equal_to_the_reference(app_url, pages):
+    """Local steps (H 4, audits off; docs/VERIFICATION.md "Local steps") in two pages: every step's
+    hash (the group's anchor) = python -m daisy.train --local-steps 4, to the run's end."""
+    a, b = open_group(pages, app_url + "/", 2)
+    for page in (a, b):
+        record_steps(page)
+    settings = {"steps": 100, "local_steps": 4, **TINY}
+    err = a.evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message)", {**settings, "auditRate": 1})
+    assert "run without gradient audits" in err, err
+    a.evaluate("(cfg) => window.daisy.start(cfg)", settings)         # audits off by default with local steps
+    sa, sb = ended(a, "a finished"), ended(b, "b finished")
+    for s in (sa, sb):
+        assert s["runState"] == "done" and s["step"] == 100, s["message"]
+    want = reference_hashes(2, settings, 100)
+    assert_hashes_equal("leader", step_hashes(a), want)
+    assert_hashes_equal("member", step_hashes(b), want)
 
 
 def test_three_pages_stop_together_and_equal_the_reference(app_url, pages):

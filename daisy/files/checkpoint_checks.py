@@ -241,7 +241,8 @@ def checkpoint_from_top(top) -> Checkpoint:
                 v.bit_length() > 64:
             raise CheckpointError(f"config setting {short_name(k)} must be an integer, found {excerpt(v)}")
     # a checkpoint written before the exchange setting existed trained with f64 (its default then)
-    raw_cfg = {"exchange": "f64", **raw_cfg}
+    # and `local_steps` is left out of the wire form at its default 1 (daisy/config.py)
+    raw_cfg = {"exchange": "f64", "local_steps": 1, **raw_cfg}
     absent = [f.name for f in dataclasses.fields(Config) if f.name not in raw_cfg]
     if absent:
         raise CheckpointError(f"config is missing setting(s): {', '.join(absent)}")

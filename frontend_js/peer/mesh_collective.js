@@ -83,7 +83,7 @@ export class MeshCollective {
   // minPartBytes: the streamed GRAD's smallest part (streamCuts; the same on every peer of a run)
   // sha: the SHA-256 of the messages' hashes (the audits' commitments; a backend's gated wasm one)
   constructor(mesh, { runId, roster, selfId, shapes, startStep = 0, deadlineMs = 10_000, topology = null, subscribe = true,
-    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES, sha = jsSha, forgeReduced = null }) {
+    exchange = 'f64', seed = null, minPartBytes = MIN_PART_BYTES, sha = jsSha, forgeReduced = null, exchangeAt = null }) {
     this.mesh = mesh; this.runId = runId; this.roster = roster.slice(); this.selfId = selfId; this.sha = sha;
     this.shapes = shapes; this.names = shapes.map(([n]) => n);
     this.sizes = shapes.map(([, s]) => s.reduce((x, y) => x * y, 1));
@@ -113,6 +113,8 @@ export class MeshCollective {
     this.failure = null;           // an ExchangeError that ends every exchange
     this.closed = false;           // close() was called: a streamed GRAD posts no more parts
     this.forgeReduced = forgeReduced; // (step, message) -> message: the fault plan's lying shard owner (tests)
+    // step -> whether the run exchanges at it (local steps: every H-th, train.js isExchangeStep); null: every step
+    this.exchangeAt = exchangeAt;
     this.onLie = null;             // (slot, step, {why, nonFinite}): told of a cheap check failed on arrival,
                                    // also after the exchange failed (the run convicts: run/audits.js)
     this.bytesSent = 0;            // payload bytes sent (the benchmark reads it)
@@ -206,13 +208,22 @@ export class MeshCollective {
     this.wake?.();
   }
 
+  // the exchange after the one of step s (frames of the step being exchanged and of this one are
+  // accepted): s + 1, or with local steps the next step the run exchanges at (at most 64 on)
+  nextExchange(s) {
+    if (!this.exchangeAt) return s + 1;
+    let e = s + 1;
+    while (!this.exchangeAt(e) && e < s + 64) e++;
+    return e;
+  }
+
   check(from, m) {
     if (m.runId !== this.runId) return `wrong run id ${m.runId} (this run is ${this.runId})`;
     const slot = this.roster.indexOf(from);
     if (slot < 0) return 'sender is not in the run\'s roster';
     if (m.slot !== slot) return `slot ${m.slot} claimed by the peer of slot ${slot}`;
-    const cur = this.current;
-    if (m.step <= this.done || m.step < cur || m.step > cur + 1) return `step ${m.step} is not in flight (expecting ${cur} or ${cur + 1})`;
+    const cur = this.current, next = this.nextExchange(cur);
+    if (m.step <= this.done || m.step < cur || m.step > next || (m.step !== cur && m.step !== next)) return `step ${m.step} is not in flight (expecting ${cur} or ${next})`;
     const st = this.steps.get(m.step);
     if (m.type === TYPES.GRAD) {
       const want = HEADER_BYTES + this.codec.messageBytes(this.gradValues());

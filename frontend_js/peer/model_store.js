@@ -161,7 +161,7 @@ export class ModelStore {
     this.stopped = false;
     const left = cfg.steps - state.step;
     this.peer.set({ config: cfg, step: state.step, totalSteps: cfg.steps, hash, loss: null, curve: [],
-               tokensPerS: null, replicas: null, runState: 'loaded', leader: null, error: '',
+               tokensPerS: null, speed: null, replicas: null, runState: 'loaded', leader: null, error: '',
                message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${hash.slice(0, 16)}). ` +
                         (left > 0 ? `Continue from step ${state.step} trains its remaining ${left} steps; Start a new run begins again from step 0.`
                                   : 'Its run is complete: Start a new run trains a new model from step 0 with the settings on the left.') });

@@ -48,6 +48,7 @@ export class Peer {
       step: 0, totalSteps: 0, loss: null, hash: null, path: null, pathReason: '', pathLabel: '',
       peers: [], requests: [], running: false, runState: 'idle', leader: null,
       tokensPerS: null, replicas: null, config: null, curve: [], dataSource: null,
+      speed: null,           // {tokensPerS, aloneTokensPerS, ratio}: the group against this device alone (run/speed.js)
       audits: null,          // {rate, through}: the run's gradient audits per step, and the last step audited here
       message: '', error: '', engine: null,
       run: null,             // the run's {id, roster (peer ids in slot order), topology, leader}

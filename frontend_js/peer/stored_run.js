@@ -53,7 +53,9 @@ export class StoredRun {
   leads(run) { return run.roster[0] === this.peer.s.peerId; }
 
   afterStep(run) {
-    if (run.completed % this.every !== 0) return;
+    // a run of local steps is stored (and vouched) at its end only: between exchanges each
+    // replica's weights are its own
+    if (run.completed % this.every !== 0 || run.cfg.local_steps > 1) return;
     this.vouch(run, false);
     // while the server is away (an outage, a restart) its answer would be a refusal: skip this one
     if (!this.leads(run) || this.inFlight || this.peer.s.signal !== 'connected' || this.outvoted(run)) return;

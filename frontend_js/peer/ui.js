@@ -5,6 +5,7 @@
 // imports optional parts (train.js, gpu.js) without probing for them with 404s.
 import { bus } from './bus.js';
 import { Peer, automationApi } from './peer.js';
+import { speedText } from '../run/speed.js';
 
 const PLOT_W = 600, PLOT_H = 180;
 const PLOT_EVERY_MS = 250;
@@ -43,6 +44,7 @@ export function mount(element) {
       <div><b>step</b><span data-role="step">–</span></div>
       <div><b>loss</b><span data-role="loss">–</span></div>
       <div><b>tokens/s</b><span data-role="rate">–</span></div>
+      <div><b>vs alone</b><span data-role="speedup">–</span></div>
       <div><b>weight hash</b><span data-role="hash">–</span></div>
       <div><b>replica diff</b><span data-role="replicas">no run yet</span></div>
       <div><b>compute</b><details class="daisy-readout"><summary data-role="path">checking…</summary><div data-role="path-detail"></div></details><a data-role="own-tab" class="daisy-own-tab" target="_blank" rel="noopener" hidden>Open this page in its own tab: every part of a step on every core</a></div>
@@ -89,6 +91,7 @@ export function mount(element) {
     $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
     $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
     $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');
+    $('speedup').textContent = speedText(s.speed, s.replicas?.count ?? 1, s.config?.local_steps ?? 1);
     $('hash').textContent = s.hash ? s.hash.slice(0, 16) : '–';
     $('hash').title = s.hash || '';
     $('replicas').textContent = replicaText(s);

@@ -189,6 +189,7 @@ export class RunController {
     const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
       shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed,
       forgeReduced: this.faults.liarOwner ? forgedReduce(this.faults.liarOwner.from, cfg.exchange) : null,
+      exchangeAt: cfg.local_steps > 1 ? (s) => c.train.isExchangeStep(cfg, s) : null,
       ...(this.host.backend()?.sha ? { sha: this.host.backend().sha } : {}) });
     collective.onLie = (slot, step, lie) => auditsP.onLie(this, collective, slot, step, lie);
     this.collectives.set(key, collective);

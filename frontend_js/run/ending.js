@@ -29,19 +29,23 @@ export function wakeParked(ctl, run) {
 // ---- one step of undo -------------------------------------------------------------------------
 export function saveUndo(run) {
   const r = run.replica;
-  if (!run.undo) run.undo = { params: cloneParams(r.params), m: cloneParams(r.adam.m), v: cloneParams(r.adam.v), t: r.adam.t, hash: run.hash, step: run.completed };
+  if (!run.undo) run.undo = { params: cloneParams(r.params), m: cloneParams(r.adam.m), v: cloneParams(r.adam.v), t: r.adam.t, hash: run.hash, step: run.completed, anchor: null };
   else {
     for (const k of Object.keys(r.params)) { run.undo.params[k].set(r.params[k]); run.undo.m[k].set(r.adam.m[k]); run.undo.v[k].set(r.adam.v[k]); }
     run.undo.t = r.adam.t; run.undo.hash = run.hash; run.undo.step = run.completed;
   }
+  if (r.anchor != null) run.undo.anchor = cloneParams(r.anchor);      // local steps: the group's weights too
 }
 
+// (local steps keep the state after the last exchange instead: it may lie several of this page's
+// own steps back, and is restored whole)
 export function restoreUndo(ctl, run) {
   const u = run.undo, r = run.replica;
-  if (!u || u.step !== run.completed - 1) return false;
+  if (!u || (r.anchor == null ? u.step !== run.completed - 1 : u.step > run.completed)) return false;
+  for (let st = u.step + 1; st <= run.completed; st++) run.hashLog.delete(st);
   for (const k of Object.keys(r.params)) { r.params[k].set(u.params[k]); r.adam.m[k].set(u.m[k]); r.adam.v[k].set(u.v[k]); }
   r.adam.t = u.t;
-  run.hashLog.delete(run.completed);
+  if (u.anchor != null) r.anchor = cloneParams(u.anchor);
   run.completed = u.step; run.hash = u.hash;
   run.lastSent = Math.min(run.lastSent, u.step);
   run.curve = run.curve.filter(([st]) => st <= u.step);

@@ -138,7 +138,8 @@ export function onSynced(ctl, from, m) {
 // before this device's gradient of step s leaves: propose joiners current within one step for a
 // roster from step s + 2 (sent, and awaited, first: every member has it before it can finish s)
 export async function admitJoiners(ctl, run, s) {
-  if (run.recovery || run.change || run.stopAfter !== null || s + 3 >= run.cfg.steps) return;
+  // a run of local steps admits nobody: a joiner would need a replica's own round (docs/VERIFICATION.md "Local steps")
+  if (run.recovery || run.change || run.stopAfter !== null || s + 3 >= run.cfg.steps || run.cfg.local_steps > 1) return;
   const ready = [...run.joiners].filter(([id, j]) => j.stage === 'syncing' && j.verified !== null && j.verified >= s - 1 && ctl.mesh.isReady(id))
     .map(([id]) => id).slice(0, 64 - run.roster.length);
   if (!ready.length) return;
@@ -245,6 +246,7 @@ export async function onSync(ctl, from, m) {
     if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !Number.isInteger(d.runId) || d.runId <= 0 || d.runId > MAX_RUN_ID) throw new Error('bad run id');
     if (desc.protocol !== ctl.mesh.version) throw new Error(`protocol v${desc.protocol}`);
     cfg = c.config.makeConfig(desc.config);
+    if (cfg.local_steps > 1) throw new Error('a run of local steps takes no joiners (docs/VERIFICATION.md "Local steps")');
     if (desc.dataId !== await h.dataId()) throw new Error('different training data');
     if (!Array.isArray(d.roster) || d.roster[0] !== from || d.roster.includes(ctl.selfId) || d.roster.length > 64) throw new Error('bad roster');
     if (!Number.isInteger(d.step) || d.step < 0 || d.step >= cfg.steps || !isHash(d.hash) || !Number.isInteger(d.epoch) || d.epoch < 0) throw new Error('bad position');

@@ -5,7 +5,7 @@
 // and relays it once, so the whole run stops at one step; the panel names who stopped it.
 import { TYPES } from '../peer/frames.js';
 import { ExchangeError } from '../peer/mesh_collective.js';
-import { Trainer, checkLoss } from '../train.js';
+import { Trainer, checkLoss, isExchangeStep, withLocalState, cloneParams } from '../train.js';
 import { flattenGrads, unflatten } from '../collective.js';
 import { forge } from '../attack.js';
 import { StepArena } from '../arena.js';
@@ -15,6 +15,7 @@ import * as recovery from './recovery.js';
 import * as join from './join.js';
 import * as audits from './audits.js';
 import { end, alarm, saveUndo, restoreUndo, runView, wakeParked } from './ending.js';
+import { groupSpeed } from './speed.js';
 
 // opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
 // history, completed, hash, trainer, batches} of the run it enters
@@ -24,6 +25,7 @@ export function begin(ctl, desc, replica, cfg, c, opts) {
   const completed = opts.completed ?? desc.startStep;
   const batches = opts.batches || h.batches(cfg, desc.dataId);
   const hash = opts.hash || desc.initHash;
+  if (cfg.local_steps > 1) withLocalState(replica);      // the anchor: the group's weights at the start
   const run = new Run({
     desc, cfg, c, batches, replica, collective: opts.collective, roster, epoch: opts.epoch || 0,
     trainer: opts.trainer || new Trainer(cfg, replica, batches, h.backend()), arena: h.backend()?.newArena() ?? new StepArena(),
@@ -31,13 +33,14 @@ export function begin(ctl, desc, replica, cfg, c, opts) {
     extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
   });
   run.slot = run.roster.indexOf(ctl.selfId);
+  if (cfg.local_steps > 1) saveUndo(run);                // the state a late STOP of the first round goes back to
   audits.openBook(run, desc.auditRate ?? 0);
   ctl.enter('running', run);
   h.models.adopt(cfg, replica, completed, run.extra);
   const others = roster.length - 1;
   const topology = run.collective.topology;
   h.show({ running: true, runState: 'training', leader: roster[0], config: cfg, step: completed,
-           totalSteps: cfg.steps, loss: null, hash: run.hash, curve: [], tokensPerS: null, sync: null,
+           totalSteps: cfg.steps, loss: null, hash: run.hash, curve: [], tokensPerS: null, speed: null, sync: null,
            replicas: { count: roster.length, agree: true, step: completed },
            run: runView(run), peerHashes: Object.fromEntries(run.peerHashes), error: '',
            message: (opts.joined ? `Synced in: training from step ${completed + 1}` : opts.resumed ? `Resuming from step ${completed}` : 'Training')
@@ -55,6 +58,7 @@ async function loop(ctl, run) {
   let chunkStart = performance.now();
   for (;;) {
     if (run.ended) return;
+    if (run.recovery && cfg.local_steps > 1) { leftLocalSteps(ctl, run); return; }
     if (run.recovery) { await recovery.awaitRecovery(ctl, run); continue; }
     const s = run.completed;
     if (s >= cfg.steps) {
@@ -72,14 +76,28 @@ async function loop(ctl, run) {
     // a GPU result that failed its audit: the engine is on the CPU by then; redo the local step
     // the GRAD's parts go out as the backward pass finalizes them (docs/PROTOCOL.md "Streamed GRAD")
     const forging = ctl.faults.forge !== null && s >= ctl.faults.forge.from;    // the fault plan's forger
-    const sink = ctl.t.streamGrads && !forging ? run.collective.beginStep(s) : null;
-    const local = await audits.exclusive(run, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
-      : run.trainer.localStep(s, slot, run.arena, sink)));
+    const sink = ctl.t.streamGrads && !forging && cfg.local_steps === 1 ? run.collective.beginStep(s) : null;
+    let ownMs = 0;           // this device's own compute of the step (timed inside `exclusive`: an audit's turn is not ours)
+    const local = await audits.exclusive(run, () => timed((ms) => { ownMs = ms; }, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
+      : run.trainer.localStep(s, slot, run.arena, sink))));
     if (forging) local.grads = forged(ctl, run, s, local.grads);
     audits.ownStep(ctl, run, s, local);
     if (run.ended) return;
     if (run.recovery) continue;                     // a departure while we computed: recompute
     if (run.stopAfter !== null && s >= run.stopAfter) break;
+    if (cfg.local_steps > 1) {
+      // local steps (docs/VERIFICATION.md "Local steps"): this device's own Adam step; every H
+      // steps its weight delta goes out as the step's GRAD message and the group averages them
+      await audits.exclusive(run, () => timed((ms) => { ownMs += ms; }, async () => run.trainer.localApply(local.grads)));
+      if (run.ended) return;
+      run.lastSent = s;
+      if (!isExchangeStep(cfg, s)) {
+        stepDone(ctl, run, s, local.loss, run.hash, ownMs);        // the anchor (run.hash) moves only at exchanges
+        if (performance.now() - chunkStart > ctl.t.chunkMs) { await yieldToPage(); chunkStart = performance.now(); }
+        continue;
+      }
+      local.grads = run.trainer.delta();
+    }
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;
     audits.startAudits(ctl, run);                   // the audits this device owes, beside the transfer
@@ -92,6 +110,7 @@ async function loop(ctl, run) {
       if (!run.recovery && run.stopAfter !== null && s >= run.stopAfter) break;   // stopped by a peer mid-exchange
       if (err.peer) recovery.evidence(ctl, run, err.peer, err.message);
       if (!run.recovery) throw err;
+      if (cfg.local_steps > 1) { leftLocalSteps(ctl, run); return; }
       continue;                                       // parks in awaitRecovery, then recomputes
     }
     if (run.ended) return;
@@ -108,19 +127,13 @@ async function loop(ctl, run) {
     // the audits: this step's commitment out, the audits of step s-2 (a conviction goes back)
     if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
     if (run.stopAfter !== null && s >= run.stopAfter) break;
-    saveUndo(run);
-    const applied = await audits.exclusive(run, () => run.trainer.apply(out.grads));
+    if (cfg.local_steps === 1) saveUndo(run);          // (local steps keep the state after each exchange instead)
+    const applied = await audits.exclusive(run, () => timed((ms) => { ownMs += ms; },
+      () => (cfg.local_steps > 1 ? run.trainer.outer(out.grads) : run.trainer.apply(out.grads))));
     if (run.ended) return;
-    checkLoss(out.loss, s + 1);
-    run.completed = s + 1;
-    run.hash = applied.hash;
-    run.hashLog.set(s + 1, applied.hash);
-    run.hashLog.delete(s + 1 - HASH_LOG);
-    run.peerHashes.set(ctl.selfId, applied.hash);
-    audits.keepState(run);
-    report(ctl, run, s + 1, out.loss);
+    stepDone(ctl, run, s, out.loss, applied.hash, ownMs);
+    if (cfg.local_steps > 1) saveUndo(run);             // local steps: a late STOP goes back to the last exchange
     if (run.roster[0] === ctl.selfId && run.joiners.size) join.forwardToJoiners(ctl, run, s, out.flat);
-    h.stored?.afterStep(run);          // the leader stores the group's run (stored_run.js)
     // the deadline follows the group's pace: a slow group (big settings, phones) is not "gone"
     const t = run.stepTimes, n = t.length;
     if (n > 2) run.collective.deadlineMs = Math.max(ctl.t.deadlineMs, ctl.t.deadlineSteps * (t[n - 1] - t[0]) / (n - 1));
@@ -129,12 +142,47 @@ async function loop(ctl, run) {
   if (run.ended) return;
   // a STOP that arrived while this device applied the step past it: that step is undone
   if (run.stopAfter !== null && run.completed === run.stopAfter + 1) restoreUndo(ctl, run);
+  else if (run.stopAfter !== null && cfg.local_steps > 1 && run.completed > run.stopAfter && run.undo?.step === run.stopAfter) restoreUndo(ctl, run);
   if (run.stopAfter !== null && run.completed < cfg.steps) {
+    // local steps stopped between exchanges: this page keeps the group's weights (the anchor), not its own
+    if (run.replica.anchor != null) run.replica.params = cloneParams(run.replica.anchor);
     const by = run.stopBy && run.stopBy !== ctl.selfId ? ` by ${h.nameOf(run.stopBy)}` : '';
     end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, run.stopAlarm);
     return;
   }
   await finishRun(ctl, run);
+}
+
+// step s is done: its hash (the weights', or with local steps the group's anchor), the panel
+function stepDone(ctl, run, s, loss, hash, ownMs) {
+  checkLoss(loss, s + 1);
+  run.completed = s + 1;
+  run.hash = hash;
+  run.hashLog.set(s + 1, hash);
+  run.hashLog.delete(s + 1 - HASH_LOG);
+  run.peerHashes.set(ctl.selfId, hash);
+  audits.keepState(run);
+  run.ownMs.push(ownMs);
+  if (run.ownMs.length > RATE_WINDOW) run.ownMs.shift();
+  report(ctl, run, s + 1, loss);
+  ctl.host.stored?.afterStep(run);          // the leader stores the group's run (stored_run.js)
+}
+
+// a member left a run of local steps: its round cannot be recomputed without it (each replica's
+// own Adam state), so the run stops on this page, back at the last exchange this page completed
+// (a member that left during an exchange may have reached some pages and not others: each keeps
+// a state of the group's run, at its last exchange; docs/VERIFICATION.md "Local steps")
+function leftLocalSteps(ctl, run) {
+  if (run.undo && run.undo.step < run.completed) restoreUndo(ctl, run);
+  end(ctl, run, 'stopped', `A member left this run of local steps: the run stops at step ${run.completed}, its last exchange (a round is not recomputed without a member).`, 'member left');
+}
+
+// f() timed: its milliseconds to done(ms), then its result
+async function timed(done, f) {
+  const t0 = performance.now();
+  const out = await f();
+  done(performance.now() - t0);
+  return out;
 }
 
 // the fault plan's forged gradient (attack.js forge), from the honest one
@@ -151,14 +199,14 @@ function report(ctl, run, step, loss) {
   run.stepTimes.push(now);
   if (run.stepTimes.length > RATE_WINDOW) run.stepTimes.shift();
   const n = run.stepTimes.length, P = run.roster.length;
-  const tokensPerStep = run.cfg.batch * run.cfg.seq_len * P;
-  const rate = n > 1 ? (tokensPerStep * (n - 1) * 1000) / (run.stepTimes[n - 1] - run.stepTimes[0]) : null;
+  const speed = groupSpeed({ stepTimes: run.stepTimes, ownMs: run.ownMs, tokensPerDevice: run.cfg.batch * run.cfg.seq_len, P });
+  const rate = n > 1 ? speed.tokensPerS : null;
   run.curve.push([step, loss]);
   if (run.curve.length > MAX_CURVE) run.curve = run.curve.filter((_, i) => i % 2 === 0 || i === run.curve.length - 1);
   run.loss = loss;
   h.models.step = step;
   // peers' hashes arrive one step late (with the next step's frames): agreement is at step-1
-  h.show({ step, loss, hash: run.hash, tokensPerS: rate, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
+  h.show({ step, loss, hash: run.hash, tokensPerS: rate, speed, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
            replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step },
            audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0 } });
   h.emit('step', { step, loss, hash: run.hash, peers: P });
@@ -201,7 +249,8 @@ export function onFin(ctl, from, m) {
 export function stop(ctl, reason = '') {
   const run = ctl.run;
   if (!run || run.ended) return false;
-  const stopAfter = run.recovery ? run.completed : run.lastSent + 1;
+  // (local steps: after the round's exchange, which no page has passed yet; every page stops on the group's weights)
+  const stopAfter = run.recovery ? run.completed : run.cfg.local_steps > 1 ? roundEnd(run.cfg, run.completed) : run.lastSent + 1;
   setStop(ctl, run, stopAfter, ctl.selfId, reason || `stopped on ${ctl.host.nameOf(ctl.selfId)}`);
   ctl.host.show({ message: 'Stopping after the current step…' });
   return true;
@@ -224,13 +273,14 @@ export function setStop(ctl, run, stopAfter, by, reason, alarmed = '') {
 export function onStop(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { ctl.mesh.drop(from, m, 'STOP for no run of ours'); return; }
-  if (d.stopAfter < run.completed - 1 || d.stopAfter > run.lastSent + 2) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
+  const low = run.cfg.local_steps > 1 ? Math.min(run.undo?.step ?? run.completed, run.completed) : run.completed - 1;
+  if (d.stopAfter < low || d.stopAfter > run.lastSent + 1 + run.cfg.local_steps) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
   const reason = String(d.reason || '').slice(0, 400);
   // who stopped it is what this device saw: the frame's sender. A member it names (`by`, a
   // relay's) is the sender's claim and is shown as one; the reason is the sender's words too
   const claimed = typeof d.by === 'string' && d.by !== from && run.roster.includes(d.by) ? d.by : null;
   const says = claimed ? `which says ${ctl.host.nameOf(claimed)} asked: ` : '';
-  if (d.stopAfter < run.completed && !restoreUndo(ctl, run)) {
+  if (d.stopAfter < run.completed && (!restoreUndo(ctl, run) || run.completed !== d.stopAfter)) {
     end(ctl, run, 'stopped', `${reason} — stopped by ${ctl.host.nameOf(from)}${claimed ? `, ${says.slice(0, -2)}` : ''}; this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
     return;
   }
@@ -240,4 +290,11 @@ export function onStop(ctl, from, m) {
 }
 
 const ALARMS = new Set(['replica mismatch', 'split alarm']);
+
+// local steps: the steps completed once the first exchange at or after step index s is done
+function roundEnd(cfg, s) {
+  let e = s;
+  while (!isExchangeStep(cfg, e)) e++;
+  return e + 1;
+}
 

@@ -231,6 +231,7 @@ export class Run {
     this.stalls = new Map();    // leader: id -> its syncs that stalled (fell FWD_WINDOW behind), until one finishes
     this.sent = { bytes: 0, waitMs: 0 };        // over the epochs' collectives already closed
     this.stepTimes = [];        // the recent steps' times (rate, pace of the deadline)
+    this.ownMs = [];            // this device's own compute of each recent step (local step + apply), ms: its speed alone (speed.js)
     this.curve = [];            // [step, loss] for the plot
     this.loss = null;
     this.book = null;           // the AuditBook (null: the run is not audited, auditRate 0)

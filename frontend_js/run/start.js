@@ -18,6 +18,13 @@ import { validAuditRate } from './audits.js';
 import { keptOutOf } from '../peer/roster.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
+// Local steps (cfg.local_steps > 1, docs/VERIFICATION.md "Local steps") run without audits (an
+// audit recomputes a message from state the auditor holds; a round's delta depends on the
+// sender's own Adam state): a page refuses them with audits on
+export function checkLocalSteps(cfg, auditRate) {
+  if (cfg.local_steps > 1 && auditRate !== 0) throw new Error('local steps (local_steps > 1) run without gradient audits: start them with auditRate 0');
+}
+
 export function freshReplica(c, cfg) {
   const params = c.model.initParams(cfg);
   return new Replica(cloneParams(params), c.optim.adamInit(params));
@@ -36,9 +43,10 @@ export async function start(ctl, config) {
   // resume: true continues the model this tab holds (a loaded checkpoint or a stopped run) from
   // its step with its config; false starts a new run from step 0; absent: a loaded checkpoint
   // short of its last step is continued
-  const { resume: want, auditRate = DEFAULT_AUDIT_RATE, ...settings } = config || {};
+  // auditRate: given, else the default (0 for local steps, which run without audits: checkLocalSteps)
+  const { resume: want, auditRate: givenRate, ...settings } = config || {};
   if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
-  if (!validAuditRate(auditRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(auditRate)}`);
+  if (givenRate !== undefined && !validAuditRate(givenRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(givenRate)}`);
   const m = h.models;
   const point = m.resumePoint();
   if (want === true && !point) {
@@ -50,6 +58,8 @@ export async function start(ctl, config) {
   const dataId = await h.dataId();
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
   const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
+  const auditRate = givenRate ?? (cfg.local_steps > 1 ? 0 : DEFAULT_AUDIT_RATE);
+  checkLocalSteps(cfg, auditRate);
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
   const keptOut = h.members().filter((q) => ctl.keptOut.has(q.id));
   if (keptOut.length) h.note(`Starting without ${keptOut.map((q) => q.name || q.id).join(', ')}: kept out on this device.`);
@@ -162,6 +172,7 @@ export async function onRun(ctl, from, m) {
     const out = keptOutOf(d.roster, ctl.keptOut, ctl.host.nameOf);
     if (out) throw new Error(out);
     cfg = c.config.makeConfig(d.config);
+    checkLocalSteps(cfg, d.auditRate);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
     if (!validAuditRate(d.auditRate)) throw new Error(`bad audit rate ${JSON.stringify(d.auditRate)}`);

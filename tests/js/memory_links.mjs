@@ -9,12 +9,15 @@
 //   await net.ready();                  // every link saw the other side's HELLO
 //   net.inject('b', 'a', bytes);        // raw bytes "from b", straight into a's receive()
 //   await net.settle();                 // nothing queued, every receive chain done
+// latencyMs / bytesPerMs (benches: bench/bench_group_links.mjs): every directed link also carries
+// its frames one after another at bytesPerMs and delivers each latencyMs after it left (a frame is
+// held until then, on real timers); 0 / Infinity (the default) = the rounds above alone.
 import { draw, key } from '../../frontend_js/prng.js';
 
 const pairKey = (from, to) => `${from}\u0000${to}`;
 
 export class MemoryNet {
-  constructor({ seed = 1, maxFrame = 64 * 1024, dup = 0.05, delay = 0.15, maxHold = 4 } = {}) {
+  constructor({ seed = 1, maxFrame = 64 * 1024, dup = 0.05, delay = 0.15, maxHold = 4, latencyMs = 0, bytesPerMs = Infinity } = {}) {
     this.k = key(0x4d454d4c, seed >>> 0);      // 'MEML'
     this.n = 0;
     this.maxFrame = maxFrame; this.dup = dup; this.delay = delay; this.maxHold = maxHold;
@@ -27,6 +30,18 @@ export class MemoryNet {
     this.seq = 0;                  // enqueue order of the frames
     this.lastSeq = new Map();      // pairKey -> the highest seq delivered on it
     this.reordered = 0;            // frames delivered after a later frame of the same link
+    this.latencyMs = latencyMs; this.bytesPerMs = bytesPerMs;
+    this.linkFree = new Map();     // pairKey -> when the link has sent its queued bytes (latency model)
+    this.timer = null;             // the wake-up for the next frame due (latency model)
+  }
+
+  // when a frame of n bytes enqueued now on from -> to arrives (-Infinity: no latency model)
+  due(k, n) {
+    if (this.latencyMs === 0 && this.bytesPerMs === Infinity) return -Infinity;
+    const now = performance.now();
+    const free = Math.max(now, this.linkFree.get(k) ?? now) + n / this.bytesPerMs;
+    this.linkFree.set(k, free);
+    return free + this.latencyMs;
   }
 
   // uint32 / [0,1) draws of this net's stream
@@ -82,10 +97,11 @@ export class MemoryNet {
     st.frames++; st.bytes += copy.length;
     const hold = () => (this.rand() < this.delay ? 1 + (this.u32() % this.maxHold) : 0);
     const seq = this.seq++;
-    this.pending.push({ from, to, bytes: copy, hold: hold(), seq });
+    const due = this.due(pairKey(from, to), copy.length);
+    this.pending.push({ from, to, bytes: copy, hold: hold(), seq, due });
     if (this.rand() < this.dup) {
       st.dups++;
-      this.pending.push({ from, to, bytes: Uint8Array.from(copy), hold: hold() + (this.u32() % 3), seq });
+      this.pending.push({ from, to, bytes: Uint8Array.from(copy), hold: hold() + (this.u32() % 3), seq, due });
     }
     this.schedule();
   }
@@ -99,9 +115,10 @@ export class MemoryNet {
   // one round: held frames count down; the others go out in a seeded random order
   pump() {
     this.pumping = false;
-    const ready = [], held = [];
+    const ready = [], held = [], now = performance.now();
+    let next = Infinity;
     for (const f of this.pending) {
-      if (f.hold > 0) { f.hold--; held.push(f); } else ready.push(f);
+      if (f.due > now) { held.push(f); next = Math.min(next, f.due); } else if (f.hold > 0) { f.hold--; held.push(f); } else ready.push(f);
     }
     this.pending = held;
     for (let i = ready.length - 1; i > 0; i--) {
@@ -116,7 +133,10 @@ export class MemoryNet {
       else this.lastSeq.set(k, f.seq);
       this.meshes.get(f.to).receive(f.from, f.bytes);
     }
-    if (this.pending.length) this.schedule();
+    if (this.pending.some((f) => f.due <= now)) this.schedule();
+    else if (this.pending.length && this.timer === null) {      // only frames in flight: wake when the first is due
+      this.timer = setTimeout(() => { this.timer = null; this.schedule(); }, Math.max(0, next - now));
+    }
   }
 
   // raw bytes from `from` into `to`'s receive(), now, bypassing the queue

@@ -10,7 +10,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
+import { BACKEND, Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
+import { stream } from './group_runs.mjs';
+import { Group as RefGroup } from '../../frontend_js/train.js';
 import { stateLimit } from '../../frontend_js/run/peer_state.js';
 import { FWD_WINDOW } from '../../frontend_js/run/record.js';
 import { maxStateBytes } from '../../frontend_js/state_codec.js';
@@ -435,4 +437,78 @@ test('one bound for a peer\'s state body: the largest settings\' state, 8-byte l
   const top = makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, RANGES[k][1]])));
   const c = { config: { makeConfig, RANGES }, model: { paramShapes, paramCount } };
   assert.equal(stateLimit(c, top), maxStateBytes(c));
+});
+
+// ---- local steps (docs/VERIFICATION.md "Local steps"): pages = the JS Group, without audits --------
+async function localStepsReference(P, steps) {
+  const ref = new RefGroup(makeConfig({ ...SETTINGS, local_steps: 4 }), P, stream, BACKEND);
+  const want = [];
+  while (want.length < steps) want.push((await ref.step()).hashes[0]);
+  return { ref, want };
+}
+
+for (const [P, seed, stopper] of [[2, 25, 1], [3, 26, 0], [3, 27, 2]]) {
+  test(`${P} controllers train local steps (H 4, no audits), stop after a round and equal the reference (net seed ${seed})`, async () => {
+    const g = new Group({ seed });
+    const nodes = g.add(P);
+    await g.linked();
+    await assert.rejects(nodes[0].ctl.start({ ...SETTINGS, local_steps: 4, auditRate: 1 }), /local steps \(local_steps > 1\) run without gradient audits/);
+    await nodes[0].ctl.start({ ...SETTINGS, local_steps: 4 });          // auditRate 0 by default with local steps
+    await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'every node running');
+    await g.until(() => nodes[0].completed >= 10, '10 steps');
+    nodes[stopper].ctl.stop();                       // mid-round: every page stops after the round's exchange
+    const ends = await g.ended(nodes);
+    assert.equal(new Set(ends.map((e) => `${e.state} ${e.step} ${e.hash}`)).size, 1, g.describe());
+    assert.equal(ends[0].state, 'stopped');
+    assert.equal(ends[0].step % 4, 0, `stopped at step ${ends[0].step}, not after an exchange`);
+    const { ref, want } = await localStepsReference(P, ends[0].step);
+    for (const n of nodes) {
+      for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}: ${x.slice(0, 12)}, the reference ${want[s - 1].slice(0, 12)}`);
+      assert.equal(n.steps.size, ends[0].step);
+      assert.deepEqual(n.run.replica.params['head.weight'], ref.replicas[0].anchor['head.weight'], 'a stopped page keeps the group weights');
+    }
+    await g.close();
+  });
+}
+
+// each survivor keeps the state of the last exchange it completed (a crash during an exchange may
+// reach some pages and not others): a state of the reference's run, at a round's end
+test('a member that crashes in a run of local steps stops the others at their last exchange (no recompute yet)', async () => {
+  const g = new Group({ seed: 28 });
+  const nodes = g.add(3);
+  await g.linked();
+  await nodes[0].ctl.start({ ...SETTINGS, local_steps: 4, auditRate: 0 });
+  await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'every node running');
+  await g.until(() => nodes[0].completed >= 6, '6 steps');
+  g.crash(nodes[2]);
+  const ends = await g.ended(nodes.slice(0, 2));
+  const { ref, want } = await localStepsReference(3, 12);
+  const init = ref.replicas.length && (await import('../../frontend_js/hashing.js')).weightHash(new RefGroup(makeConfig({ ...SETTINGS, local_steps: 4 }), 3, stream, BACKEND).replicas[0].params);
+  for (const [i, e] of ends.entries()) {
+    assert.match(e.message, /A member left this run of local steps/);
+    assert.equal(e.step % 4, 0, `${nodes[i].id} ended at step ${e.step}, not at an exchange`);
+    assert.equal(e.hash, e.step ? want[e.step - 1] : init, `${nodes[i].id}'s final state is not the reference's at step ${e.step}`);
+    for (const [s, x] of nodes[i].steps) assert.equal(x, want[s - 1], `${nodes[i].id} step ${s}`);
+  }
+  await g.close();
+});
+
+test('a device that opens the page during a run of local steps is not synced in; the run goes on equal to the reference', async () => {
+  const g = new Group({ seed: 29 });
+  const nodes = g.add(2);
+  await g.linked();
+  await nodes[0].ctl.start({ ...SETTINGS, local_steps: 4 });
+  await g.until(() => nodes.every((n) => n.ctl.phase === 'running'), 'every node running');
+  await g.until(() => nodes[0].completed >= 4, '4 steps');
+  const [late] = g.add(1);
+  await g.linked();
+  await g.until(() => nodes[0].completed >= 16, '16 steps');
+  assert.notEqual(late.ctl.phase, 'running', 'the late device was synced into a run of local steps');
+  assert.deepEqual(nodes[0].run.roster, ['p0', 'p1']);
+  nodes[0].ctl.stop();
+  const ends = await g.ended(nodes);
+  assert.equal(new Set(ends.map((e) => `${e.step} ${e.hash}`)).size, 1, g.describe());
+  const { want } = await localStepsReference(2, ends[0].step);
+  for (const n of nodes) for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}`);
+  await g.close();
 });

@@ -96,8 +96,9 @@ export class Node {
 }
 
 export class Group {
-  constructor({ seed = 1, timing = TIMING, dup = 0.02, delay = 0.05 } = {}) {
-    this.net = new MemoryNet({ seed, dup, delay, maxFrame: 16 * 1024 });
+  // latencyMs / bytesPerMs: every link's one-way delay and rate (memory_links.mjs; benches)
+  constructor({ seed = 1, timing = TIMING, dup = 0.02, delay = 0.05, latencyMs = 0, bytesPerMs = Infinity } = {}) {
+    this.net = new MemoryNet({ seed, dup, delay, maxFrame: 16 * 1024, latencyMs, bytesPerMs });
     this.timing = timing;
     this.nodes = [];
     this.serverDown = false;     // the signaling server is away: no word on departures

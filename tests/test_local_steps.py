@@ -1,0 +1,106 @@
+"""Local steps (`--local-steps H`, Config.local_steps; docs/VERIFICATION.md "Local steps"): each
+replica takes H Adam steps on its own batches, then the group averages D_i = anchor - W_i through
+the exchange codec (keyed on the round's last step) and steps to the mean: anchor = anchor - D;
+the run's last step always exchanges.
+Golden-value rule: the expected hashes come from a loop written here over a plain (H = 1)
+Group's trainers, its collective and daisy.optim.adam_step, not from Group.local_step.
+Python = Node byte for byte (churn mid-round, the sharded reduce, a partial last round)."""
+import copy
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from daisy import data
+from daisy.config import Config, ConfigError
+from daisy.hashing import weight_hash
+from daisy.optim import adam_step
+from daisy.train import Group, copy_replica
+from tests.reference import REPO_ROOT, assert_refused, first_diff, setting_args, train_cli, train_json
+
+TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4, "steps": 100}
+TINY_ARGS = setting_args(TINY)
+NODE = shutil.which("node")
+
+
+def by_hand(cfg: Config, peers: int, steps: int) -> list[str]:
+    """The rule, written out over an H = 1 Group: the anchor's hash after each step."""
+    g = Group(Config(**{**cfg.to_dict(), "local_steps": 1}), peers, data.builtin_stream())
+    H, roster = cfg.local_steps, list(range(peers))
+    anchor = copy.deepcopy(g.replicas[0].params)
+    hashes = []
+    for s in range(steps):
+        for slot, t in enumerate(g.trainers):
+            _, grads = t.local_step(s, slot)
+            adam_step(t.replica.params, grads, t.replica.adam, cfg.lr)
+        if (s + 1) % H == 0 or s + 1 == cfg.steps:
+            hs = [g.collective.exchange(s, roster, slot, 0.0, {k: anchor[k] - t.replica.params[k] for k in anchor})
+                  for slot, t in enumerate(g.trainers)]
+            D = hs[0].result()[1]
+            for k in anchor:
+                anchor[k] = anchor[k] - D[k]
+            for t in g.trainers:
+                t.replica.params = copy.deepcopy(anchor)
+        hashes.append(weight_hash(anchor))
+    return hashes
+
+
+def test_local_steps_run_is_the_rule_written_out_to_its_last_step():
+    cfg = Config(**TINY, local_steps=3)                  # 100 = 33 rounds of 3, then a round of 1
+    got = train_json(*TINY_ARGS, "--local-steps", "3", "--peers", "2")
+    assert len(got) == 100 and all(len(set(line["hashes"])) == 1 for line in got)
+    want = by_hand(cfg, 2, 100)
+    for line, h in zip(got, want):
+        assert line["hashes"][0] == h, f"first mismatch at step {line['step']}: {line['hashes'][0]} != {h}"
+    # the anchor moves only at an exchange: steps 1, 2 keep the initial weights, 3 moves, 99 and 100 both do
+    assert got[0]["hashes"] == got[1]["hashes"] != got[2]["hashes"]
+    assert got[97]["hashes"] != got[98]["hashes"] != got[99]["hashes"]
+
+
+def test_replica_state_and_the_one_snapshot_rule():
+    g = Group(Config(**TINY, local_steps=4), 2, data.builtin_stream())
+    for _ in range(2):
+        g.step()
+    r = g.replicas[1]
+    assert r.step == 2 and r.anchor is not None
+    snap = copy_replica(r)                        # what a joiner copies, what a rollback restores
+    assert snap.anchor is not r.anchor and all((snap.anchor[k] == r.anchor[k]).all() for k in r.anchor)
+    g.resize(3)                                   # a joiner mid-round copies replica 0's whole state
+    for _ in range(2):
+        step, _, hashes = g.step()
+    assert step == 4 and len(set(hashes)) == 1    # step 4 exchanged: every replica the same weights
+    assert len({weight_hash(x.params) for x in g.replicas}) == 1
+
+
+def test_config_wire_form_and_range():
+    assert "local_steps" not in Config().to_dict()               # the default's bytes are unchanged
+    assert Config(local_steps=8).to_dict()["local_steps"] == 8
+    assert Config.from_dict(Config(local_steps=8).to_dict()) == Config(local_steps=8)
+    with pytest.raises(ConfigError, match=r"local steps \(local_steps\) must be in 1..64, got 0"):
+        Config(local_steps=0)
+
+
+def test_save_only_at_the_end_and_no_audits_yet(tmp_path):
+    assert_refused(train_cli(*TINY_ARGS, "--local-steps", "4", "--stop-after", "8", "--save", str(tmp_path / "a.pt")),
+                   "--save with --local-steps only at the run's end")
+    assert_refused(train_cli(*TINY_ARGS, "--local-steps", "4", "--audit-rate", "1"),
+                   "--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
+    from daisy.files.checkpoint import load_checkpoint
+    lines = train_json(*TINY_ARGS, "--local-steps", "4", "--peers", "2", "--save", str(tmp_path / "b.pt"))
+    ck = load_checkpoint(tmp_path / "b.pt")
+    assert ck.config["local_steps"] == 4 and ck.adam_t == 100 and ck.weight_hash == lines[-1]["hashes"][0]
+
+
+def test_python_and_node_print_the_same_run_of_local_steps():
+    """Churn mid-round (joiners copy replica 0's state), 4 peers (the sharded reduce), a partial
+    last round (100 = 14 rounds of 7, then 2)."""
+    assert NODE, "node is required"
+    args = [*TINY_ARGS, "--local-steps", "7", "--roster", "0:2,30:4,61:1,80:3", "--json"]
+    run = lambda cmd: subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    py, js = run([sys.executable, "-m", "daisy.train", *args]), run([NODE, "frontend_js/cli.mjs", *args])
+    py_out, js_out = py.communicate(timeout=300)[0], js.communicate(timeout=300)[0]
+    assert py.returncode == 0 and js.returncode == 0, (py_out[-800:], js_out[-800:])
+    assert len(py_out.splitlines()) == 100
+    diff = first_diff(py_out, js_out)
+    assert diff is None, f"python and node differ at {diff}"
