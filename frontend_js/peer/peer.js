@@ -16,8 +16,8 @@
 // State changes are emitted on the bus as `state` (the object state() returns); the UI (ui.js)
 // renders from it and nothing else.
 import { ServerConnection } from './server_connection.js';
-import { Mesh } from './mesh.js';
-import { RtcPeer } from './rtc_peer.js';
+import { Mesh } from '../mesh/mesh.js';
+import { RtcPeer } from '../mesh/rtc_peer.js';
 import { RunController } from '../run/controller.js';
 import { HttpBatches } from '../batch_source.js';
 import { ModelStore } from './model_store.js';
@@ -517,7 +517,7 @@ export function automationApi(peer, bus) {
       drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice(), stale: peer.mesh.drops.stale }),
       links: () => ({ ...peer.s.links }),
       sendRaw: (peerId, bytes) => peer.rtc.get(peerId)?.send(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)),
-      frames: () => import('./frames.js'),
+      frames: () => import('../mesh/frames.js'),
       stats: () => { const r = peer.runs.run || peer.runs.lastRun; return r ? { ...peer.runs.stats(r), dataWaitMs: r.batches.waitMs, topology: r.collective.topology, steps: r.completed - r.desc.startStep } : null; },
     },
     // test hooks for the membership tests: a joiner whose state goes wrong after its checks; the

@@ -8,8 +8,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh } from '../../frontend_js/peer/mesh.js';
-import { TYPES, encodeMessage } from '../../frontend_js/peer/frames.js';
+import { Mesh } from '../../frontend_js/mesh/mesh.js';
+import { TYPES, encodeMessage } from '../../frontend_js/mesh/frames.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { GroupRestore } from '../../frontend_js/peer/group_state.js';
 import { Peer } from '../../frontend_js/peer/peer.js';

@@ -81,7 +81,7 @@ test('the cycle check finds and names a cycle (real files, multi-line and dynami
 // (and the GPU engine's modules and the frame codec: their choices belong to their owners too)
 const BACKEND_MODULES = ['engines.js', 'model.js', 'optim.js', 'hashing.js', 'wasm_float.js', 'wasm_gemm.js',
   'units.js', 'train.js', 'generate.js', 'gpu/gpu.js', 'gpu/device.js', 'gpu/gemm_kernel.js', 'gpu/wasm_host.js',
-  'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'peer/frames.js', 'host.js', 'bits.js',
+  'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'mesh/frames.js', 'host.js', 'bits.js',
   'cpu/registry.js', 'cpu/workers.js', 'cpu/threads.js', 'cpu/thread_jobs.js', 'cpu/unit_workers.js'];
 
 test('no module-level mutable state in the backend modules', () => {
