@@ -25,7 +25,7 @@ export class GroupRestore {
     this.maxBytes = null;      // the largest allowed settings' full state, once compute loaded
     this.offered = null;       // {from, state}: the latest offer to a page that holds a model (one kept)
     Object.assign(peer.s, { restoreOffer: null });   // {from, name, step, steps, hash}: the panel's Load / Ignore
-    peer.loadCompute().then((c) => { if (!c.error) this.maxBytes = maxStateBytes(c); });
+    peer.compute().then((c) => { this.maxBytes = maxStateBytes(c); });
     mesh.setLimit(TYPES.GROUP_STATE, (h) => this.limit(h));
     mesh.on(TYPES.GROUP_STATE, (from, m) => { this.receive(from, m); });
     // a run or another model takes the page's place: the offer is void
