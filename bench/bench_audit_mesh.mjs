@@ -9,7 +9,7 @@
 // and the ratio audited / not audited of the step interval.
 //   node bench/bench_audit_mesh.mjs [--reps 3] [--json]
 import { Group, SETTINGS } from '../tests/js/run_harness.mjs';
-import { TYPES } from '../frontend_js/peer/frames.js';
+import { TYPES } from '../frontend_js/mesh/frames.js';
 import { median } from '../tests/js/attack_runs.mjs';
 
 const argv = process.argv.slice(2);

@@ -1,5 +1,5 @@
 // Bytes per peer per step of the gradient exchange, f64 against int8 (issue 21 §2; TEST_RESULTS.md
-// "Exchange codec"): real MeshCollectives (frontend_js/peer/mesh_collective.js) over the in-memory
+// "Exchange codec"): real MeshCollectives (frontend_js/mesh/mesh_collective.js) over the in-memory
 // transport (tests/js/memory_links.mjs, no duplicates: a real channel sends each frame once),
 // P peers, the default and the largest settings' shapes, 2 steps each. Reports per peer and step:
 // the payload bytes the collective sent (its bytesSent) and the bytes on the wire (payload +
@@ -8,9 +8,9 @@
 // random values of gradient-like magnitude. Then the codec's own time per step (f64 the baseline).
 //   node bench/bench_exchange_bytes.mjs [--json]
 import { MemoryNet } from '../tests/js/memory_links.mjs';
-import { Mesh } from '../frontend_js/peer/mesh.js';
-import { TYPES } from '../frontend_js/peer/frames.js';
-import { MeshCollective } from '../frontend_js/peer/mesh_collective.js';
+import { Mesh } from '../frontend_js/mesh/mesh.js';
+import { TYPES } from '../frontend_js/mesh/frames.js';
+import { MeshCollective } from '../frontend_js/mesh/mesh_collective.js';
 import { topologyFor } from '../frontend_js/collective.js';
 import { makeConfig } from '../frontend_js/config.js';
 import { paramShapes } from '../frontend_js/model.js';

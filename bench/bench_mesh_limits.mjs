@@ -10,7 +10,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const path = process.argv[2] ? resolve(process.argv[2]) : new URL('../frontend_js/peer/frames.js', import.meta.url).pathname;
+const path = process.argv[2] ? resolve(process.argv[2]) : new URL('../frontend_js/mesh/frames.js', import.meta.url).pathname;
 const { HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, PROTOCOL_VERSION, Reassembler, TYPES } = await import(pathToFileURL(path).href);
 
 const CLAIMED = 39_838_728, PER = MAX_FRAME_BYTES - HEADER_BYTES, COUNT = 450;

@@ -1,7 +1,7 @@
 // The streamed GRAD against the whole one (issue 21 §3; TEST_RESULTS.md "Streamed exchange"):
 // exchange wait per step with and without streaming, P pages, each page a worker thread of its
 // own (its own event loop, as a tab) with real Meshes and MeshCollectives
-// (frontend_js/peer/mesh_collective.js), the one-thread CPU backend (engines.js bestBackend), the
+// (frontend_js/mesh/mesh_collective.js), the one-thread CPU backend (engines.js bestBackend), the
 // built-in corpus, real training steps. Links are emulated per direction: a sender-side queue at
 // `rate` (bytes leave one after another at the uplink's rate, as an SCTP association's send
 // buffer drains) and a one-way `delay`; the receiver delivers each frame to its mesh at
@@ -30,9 +30,9 @@ const nowAbs = () => performance.timeOrigin + performance.now();
 
 // ---- one page (a worker) --------------------------------------------------------------------
 async function page({ slot, roster, settings, exchange, steps, profile, ports }) {
-  const { Mesh } = await import('../frontend_js/peer/mesh.js');
-  const { TYPES } = await import('../frontend_js/peer/frames.js');
-  const { MeshCollective } = await import('../frontend_js/peer/mesh_collective.js');
+  const { Mesh } = await import('../frontend_js/mesh/mesh.js');
+  const { TYPES } = await import('../frontend_js/mesh/frames.js');
+  const { MeshCollective } = await import('../frontend_js/mesh/mesh_collective.js');
   const { makeConfig } = await import('../frontend_js/config.js');
   const { initParams, paramShapes } = await import('../frontend_js/model.js');
   const { adamInit } = await import('../frontend_js/optim.js');

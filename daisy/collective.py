@@ -12,7 +12,7 @@ SimulatedCollective: P replicas in one process (python -m daisy.train, the tests
 posts its contribution and gets a handle; `.result()` gives (loss, G) once every slot of the
 roster has posted (the Group posts all P slots, then reads the results).
 
-Topologies of a real group (the mesh, frontend_js/peer/mesh.js):
+Topologies of a real group (the mesh, frontend_js/mesh/mesh.js):
     all-gather (P <= 3): every peer sends its whole gradient to every other peer and reduces
         all P itself: (P-1)|g| bytes sent per peer per step.
     reduce-scatter + all-gather (P >= 4): the sharded reduce below; slot k owns shard k,
@@ -40,7 +40,7 @@ f64 decodes to the values sent, so G is reduce_gradients' bits as above; int8 qu
 blocks at fixed positions of the flat gradient, keyed by the index, so both topologies give the
 same G (the int8 shard bounds fall on block boundaries). P = 1 goes through the codec too: a
 run's math does not depend on how many peers it has. frontend_js/collective.js's
-SimulatedCollective and peer/mesh_collective.js follow the same rule.
+SimulatedCollective and mesh/mesh_collective.js follow the same rule.
 """
 from collections import OrderedDict
 

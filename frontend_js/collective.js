@@ -3,7 +3,7 @@
 //   -> collective.exchange(step, roster, slot, loss, grads) -> {loss, grads: G}   (the reduce)
 //   -> Adam -> hash
 // SimulatedCollective: P replicas in one process (the CLI, tests). MeshCollective
-// (peer/mesh_collective.js): one replica per page, gradients over the mesh, in either topology:
+// (mesh/mesh_collective.js): one replica per page, gradients over the mesh, in either topology:
 //   all-gather (P <= 3): every peer sends its whole gradient to every other peer and reduces all
 //     P in slot order itself: (P-1)|g| bytes sent per peer per step.
 //   reduce-scatter + all-gather (P >= 4): the flat gradient is cut into P shards; slot k owns

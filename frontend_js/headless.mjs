@@ -186,7 +186,7 @@ async function main(argv) {
   await installHostGlobals();
   // stdout carries status lines (or JSON lines) only: the peer's console goes to stderr
   for (const k of ['log', 'info', 'warn', 'debug']) console[k] = (...a) => process.stderr.write(printable(a.map(String).join(' '), '\n\t') + '\n');
-  const [{ Bus }, { Peer, automationApi }] = await Promise.all([import('./peer/bus.js'), import('./peer/peer.js')]);
+  const [{ Bus }, { Peer }, { automationApi }] = await Promise.all([import('./peer/bus.js'), import('./peer/peer.js'), import('./peer/automation.js')]);
 
   const idFile = identityFile(o);
   const bus = new Bus();

@@ -268,7 +268,7 @@ async function both(first, second) {
 // depend on each other go through both(). onGrad(name, values), when given, is called as each
 // parameter's gradient becomes final, in the reverse of the canonical order (head.weight first,
 // wte.weight last): the streamed exchange sends what is final while the rest computes
-// (peer/mesh_collective.js beginStep). It must not write into values; it changes no bits. When it
+// (mesh/mesh_collective.js beginStep). It must not write into values; it changes no bits. When it
 // returns a promise, backward waits for it (the sink yields to the event loop there, so that its
 // sends make progress during a backward pass that otherwise never yields).
 export async function backward(params, cfg, cache, onGrad = null) {

@@ -3,7 +3,7 @@
 //   -> collective.exchange(step, roster, slot, loss, grads) -> the slot-ordered reduce G
 //   -> Adam with G on its own copy -> weight hash
 // Group: P simulated peers in one process (the CLI, tests) over a SimulatedCollective. The page
-// runs one Trainer over a MeshCollective (peer/mesh_collective.js). Honest replicas give equal hashes.
+// runs one Trainer over a MeshCollective (mesh/mesh_collective.js). Honest replicas give equal hashes.
 // Every part of the step (GEMM, row pieces, Adam, hash) runs on the one backend given
 // (engines.js); the default is the JS mirror itself.
 import { initParams, lossAndGrads, paramShapes, checkBackend } from './model.js';

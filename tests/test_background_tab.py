@@ -67,7 +67,7 @@ def steps_per_s(page, first: int, last: int) -> float:
 
 # chained timers and page_clock yields, each counted for `ms` in the page
 COUNT_WAKES_JS = """async (ms) => {
-  const { yieldToPage } = await import('/frontend_js/peer/page_clock.js');
+  const { yieldToPage } = await import('/frontend_js/page_clock.js');
   const count = async (next) => { let n = 0; const t0 = performance.now();
     while (performance.now() - t0 < ms) { await next(); n++; } return n; };
   const timers = await count(() => new Promise((r) => setTimeout(r, 0)));

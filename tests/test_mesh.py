@@ -236,7 +236,7 @@ def test_a_webgpu_page_and_a_cpu_page_train_together(app_url, pages):
 
 
 def test_another_mesh_protocol_is_refused_on_both_pages(app_url, pages):
-    frames_js = (Path(__file__).resolve().parents[1] / "frontend_js" / "peer" / "frames.js").read_text()
+    frames_js = (Path(__file__).resolve().parents[1] / "frontend_js" / "mesh" / "frames.js").read_text()
     v = int(re.search(r"export const PROTOCOL_VERSION = (\d+);", frames_js).group(1))     # this version
     new = open_peer(pages, app_url + "/", f"v{v}")
     old = open_peer(pages, app_url + f"/?meshProtocol={v - 1}", f"v{v - 1}")   # a page of the version before

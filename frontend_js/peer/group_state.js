@@ -1,7 +1,7 @@
 // Restoring the group from one checkpoint (docs/ARCHITECTURE.md "Group restore"): a checkpoint
 // loaded on one device while the group is idle goes to every linked admitted peer as one
 // GROUP_STATE message (the state body of state_codec.js with the Adam moments); each receiver
-// checks it (run/peer_state.js readPeerState). A page that holds no model adopts it at once
+// checks it (peer_state.js readPeerState). A page that holds no model adopts it at once
 // (ModelStore.loadState), so one person can restore a fresh group; a page that holds a model gets
 // an offer on its panel ("peer X offers step N, hash …: Load / Ignore") and keeps its own model
 // until its user clicks Load: nothing replaces a model without its user's click.
@@ -13,10 +13,10 @@
 //
 // Nothing comes back: a receiver that refuses keeps its state, and a resumed run sends the
 // leader's STATE to every member anyway (run/start.js), so a refusal can never fork a run.
-import { TYPES } from './frames.js';
+import { TYPES } from '../mesh/frames.js';
 import { maxStateBytes } from '../state_codec.js';
-import { readPeerState } from '../run/peer_state.js';
-import { short } from '../run/record.js';
+import { readPeerState } from '../peer_state.js';
+import { short } from '../hashing.js';
 
 export class GroupRestore {
   constructor(peer, mesh) {
@@ -25,7 +25,7 @@ export class GroupRestore {
     this.maxBytes = null;      // the largest allowed settings' full state, once compute loaded
     this.offered = null;       // {from, state}: the latest offer to a page that holds a model (one kept)
     Object.assign(peer.s, { restoreOffer: null });   // {from, name, step, steps, hash}: the panel's Load / Ignore
-    peer.loadCompute().then((c) => { if (!c.error) this.maxBytes = maxStateBytes(c); });
+    peer.compute().then((c) => { this.maxBytes = maxStateBytes(c); });
     mesh.setLimit(TYPES.GROUP_STATE, (h) => this.limit(h));
     mesh.on(TYPES.GROUP_STATE, (from, m) => { this.receive(from, m); });
     // a run or another model takes the page's place: the offer is void

@@ -11,7 +11,6 @@
 import { DATA_WAIT_MS } from '../batch_source.js';
 
 export const RESUME_MARGIN_MS = 10_000;  // after the server is back: peers still retrying catch up within it
-const TICK_MS = 1_000;
 
 export class OutageWatch {
   constructor(peer, bus) {
@@ -21,7 +20,6 @@ export class OutageWatch {
     this.dataDown = null;        // why the data route is unreachable, or null
     this.since = null;           // performance.now() when the current outage began
     this.holdUntil = 0;          // the run's deadline waits on until then
-    this.timer = null;
     bus.on('signal:close', ({ final }) => { this.signalDown = !final && Boolean(peer.s.peerId); this.refresh(); });
     bus.on('signal:welcome', () => { this.wasDown = this.signalDown; this.signalDown = false; this.refresh(); });
     bus.on('run-started', () => {
@@ -75,16 +73,7 @@ export class OutageWatch {
       this.since = null;
       this.holdUntil = now + RESUME_MARGIN_MS;
     }
-    const collective = this.peer.runs.run?.collective;
-    if (collective) collective.holdUntil = this.holdUntil;
-    // tick while a hold is on: a run that starts during an outage gets it too
-    if (now < this.holdUntil && !this.timer) {
-      this.timer = setInterval(() => {
-        if (performance.now() >= this.holdUntil) { clearInterval(this.timer); this.timer = null; }
-        const c = this.peer.runs.run?.collective;
-        if (c) c.holdUntil = this.holdUntil;
-      }, TICK_MS);
-    }
+    this.peer.runs.holdDeadlines(this.holdUntil);   // a run that starts during the hold gets it too
   }
 
   // A restarted server forgot the room's approvals: a peer of our run (or of the last one: a

@@ -1,5 +1,5 @@
 // The browser peer: its membership in the signaling group, its links to the other peers, the
-// group run, the model it holds, and the automation API `window.daisy` (docs/ARCHITECTURE.md).
+// group run, the model it holds (docs/ARCHITECTURE.md "The browser peer's modules").
 //
 //   const peer = new Peer(bus, { modules, params, server });  peer.boot();
 //
@@ -7,29 +7,27 @@
 // URL parameters, its own origin) and the headless peer (../headless.mjs: a server's URL, its
 // command line's parameters). It reads no browser globals: what differs comes in as options.
 //
-// Jobs, one module each: server_connection.js (the /signal socket), this file (membership and
-// roster, the links to admitted peers, the compute path), model_store.js (the model:
-// generation, files, loading),
-// rtc_peer.js (one RTCPeerConnection), mesh.js (the group's links and frames), ../run/ (the group
-// run: start, steps, stop, membership; this file is its host, runHost below), state_codec.js (the
-// state body).
+// Jobs, one module each: this file (the Peer's state, boot, the backend choice), membership.js
+// (the signaling server's messages, one handler per type; keep-out and join decisions), links.js
+// (one RtcPeer per admitted peer, the mesh's links), server_connection.js (the /signal socket),
+// run_host.js (what the group run, ../run/, sees of this page), compute.js (the JS mirror's
+// modules), model_store.js (the model: generation, files, loading), group_state.js, stored_run.js,
+// outage.js, automation.js (window.daisy).
 // State changes are emitted on the bus as `state` (the object state() returns); the UI (ui.js)
 // renders from it and nothing else.
 import { ServerConnection } from './server_connection.js';
-import { Mesh } from './mesh.js';
-import { RtcPeer } from './rtc_peer.js';
+import { Mesh } from '../mesh/mesh.js';
 import { RunController } from '../run/controller.js';
-import { HttpBatches } from '../batch_source.js';
 import { ModelStore } from './model_store.js';
 import { GroupRestore } from './group_state.js';
 import { StoredRun } from './stored_run.js';
 import { OutageWatch } from './outage.js';
+import { SIGNAL_HANDLERS, keepOut, decide } from './membership.js';
+import { Links } from './links.js';
+import { runHost } from './run_host.js';
+import { COMPUTE } from './compute.js';
 
 const MAX_NOTES = 6;
-// A link not ready (open and HELLO matched) within this long is started over by its offering side:
-// an ICE check or a negotiation message can be lost on a busy device; waits grow with each try.
-export const LINK_READY_MS = 8000;
-const LINK_READY_MAX_MS = 30_000;
 
 export class Peer {
   // modules: the frontend_js files the server has (no 404 probing); params: the page's URL
@@ -72,11 +70,8 @@ export class Peer {
     this.runs = new RunController(runHost(this), { faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin),
       forge, liarAuditor, liarOwner, referenceNonces: Boolean(test.referenceNonces) } });
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
-    this.rtc = new Map();      // peer id -> RtcPeer
-    this.linkTries = new Map(); // peer id -> links offered since it was last ready (the watchdog's backoff)
-    this.iceServers = [];
-    // tests: the first offer this page sends is lost on the way (the link watchdog must recover)
-    this.testLoseOffer = Boolean(globalThis.__daisyTest?.loseFirstOffer);
+    this.links = new Links(this);          // the links to the other peers (links.js)
+    this.conn = null;                      // the ServerConnection, from boot()
     this.models = new ModelStore(this);   // the model: generation, files, loading
     this.restore = new GroupRestore(this, this.mesh);   // a loaded checkpoint to the whole group
     this.storedRun = new StoredRun(this); // the group's run kept by the server (stored_run.js)
@@ -97,85 +92,7 @@ export class Peer {
 
   // ---- boot and signaling -----------------------------------------------------------------
   boot() {
-    const on = (type, fn) => this.bus.on('signal:' + type, fn);
-    on('open', () => this.set({ signal: 'connected' }));
-    on('close', ({ code, reason, final }) => this.set({
-      signal: final ? 'closed' : 'reconnecting',
-      message: this.s.rejected ? this.s.message            // keep saying why
-        : final ? `Disconnected from the server: ${reason || 'code ' + code}.` : this.outage.reconnectText(),
-    }));
-    on('welcome', (m) => {
-      if (m.peerId !== this.s.peerId && !this.runs.busy) this.resetLinks(m.peerId);
-      if (Array.isArray(m.iceServers)) this.iceServers = m.iceServers;
-      this.set({ peerId: m.peerId, name: m.name, group: m.group, role: m.role, peers: m.peers,
-                 requests: [], rejected: false, message: this.welcomeText(m), error: '' });
-      this.announce();
-      this.bus.emit('roster', this.s.peers);
-      this.syncLinks();
-    });
-    on('peers', (m) => { this.set({ peers: m.peers }); this.bus.emit('roster', this.s.peers); this.syncLinks(); });
-    // the server's word on who left: a run left without a quorum may go on only with it (run/recovery.js)
-    this.bus.on('roster', (peers) => { for (const q of peers) this.runs.serverSaysBack(q.id); this.runs.maybeJoin(); });
-    on('peer-joined', (m) => {
-      const peers = this.s.peers.filter((p) => p.id !== m.peer.id).concat([m.peer]);
-      this.set({ peers, requests: this.s.requests.filter((r) => r.id !== m.peer.id) });
-      this.bus.emit('roster', this.s.peers);
-      this.syncLinks();
-    });
-    on('peer-updated', (m) => {
-      this.set({ peers: this.s.peers.map((p) => (p.id === m.peer.id ? m.peer : p)) });
-      this.bus.emit('roster', this.s.peers);
-    });
-    on('peer-left', (m) => {
-      this.runs.serverSaysGone(m.peer);
-      this.set({ peers: this.s.peers.filter((p) => p.id !== m.peer),
-                 requests: this.s.requests.filter((r) => r.id !== m.peer) });
-      this.bus.emit('roster', this.s.peers);
-      // an explicit goodbye ends the link; a dropped socket may come back (the link may be fine);
-      // a device the room's host removed is kept out here too (the server's word)
-      if (m.reason === 'removed') this.keepOut(m.peer, 'removed by the room host');
-      if (m.reason === 'left' || m.reason === 'removed') this.closeLink(m.peer, m.reason === 'left' ? 'it left the group' : 'the room host removed it');
-    });
-    on('role', (m) => {
-      const peers = this.s.peers.map((p) => (p.id === m.peer ? { ...p, role: m.role } : p));
-      const patch = { peers };
-      if (m.peer === this.s.peerId) {
-        patch.role = m.role;
-        if (m.role === 'host') patch.message = 'You are now the host of this room: approve who joins.';
-      }
-      this.set(patch);
-    });
-    on('join-request', (m) => {
-      const requests = this.s.requests.filter((r) => r.id !== m.peer.id).concat([m.peer]);
-      this.set({ requests });
-      this.bus.emit('join-request', m.peer);
-    });
-    on('approved', (m) => {
-      this.set({ role: m.role, peers: m.peers, message: 'The host accepted you into the room.' });
-      this.announce();
-      this.bus.emit('roster', this.s.peers);
-      this.syncLinks();
-    });
-    on('signal', (m) => this.onSignal(m.from, m.data));
-    on('relay', (m) => this.onRelay(m.from, m.data));
-    on('rejected', (m) => {
-      // the server's reason says who declined what (daisy/space/signaling/hub.py); say it once
-      const why = typeof m.reason === 'string' && m.reason ? m.reason : 'the host declined the request';
-      this.set({ rejected: true, message: `Not admitted to room "${this.room}": ${why}. Reload the page to ask again.` });
-      this.bus.emit('rejected', m);
-    });
-    on('error', (m) => {
-      console.warn(`daisy: server error ${m.code}: ${m.message}`);
-      this.set({ error: `Server: ${m.message}` });
-    });
-
-    this.mesh.on('link', ({ peer, state, reason }) => this.setLink(peer, state === 'ready' ? 'linked' : `closed: ${reason}`));
-    this.mesh.on('refused', ({ peer, reason }) => {
-      this.setLink(peer, `refused: ${reason}`);
-      this.note(`Not linked to ${this.nameOf(peer)}: ${reason}.`);
-      this.conn?.send({ type: 'relay', to: peer, data: { kind: 'mesh-refused', protocol: this.mesh.version, reason } });
-    });
-    this.mesh.on('drop', () => this.set({ drops: this.mesh.drops.count }));
+    this.listen();
     this.conn = new ServerConnection(this.bus, { ...this.connection, room: this.room,
       url: this.server ? `${this.server.replace(/^http/, 'ws')}/signal` : null });
     this.conn.connect();
@@ -184,25 +101,25 @@ export class Peer {
     this.loadDataInfo();
   }
 
+  // the server's messages (membership.js, one handler per type) and the mesh's events
+  listen() {
+    for (const [type, fn] of Object.entries(SIGNAL_HANDLERS)) this.bus.on(`signal:${type}`, (m) => fn(this, m));
+    // the server's word on who left: a run left without a quorum may go on only with it (run/recovery.js)
+    this.bus.on('roster', (peers) => { for (const q of peers) this.runs.serverSaysBack(q.id); this.runs.maybeJoin(); });
+    this.links.listen();
+    this.mesh.on('drop', () => this.set({ drops: this.mesh.drops.count }));
+  }
+
   // leaving: tell the run's peers and the server now, so nobody waits for a deadline (the page's
   // pagehide; the headless peer's SIGINT/SIGTERM)
   goodbye(reason) {
     this.runs.goodbye();
     this.conn?.leave();
-    for (const link of this.rtc.values()) link.close(reason);
+    this.links.closeAll(reason);
   }
 
   // a server route's URL: relative in the page, absolute in the headless peer
   serverUrl(path) { return `${this.server}${path}`; }
-
-  welcomeText(m) {
-    const back = this.outage.welcomeText(m);   // after an outage, mid-run
-    if (back) return back;
-    if (m.group.kind === 'network') return 'Connected: devices on your network land in this group.';
-    if (m.role === 'host') return `You host room "${this.room}": approve each device that asks to join.`;
-    if (m.role === 'pending') return `Waiting for the host of room "${this.room}" to accept you…`;
-    return `Connected to room "${this.room}".`;
-  }
 
   // Tell the server (and through it the group) our path and run state. Only on changes: the
   // server rate-limits chatty sockets.
@@ -211,114 +128,10 @@ export class Peer {
     this.conn?.send({ type: 'hello', path: this.s.path || undefined, state });
   }
 
-  // "don't train with this device" (the peer row's button): the run controller refuses any roster
-  // with it and never proposes one (run/controller.js keepOut); a room's host also has the server
-  // remove it from the room (`remove`: it leaves, and its id may not come back)
-  keepOut(peerId, why = 'its user chose not to train with it') {
-    if (typeof peerId !== 'string' || peerId === this.s.peerId) throw new Error('choose another device of the group');
-    this.runs.keepOut(peerId, why);
-    this.set({ keptOut: { ...this.s.keptOut, [peerId]: why } });
-    if (this.s.role === 'host' && this.room !== null && why !== 'removed by the room host') this.conn.send({ type: 'remove', peer: peerId });
-    return true;
-  }
-
-  approve(peerId) { return this.decide('approve', peerId); }
-  reject(peerId) { return this.decide('reject', peerId); }
-
-  decide(type, peerId) {
-    if (this.s.role !== 'host') throw new Error(`only the room host can ${type} (you are ${this.s.role})`);
-    if (!this.s.requests.some((r) => r.id === peerId)) throw new Error(`no join request from ${peerId}`);
-    this.conn.send({ type, peer: peerId });
-    this.set({ requests: this.s.requests.filter((r) => r.id !== peerId) });
-    return true;
-  }
-
-  // ---- links to the other peers (rtc_peer.js, mesh.js) -------------------------------------
-  // One link per admitted peer of the group; the smaller id offers. Pending peers (a room that
-  // has not approved us) get no signals from the server, so they link to nobody.
-  syncLinks() {
-    const s = this.s;
-    if (!s.peerId || s.role === 'pending' || s.rejected) return;
-    for (const p of s.peers) {
-      if (p.id === s.peerId || p.role === 'pending') continue;
-      const link = this.rtc.get(p.id);
-      if (!link || link.state === 'closed') this.openLink(p.id, s.peerId < p.id);
-    }
-  }
-
-  openLink(id, initiator) {
-    this.rtc.get(id)?.close('replaced');
-    const link = new RtcPeer({
-      remoteId: id, initiator, iceServers: this.iceServers, links: this.rtc.size + 1,
-      sendSignal: (data) => {
-        if (this.testLoseOffer && data.sdp?.type === 'offer') { this.testLoseOffer = false; return; }
-        this.conn.send({ type: 'signal', to: id, data });
-      },
-      onMessage: (bytes) => this.mesh.receive(id, bytes),
-      onState: (state, reason) => {
-        if (this.rtc.get(id) !== link) return;
-        if (state === 'open') this.mesh.addLink(id, link);
-        else if (state === 'closed') { this.mesh.removeLink(id, reason); this.setLink(id, `closed: ${reason}`); }
-      },
-    });
-    this.rtc.set(id, link);
-    this.setLink(id, 'connecting');
-    if (initiator) this.watchLink(id, link);
-    return link;
-  }
-
-  // the offering side's watchdog: a link still not ready after its wait is offered again (the
-  // answering side replaces its half on the new offer, onSignal)
-  watchLink(id, link) {
-    const tries = (this.linkTries.get(id) || 0) + 1;
-    this.linkTries.set(id, tries);
-    const wait = Math.min(LINK_READY_MS * tries, LINK_READY_MAX_MS);
-    setTimeout(() => {
-      if (this.rtc.get(id) !== link || link.state === 'closed') return;
-      if (this.mesh.isReady(id)) { this.linkTries.delete(id); return; }
-      if (!this.s.peers.some((p) => p.id === id && p.role !== 'pending')) return;
-      console.info(`daisy: link to ${id} not ready within ${wait / 1000} s: offering again`);
-      this.openLink(id, true);
-    }, wait);
-  }
-
-  closeLink(id, reason) {
-    const link = this.rtc.get(id);
-    if (link) link.close(reason);
-  }
-
-  resetLinks(selfId) {
-    for (const link of this.rtc.values()) link.close('this page has a new identity');
-    this.rtc.clear();
-    this.mesh.selfId = selfId;
-    this.set({ links: {} });
-  }
-
-  setLink(id, state) {
-    const was = this.s.links[id] || '';
-    if (was === state || (was.startsWith('refused') && state.startsWith('closed'))) return;   // keep saying why
-    this.set({ links: { ...this.s.links, [id]: state } });
-  }
-
-  // a relayed WebRTC signal: {sdp} or {candidate}; an offer for a link we already have means the
-  // other side started over (its page reconnected): start over too
-  onSignal(from, data) {
-    if (!data || typeof data !== 'object' || typeof from !== 'string') return;
-    let link = this.rtc.get(from);
-    const isOffer = data.sdp && data.sdp.type === 'offer';
-    if (isOffer && from < this.s.peerId && (!link || link.state === 'closed' || link.pc.remoteDescription)) {
-      link = this.openLink(from, false);
-    }
-    if (link) link.signal(data);
-  }
-
-  // small app messages through the server: a peer that cannot speak our frames says why
-  onRelay(from, data) {
-    if (!data || typeof data !== 'object' || data.kind !== 'mesh-refused') return;
-    const reason = `peer ${from} speaks mesh protocol v${Number(data.protocol) | 0}, this page v${this.mesh.version}`;
-    this.setLink(from, `refused: ${reason}`);
-    this.note(`Not linked to ${this.nameOf(from)}: ${reason}.`);
-  }
+  // the room host's and the user's decisions (membership.js)
+  keepOut(peerId, why) { return keepOut(this, peerId, why); }
+  approve(peerId) { return decide(this, 'approve', peerId); }
+  reject(peerId) { return decide(this, 'reject', peerId); }
 
   // the fastest CPU backend whose gates passed, made once: cpu/registry.js picks it and says why
   // (this.s.threads = {count, shared, reason}); undefined without the registry (the trainer's and
@@ -400,29 +213,8 @@ export class Peer {
   }
 
   // ---- compute ----------------------------------------------------------------------------
-  loadCompute() {
-    this.computeModules ??= this.importCompute();
-    return this.computeModules;
-  }
-
-  async importCompute() {
-    for (const file of ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js', 'engines.js']) {
-      if (!this.modules.has(file)) return { error: `compute not available yet: frontend_js/${file} is missing` };
-    }
-    try {
-      const [train, config, model, hashing, optim] = await Promise.all([
-        import('../train.js'), import('../config.js'), import('../model.js'), import('../hashing.js'), import('../optim.js')]);
-      return { train, config, model, hashing, optim };
-    } catch (err) {
-      return { error: `compute not available yet: the JS mirror failed to load (${err.message || err})` };
-    }
-  }
-
-  async compute() {
-    const c = await this.loadCompute();
-    if (c.error) throw new Error(c.error);
-    return c;
-  }
+  // the JS mirror's modules (compute.js: loaded with the page, so always there)
+  async compute() { return COMPUTE; }
 
   // the backend of this device's steps: the GPU's engine with the CPU backend's other parts
   // when its gates passed, else the fastest CPU backend whose gates passed (wasm-simd; the
@@ -465,78 +257,4 @@ export class Peer {
   }
 
   hasModel() { return this.models.has(); }
-}
-
-// The run controller's host (frontend_js/run/controller.js lists what it needs): everything the
-// controller sees of the page, the server and the compute path.
-function runHost(peer) {
-  return {
-    get selfId() { return peer.s.peerId; },
-    mesh: peer.mesh,
-    members: () => peer.s.peers,
-    canRun: () => (peer.s.role === 'pending' ? 'waiting for the room host to accept this device: it cannot start a run yet'
-      : peer.s.rejected ? 'the room host declined this device' : null),
-    nameOf: (id) => peer.nameOf(id),
-    show: (patch) => peer.set(patch),
-    note: (text) => peer.note(text),
-    emit: (event, payload) => peer.bus.emit(event, payload),
-    announce: () => peer.announce(),
-    compute: () => peer.compute(),
-    ready: () => peer.pathReady,
-    backend: () => peer.backend(),
-    get gpu() { return peer.gpu || null; },
-    dataId: () => peer.dataId(),
-    batches: (cfg, dataId) => new HttpBatches(cfg, { dataId, base: peer.server }),
-    get models() { return peer.models; },
-    get stored() { return peer.storedRun || null; },
-  };
-}
-
-// The automation API on window.daisy (see docs/ARCHITECTURE.md).
-export function automationApi(peer, bus) {
-  return {
-    state: () => peer.state(),
-    start: (config) => peer.start(config),
-    stop: () => peer.stop(),
-    on: (event, cb) => bus.on(event, cb),
-    approve: (peerId) => peer.approve(peerId),
-    reject: (peerId) => peer.reject(peerId),
-    keepOut: (peerId) => peer.keepOut(peerId),
-    hasModel: () => peer.hasModel(),
-    generate: (prompt, opts) => peer.models.generate(prompt, opts),
-    downloadCheckpoint: () => peer.models.downloadCheckpoint(),
-    downloadSafetensors: () => peer.models.downloadSafetensors(),
-    downloadKit: () => peer.models.downloadKit(),
-    load: (stateOrFile) => peer.models.load(stateOrFile),
-    resumeStored: () => peer.storedRun.resume(),
-    // a group restore offered to this page (it holds a model): Load or Ignore, as the panel's buttons
-    acceptRestore: () => peer.restore.accept(),
-    declineRestore: () => peer.restore.decline(),
-    // the mesh, for tests and for anyone curious: recent drops with reasons, the links' states,
-    // and raw bytes to a linked peer (a hostile peer can send anything; tests send bad frames)
-    mesh: {
-      drops: () => ({ count: peer.mesh.drops.count, recent: peer.mesh.drops.recent.slice(), stale: peer.mesh.drops.stale }),
-      links: () => ({ ...peer.s.links }),
-      sendRaw: (peerId, bytes) => peer.rtc.get(peerId)?.send(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes)),
-      frames: () => import('./frames.js'),
-      stats: () => { const r = peer.runs.run || peer.runs.lastRun; return r ? { ...peer.runs.stats(r), dataWaitMs: r.batches.waitMs, topology: r.collective.topology, steps: r.completed - r.desc.startStep } : null; },
-    },
-    // test hooks for the membership tests: a joiner whose state goes wrong after its checks; the
-    // next state transfer from this page cut short or tampered with in transit
-    testing: {
-      corruptNextSync: () => { peer.runs.faults.corruptNextSync = true; },
-      faultNextState: (kind) => { peer.mesh.faultNext = { type: 8, kind }; },
-      // what the others see of a crashed device: every link and the server socket end at once,
-      // no goodbye, and this page's JS stops (CDP's Page.crash never answers under Playwright)
-      crash: () => {
-        peer.conn.final = true;
-        peer.conn.stopPinging();
-        try { peer.conn.ws.close(); } catch { /* gone anyway */ }
-        for (const link of peer.rtc.values()) { try { link.pc.close(); } catch { /* gone anyway */ } }
-        setTimeout(() => { for (;;) { /* frozen */ } }, 0);
-      },
-    },
-    // test hook: flip one bit of this replica's weights mid-run (the sync guard must stop the run)
-    corruptWeights: () => peer.runs.corruptWeights(),
-  };
 }

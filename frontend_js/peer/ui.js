@@ -4,7 +4,8 @@
 // The panel element carries data-modules: the frontend_js files the server has, so the peer
 // imports optional parts (train.js, gpu.js) without probing for them with 404s.
 import { bus } from './bus.js';
-import { Peer, automationApi } from './peer.js';
+import { Peer } from './peer.js';
+import { automationApi } from './automation.js';
 import { speedText } from '../run/speed.js';
 
 const PLOT_W = 600, PLOT_H = 180;

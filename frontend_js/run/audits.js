@@ -27,11 +27,11 @@
 // Every honest replica computes the same pairs, passes and `back`, so the run the group keeps is
 // `python -m daisy.train --attack` with that removal (tests/js/audit_mesh.test.mjs). Audits and
 // rollbacks never reach before the book's floor: the run's start, or its last join or departure.
-import { TYPES } from '../peer/frames.js';
+import { TYPES } from '../mesh/frames.js';
 import { Replica, Trainer } from '../train.js';
 import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
-import { waitUntil } from '../peer/page_clock.js';
+import { waitUntil } from '../page_clock.js';
 import { auditPairs, beacon, checkReducedShard, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence } from '../audit.js';
 import { CodecError } from '../exchange_codec.js';
 import { jsSha, toHex, fromHex } from '../hashing.js';

@@ -29,10 +29,10 @@
 //   host.stored                the stored run ({afterStep(run), afterRun(run, end)}) or null
 // and the host tells the controller: serverSaysGone(id) / serverSaysBack(id) (peer-left and the
 // member list), maybeJoin() (the member list or a link changed), goodbye() (the page is closing).
-import { HEADER_BYTES, MIN_CHUNK_BYTES, TYPES } from '../peer/frames.js';
-import { MeshCollective, PART_INDEX_BYTES } from '../peer/mesh_collective.js';
-import { Stale } from '../peer/mesh.js';
-import { epochKey } from '../peer/roster.js';
+import { HEADER_BYTES, MIN_CHUNK_BYTES, TYPES } from '../mesh/frames.js';
+import { MeshCollective, PART_INDEX_BYTES } from '../mesh/mesh_collective.js';
+import { Stale } from '../mesh/mesh.js';
+import { epochKey } from '../mesh/roster.js';
 import { maxStateBytes } from '../state_codec.js';
 import { TIMING, NO_FAULTS } from './record.js';
 import * as startP from './start.js';
@@ -100,6 +100,7 @@ export class RunController {
     this.serverGone = new Set(); // peers the signaling server saw leave (peer-left), until they come back
     this.keptOut = new Map();    // peer id -> why this device never trains with it (its user's word, or the room host's)
     this.collectives = new Map();// frame run id (run id + epoch) -> MeshCollective
+    this.holdUntil = 0;          // performance.now() before which a passed exchange deadline waits on (a server outage)
     this.pokes = new Set();      // waiters woken when a roster change or recovery moves on
     this.endedWaiters = new Set();
     this.earlyState = null;      // idle: a STATE that came before its RUN ({from, m}; the latest one only)
@@ -192,6 +193,7 @@ export class RunController {
       exchangeAt: cfg.local_steps > 1 ? (s) => c.train.isExchangeStep(cfg, s) : null,
       ...(this.host.backend()?.sha ? { sha: this.host.backend().sha } : {}) });
     collective.onLie = (slot, step, lie) => auditsP.onLie(this, collective, slot, step, lie);
+    collective.holdUntil = this.holdUntil;
     this.collectives.set(key, collective);
     return collective;
   }
@@ -228,6 +230,14 @@ export class RunController {
   }
 
   maybeJoin() { joinP.maybeJoin(this); }
+
+  // The server is down (peer/outage.js): a peer may be stalled on its batch, not gone, so every
+  // exchange deadline that passes before `until` waits on, in this run's collectives and in those
+  // a run started later makes (newCollective).
+  holdDeadlines(until) {
+    this.holdUntil = until;
+    for (const collective of this.collectives.values()) collective.holdUntil = until;
+  }
 
   // "don't train with this device": this device refuses any roster with `id` and never proposes
   // one (roster.js keptOutOf). A run it is in now is stopped (its next Start goes on without it),

@@ -1,7 +1,7 @@
 // How a run ends or steps back, shared by the protocol modules (loop.js, recovery.js, join.js
 // only call these): end, the alarm, one step of undo, waking the parked loop, the panel's view.
-import { TYPES } from '../peer/frames.js';
-import { ExchangeError } from '../peer/mesh_collective.js';
+import { TYPES } from '../mesh/frames.js';
+import { ExchangeError } from '../mesh/mesh_collective.js';
 import { cloneParams } from '../train.js';
 
 export function runView(run) {

@@ -12,14 +12,14 @@
 // joiner (and its forwarding); a JOIN while its transfer is pending is dropped (counted toward
 // the flood limit), one during its sync restarts it (the joiner gave up on it).
 import { validAuditRate } from './audits.js';
-import { TYPES } from '../peer/frames.js';
+import { TYPES } from '../mesh/frames.js';
 import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
 import { encodeState, maxStateBytes } from '../state_codec.js';
-import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../peer/roster.js';
+import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../mesh/roster.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, FWD_WINDOW,
   STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, short } from './record.js';
-import { readPeerState, stateLimit, gradientBytes } from './peer_state.js';
+import { readPeerState, stateLimit, gradientBytes } from '../peer_state.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
 export function onJoin(ctl, from, m) {

@@ -3,13 +3,13 @@
 // s-1: the sync guard), Adam, hash. After the last step FIN {hash}: every peer checks every final
 // hash. Stopping: STOP {stopAfter} from any member; every peer ends after exactly stopAfter steps
 // and relays it once, so the whole run stops at one step; the panel names who stopped it.
-import { TYPES } from '../peer/frames.js';
-import { ExchangeError } from '../peer/mesh_collective.js';
+import { TYPES } from '../mesh/frames.js';
+import { ExchangeError } from '../mesh/mesh_collective.js';
 import { Trainer, checkLoss, isExchangeStep, withLocalState, cloneParams } from '../train.js';
 import { flattenGrads, unflatten } from '../collective.js';
 import { forge } from '../attack.js';
 import { StepArena } from '../arena.js';
-import { yieldToPage, waitUntil } from '../peer/page_clock.js';
+import { yieldToPage, waitUntil } from '../page_clock.js';
 import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, short, isHash } from './record.js';
 import * as recovery from './recovery.js';
 import * as join from './join.js';

@@ -1,7 +1,7 @@
 // The records of a group run (docs/ARCHITECTURE.md "The run controller"): every field of a run,
 // a recovery, a roster change and a joiner, declared once here with what it means. The protocol
 // modules (start.js, loop.js, recovery.js, join.js) change these fields; nothing adds others.
-import { MAX_RUN_ID } from '../peer/roster.js';
+import { MAX_RUN_ID } from '../mesh/roster.js';
 
 // The controller's timings (ms). Node tests pass shorter ones (tests/js/run_harness.mjs).
 export const TIMING = Object.freeze({
@@ -50,8 +50,8 @@ export const MAX_FWD_HELD = 256;    // forwarded gradients a joiner holds unappl
 export const KEPT_RING = 5;         // audits: the states after the last few steps, always kept (run/audits.js)
 export const MAX_KEPT_STATES = 32;  // audits: states kept in all (trusted points beyond the ring go oldest first)
 
-// A hash as messages show it: 16 hex digits, as the page's hash line and Python's logs do.
-export const short = (h) => (h ? String(h).slice(0, 16) : '(none)');
+// A hash as messages show it (the one rule lives in ../hashing.js)
+export { short } from '../hashing.js';
 export const isHash = (h) => typeof h === 'string' && /^[0-9a-f]{64}$/.test(h);
 export const isRunId = (x) => Number.isInteger(x) && x > 0 && x <= MAX_RUN_ID;
 

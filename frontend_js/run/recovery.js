@@ -20,10 +20,10 @@
 // A planned change (joiners, join.js) is the same proposal, announced two steps ahead; it takes
 // effect at its first step once committed. Anything that does not add up stops the run with an
 // alarm naming the step and the peers: never a fork, never a peer dropped on another's word.
-import { TYPES } from '../peer/frames.js';
-import { ExchangeError } from '../peer/mesh_collective.js';
-import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, scheduleString } from '../peer/roster.js';
-import { waitUntil } from '../peer/page_clock.js';
+import { TYPES } from '../mesh/frames.js';
+import { ExchangeError } from '../mesh/mesh_collective.js';
+import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, scheduleString } from '../mesh/roster.js';
+import { waitUntil } from '../page_clock.js';
 import { Recovery, RosterChange, validHistory, isHash } from './record.js';
 import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
 import { convictions, convictionsKey, convictedIds, rollbackTo, takeRollback, restartBook, revealLast, judgeHalted } from './audits.js';

@@ -8,14 +8,14 @@
 //   GO {runId} (every member accepted)   ──►  step startStep begins everywhere
 //
 // Two Start presses at once: the proposal with the smaller runId wins everywhere.
-import { TYPES } from '../peer/frames.js';
+import { TYPES } from '../mesh/frames.js';
 import { encodeState } from '../state_codec.js';
 import { Replica, cloneParams, cloneReplica } from '../train.js';
-import { waitUntil } from '../peer/page_clock.js';
+import { waitUntil } from '../page_clock.js';
 import { Proposal, Acceptance, newRunId, short, isHash } from './record.js';
-import { readPeerState, stateLimit } from './peer_state.js';
+import { readPeerState, stateLimit } from '../peer_state.js';
 import { validAuditRate } from './audits.js';
-import { keptOutOf } from '../peer/roster.js';
+import { keptOutOf } from '../mesh/roster.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';
 
 // Local steps (cfg.local_steps > 1, docs/VERIFICATION.md "Local steps") run without audits (an

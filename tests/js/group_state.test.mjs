@@ -8,11 +8,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh } from '../../frontend_js/peer/mesh.js';
-import { TYPES, encodeMessage } from '../../frontend_js/peer/frames.js';
+import { Mesh } from '../../frontend_js/mesh/mesh.js';
+import { TYPES, encodeMessage } from '../../frontend_js/mesh/frames.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { GroupRestore } from '../../frontend_js/peer/group_state.js';
-import { Peer } from '../../frontend_js/peer/peer.js';
+import { COMPUTE } from '../../frontend_js/peer/compute.js';
 import { encodeState, maxStateBytes } from '../../frontend_js/state_codec.js';
 import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
@@ -23,21 +23,18 @@ import { quietMeshLogs } from './helpers.mjs';
 quietMeshLogs();
 
 const CFG = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 100, seed: 5 });
-const COMPUTE_FILES = ['train.js', 'config.js', 'model.js', 'hashing.js', 'optim.js', 'engines.js'];
 
-// the fields of a page's Peer that ModelStore and GroupRestore read; compute is the page's own loader
+// the fields of a page's Peer that ModelStore and GroupRestore read; compute is the page's own modules
 function device(id, mesh) {
   const peer = {
     s: { peerId: id, name: `dev-${id}`, peers: [], notes: [], runState: 'idle' },
-    modules: new Set(COMPUTE_FILES),
     runs: { busy: false },
     bus: { emit() {}, on() {} },
     set(patch) { Object.assign(this.s, patch); },
     note(text) { this.s.notes.push(text); this.s.message = text; },
     announce() {},
     nameOf(q) { return q; },
-    loadCompute() { this.computeModules ??= Peer.prototype.importCompute.call(this); return this.computeModules; },
-    compute() { return Peer.prototype.compute.call(this); },
+    async compute() { return COMPUTE; },
   };
   peer.models = new ModelStore(peer);
   peer.restore = new GroupRestore(peer, mesh);
@@ -52,7 +49,6 @@ async function group(ids) {
   const devs = new Map(ids.map((id) => [id, device(id, net.meshes.get(id))]));
   const roster = ids.map((id, i) => ({ id, name: `dev-${id}`, role: i === 0 ? 'host' : 'member', state: 'idle' }));
   for (const d of devs.values()) d.s.peers = roster.map((q) => ({ ...q }));
-  for (const d of devs.values()) await d.loadCompute();
   await new Promise((r) => setImmediate(r));          // GroupRestore's size limit is set once compute loaded
   return { net, devs };
 }
@@ -76,9 +72,8 @@ function assertSameTensors(label, got, want) {
 const snapshot = (d) => ({ step: d.models.step, hash: d.s.hash ?? null, resumable: d.models.resumable,
                            model: d.models.model });
 
-test('the largest allowed state bound equals the server\'s MAX_STATE_BYTES', async () => {
-  const c = await Peer.prototype.importCompute.call({ modules: new Set(COMPUTE_FILES) });
-  assert.equal(maxStateBytes(c), 39_838_728);         // daisy/files/state_codec.py MAX_STATE_BYTES
+test('the largest allowed state bound equals the server\'s MAX_STATE_BYTES', () => {
+  assert.equal(maxStateBytes(COMPUTE), 39_838_728);         // daisy/files/state_codec.py MAX_STATE_BYTES
 });
 
 test('a state loaded on one device lands on every other, bit for bit and resumable', async () => {

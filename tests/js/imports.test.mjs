@@ -1,6 +1,7 @@
-// The module graph of frontend_js/: no import cycle (a cycle makes a module's bindings depend
-// on which file loads first), and no module-level state in the modules a backend is built from
-// (engines.js chooses every part once, in one place: docs/ARCHITECTURE.md "Compute").
+// The module graph of frontend_js/: its layers (page -> run -> mesh -> numeric core), no import
+// cycle (a cycle makes a module's bindings depend on which file loads first), and no module-level
+// state in the modules a backend is built from (engines.js chooses every part once, in one place:
+// docs/ARCHITECTURE.md "Compute").
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -81,7 +82,7 @@ test('the cycle check finds and names a cycle (real files, multi-line and dynami
 // (and the GPU engine's modules and the frame codec: their choices belong to their owners too)
 const BACKEND_MODULES = ['engines.js', 'model.js', 'optim.js', 'hashing.js', 'wasm_float.js', 'wasm_gemm.js',
   'units.js', 'train.js', 'generate.js', 'gpu/gpu.js', 'gpu/device.js', 'gpu/gemm_kernel.js', 'gpu/wasm_host.js',
-  'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'peer/frames.js', 'host.js', 'bits.js',
+  'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'mesh/frames.js', 'host.js', 'bits.js',
   'cpu/registry.js', 'cpu/workers.js', 'cpu/threads.js', 'cpu/thread_jobs.js', 'cpu/unit_workers.js'];
 
 test('no module-level mutable state in the backend modules', () => {
@@ -94,17 +95,51 @@ test('no module-level mutable state in the backend modules', () => {
   assert.deepEqual(found, [], `module-level let/var (backend state belongs in engines.js's backend objects):\n${found.join('\n')}`);
 });
 
-// the numeric core (the mirror of daisy/) knows nothing of pages: collective.js and train.js
-// reach no module under peer/ (the mesh's collective lives there, not here)
-test('the numeric core imports nothing from peer/', () => {
+// The layers (docs/ARCHITECTURE.md "The layers of frontend_js/"), low to high: the numeric core
+// (the mirror of daisy/: top-level modules, gpu/, cpu/, kit/), the mesh (mesh/), the run (run/),
+// the page (peer/, and headless.mjs, the page's Peer hosted by Node). A module imports only from
+// its own layer and those below it, never up (page, run and mesh are one folder each: nothing is
+// beside them).
+const LAYERS = ['core', 'mesh', 'run', 'page'];
+export function layerOf(file) {
+  const top = file.split(/[\\/]/)[0];
+  if (top === 'peer' || file === 'headless.mjs') return 'page';
+  if (top === 'run' || top === 'mesh') return top;
+  return 'core';
+}
+
+// graph -> every import that goes up or sideways, as 'a -> b (layer -> layer)'
+export function layerViolations(graph) {
+  const rank = (f) => LAYERS.indexOf(layerOf(f));
+  return [...graph].flatMap(([f, deps]) => deps.filter((g) => rank(g) > rank(f))
+    .map((g) => `${f} -> ${g} (${layerOf(f)} -> ${layerOf(g)})`));
+}
+
+test('frontend_js/ keeps its layers: page -> run -> mesh -> numeric core, never up', () => {
   const graph = importGraph(FRONTEND);
-  const reach = (f, seen = new Set()) => {
-    for (const g of graph.get(f) || []) if (!seen.has(g)) { seen.add(g); reach(g, seen); }
-    return seen;
-  };
-  for (const f of ['collective.js', 'train.js', 'batch_source.js']) {
-    const bad = [...reach(f)].filter((g) => g.startsWith('peer/'));
-    assert.deepEqual(bad, [], `${f} reaches ${bad.join(', ')}`);
+  // the walker sees each layer's imports of the one below (a check that looks at nothing passes)
+  for (const [f, g] of [['peer/peer.js', 'run/controller.js'], ['run/controller.js', 'mesh/mesh_collective.js'],
+    ['mesh/mesh_collective.js', 'collective.js'], ['peer/group_state.js', 'peer_state.js'], ['headless.mjs', 'peer/peer.js']]) {
+    assert.ok(graph.get(f).includes(g), `the walker missed ${f} -> ${g}`);
+  }
+  const bad = layerViolations(graph);
+  assert.deepEqual(bad, [], `imports against the layers:\n${bad.join('\n')}`);
+});
+
+test('the layer check names each upward import (real files, static and dynamic)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'daisy-layers-'));
+  try {
+    for (const d of ['peer', 'run', 'mesh']) mkdirSync(join(dir, d));
+    writeFileSync(join(dir, 'model.js'), "export { Mesh } from './mesh/mesh.js';\n");              // core -> mesh: up
+    writeFileSync(join(dir, 'mesh', 'mesh.js'), "import { x } from '../model.js';\nexport const Mesh = 1;\n");
+    writeFileSync(join(dir, 'run', 'loop.js'), "const p = () => import('../peer/ui.js');\n");   // run -> page: up
+    writeFileSync(join(dir, 'peer', 'ui.js'), "import '../run/loop.js';\nimport '../mesh/mesh.js';\n");
+    assert.deepEqual(layerViolations(importGraph(dir)).sort(), [
+      `model.js -> ${join('mesh', 'mesh.js')} (core -> mesh)`,
+      `${join('run', 'loop.js')} -> ${join('peer', 'ui.js')} (run -> page)`,
+    ]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

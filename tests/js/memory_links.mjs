@@ -1,4 +1,4 @@
-// An in-memory transport for Mesh instances (frontend_js/peer/mesh.js) in Node tests: every link's
+// An in-memory transport for Mesh instances (frontend_js/mesh/mesh.js) in Node tests: every link's
 // send(bytes) copies the bytes into a queue; a pump delivers the queued frames to the other
 // Mesh's receive() in a shuffled order, with some frames duplicated and some held back for a few
 // rounds (delayed). Every choice comes from a seeded counter PRNG (frontend_js/prng.js), never

@@ -1,5 +1,5 @@
 // The mesh without a browser (issue 10, section 5: "The in-memory transport suite" and "Bad
-// frames"): Mesh instances (frontend_js/peer/mesh.js) joined by MemoryNet (memory_links.mjs), which
+// frames"): Mesh instances (frontend_js/mesh/mesh.js) joined by MemoryNet (memory_links.mjs), which
 // delivers frames shuffled, duplicated and delayed, all from a seeded PRNG.
 //   1. the frame codec (frames.js): header layout, chunking, reassembly, duplicates
 //   2. MeshCollective's reduce equals reduceGradients bit for bit, P = 1..7, both topologies
@@ -13,12 +13,12 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/peer/mesh.js';
+import { Mesh, MAX_BAD_FRAMES } from '../../frontend_js/mesh/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, NO_SLOT, PROTOCOL_VERSION, Reassembler,
-  TYPES, createFrameSha, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/peer/frames.js';
+  TYPES, createFrameSha, encodeMessage, jsonPayload, parseHeader } from '../../frontend_js/mesh/frames.js';
 import { codecReduce, flattenGrads, topologyFor } from '../../frontend_js/collective.js';
 import { codecFor } from '../../frontend_js/exchange_codec.js';
-import { ExchangeError, MeshCollective } from '../../frontend_js/peer/mesh_collective.js';
+import { ExchangeError, MeshCollective } from '../../frontend_js/mesh/mesh_collective.js';
 import { reduceGradients, reduceLosses } from '../../frontend_js/reduce.js';
 import { quietMeshLogs, stream32, exchangeAndApply } from './helpers.mjs';
 import { f64Bits, firstMismatch } from '../../frontend_js/fixtures.js';
@@ -761,7 +761,7 @@ test('a link that closes while the exchange waits: ExchangeError naming the peer
   assert.ok((await p1) instanceof ExchangeError);
 });
 
-// BUG (frontend_js/peer/mesh_collective.js, MeshCollective.exchange): when the link to a peer is already
+// BUG (frontend_js/mesh/mesh_collective.js, MeshCollective.exchange): when the link to a peer is already
 // gone as the exchange starts (or link.send rejects: the data channel closed), exchange rejects
 // with the mesh's plain Error('no link to p2') instead of an ExchangeError naming the peer.
 // the run loop (run/loop.js) rethrows non-ExchangeErrors, so the run ends as 'failed' without lost(): the
@@ -798,7 +798,7 @@ test('fail() ends a pending exchange at once, and every later one', async () => 
   await assert.rejects(run.cs[0].exchange(1, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]), (e) => e === stop);
 });
 
-// BUG (frontend_js/peer/mesh_collective.js, MeshCollective.check): the step window is [current, current+1]
+// BUG (frontend_js/mesh/mesh_collective.js, MeshCollective.check): the step window is [current, current+1]
 // and `current` only moves when the next exchange() starts, so between the end of exchange(s)
 // and the call of exchange(s+1) (the page's local step: most of a step's time) a GRAD or REDUCED
 // of the finished step s is accepted and stored in this.steps under s, which nothing deletes

@@ -1,5 +1,5 @@
 // The mesh's bounds against a member that sends valid but useless frames (issue 19, "Bounded work
-// per peer"; docs/PROTOCOL.md "Mesh limits"): Mesh instances (frontend_js/peer/mesh.js) over the
+// per peer"; docs/PROTOCOL.md "Mesh limits"): Mesh instances (frontend_js/mesh/mesh.js) over the
 // in-memory transport (memory_links.mjs), the hostile side's frames injected raw. Each test
 // measures what the receiver holds (its Reassembler's heldBytes) and when it cuts the sender off.
 //   1. 20,000 valid HELLOs: every one after the first is a bad frame; the sender is cut off
@@ -13,9 +13,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
-import { BAD_WINDOW_MS, MAX_BAD_FRAMES, Mesh, Stale } from '../../frontend_js/peer/mesh.js';
+import { BAD_WINDOW_MS, MAX_BAD_FRAMES, Mesh, Stale } from '../../frontend_js/mesh/mesh.js';
 import { FrameError, HEADER_BYTES, MAGIC, MAX_FRAME_BYTES, MAX_JSON_BYTES, MAX_PENDING, PARTIAL_TIMEOUT_MS, PROTOCOL_VERSION,
-  Reassembler, TYPES, encodeMessage, jsonPayload } from '../../frontend_js/peer/frames.js';
+  Reassembler, TYPES, encodeMessage, jsonPayload } from '../../frontend_js/mesh/frames.js';
 import { jsSha } from '../../frontend_js/hashing.js';
 import { quietMeshLogs } from './helpers.mjs';
 

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Bus } from '../../frontend_js/peer/bus.js';
-import { waitUntil, yieldToPage } from '../../frontend_js/peer/page_clock.js';
+import { waitUntil, yieldToPage } from '../../frontend_js/page_clock.js';
 
 test('waitUntil resolves on the event that makes it ready and unsubscribes', async () => {
   const bus = new Bus();

@@ -1,8 +1,8 @@
-// The roster rules of frontend_js/peer/roster.js (docs/ARCHITECTURE.md "Membership"): who leads, when
+// The roster rules of frontend_js/mesh/roster.js (docs/ARCHITECTURE.md "Membership"): who leads, when
 // survivors may go on without a split, the P schedule, and which ROSTER messages a peer takes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleString, checkRoster, rosterDigest, MAX_RUN_ID } from '../../frontend_js/peer/roster.js';
+import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleString, checkRoster, rosterDigest, MAX_RUN_ID } from '../../frontend_js/mesh/roster.js';
 
 test('epoch keys: distinct per epoch, never 0, no wrap below the largest run id', () => {
   assert.equal(epochKey(7, 0), 7);

@@ -1,4 +1,4 @@
-// The lanes of one link (frontend_js/peer/rtc_peer.js): frames go out on several connections,
+// The lanes of one link (frontend_js/mesh/rtc_peer.js): frames go out on several connections,
 // each with a sequence number, and LaneOrder hands them on in sending order whatever the
 // interleaving of the lanes; bad sequence numbers are refused with a reason, and what waits for
 // a late frame is bounded; what a link queues is bounded per lane and per link, also under Node's
@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import wrtc from '@roamhq/wrtc';
 
 import { HIGH_WATER, LANES, LaneError, LaneOrder, MAX_LINK_QUEUED, PAGE_CONNECTIONS, RtcPeer, SEQ_BYTES, laneFor, lanesFor,
-  withSeq } from '../../frontend_js/peer/rtc_peer.js';
+  withSeq } from '../../frontend_js/mesh/rtc_peer.js';
 import { draw, key } from '../../frontend_js/prng.js';
 
 const SEED = Number(process.env.LANES_SEED ?? 21);

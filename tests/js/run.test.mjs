@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { BACKEND, Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
 import { stream } from './group_runs.mjs';
 import { Group as RefGroup } from '../../frontend_js/train.js';
-import { stateLimit } from '../../frontend_js/run/peer_state.js';
+import { stateLimit } from '../../frontend_js/peer_state.js';
 import { FWD_WINDOW } from '../../frontend_js/run/record.js';
 import { maxStateBytes } from '../../frontend_js/state_codec.js';
 import { makeConfig, RANGES } from '../../frontend_js/config.js';
@@ -65,6 +65,25 @@ for (const P of [2, 5, 8]) {
     await g.close();
   });
 }
+
+// a server outage's hold (peer/outage.js calls holdDeadlines): it reaches the collective of a run
+// started during it, and a later hold reaches the running one
+test('holdDeadlines: a run started during a hold gets it, a later hold reaches the running collective', async () => {
+  const g = new Group({ seed: 5 });
+  const [a, b] = g.add(2);
+  await g.linked();
+  const first = performance.now() + 60_000;
+  a.ctl.holdDeadlines(first);
+  await a.ctl.start(SETTINGS);
+  await g.until(() => a.ctl.phase === 'running' && b.ctl.phase === 'running', 'both running');
+  assert.equal(a.ctl.run.collective.holdUntil, first, 'a run started during the hold waits on until its end');
+  assert.equal(b.ctl.run.collective.holdUntil, 0, 'no hold on a device whose server is up');
+  a.ctl.holdDeadlines(first + 1);
+  assert.equal(a.ctl.run.collective.holdUntil, first + 1);
+  a.ctl.stop();
+  await g.ended([a, b]);
+  await g.close();
+});
 
 test('join, leave, crash, and the leader leaving: every step on the reference of the history', async () => {
   const { g, nodes } = await startGroup(4, 11);

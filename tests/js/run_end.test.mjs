@@ -9,9 +9,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { Group, TYPES, sleep } from './run_harness.mjs';
-import { MAX_BAD_FRAMES } from '../../frontend_js/peer/mesh.js';
+import { MAX_BAD_FRAMES } from '../../frontend_js/mesh/mesh.js';
 import { staleBudget } from '../../frontend_js/run/controller.js';
-import { epochKey } from '../../frontend_js/peer/roster.js';
+import { epochKey } from '../../frontend_js/mesh/roster.js';
 
 const SETTINGS = { width: 64, seq_len: 16, batch: 2, layers: 3, heads: 4, steps: 2000 };
 const FRAME = 2048;                // the smallest frame a link may have (frames.js)

@@ -11,10 +11,10 @@
 // Node: {id, ctl, mesh, steps (Map step -> hash: the last computation of each), events, notes,
 // state (the panel's), histories (each roster change's history)}.
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh } from '../../frontend_js/peer/mesh.js';
-import { TYPES, jsonPayload } from '../../frontend_js/peer/frames.js';
+import { Mesh } from '../../frontend_js/mesh/mesh.js';
+import { TYPES, jsonPayload } from '../../frontend_js/mesh/frames.js';
 import { RunController } from '../../frontend_js/run/controller.js';
-import { ExchangeError } from '../../frontend_js/peer/mesh_collective.js';
+import { ExchangeError } from '../../frontend_js/mesh/mesh_collective.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { StreamBatches } from '../../frontend_js/batch_source.js';
 import { Group as RefGroup, peersAt } from '../../frontend_js/train.js';

@@ -10,11 +10,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MemoryNet } from './memory_links.mjs';
-import { Mesh } from '../../frontend_js/peer/mesh.js';
-import { TYPES, encodeMessage } from '../../frontend_js/peer/frames.js';
+import { Mesh } from '../../frontend_js/mesh/mesh.js';
+import { TYPES, encodeMessage } from '../../frontend_js/mesh/frames.js';
 import { flattenGrads } from '../../frontend_js/collective.js';
 import { codecFor, CODECS } from '../../frontend_js/exchange_codec.js';
-import { MeshCollective, MIN_PART_BYTES, PART_INDEX_BYTES, gradParts, streamCuts } from '../../frontend_js/peer/mesh_collective.js';
+import { MeshCollective, MIN_PART_BYTES, PART_INDEX_BYTES, gradParts, streamCuts } from '../../frontend_js/mesh/mesh_collective.js';
 import { quietMeshLogs, stream32, exchangeAndApply } from './helpers.mjs';
 import { f64Bits } from '../../frontend_js/fixtures.js';
 import { configToDict, makeConfig } from '../../frontend_js/config.js';

@@ -1,8 +1,8 @@
 // A peer's state body (state_codec.js), decoded and checked in ONE place: a run's start state
 // (start.js), a joiner's state (join.js) and a group restore (peer/group_state.js) all read
 // untrusted bytes from another page through readPeerState.
-import { decodeState, MAX_STATE_HEADER_BYTES } from '../state_codec.js';
-import { cloneReplica } from '../train.js';
+import { decodeState, MAX_STATE_HEADER_BYTES } from './state_codec.js';
+import { cloneReplica } from './train.js';
 
 export class PeerStateError extends Error {}
 

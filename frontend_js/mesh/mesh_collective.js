@@ -9,7 +9,7 @@ import { reduceLosses } from '../reduce.js';
 import { flattenGrads, unflatten, topologyFor } from '../collective.js';
 import { codecFor, CodecError } from '../exchange_codec.js';
 import { TYPES } from './frames.js';
-import { yieldToPage } from './page_clock.js';
+import { yieldToPage } from '../page_clock.js';
 import { jsSha, toHex, fromHex } from '../hashing.js';
 
 // ---- MeshCollective -------------------------------------------------------------------------
