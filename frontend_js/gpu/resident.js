@@ -1,0 +1,134 @@
+// The resident step's kernels (docs/ARCHITECTURE.md "The resident step", docs/VERIFICATION.md
+// §9.2): the pieces of model.js and optim.js other than the INT8 unit, in float64 emulated on u32
+// words (kernels/f64_lib.wgsl + kernels/f64_rows.wgsl prepended to each kernels/res_*.wgsl), so
+// activations, weights and Adam's moments can stay on the GPU for a whole step. Each kernel is the
+// JS twin's operations in the JS order; resident_gates.js checks every one against its twin, bit
+// for bit, at boot and in the tests.
+//   ResidentKernels.create(device, opts) compiles them (opts.texts: file -> text, the bug corpus)
+//   k.f64(values) / k.zeros(n) / k.u32(words) / k.read(buffer, n)   buffers in and out
+//   k.<piece>(..., enc?)  one dispatch on GPU buffers, encoded into `enc` (a GPUCommandEncoder)
+//                         or submitted at once
+// Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
+import { loadText, compileKernel } from './device.js';
+import { KERNEL_BASE } from './gemm_kernel.js';
+
+export const RESIDENT_LIBS = Object.freeze(['f64_lib.wgsl', 'f64_rows.wgsl']);
+// piece -> [kernel file, TREE_N (the workgroup tree's capacity: half the longest row it sums, padded)]
+export const RESIDENT_KERNELS = Object.freeze({
+  add: ['res_add.wgsl', 1],
+  relu: ['res_relu.wgsl', 1],
+  reluBack: ['res_relu_back.wgsl', 1],
+  adam: ['res_adam.wgsl', 1],
+  rmsnorm: ['res_rmsnorm.wgsl', 64],             // C <= 128
+  rmsnormDx: ['res_rmsnorm_dx.wgsl', 64],        // C <= 128
+  rmsnormDg: ['res_rmsnorm_dg.wgsl', 2048],      // N = B*T <= 4096
+  causalSoftmax: ['res_softmax.wgsl', 64],       // T <= 128
+  softmaxBack: ['res_softmax_back.wgsl', 64],    // T <= 128
+  crossEntropy: ['res_xent.wgsl', 256],          // V = 257
+  embedBack: ['res_embed_back.wgsl', 1],
+});
+export const RESIDENT_WG = 64;
+const ALIGN = 256;
+const align = (bytes) => Math.ceil(Math.max(bytes, 16) / ALIGN) * ALIGN;
+const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+
+// a float64 as its two u32 words (low, high): how a uniform carries it
+const words = (x) => new Uint32Array(new Float64Array([x]).buffer);
+
+export class ResidentKernels {
+  constructor(device, pipes) { this.device = device; this.pipes = pipes; }
+
+  // opts: kernelBase; texts: {file: WGSL text} replacing a kernel or library file (the bug corpus);
+  // only: the pieces to compile (default: every one in RESIDENT_KERNELS)
+  static async create(device, { kernelBase = KERNEL_BASE, texts = {}, only = Object.keys(RESIDENT_KERNELS) } = {}) {
+    const text = async (file) => texts[file] ?? loadText(new URL(file, kernelBase));
+    const lib = (await Promise.all(RESIDENT_LIBS.map(text))).join('\n');
+    const pipes = {};
+    await Promise.all(only.map(async (piece) => {
+      const [file, treeN] = RESIDENT_KERNELS[piece];
+      pipes[piece] = await compileKernel(device, `${lib}\n${await text(file)}`, { WG: RESIDENT_WG, TREE_N: treeN }, `${file} + ${RESIDENT_LIBS.join(' + ')}`);
+    }));
+    return new ResidentKernels(device, pipes);
+  }
+
+  // --- buffers ------------------------------------------------------------------------------
+  buffer(bytes) { return this.device.createBuffer({ size: align(bytes), usage: STORAGE() }); }
+  f64(values) { const b = this.buffer(values.length * 8); this.device.queue.writeBuffer(b, 0, Float64Array.from(values)); return b; }
+  zeros(n) { return this.buffer(n * 8); }                       // WebGPU zero-fills: +0.0 each
+  u32(values) { const b = this.buffer(values.length * 4); this.device.queue.writeBuffer(b, 0, Uint32Array.from(values)); return b; }
+  uniform(u32s) {
+    const data = new Uint32Array(Math.ceil(u32s.length / 4) * 4); data.set(u32s);
+    const b = this.device.createBuffer({ size: align(data.byteLength), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    this.device.queue.writeBuffer(b, 0, data);
+    return b;
+  }
+
+  // buffer -> Float64Array of its first n values (after the queued work)
+  async read(buffer, n) {
+    const bytes = align(n * 8), d = this.device;
+    const read = d.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    try {
+      const enc = d.createCommandEncoder();
+      enc.copyBufferToBuffer(buffer, 0, read, 0, bytes);
+      d.queue.submit([enc.finish()]);
+      await read.mapAsync(GPUMapMode.READ);
+      return new Float64Array(read.getMappedRange(0, bytes).slice(0, n * 8));
+    } finally {
+      read.destroy();
+    }
+  }
+
+  // one dispatch of `piece` over `groups` workgroups (a count; laid out in 2D under the limit)
+  dispatch(piece, buffers, groups, enc = null) {
+    const d = this.device, pipe = this.pipes[piece];
+    if (!pipe) throw new Error(`resident kernel ${piece} was not compiled`);
+    const bg = d.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })) });
+    const own = !enc, e = enc || d.createCommandEncoder();
+    const pass = e.beginComputePass();
+    pass.setPipeline(pipe); pass.setBindGroup(0, bg);
+    const lim = d.limits.maxComputeWorkgroupsPerDimension, gx = Math.max(1, Math.min(groups, lim));
+    pass.dispatchWorkgroups(gx, Math.ceil(groups / gx));
+    pass.end();
+    if (own) d.queue.submit([e.finish()]);
+  }
+
+  // --- the pieces (shapes as model.js; every buffer float64 unless said) ----------------------
+  // x (n) += y (n)
+  add(x, y, n, enc) { this.dispatch('add', [x, y, this.uniform([n])], Math.ceil(n / RESIDENT_WG), enc); }
+  // h (n) -> hr (n)
+  relu(h, hr, n, enc) { this.dispatch('relu', [h, hr, this.uniform([n])], Math.ceil(n / RESIDENT_WG), enc); }
+  // dhr, h (n) -> dh (n)
+  reluBack(dhr, h, dh, n, enc) { this.dispatch('reluBack', [dhr, h, dh, this.uniform([n])], Math.ceil(n / RESIDENT_WG), enc); }
+  // w, m, v (n) updated in place from g (n): optim.adamStep's update with its constants
+  // ({B1, OMB1, B2, OMB2, EPS}), the learning rate and the bias corrections bc1, bc2 of step t
+  adam(w, g, m, v, n, { B1, OMB1, B2, OMB2, EPS }, lr, bc1, bc2, enc) {
+    const p = [n, 0, 0, 0, ...[B1, OMB1, B2, OMB2, EPS, lr, bc1, bc2].flatMap((x) => [...words(x)])];
+    this.dispatch('adam', [w, g, m, v, this.uniform(p)], Math.ceil(n / RESIDENT_WG), enc);
+  }
+  // x (N, C), g (C) -> y (N, C), xhat (N, C), r (N)
+  rmsnorm(x, g, y, xhat, r, N, C, eps, enc) {
+    this.dispatch('rmsnorm', [x, g, y, xhat, r, this.uniform([N, C, 0, 0, ...words(eps), 0, 0])], N, enc);
+  }
+  // dy (N, C), g (C), cache xhat (N, C), r (N) -> dx (N, C), dg (C): rmsnormBackward's two results
+  rmsnormBackward(dy, g, xhat, r, dx, dg, N, C, enc) {
+    const p = this.uniform([N, C]);
+    this.dispatch('rmsnormDx', [dy, g, xhat, r, dx, p], N, enc);
+    this.dispatch('rmsnormDg', [dy, xhat, dg, p], C, enc);
+  }
+  // s (G, T, T) -> pr (G, T, T), the scores times scale first
+  causalSoftmax(s, pr, G, T, scale, enc) {
+    this.dispatch('causalSoftmax', [s, pr, this.uniform([G * T, T, 0, 0, ...words(scale), 0, 0])], G * T, enc);
+  }
+  // dp, pr (G, T, T) -> ds (G, T, T)
+  softmaxBackward(dp, pr, ds, G, T, scale, enc) {
+    this.dispatch('softmaxBack', [dp, pr, ds, this.uniform([G * T, T, 0, 0, ...words(scale), 0, 0])], G * T, enc);
+  }
+  // logits (N, V), targets (N, u32) -> dlogits (N, V), lossN (N): the mean is the host's (treeSum / N)
+  crossEntropy(logits, targets, dl, lossN, N, V, enc) {
+    this.dispatch('crossEntropy', [logits, targets, dl, lossN, this.uniform([N, V])], N, enc);
+  }
+  // dx (N, C), idx (N, u32) -> dw (V, C)
+  embeddingBackward(dx, idx, dw, V, N, C, enc) {
+    this.dispatch('embedBack', [dx, idx, dw, this.uniform([V, N, C])], Math.ceil((V * C) / RESIDENT_WG), enc);
+  }
+}

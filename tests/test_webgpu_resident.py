@@ -1,0 +1,43 @@
+"""The resident step's kernels (frontend_js/gpu/resident.js; kernels/res_*.wgsl over
+kernels/f64_lib.wgsl + f64_rows.wgsl, docs/VERIFICATION.md §9.2) in a real headless Chromium on
+SwiftShader: each equals its JS twin (model.js, optim.js) bit for bit on the gate's shapes and
+values (frontend_js/gpu/resident_gates.js), and every mutant of the corpus (tests/gpu/mutants.js
+RESIDENT_MUTANTS) is rejected by the gate for wrong numbers. Tiny shapes: SwiftShader emulating
+float64 is slow. The checks run in tests/pages/resident_selftest.html."""
+import pytest
+
+from tests.browser import static_server, webgpu_page
+
+PAGE = "/tests/pages/resident_selftest.html"
+CHECKS = ["add", "relu", "reluBack", "adam", "rmsnorm", "rmsnormBackward", "causalSoftmax", "softmaxBackward",
+          "crossEntropy", "embeddingBackward"]
+
+
+@pytest.fixture(scope="module")
+def selftest():
+    with static_server() as base:
+        with webgpu_page(base + PAGE, "resident_selftest") as (page, problems):
+            page.wait_for_function("window.selftestReady === true", timeout=30_000)
+
+            def run(name, *args, timeout_s=300):
+                return page.evaluate(
+                    """([name, args, ms]) => Promise.race([window.selftest[name](...args),
+                        new Promise((_, reject) => setTimeout(() => reject(new Error(`${name} timed out after ${ms} ms`)), ms))])""",
+                    [name, list(args), int(timeout_s * 1000)])
+            yield run
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_kernel_equals_its_js_twin(selftest, check):
+    g = selftest("gate", [check])
+    assert g["ok"], g["reason"]                       # names the first mismatch, both values' bits
+    assert len(g["cases"]) >= 3, g["cases"]
+
+
+def test_every_resident_bug_is_rejected_by_the_gate(selftest):
+    got = selftest("bugs", timeout_s=500)
+    assert len(got) >= 8, got
+    missed = [b["name"] for b in got if not b["rejected"]]
+    assert not missed, f"bugs the gate let through: {missed}"
+    for b in got:
+        assert "does not compile" not in b["reason"] and "GPU " in b["reason"], (b["name"], b["reason"])
