@@ -13,13 +13,10 @@ struct Params { rows: u32, T: u32, _p0: u32, _p1: u32, scale: vec2<u32>, _p2: ve
 
 override WG: u32 = 64u;
 override TREE_N: u32 = 64u;
+override TMAX: u32 = 128u;      // >= T
 
 var<workgroup> mx: array<vec2<u32>, WG>;
-
-fn e_of(o: u32, i: u32, j: u32, m: vec2<u32>) -> vec2<u32> {
-  if (j > i) { return F64_ZERO; }
-  return f64_exp_det(f64_sub(f64_mul(S[o + j], P.scale), m));
-}
+var<workgroup> ev: array<vec2<u32>, TMAX>;   // the row's e_j (exp once per element: one copy of exp in the kernel)
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -39,13 +36,18 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
   }
   m = mx[0];
-  var z = F64_ZERO;
+  // e_j = exp(x_j - m) for j <= i, +0 past the diagonal
+  for (var j = t; j < T; j += WG) {
+    var e = F64_ZERO;
+    if (j <= i) { e = f64_exp_det(f64_sub(f64_mul(S[o + j], P.scale), m)); }
+    ev[j] = e;
+  }
+  workgroupBarrier();
+  var z = ev[0];
   if (T >= 2u) {
     let p = tree_p(T);
-    for (var k = t; k < p; k += WG) { tree[k] = f64_add(e_of(o, i, k, m), select(F64_ZERO, e_of(o, i, k + p, m), k + p < T)); }
+    for (var k = t; k < p; k += WG) { tree[k] = f64_add(ev[k], select(F64_ZERO, ev[k + p], k + p < T)); }
     z = tree_finish(p, t);
-  } else {
-    z = e_of(o, i, 0u, m);
   }
-  for (var j = t; j < T; j += WG) { PR[o + j] = f64_div(e_of(o, i, j, m), z); }
+  for (var j = t; j < T; j += WG) { PR[o + j] = f64_div(ev[j], z); }
 }

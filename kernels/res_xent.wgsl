@@ -14,8 +14,10 @@ struct Params { N: u32, V: u32, _p0: u32, _p1: u32 }
 
 override WG: u32 = 64u;
 override TREE_N: u32 = 256u;
+override VMAX: u32 = 257u;      // >= V
 
 var<workgroup> mx: array<vec2<u32>, WG>;
+var<workgroup> ev: array<vec2<u32>, VMAX>;   // the row's e_v (exp once per element: one copy of exp in the kernel)
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -33,22 +35,27 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
   }
   m = mx[0];
-  var z = F64_ZERO;
+  for (var v = t; v < V; v += WG) { ev[v] = f64_exp_det(f64_sub(LOGITS[o + v], m)); }
+  workgroupBarrier();
+  var z = ev[0];
   if (V >= 2u) {
     let p = tree_p(V);
-    for (var k = t; k < p; k += WG) {
-      let b = select(F64_ZERO, f64_exp_det(f64_sub(LOGITS[o + k + p], m)), k + p < V);
-      tree[k] = f64_add(f64_exp_det(f64_sub(LOGITS[o + k], m)), b);
-    }
+    for (var k = t; k < p; k += WG) { tree[k] = f64_add(ev[k], select(F64_ZERO, ev[k + p], k + p < V)); }
     z = tree_finish(p, t);
-  } else {
-    z = f64_exp_det(f64_sub(LOGITS[o], m));
   }
   let tgt = TARGETS[n];
   let nf = f64_from_i32(i32(P.N));
   if (t == 0u) { LOSSN[n] = f64_sub(f64_add(m, f64_log_det(z)), LOGITS[o + tgt]); }
+  // dl = ((e / z) - [v = target]) / N: both divisions through one call site (a copy of the
+  // division loop costs SwiftShader seconds to compile; the operations are the same)
   for (var v = t; v < V; v += WG) {
-    let q = f64_div(f64_exp_det(f64_sub(LOGITS[o + v], m)), z);
-    DL[o + v] = f64_div(select(q, f64_sub(q, F64_ONE), v == tgt), nf);
+    var num = ev[v];
+    var den = z;
+    for (var k = 0u; k < 2u; k++) {
+      let q = f64_div(num, den);
+      num = select(q, f64_sub(q, F64_ONE), k == 0u && v == tgt);
+      den = nf;
+    }
+    DL[o + v] = num;
   }
 }

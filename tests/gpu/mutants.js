@@ -94,7 +94,7 @@ export const RESIDENT_MUTANTS = [
   { id: 'res_relu_nan_zero', kernel: 'res_relu.wgsl', check: 'relu', failure: 'ReLU drops NaN to 0 (np.maximum keeps it)',
     edits: [['f64_gt_zero(h) || f64_is_nan(h)', 'f64_gt_zero(h)']] },
   { id: 'res_softmax_unmasked', kernel: 'res_softmax.wgsl', check: 'causalSoftmax', failure: 'the causal mask forgotten in the normalizer',
-    edits: [['  if (j > i) { return F64_ZERO; }\n', '']] },
+    edits: [['if (j <= i) { e = f64_exp_det(f64_sub(f64_mul(S[o + j], P.scale), m)); }', 'e = f64_exp_det(f64_sub(f64_mul(S[o + j], P.scale), m));   // BUG: no mask']] },
   { id: 'res_exp_one_term_short', kernel: 'f64_rows.wgsl', check: 'causalSoftmax', failure: "exp's polynomial one term short",
     edits: [['for (var i = 12; i >= 0; i--) { p = f64_add(f64_mul(p, r), EXP_C[i]); }', 'for (var i = 12; i >= 1; i--) { p = f64_add(f64_mul(p, r), EXP_C[i]); }']] },
   { id: 'res_embed_descending', kernel: 'res_embed_back.wgsl', check: 'embeddingBackward', failure: 'the embedding gradient summed in descending token order',
