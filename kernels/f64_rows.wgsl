@@ -106,3 +106,59 @@ fn tree_finish(p_first: u32, t: u32) -> vec2<u32> {
   workgroupBarrier();
   return r;
 }
+
+// ---- float32 <-> float64 and the PRNG, for the int8 exchange codec (exchange_codec.js) ----------
+// float32 bits -> the float64 of the same value (exact); NaN bits are not passed here
+fn f32_bits_to_f64(b: u32) -> vec2<u32> {
+  let ef = (b >> 23u) & 0xffu;
+  let mant = b & 0x7fffffu;
+  let sign = b & F64_SIGN;
+  if (ef == 0u) {                                  // zero or subnormal: mant * 2^-149, exact
+    if (mant == 0u) { return vec2<u32>(0u, sign); }
+    let v = f64_mul(f64_from_i32(i32(mant)), vec2<u32>(0u, 0x36a00000u));   // 2^-149
+    return vec2<u32>(v.x, v.y | sign);
+  }
+  if (ef == 0xffu) { return f64_inf(sign); }
+  return vec2<u32>(mant << 29u, sign | ((ef + 896u) << 20u) | (mant >> 3u));
+}
+// a finite float64 m >= 0 -> the bits of the float32 nearest to it (ties to even; past the
+// largest float32: +inf), as a Float32Array store rounds
+fn f64_to_f32_bits(m: vec2<u32>) -> u32 {
+  if (f64_is_zero(m)) { return 0u; }
+  let p = f64_unpack(m);
+  let e = p.exp - 1023;
+  if (e > 127) { return 0x7f800000u; }
+  var sh = 29u;
+  var ebits = 0u;
+  if (e >= -126) { ebits = u32(e + 126); } else { sh = u32(-97 - e); }
+  if (sh >= 64u) { return 0u; }
+  let q = u64_shr(p.sig, sh);
+  let rem = u64_sub(p.sig, u64_shl(q, sh));
+  let half = u64_shl(vec2<u32>(1u, 0u), sh - 1u);
+  let up = u64_lt(half, rem) || (u64_eq(rem, half) && (q.x & 1u) == 1u);
+  return (ebits << 23u) + q.x + select(0u, 1u, up);     // a carry moves into the exponent, to +inf at most
+}
+// prng.js mix32 and uniform(k, i) = (draw(k, i) >>> 8) * 2^-24 (u32 products wrap, as Math.imul)
+fn mix32(x0: u32) -> u32 {
+  var x = x0;
+  x = x ^ (x >> 16u); x = x * 0x7feb352du; x = x ^ (x >> 15u); x = x * 0x846ca68bu; x = x ^ (x >> 16u);
+  return x;
+}
+fn prng_uniform(k: u32, i: u32) -> vec2<u32> {
+  let d = mix32(mix32(i ^ k) + 0x632be5abu);
+  return f64_mul(f64_from_i32(i32(d >> 8u)), vec2<u32>(0u, 0x3e700000u));     // 2^-24
+}
+// floor(y) for a finite |y| < 2^31, as an i32
+fn f64_floor_i32(y: vec2<u32>) -> i32 {
+  let neg = (y.y & F64_SIGN) != 0u;
+  if (f64_is_zero(y)) { return 0; }
+  let e = i32(f64_exp(y)) - 1023;
+  if (e < 0) { return select(0, -1, neg); }
+  var sig = f64_frac(y);
+  sig.y = sig.y | 0x100000u;
+  let sh = u32(52 - e);
+  let ip = u64_shr(sig, sh);
+  let exact = u64_eq(u64_shl(ip, sh), sig);
+  if (!neg) { return i32(ip.x); }
+  return -i32(ip.x) - select(1, 0, exact);
+}

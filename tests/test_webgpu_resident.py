@@ -10,7 +10,7 @@ from tests.browser import static_server, webgpu_page
 
 PAGE = "/tests/pages/resident_selftest.html"
 CHECKS = ["add", "relu", "reluBack", "adam", "rmsnorm", "rmsnormBackward", "causalSoftmax", "softmaxBackward",
-          "crossEntropy", "embeddingBackward"]
+          "crossEntropy", "embeddingBackward", "int8Exchange"]
 
 
 @pytest.fixture(scope="module")

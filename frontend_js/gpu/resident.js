@@ -26,6 +26,8 @@ export const RESIDENT_KERNELS = Object.freeze({
   softmaxBack: ['res_softmax_back.wgsl', 64],    // T <= 128
   crossEntropy: ['res_xent.wgsl', 256],          // V = 257
   embedBack: ['res_embed_back.wgsl', 1],
+  int8Encode: ['res_codec_encode.wgsl', 1],
+  int8Decode: ['res_codec_decode.wgsl', 1],
 });
 export const RESIDENT_WG = 64;
 const ALIGN = 256;
@@ -34,6 +36,8 @@ const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBuff
 
 // a float64 as its two u32 words (low, high): how a uniform carries it
 const words = (x) => new Uint32Array(new Float64Array([x]).buffer);
+// the int8 message of n values as u32 words: per block of 256, 65 words (scale + codes)
+export const int8MessageWords = (n) => Math.ceil((4 * Math.ceil(n / 256) + n) / 4);
 
 export class ResidentKernels {
   constructor(device, pipes) { this.device = device; this.pipes = pipes; }
@@ -130,5 +134,15 @@ export class ResidentKernels {
   // dx (N, C), idx (N, u32) -> dw (V, C)
   embeddingBackward(dx, idx, dw, V, N, C, enc) {
     this.dispatch('embedBack', [dx, idx, dw, this.uniform([V, N, C])], Math.ceil((V * C) / RESIDENT_WG), enc);
+  }
+  // the int8 exchange (exchange_codec.js): x (n) -> msg, the message's bytes as u32 words
+  // (int8MessageWords(n)), under the stream key `key` from `offset`; flags (one u32, zeroed by the
+  // caller) != 0: a value or block the JS codec refuses (run it for the message)
+  int8Encode(x, msg, flags, n, key, offset, enc) {
+    this.dispatch('int8Encode', [x, msg, flags, this.uniform([n, key >>> 0, offset])], Math.ceil(n / 256), enc);
+  }
+  // msg (words) -> out (n) float64; flags != 0: a malformed block (the JS decode says which)
+  int8Decode(msg, out, flags, n, enc) {
+    this.dispatch('int8Decode', [msg, out, flags, this.uniform([n])], Math.ceil(n / RESIDENT_WG), enc);
   }
 }

@@ -5,6 +5,9 @@
 //   gateResident(kernels, {only}) -> {ok, reason, cases: [{name, ok, n, reason}]}
 import * as model from '../model.js';
 import * as optim from '../optim.js';
+import { CODECS } from '../exchange_codec.js';
+import { key, PURPOSE_EXCHANGE } from '../prng.js';
+import { int8MessageWords } from './resident.js';
 
 // a counter-based LCG: the same values on every boot
 function values(n, seed, specials) {
@@ -153,11 +156,48 @@ const CHECKS = {
     }
     return out;
   },
+  async int8Exchange(k, seed) {
+    const out = [], codec = CODECS.int8;
+    for (const [n, offset, scaleKind] of [[1, 0, 'rand'], [255, 256, 'rand'], [256, 0, 'zeros'], [700, 512, 'rand'], [513, 0, 'wide']]) {
+      const x = values(n, seed++, false);
+      if (scaleKind === 'zeros') x.fill(0).fill(-0, 0, 100);                 // a block of zeros: scale 0, codes 0
+      // per block: values near 2^-160 (the scale rounds up to float32's smallest subnormal), 2^-120
+      // (a subnormal float32 scale), 2^50
+      if (scaleKind === 'wide') for (let i = 0; i < n; i++) x[i] = x[i] * 2 ** [-160, -120, 50][Math.floor(i / 256)];
+      const [sd, st, sl] = [seed, 3, 1], kk = key(PURPOSE_EXCHANGE, sd, st, sl);
+      const want = codec.encode(x, { seed: sd, step: st, slot: sl, offset });
+      const words = int8MessageWords(n), msg = k.u32(new Uint32Array(words)), flags = k.u32([0, 0, 0, 0]);
+      k.int8Encode(k.f64(x), msg, flags, n, kk, offset);
+      const got = new Uint8Array((await k.read(msg, Math.ceil(words / 2))).buffer).subarray(0, want.length);
+      const fl = new Uint32Array((await k.read(flags, 1)).buffer)[0];
+      const i = got.findIndex((b, j) => b !== want[j]);
+      const enc = fl ? `flagged ${fl} a valid gradient` : i >= 0 ? `message byte ${i} (block ${Math.floor(i / 260)}): GPU ${got[i]}, JS ${want[i]}` : null;
+      // decode the JS message on the GPU
+      const padded = new Uint8Array(words * 4); padded.set(want);
+      const dout = k.zeros(n), dflags = k.u32([0, 0, 0, 0]);
+      k.int8Decode(k.u32(new Uint32Array(padded.buffer)), dout, dflags, n);
+      const dfl = new Uint32Array((await k.read(dflags, 1)).buffer)[0];
+      const dec = dfl ? `decode flagged ${dfl} a valid message` : compare('decoded', await k.read(dout, n), codec.decode(want, n));
+      out.push([`int8 exchange (${n} values from ${offset}, ${scaleKind})`, enc || dec]);
+    }
+    // a non-finite value and a malformed message are flagged (the JS codec then refuses them)
+    const bad = values(300, seed++, false); bad[257] = Infinity;
+    const flags = k.u32([0, 0, 0, 0]);
+    k.int8Encode(k.f64(bad), k.u32(new Uint32Array(int8MessageWords(300))), flags, 300, 7, 0);
+    const msg = codec.encode(values(10, seed++, false), { seed: 1, step: 1, slot: 0, offset: 0 }); msg[4 + 3] = 0x80;   // code -128
+    const padded = new Uint8Array(int8MessageWords(10) * 4); padded.set(msg);
+    const dflags = k.u32([0, 0, 0, 0]);
+    k.int8Decode(k.u32(new Uint32Array(padded.buffer)), k.zeros(10), dflags, 10);
+    const [fe, fd] = [new Uint32Array((await k.read(flags, 1)).buffer)[0], new Uint32Array((await k.read(dflags, 1)).buffer)[0]];
+    out.push(['int8 exchange refusals flagged', fe && fd ? null : `GPU flags ${fe} (inf value), ${fd} (code -128): 0 means let through`]);
+    return out;
+  },
 };
 // resident.js pieces each check needs compiled
 export const GATE_PIECES = Object.freeze({
   add: ['add'], relu: ['relu'], reluBack: ['reluBack'], adam: ['adam'], rmsnorm: ['rmsnorm'], rmsnormBackward: ['rmsnormDx', 'rmsnormDg'],
   causalSoftmax: ['causalSoftmax'], softmaxBackward: ['softmaxBack'], crossEntropy: ['crossEntropy'], embeddingBackward: ['embedBack'],
+  int8Exchange: ['int8Encode', 'int8Decode'],
 });
 
 // kernels (resident.js ResidentKernels) -> {ok, reason, cases}; only: the checks to run (names of

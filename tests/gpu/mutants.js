@@ -102,6 +102,10 @@ export const RESIDENT_MUTANTS = [
       'for (var q = 0u; q < P.N; q++) {\n    let n = P.N - 1u - q;\n    if (IDX[n] == v) { acc = f64_add(acc, DX[n * P.C + c]); }']] },
   { id: 'res_xent_log_fused', kernel: 'res_xent.wgsl', check: 'crossEntropy', failure: 'the loss as m + (log z - logit) (another association)',
     edits: [['f64_sub(f64_add(m, f64_log_det(z)), LOGITS[o + tgt])', 'f64_add(m, f64_sub(f64_log_det(z), LOGITS[o + tgt]))']] },
+  { id: 'res_codec_scale_nearest', kernel: 'res_codec_encode.wgsl', check: 'int8Exchange', failure: 'the int8 scale rounded to the nearest float32, not up (|y| may pass 127)',
+    edits: [deleteLine('  if (u64_lt(f32_bits_to_f64(sb), m)) { sb = sb + 1u; }     // the next float32 up')] },
+  { id: 'res_codec_floor_trunc', kernel: 'f64_rows.wgsl', check: 'int8Exchange', failure: 'floor as truncation toward zero (negative codes off by one)',
+    edits: [['  return -i32(ip.x) - select(1, 0, exact);', '  return -i32(ip.x);   // BUG: truncates']] },
 ].map((m) => ({ mustFail: 'the resident gate (frontend_js/gpu/resident_gates.js gateResident)', ...m }));
 
 export class StaleMutant extends Error {}
