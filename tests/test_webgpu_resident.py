@@ -1,7 +1,8 @@
 """The resident step's kernels (frontend_js/gpu/resident.js; kernels/res_*.wgsl over
 kernels/f64_lib.wgsl + f64_rows.wgsl, docs/VERIFICATION.md §9.2) in a real headless Chromium on
-SwiftShader: each equals its JS twin (model.js, optim.js) bit for bit on the gate's shapes and
-values (frontend_js/gpu/resident_gates.js), and every mutant of the corpus (tests/gpu/mutants.js
+SwiftShader: each equals its JS twin (model.js, optim.js, exchange_codec.js) bit for bit on the
+gate's shapes and values (frontend_js/gpu/resident_gates.js); a tiny model's replica resident on the
+GPU (ResidentState) takes 5 Adam steps with optim.adamStep's bits and hashes; and every mutant of the corpus (tests/gpu/mutants.js
 RESIDENT_MUTANTS) is rejected by the gate for wrong numbers. Tiny shapes: SwiftShader emulating
 float64 is slow. The checks run in tests/pages/resident_selftest.html."""
 import pytest
@@ -41,3 +42,9 @@ def test_every_resident_bug_is_rejected_by_the_gate(selftest):
     assert not missed, f"bugs the gate let through: {missed}"
     for b in got:
         assert "does not compile" not in b["reason"] and "GPU " in b["reason"], (b["name"], b["reason"])
+
+
+def test_a_replica_resident_on_the_gpu_updates_as_adam_on_the_host(selftest):
+    r = selftest("residentAdam", 5)
+    assert r["firstBad"] is None, r["firstBad"]                # weights, moments, t and hash after every step
+    assert len(r["hashes"]) == 5 and len(set(r["hashes"])) == 5 and r["params"] > 10_000, r
