@@ -48,3 +48,11 @@ def test_a_replica_resident_on_the_gpu_updates_as_adam_on_the_host(selftest):
     r = selftest("residentAdam", 5)
     assert r["firstBad"] is None, r["firstBad"]                # weights, moments, t and hash after every step
     assert len(r["hashes"]) == 5 and len(set(r["hashes"])) == 5 and r["params"] > 10_000, r
+
+
+def test_an_mlp_branch_resident_on_the_gpu_equals_the_host(selftest):
+    """rmsnorm -> the unit (fc) -> relu -> the unit (proj) -> residual add in one submit on GPU
+    buffers (ResidentKernels + GpuF64Unit.encodeUnit), nothing read back between the pieces."""
+    r = selftest("mlpChain", 6, 8)
+    assert r["firstBad"] is None and r["flags"] == 0, r
+    assert r["n"] == 48, r
