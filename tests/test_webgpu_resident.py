@@ -56,3 +56,12 @@ def test_an_mlp_branch_resident_on_the_gpu_equals_the_host(selftest):
     r = selftest("mlpChain", 6, 8)
     assert r["firstBad"] is None and r["flags"] == 0, r
     assert r["n"] == 48, r
+
+
+def test_the_forward_pass_resident_on_the_gpu_equals_model_js(selftest):
+    """Embedding, 2 blocks (attention with split/merged heads, MLP), the head and cross-entropy
+    through the resident kernels and the f64 unit on GPU buffers, one submit: the logits and the
+    loss in all 64 bits as model.js forward on the host."""
+    r = selftest("residentForward", {"width": 16, "seq_len": 16, "batch": 2, "layers": 2, "heads": 2, "steps": 100})
+    assert r["firstBad"] is None and not r["nonFinite"], r
+    assert r["logits"] == 2 * 16 * 257 and 4 < r["loss"] < 7, r

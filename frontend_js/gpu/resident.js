@@ -26,6 +26,9 @@ export const RESIDENT_KERNELS = Object.freeze({
   softmaxBack: ['res_softmax_back.wgsl', 64],    // T <= 128
   crossEntropy: ['res_xent.wgsl', 256],          // V = 257
   embedBack: ['res_embed_back.wgsl', 1],
+  embed: ['res_embed.wgsl', 1],
+  splitHeads: ['res_split_heads.wgsl', 1],
+  mergeHeads: ['res_merge_heads.wgsl', 1],
   int8Encode: ['res_codec_encode.wgsl', 1],
   int8Decode: ['res_codec_decode.wgsl', 1],
 });
@@ -135,6 +138,16 @@ export class ResidentKernels {
   embeddingBackward(dx, idx, dw, V, N, C, enc) {
     this.dispatch('embedBack', [dx, idx, dw, this.uniform([V, N, C])], Math.ceil((V * C) / RESIDENT_WG), enc);
   }
+  // wte (V, C), wpe (T, C), idx (N, u32) -> x (N, C) = wte[idx] + wpe[n % T]
+  embed(wte, wpe, idx, x, N, T, C, enc) { this.dispatch('embed', [wte, wpe, idx, x, this.uniform([N, T, C])], Math.ceil((N * C) / RESIDENT_WG), enc); }
+  // qkv (N, 3C) -> out (B, H, T, D): part 0 (q), 1 (k) or 2 (v)
+  splitHeads(qkv, out, part, B, T, H, D, enc) {
+    this.dispatch('splitHeads', [qkv, out, this.uniform([B, T, H, D, part])], Math.ceil((B * H * T * D) / RESIDENT_WG), enc);
+  }
+  // yh (B, H, T, D) -> out (N, W) at column col0
+  mergeHeads(yh, out, W, col0, B, T, H, D, enc) {
+    this.dispatch('mergeHeads', [yh, out, this.uniform([B, T, H, D, W, col0])], Math.ceil((B * H * T * D) / RESIDENT_WG), enc);
+  }
   // the int8 exchange (exchange_codec.js): x (n) -> msg, the message's bytes as u32 words
   // (int8MessageWords(n)), under the stream key `key` from `offset`; flags (one u32, zeroed by the
   // caller) != 0: a value or block the JS codec refuses (run it for the message)
@@ -184,4 +197,44 @@ export class ResidentState {
     const [w, m, v] = await Promise.all([this.k.read(this.w, this.n), this.k.read(this.m, this.n), this.k.read(this.v, this.n)]);
     return { params: split(w), m: split(m), v: split(v), t: this.t };
   }
+}
+
+// The forward pass resident on the GPU (model.js forward, piece for piece): params as GPU buffers
+// {name: buffer} (canonical names), idx and targets (N) on the host; every activation stays on
+// the GPU; one command encoder, one submit; the per-row losses and the logits come back (the
+// mean loss is the host's treeSum / N, as model.js crossEntropy). unit: gpu/f64.js GpuF64Unit.
+// -> {loss, logits (N, V), lossN (N), nonFinite}: nonFinite true = an operand of a unit held
+// ±inf or NaN (the caller then computes the step on the CPU)
+export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }) {
+  const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, B = cfg.batch, T = cfg.seq_len;
+  const D = Math.floor(C / H), N = B * T, G = B * H, scale = 1.0 / Math.sqrt(D);
+  const d = k.device, enc = d.createCommandEncoder(), temps = [], z = (n) => { const b = k.zeros(n); temps.push(b); return b; };
+  const flags = k.u32([0, 0, 0, 0]);
+  const mm = (a, ta, b, tb, nb, M, K, Nn) => { const out = z(nb * M * Nn); temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags)); return out; };
+  const norm = (x, g) => { const y = z(N * C); k.rmsnorm(x, g, y, z(N * C), z(N), N, C, NORM_EPS, enc); return y; };
+  const x = z(N * C);
+  k.embed(params['wte.weight'], params['wpe.weight'], k.u32(idx), x, N, T, C, enc);
+  for (let l = 0; l < L; l++) {
+    const p = `blocks.${l}.`;
+    const qkv = mm(norm(x, params[p + 'norm1.weight']), false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);
+    const [q, kk, v] = [0, 1, 2].map((part) => { const o = z(N * C); k.splitHeads(qkv, o, part, B, T, H, D, enc); return o; });
+    const s = mm(q, false, kk, true, G, T, D, T);
+    const pr = z(G * T * T);
+    k.causalSoftmax(s, pr, G, T, scale, enc);
+    const yh = mm(pr, false, v, false, G, T, T, D);
+    const y = z(N * C);
+    k.mergeHeads(yh, y, C, 0, B, T, H, D, enc);
+    k.add(x, mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C), N * C, enc);
+    const h = mm(norm(x, params[p + 'norm2.weight']), false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);
+    const hr = z(N * 4 * C);
+    k.relu(h, hr, N * 4 * C, enc);
+    k.add(x, mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C), N * C, enc);
+  }
+  const logits = mm(norm(x, params['norm_f.weight']), false, params['head.weight'], true, 1, N, C, V);
+  const dl = z(N * V), lossN = z(N);
+  k.crossEntropy(logits, k.u32(targets), dl, lossN, N, V, enc);
+  d.queue.submit([enc.finish()]);
+  const [ln, lg, fl] = await Promise.all([k.read(lossN, N), k.read(logits, N * V), k.read(flags, 1)]);
+  for (const b of temps) b.destroy();
+  return { loss: treeSum(ln, 0, N) / N, logits: lg, lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
 }
