@@ -65,3 +65,12 @@ def test_the_forward_pass_resident_on_the_gpu_equals_model_js(selftest):
     r = selftest("residentForward", {"width": 16, "seq_len": 16, "batch": 2, "layers": 2, "heads": 2, "steps": 100})
     assert r["firstBad"] is None and not r["nonFinite"], r
     assert r["logits"] == 2 * 16 * 257 and 4 < r["loss"] < 7, r
+
+
+def test_forward_and_backward_resident_on_the_gpu_equal_loss_and_grads(selftest):
+    """The whole local step's computation on the GPU (forward, backward: every gradient, the
+    position gradient's tree over the batch, the embedding gradient over repeated tokens) in one
+    submit = model.js lossAndGrads in the loss and every gradient's 64 bits."""
+    r = selftest("residentGrads", {"width": 16, "seq_len": 16, "batch": 3, "layers": 2, "heads": 2, "steps": 100})
+    assert r["firstBad"] is None and not r["nonFinite"], r
+    assert r["tensors"] == 2 + 6 * 2 + 2, r

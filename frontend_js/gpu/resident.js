@@ -9,7 +9,7 @@
 //   k.<piece>(..., enc?)  one dispatch on GPU buffers, encoded into `enc` (a GPUCommandEncoder)
 //                         or submitted at once
 // Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
-import { loadText, compileKernel } from './device.js';
+import { loadText, compileKernel, ERROR_SCOPES } from './device.js';
 import { KERNEL_BASE } from './gemm_kernel.js';
 
 export const RESIDENT_LIBS = Object.freeze(['f64_lib.wgsl', 'f64_rows.wgsl']);
@@ -28,6 +28,7 @@ export const RESIDENT_KERNELS = Object.freeze({
   embedBack: ['res_embed_back.wgsl', 1],
   embed: ['res_embed.wgsl', 1],
   splitHeads: ['res_split_heads.wgsl', 1],
+  wpeBack: ['res_wpe_back.wgsl', 1],
   mergeHeads: ['res_merge_heads.wgsl', 1],
   int8Encode: ['res_codec_encode.wgsl', 1],
   int8Decode: ['res_codec_decode.wgsl', 1],
@@ -140,9 +141,14 @@ export class ResidentKernels {
   }
   // wte (V, C), wpe (T, C), idx (N, u32) -> x (N, C) = wte[idx] + wpe[n % T]
   embed(wte, wpe, idx, x, N, T, C, enc) { this.dispatch('embed', [wte, wpe, idx, x, this.uniform([N, T, C])], Math.ceil((N * C) / RESIDENT_WG), enc); }
-  // qkv (N, 3C) -> out (B, H, T, D): part 0 (q), 1 (k) or 2 (v)
-  splitHeads(qkv, out, part, B, T, H, D, enc) {
-    this.dispatch('splitHeads', [qkv, out, this.uniform([B, T, H, D, part])], Math.ceil((B * H * T * D) / RESIDENT_WG), enc);
+  // qkv (N, W) -> out (B, H, T, D): part 0 (q), 1 (k) or 2 (v) of W = 3C; W = C: splitHeads3
+  splitHeads(qkv, out, part, B, T, H, D, enc, W = 3 * H * D) {
+    this.dispatch('splitHeads', [qkv, out, this.uniform([B, T, H, D, part, W])], Math.ceil((B * H * T * D) / RESIDENT_WG), enc);
+  }
+  // dx (B, T, C) -> dwpe (T, C): the tree over b (B <= 32)
+  wpeBackward(dx, dw, B, TC, enc) {
+    if (B > 32) throw new Error(`the position gradient's tree holds 32 rows, got batch ${B}`);
+    this.dispatch('wpeBack', [dx, dw, this.uniform([B, TC])], Math.ceil(TC / RESIDENT_WG), enc);
   }
   // yh (B, H, T, D) -> out (N, W) at column col0
   mergeHeads(yh, out, W, col0, B, T, H, D, enc) {
@@ -205,18 +211,25 @@ export class ResidentState {
 // mean loss is the host's treeSum / N, as model.js crossEntropy). unit: gpu/f64.js GpuF64Unit.
 // -> {loss, logits (N, V), lossN (N), nonFinite}: nonFinite true = an operand of a unit held
 // ±inf or NaN (the caller then computes the step on the CPU)
-export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }) {
+// withGrads: the backward pass too (model.js backward), its gradients read back as {name: Float64Array}
+export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, scale = 1.0 / Math.sqrt(D);
-  const d = k.device, enc = d.createCommandEncoder(), temps = [], z = (n) => { const b = k.zeros(n); temps.push(b); return b; };
+  const d = k.device, temps = [], z = (n) => { const b = k.zeros(n); temps.push(b); return b; };
+  // an invalid command buffer runs nothing and reads back zeros: every error is caught and thrown
+  for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
+  const enc = d.createCommandEncoder();
   const flags = k.u32([0, 0, 0, 0]);
   const mm = (a, ta, b, tb, nb, M, K, Nn) => { const out = z(nb * M * Nn); temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags)); return out; };
-  const norm = (x, g) => { const y = z(N * C); k.rmsnorm(x, g, y, z(N * C), z(N), N, C, NORM_EPS, enc); return y; };
+  const norm = (x, g) => { const y = z(N * C), cache = { xhat: z(N * C), r: z(N) }; k.rmsnorm(x, g, y, cache.xhat, cache.r, N, C, NORM_EPS, enc); return [y, cache]; };
   const x = z(N * C);
   k.embed(params['wte.weight'], params['wpe.weight'], k.u32(idx), x, N, T, C, enc);
+  const caches = [], idxBuf = k.u32(idx);
+  temps.push(idxBuf);
   for (let l = 0; l < L; l++) {
     const p = `blocks.${l}.`;
-    const qkv = mm(norm(x, params[p + 'norm1.weight']), false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);
+    const [xn1, n1] = norm(x, params[p + 'norm1.weight']);
+    const qkv = mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);
     const [q, kk, v] = [0, 1, 2].map((part) => { const o = z(N * C); k.splitHeads(qkv, o, part, B, T, H, D, enc); return o; });
     const s = mm(q, false, kk, true, G, T, D, T);
     const pr = z(G * T * T);
@@ -225,16 +238,75 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
     const y = z(N * C);
     k.mergeHeads(yh, y, C, 0, B, T, H, D, enc);
     k.add(x, mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C), N * C, enc);
-    const h = mm(norm(x, params[p + 'norm2.weight']), false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);
+    const [xn2, n2] = norm(x, params[p + 'norm2.weight']);
+    const h = mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);
     const hr = z(N * 4 * C);
     k.relu(h, hr, N * 4 * C, enc);
     k.add(x, mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C), N * C, enc);
+    caches.push({ xn1, n1, q, k: kk, v, pr, y, xn2, n2, h, hr });
   }
-  const logits = mm(norm(x, params['norm_f.weight']), false, params['head.weight'], true, 1, N, C, V);
+  const [xf, nf] = norm(x, params['norm_f.weight']);
+  const logits = mm(xf, false, params['head.weight'], true, 1, N, C, V);
   const dl = z(N * V), lossN = z(N);
   k.crossEntropy(logits, k.u32(targets), dl, lossN, N, V, enc);
+  let grads = null;
+  if (withGrads) grads = residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale });
   d.queue.submit([enc.finish()]);
+  const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
+  if (errors.length) { for (const b of temps) b.destroy(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
   const [ln, lg, fl] = await Promise.all([k.read(lossN, N), k.read(logits, N * V), k.read(flags, 1)]);
+  const out = { loss: treeSum(ln, 0, N) / N, logits: lg, lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
+  if (grads) out.grads = Object.fromEntries(await Promise.all(Object.entries(grads).map(async ([name, [buf, n]]) => [name, await k.read(buf, n)])));
   for (const b of temps) b.destroy();
-  return { loss: treeSum(ln, 0, N) / N, logits: lg, lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
+  return out;
+}
+
+// model.js backward on the GPU, encoded after the forward into the same encoder -> {name: [buffer,
+// length]} (the gradients stay on the GPU: the step encodes them for the exchange there)
+function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale }) {
+  const C = cfg.width, H = cfg.heads, L = cfg.layers, V = 257, B = cfg.batch, T = cfg.seq_len;
+  const D = Math.floor(C / H), N = B * T, G = B * H, g = {};
+  const normBack = (dy, w, cache) => { const dx = z(N * C), dg = z(C); k.rmsnormBackward(dy, w, cache.xhat, cache.r, dx, dg, N, C, enc); return [dx, dg]; };
+  g['head.weight'] = [mm(dl, true, xf, false, 1, V, N, C), V * C];
+  const dxf = mm(dl, false, params['head.weight'], false, 1, N, V, C);
+  let [dx, dgf] = normBack(dxf, params['norm_f.weight'], nf);
+  g['norm_f.weight'] = [dgf, C];
+  for (let l = L - 1; l >= 0; l--) {
+    const p = `blocks.${l}.`, c = caches[l];
+    g[p + 'mlp.proj.weight'] = [mm(dx, true, c.hr, false, 1, C, N, 4 * C), C * 4 * C];
+    const dhr = mm(dx, false, params[p + 'mlp.proj.weight'], false, 1, N, C, 4 * C);
+    const dh = z(N * 4 * C);
+    k.reluBack(dhr, c.h, dh, N * 4 * C, enc);
+    g[p + 'mlp.fc.weight'] = [mm(dh, true, c.xn2, false, 1, 4 * C, N, C), 4 * C * C];
+    const dxn2 = mm(dh, false, params[p + 'mlp.fc.weight'], false, 1, N, 4 * C, C);
+    let [dxb, dgn] = normBack(dxn2, params[p + 'norm2.weight'], c.n2);
+    g[p + 'norm2.weight'] = [dgn, C];
+    k.add(dx, dxb, N * C, enc);
+    g[p + 'attn.proj.weight'] = [mm(dx, true, c.y, false, 1, C, N, C), C * C];
+    const dy = mm(dx, false, params[p + 'attn.proj.weight'], false, 1, N, C, C);
+    const dyh = z(N * C);
+    k.splitHeads(dy, dyh, 0, B, T, H, D, enc, C);
+    const dpr = mm(dyh, false, c.v, true, G, T, D, T);
+    const dv = mm(c.pr, true, dyh, false, G, T, T, D);
+    const ds = z(G * T * T);
+    k.softmaxBackward(dpr, c.pr, ds, G, T, scale, enc);
+    const dq = mm(ds, false, c.k, false, G, T, T, D);
+    const dk = mm(ds, true, c.q, false, G, T, T, D);
+    const dqkv = z(N * 3 * C);
+    k.mergeHeads(dq, dqkv, 3 * C, 0, B, T, H, D, enc);
+    k.mergeHeads(dk, dqkv, 3 * C, C, B, T, H, D, enc);
+    k.mergeHeads(dv, dqkv, 3 * C, 2 * C, B, T, H, D, enc);
+    g[p + 'attn.qkv.weight'] = [mm(dqkv, true, c.xn1, false, 1, 3 * C, N, C), 3 * C * C];
+    const dxn1 = mm(dqkv, false, params[p + 'attn.qkv.weight'], false, 1, N, 3 * C, C);
+    [dxb, dgn] = normBack(dxn1, params[p + 'norm1.weight'], c.n1);
+    g[p + 'norm1.weight'] = [dgn, C];
+    k.add(dx, dxb, N * C, enc);
+  }
+  const dwpe = z(T * C);
+  k.wpeBackward(dx, dwpe, B, T * C, enc);
+  g['wpe.weight'] = [dwpe, T * C];
+  const dwte = z(V * C);
+  k.embeddingBackward(dx, idxBuf, dwte, V, N, C, enc);
+  g['wte.weight'] = [dwte, V * C];
+  return g;
 }
