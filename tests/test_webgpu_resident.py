@@ -74,3 +74,11 @@ def test_forward_and_backward_resident_on_the_gpu_equal_loss_and_grads(selftest)
     r = selftest("residentGrads", {"width": 16, "seq_len": 16, "batch": 3, "layers": 2, "heads": 2, "steps": 100})
     assert r["firstBad"] is None and not r["nonFinite"], r
     assert r["tensors"] == 2 + 6 * 2 + 2, r
+
+
+def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest):
+    """2 replicas whose steps run on the GPU (ResidentTrainer: forward, backward, Adam resident;
+    the int8 exchange on the host) = the same Group on the CPU: loss and hashes at every step."""
+    r = selftest("residentGroup", {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 2, "steps": 100}, 4, timeout_s=400)
+    assert r["firstBad"] is None, r
+    assert len(r["hashes"]) == 4 and len(set(r["hashes"])) == 4 and r["cpuSteps"] == [0, 0], r

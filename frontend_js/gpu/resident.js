@@ -310,3 +310,58 @@ function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxB
   g['wte.weight'] = [dwte, V * C];
   return g;
 }
+
+// A replica trained through the resident step, behind train.js Trainer's interface (Group and the
+// run loop call localStep and apply), so a Group of them is the reference's run. Weights and Adam's
+// moments live on the GPU (one buffer per tensor); per step the host sends the tokens, reads the
+// loss and gradients (for the exchange: the host's codec and reduce), sends the reduced gradient,
+// and reads the weights back for the hash (replica.params stays the host copy; the moments stay
+// on the GPU: readMoments() for a checkpoint). A unit operand that held ±inf or NaN (the GPU
+// flags it) makes that local step the CPU's, from the same host weights: the same bits.
+//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu})   cpu: a backend (engines.js)
+export class ResidentTrainer {
+  constructor({ kernels, unit, cfg, replica, batches, cpu, lib }) {
+    this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches; this.cpu = cpu;
+    this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads}
+    this.w = {}; this.m = {}; this.v = {};
+    for (const [name, w] of Object.entries(replica.params)) {
+      this.w[name] = kernels.f64(w); this.m[name] = kernels.f64(replica.adam.m[name]); this.v[name] = kernels.f64(replica.adam.v[name]);
+    }
+    this.cpuSteps = 0;
+  }
+
+  async localStep(step, slot) {
+    const cfg = this.cfg, { x, y } = await this.batches.get(step, slot), L = this.lib;
+    const r = await residentForward(this.k, this.unit, this.w, cfg, x, y, L, true);
+    if (!r.nonFinite) return { loss: r.loss, grads: r.grads };
+    this.cpuSteps++;
+    return L.lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.cpu);
+  }
+
+  // Adam with the group's G on the GPU (one encoder), the weights back -> {step, hash}
+  async apply(G) {
+    const { optim, weightHash } = this.lib, adam = this.replica.adam, t = adam.t + 1, d = this.k.device;
+    const bc1 = 1.0 - optim.powInt(optim.B1, t), bc2 = 1.0 - optim.powInt(optim.B2, t);
+    const enc = d.createCommandEncoder(), grads = [];
+    for (const name of Object.keys(this.w)) {
+      const g = this.k.f64(G[name]);
+      grads.push(g);
+      this.k.adam(this.w[name], g, this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
+    }
+    d.queue.submit([enc.finish()]);
+    const back = await Promise.all(Object.entries(this.w).map(async ([name, buf]) => [name, await this.k.read(buf, this.replica.params[name].length)]));
+    for (const g of grads) g.destroy();
+    for (const [name, w] of back) this.replica.params[name].set(w);
+    adam.t = t;
+    return { step: this.replica.step, hash: weightHash(this.replica.params) };
+  }
+
+  // the moments' host copies (a checkpoint, a join's state)
+  async readMoments() {
+    for (const name of Object.keys(this.m)) {
+      this.replica.adam.m[name].set(await this.k.read(this.m[name], this.replica.adam.m[name].length));
+      this.replica.adam.v[name].set(await this.k.read(this.v[name], this.replica.adam.v[name].length));
+    }
+    return this.replica.adam;
+  }
+}
