@@ -166,45 +166,6 @@ export class ResidentKernels {
   }
 }
 
-// A replica's weights and Adam's moments resident on the GPU (the update half of the resident
-// step: the host sends the reduced gradient, the GPU applies Adam, the host reads the weights for
-// the hash). One flat buffer each in model.js's canonical order (paramShapes: Adam is
-// elementwise, so one dispatch over the concatenation is optim.adamStep over every tensor).
-//   ResidentState.create(kernels, params, adam)   uploads params {name: Float64Array} and adam
-//                                                 {t, m, v} (optim.adamInit's shape)
-//   state.adamStep(grads, lr, optim)               grads {name: Float64Array}: one upload, one
-//                                                 dispatch; t + 1
-//   state.read()                                   -> {params, m, v, t}: host copies, canonical order
-export class ResidentState {
-  constructor(kernels, names, sizes, buffers, t) {
-    this.k = kernels; this.names = names; this.sizes = sizes; this.n = sizes.reduce((a, b) => a + b, 0);
-    this.w = buffers.w; this.m = buffers.m; this.v = buffers.v; this.g = kernels.zeros(this.n); this.t = t;
-  }
-
-  static create(kernels, params, adam) {
-    const names = Object.keys(params), sizes = names.map((k) => params[k].length);
-    const flat = (obj) => { const out = new Float64Array(sizes.reduce((a, b) => a + b, 0)); let o = 0; names.forEach((k, i) => { out.set(obj[k], o); o += sizes[i]; }); return out; };
-    return new ResidentState(kernels, names, sizes, { w: kernels.f64(flat(params)), m: kernels.f64(flat(adam.m)), v: kernels.f64(flat(adam.v)) }, adam.t);
-  }
-
-  // optim: optim.js (its constants and powInt: the bias corrections are the host's, as in adamStep)
-  adamStep(grads, lr, optim) {
-    const flat = new Float64Array(this.n);
-    let o = 0;
-    this.names.forEach((k, i) => { flat.set(grads[k], o); o += this.sizes[i]; });
-    this.k.device.queue.writeBuffer(this.g, 0, flat);
-    const t = this.t + 1;
-    this.k.adam(this.w, this.g, this.m, this.v, this.n, optim, lr, 1.0 - optim.powInt(optim.B1, t), 1.0 - optim.powInt(optim.B2, t));
-    this.t = t;
-  }
-
-  async read() {
-    const split = (flat) => { const out = {}; let o = 0; this.names.forEach((k, i) => { out[k] = flat.slice(o, o + this.sizes[i]); o += this.sizes[i]; }); return out; };
-    const [w, m, v] = await Promise.all([this.k.read(this.w, this.n), this.k.read(this.m, this.n), this.k.read(this.v, this.n)]);
-    return { params: split(w), m: split(m), v: split(v), t: this.t };
-  }
-}
-
 // The forward pass resident on the GPU (model.js forward, piece for piece): params as GPU buffers
 // {name: buffer} (canonical names), idx and targets (N) on the host; every activation stays on
 // the GPU; one command encoder, one submit; the per-row losses and the logits come back (the
