@@ -211,7 +211,7 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
   const dl = z(N * V), lossN = z(N);
   k.crossEntropy(logits, k.u32(targets), dl, lossN, N, V, enc);
   let grads = null;
-  if (withGrads) grads = residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale });
+  if (withGrads) grads = residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale, V });
   d.queue.submit([enc.finish()]);
   const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
   if (errors.length) { for (const b of temps) b.destroy(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
@@ -224,8 +224,8 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
 
 // model.js backward on the GPU, encoded after the forward into the same encoder -> {name: [buffer,
 // length]} (the gradients stay on the GPU: the step encodes them for the exchange there)
-function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale }) {
-  const C = cfg.width, H = cfg.heads, L = cfg.layers, V = 257, B = cfg.batch, T = cfg.seq_len;
+function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale, V }) {
+  const C = cfg.width, H = cfg.heads, L = cfg.layers, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, g = {};
   const normBack = (dy, w, cache) => { const dx = z(N * C), dg = z(C); k.rmsnormBackward(dy, w, cache.xhat, cache.r, dx, dg, N, C, enc); return [dx, dg]; };
   g['head.weight'] = [mm(dl, true, xf, false, 1, V, N, C), V * C];
