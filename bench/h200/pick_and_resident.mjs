@@ -7,6 +7,9 @@
 //              the largest settings: what it picks, the per-shape medians, the summary (speedup over
 //              the CPU path, the GPU path alone vs the CPU), and 2-peer Group steps (ms, medians) on
 //              the picked backend, the CPU backend on every core, and route 'all'; hashes equal
+//   residentStep  a 2-peer Group trained through the resident step (ResidentTrainer) at the default
+//              and largest settings: ms per step vs the CPU backend on every core, hashes equal
+//              (issue 26's target: >= 4x at the largest settings)
 //   resident   every resident kernel (frontend_js/gpu/resident.js) gated against its JS twin on
 //              the H200 (gateResident), then timed at the largest settings' shapes (N = 4096 rows,
 //              C = 128, T = 128, G = 128, V = 257): ms per dispatch, medians of 10 after a warm-up,
@@ -113,6 +116,39 @@ await section('resident', async () => {
     save();
   }
   out.shapes = { N, C, T, G, V, adamParams: P };
+  device.destroy();
+  return out;
+});
+
+// the resident step (ResidentTrainer: forward, backward, Adam on the GPU; the exchange on the
+// host) in a 2-peer Group vs the CPU backend on every core: ms per step (medians) and hashes equal
+await section('residentStep', async () => {
+  const { ResidentTrainer } = await import('../../frontend_js/gpu/resident.js');
+  const { GpuF64Unit } = await import('../../frontend_js/gpu/f64.js');
+  const model = await import('../../frontend_js/model.js');
+  const { treeSum } = await import('../../frontend_js/detmath.js');
+  const { VOCAB_SIZE } = await import('../../frontend_js/tokenizer.js');
+  const { weightHash } = await import('../../frontend_js/hashing.js');
+  const { referenceBackend } = await import('../../frontend_js/engines.js');
+  const { device, info } = await openDevice(create([]));
+  const k = await ResidentKernels.create(device);
+  const langs = new Set(info.wgslLanguageFeatures || []);
+  const unit = await GpuF64Unit.create(device, { gemm: langs.has('packed_4x8_integer_dot_product') ? 'gemm_packed.wgsl' : 'gemm_portable.wgsl' });
+  const cpu = await pickCpuBackend({ threads: 'auto' });
+  const lib = { treeSum, NORM_EPS: model.NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads: model.lossAndGrads };
+  const out = { adapter: info };
+  for (const [name, st] of Object.entries(SETTINGS)) {
+    const cfg = makeConfig(st);
+    const g = new Group(cfg, 2, stream, referenceBackend);
+    g.trainers = g.replicas.map((replica) => new ResidentTrainer({ kernels: k, unit, cfg, replica, batches: g.batches, cpu: cpu.backend, lib }));
+    const onCpu = await steps(cfg, cpu.backend);
+    const ms = [], hashes = [];
+    for (let s = 0; s < STEPS; s++) { const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]); }
+    out[name] = { residentMs: median(ms.slice(1)), cpuMs: onCpu.ms, residentVsCpu: onCpu.ms / median(ms.slice(1)), all: ms,
+      hashesEqual: JSON.stringify(hashes) === JSON.stringify(onCpu.hashes), cpuSteps: g.trainers.map((t) => t.cpuSteps) };
+    save();
+  }
+  cpu.backend.close?.();
   device.destroy();
   return out;
 });
