@@ -11,8 +11,7 @@ import { makeConfig, ConfigError, DEFAULTS } from './config.js';
 import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
-import { bestBackend } from './engines.js';
-import { createThreadedBackend } from './cpu/threads.js';
+import { GPU_MODES, pickBackend } from './backends.js';
 import { MAX_THREADS } from './cpu/workers.js';
 import { AttackError, MAX_AUDIT_RATE, checkAttack, parseAttack, runAudited } from './attack.js';
 
@@ -43,6 +42,8 @@ const FLAGS = {
   '--json': ['json', 'one JSON object per step: step, loss, hashes'],
   '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/cpu/threads.js; `
     + 'the same bits for every count). Not a flag of daisy.train. Default: the single-threaded wasm-simd backend'],
+  '--gpu': ['gpu', 'off (default), auto (the GEMMs on WebGPU where, timed at these settings, it is faster than the CPU), '
+    + 'or all (every GEMM on WebGPU); needs the npm package webgpu (NODE_PATH). Same bits. Not a flag of daisy.train', 'MODE'],
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
   '--attack': ['attack', 'an audited run in which peer S forges its gradient from step index STEP on '
@@ -53,7 +54,7 @@ const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
        [--layers LAYERS] [--heads HEADS] [--seed SEED] [--exchange CODEC] [--local-steps LOCAL_STEPS] [--data DATA] [--json] [--save SAVE]
        [--resume RESUME] [--attack slot=S,from=STEP,kind=KIND] [--audit-rate AUDIT_RATE]
-       [--threads THREADS]`;
+       [--threads THREADS] [--gpu MODE]`;
 
 class UsageError extends Error {}
 
@@ -78,7 +79,7 @@ function pyInt(flag, s) {
 
 // argparse semantics: --flag VALUE or --flag=VALUE, unique prefixes, unknown args reported together
 export function parseArgs(argv) {
-  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null,
+  const args = { peers: null, roster: null, stop_after: null, data: null, json: false, lr: DEFAULTS.lr_x1000, threads: null, gpu: 'off',
     attack: null, audit_rate: null, attackSpec: null };
   for (const k of ['steps', 'width', 'seq_len', 'batch', 'layers', 'heads', 'seed', 'exchange', 'local_steps']) args[k] = DEFAULTS[k];
   const unknown = [];
@@ -114,7 +115,7 @@ export function parseArgs(argv) {
     if (flag === '--save' || flag === '--resume') {
       throw new UsageError(`${flag}: checkpoints are not read or written by the JS CLI; use python -m daisy.train ${flag}`);
     }
-    args[dest] = ['--data', '--roster', '--exchange', '--attack'].includes(flag) ? value : pyInt(flag, value);
+    args[dest] = ['--data', '--roster', '--exchange', '--attack', '--gpu'].includes(flag) ? value : pyInt(flag, value);
   }
   if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
   if (args.peers !== null && args.roster !== null) {
@@ -123,6 +124,7 @@ export function parseArgs(argv) {
   if (args.threads !== null && !(args.threads >= 1 && args.threads <= MAX_THREADS)) {
     throw new UsageError(`threads (--threads) must be in 1..${MAX_THREADS}, got ${args.threads}`);
   }
+  if (!GPU_MODES.includes(args.gpu)) throw new UsageError(`argument --gpu: invalid choice: '${args.gpu}' (choose from ${GPU_MODES.join(', ')})`);
   if (args.peers !== null && !(args.peers >= 1 && args.peers <= MAX_PEERS)) {
     throw new UsageError(`peers (--peers) must be in 1..${MAX_PEERS}, got ${args.peers}`);
   }
@@ -207,6 +209,19 @@ export function loadStream(path) {
   return textStream(decodeText(bytes, path));
 }
 
+// Node's WebGPU: the npm package `webgpu` (Dawn), found through NODE_PATH
+async function nodeGpu() {
+  const { createRequire } = await import('node:module');
+  let webgpu;
+  try {
+    webgpu = createRequire(import.meta.url)('webgpu');
+  } catch (e) {
+    throw new Error(`--gpu needs the npm package webgpu (put its node_modules on NODE_PATH): ${e.message.split('\n')[0]}`);
+  }
+  Object.assign(globalThis, webgpu.globals);
+  return webgpu.create([]);
+}
+
 export async function main(argv) {
   let parsed;
   try {
@@ -227,8 +242,23 @@ export async function main(argv) {
     process.stderr.write(`error: ${e.message}\n`);
     return 2;
   }
-  const backend = args.threads === null ? await bestBackend() : await createThreadedBackend({ threads: args.threads });
-  const group = new Group(cfg, peersAt(args.schedule, 0), stream, backend);
+  let picked;
+  try {
+    picked = await pickBackend({ gpu: args.gpu === 'off' ? null : await nodeGpu(), mode: args.gpu, threads: args.threads ?? 1, settings: cfg,
+      engineOpts: { log: { log: (line) => process.stderr.write(`${line}\n`) } } });
+  } catch (e) {
+    process.stderr.write(`error: ${e.message}\n`);
+    return 2;
+  }
+  if (args.gpu !== 'off') {                      // what was picked, and why (stdout stays Python's)
+    const say = ({ pathLabel, pathReason }) => process.stderr.write(`compute: ${pathLabel} (${pathReason})\n`);
+    say(picked.describe());
+    picked.onChange(say);
+  }
+  // the GPU's backend holds its engine, which computes on the CPU by itself after a fault; a
+  // wrong result caught by an audit (GpuFault) redoes the step (nothing was applied yet)
+  const group = new Group(cfg, peersAt(args.schedule, 0), stream, picked.backend);
+  const step = picked.gpuModule ? () => picked.gpuModule.withGpuFallback(picked.engine, () => group.step()) : () => group.step();
   if (args.audit_rate !== null) {
     return runAudited(args, cfg, group, (line) => process.stdout.write(line + '\n'), (line) => process.stderr.write(line + '\n'));
   }
@@ -237,7 +267,7 @@ export async function main(argv) {
     let r;
     group.resize(peersAt(args.schedule, group.replicas[0].step));
     try {
-      r = await group.step();
+      r = await step();
     } catch (e) {
       if (!(e instanceof RangeError)) throw e;
       process.stderr.write(`error: ${e.message}\n`);

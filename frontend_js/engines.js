@@ -1,5 +1,5 @@
 // The compute backends' parts, gated here and nowhere else (docs/ARCHITECTURE.md "Compute"); which
-// CPU backend a page runs (threads, unit workers or this module's best) is cpu/registry.js's choice.
+// CPU backend a page runs (threads, unit workers or this module's best) is backends.js's choice (pickBackend).
 // A backend is one frozen value, handed whole to the trainer, the model and the generator:
 //   name          the GEMM engine's name ('wasm-simd', 'cpu', 'webgpu-packed', ...)
 //   engine        the INT8 unit's integer engine (units.js: gemm, gemmBT and/or a fused qmatmulT)

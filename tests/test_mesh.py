@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 RUN_MS = 120_000            # bound on a whole test run in the pages
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4}
+EXPECTED_CONSOLE = ("a test fault",)   # the GPU engine says so loudly when a test faults it
 
 
 @pytest.fixture(scope="module")
@@ -233,6 +234,11 @@ def test_a_webgpu_page_and_a_cpu_page_train_together(app_url, pages):
     want = reference_hashes(2, settings, s1["step"])
     assert_hashes_equal("gpu page", step_hashes(gpu), want)
     assert_hashes_equal("cpu page", step_hashes(cpu), want)
+    # a GPU fault: the page's compute line and every peer's table say CPU alike (announce)
+    gid = sg["peerId"]
+    gpu.evaluate("window.daisy.testing.faultGpu('a test fault')")
+    wait_state(gpu, "s.path === 'cpu' && s.pathLabel.includes('GPU disabled after a fault')", "gpu page on the CPU")
+    wait_state(cpu, f"s.peers.some((p) => p.id === '{gid}' && p.path === 'cpu')", "the cpu page's table says cpu")
 
 
 def test_another_mesh_protocol_is_refused_on_both_pages(app_url, pages):

@@ -24,9 +24,12 @@
 //             (withGpuFallback does that); calls of the batch after it are computed on the CPU.
 //   CPU:      opts.cpu, the caller's CPU engine (the page: its backend's); by default
 //             engines.js bestGemmEngine() (wasm-simd when it passed its gate, else scalar).
-//   routing:  with route 'auto' (the page's choice) a fused-unit call goes to the GPU only when
-//             route.js gpuPays (deep K, many multiply-adds); the rest run on the CPU engine, same
-//             bits.
+//   routing:  with route 'measure' (the page's and the CLI's choice, frontend_js/backends.js)
+//             each fused-unit call shape is timed on the GPU and on the CPU engine in the first
+//             steps and then runs on the faster (route.js measuredSide); status.measure is the
+//             summary and onMeasured callbacks hear it each time every shape seen is decided.
+//             With route 'auto' a call goes to the GPU only when route.js gpuPays (a static
+//             split, for tests). Same bits either way.
 //   f64 unit: where the adapter is a real GPU (opts.f64Unit: 'auto', the default; true forces
 //             it, false never), the fused-unit calls routed to the GPU run WHOLLY there
 //             (f64.js: quantizers and epilogue in emulated float64, one submit and one read-back
@@ -65,7 +68,7 @@ import { gateKernel, checksumAuditView, tileAuditView, freivaldsVector, auditKey
 import { openDevice } from './device.js';
 import { GEMM_KERNELS, GemmKernel, packColsI8, int8Job } from './gemm_kernel.js';
 import { WasmUnitHost, gateWasmHost, unitPadding } from './wasm_host.js';
-import { routeRule, ruleForAdapter, routeToGpu, describeRoute } from './route.js';
+import { routeRule, ruleForAdapter, routeToGpu, describeRoute, MEASURE, shapeKey, newShapeTimes, measuredSide, measureSummary } from './route.js';
 import { GpuF64Unit, gateF64, spotAudit } from './f64.js';
 
 export class GpuFault extends Error {
@@ -99,6 +102,9 @@ export class GpuEngine extends EventTarget {
     this.stats = { calls: 0, gpuCalls: 0, cpuCalls: 0, routed: 0, checksums: 0, tileAudits: 0, submits: 0, unitCalls: 0, spotAudits: 0 };
     this.f64 = null;                      // the f64 unit, once gated
     this.route = routeRule(opts);   // null: every call on the GPU (route.js)
+    this.shapeTimes = {};                 // route 'measure': shapeKey -> {cpu, gpu, calls} (route.js)
+    this.measuredCallbacks = [];
+    this.now = opts.now || (() => performance.now());   // the measured route's clock (tests pass one)
     this.kernel = null; this.device = null;
     this.cpu = opts.cpu || bestGemmEngine().engine;
     // the fused unit's CPU ends, only where the wasm engine (same module) passed its gates
@@ -133,6 +139,9 @@ export class GpuEngine extends EventTarget {
   }
 
   onFault(cb) { this.faultCallbacks.push(cb); return () => { this.faultCallbacks = this.faultCallbacks.filter((c) => c !== cb); }; }
+
+  // cb(summary) each time every call shape seen so far is decided (route.js measureSummary)
+  onMeasured(cb) { this.measuredCallbacks.push(cb); }
 
   async boot() {
     const o = this.opts;
@@ -250,8 +259,40 @@ export class GpuEngine extends EventTarget {
   // calls of this tick, epilogue (wasm) once the result passed its audits.
   qmatmulT(a, transA, b, transB, nb, m, kk, n, out = undefined) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
+    if (this.route?.measure) return this.measuredCall(a, transA, b, transB, nb, m, kk, n, out);
+    if (!routeToGpu(this.route, nb, m, kk, n) && this.kernel && kk > 0) { this.stats.calls++; this.stats.routed++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }
+    return this.gpuUnit(a, transA, b, transB, nb, m, kk, n, out);
+  }
+
+  // route 'measure': the call on the side route.js measuredSide says; while its shape is being
+  // measured, timed (the engine's clock around the awaited result) and recorded
+  async measuredCall(a, transA, b, transB, nb, m, kk, n, out) {
+    if (!this.kernel || kk === 0) return this.gpuUnit(a, transA, b, transB, nb, m, kk, n, out);   // the CPU anyway
+    const key = shapeKey(transA, transB, nb, m, kk, n), e = (this.shapeTimes[key] ||= newShapeTimes());
+    e.calls++;
+    const { side, decided } = measuredSide(e, MEASURE.samples);
+    const run = () => (side === 'gpu' ? this.gpuUnit(a, transA, b, transB, nb, m, kk, n, out)
+      : (this.stats.calls++, this.stats.routed++, this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out)));
+    if (decided) return run();
+    const t0 = this.now(), result = await run();
+    e[side].push(this.now() - t0);
+    if (measuredSide(e, MEASURE.samples).decided) this.measured();
+    return result;
+  }
+
+  // a shape was just decided: when every shape seen is, the summary goes to status and callbacks
+  measured() {
+    const summary = measureSummary(this.shapeTimes, MEASURE.samples);
+    if (!summary.decided) return;
+    this.status.measure = summary;
+    for (const cb of this.measuredCallbacks) { try { cb(summary); } catch (e) { console.error('[gpu] onMeasured callback threw', e); } }
+  }
+
+  // the fused unit on the GPU (the f64 unit where it booted, else the GPU GEMM with the wasm
+  // host's quantizers and epilogue), or the CPU when the GPU cannot take the call
+  gpuUnit(a, transA, b, transB, nb, m, kk, n, out) {
     // (operands that do not fit the shape take the path below, which names the problem)
-    if (this.f64 && this.kernel && kk > 0 && routeToGpu(this.route, nb, m, kk, n)
+    if (this.f64 && this.kernel && kk > 0
       && a.length === nb * m * kk && b.length === nb * kk * n && this.f64.fits(nb, m, n)
       && 8 * Math.max(a.length + b.length, nb * m * n + 64) <= this.batchLimit() * 2) {
       this.stats.calls++;
@@ -263,7 +304,6 @@ export class GpuEngine extends EventTarget {
     const { kp, mp, np } = unitPadding(m, kk, n);
     const bytes = 4 * nb * mp * np + 2 * nb * (mp + np) * kp;
     if (!this.kernel || kk === 0 || bytes > this.batchLimit()) { this.stats.cpuCalls++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }
-    if (!routeToGpu(this.route, nb, m, kk, n)) { this.stats.routed++; return this.cpuUnit(a, transA, b, transB, nb, m, kk, n, out); }
     // (batch, Mp, Kp) and (batch, Np, Kp) int16 codes, scales, padded C, result: live until done
     h.live++;
     try {
@@ -420,13 +460,15 @@ export class GpuEngine extends EventTarget {
 }
 
 // createGpuEngine({ gpu, auditEvery = 8, auditTile = 8, checksum = true, seed, kernelBase, tuning,
-//                   kernels, onFault, device, info, route = 'all' | 'auto', routeRule = ROUTE,
+//                   kernels, onFault, onMeasured, device, info, route = 'all' | 'auto' | 'measure',
+//                   routeRule = ROUTE (an explicit rule: also measured on a software adapter), now,
 //                   f64Unit = 'auto' | true | false, f64Lib, spotSamples = 8 })
 // -> GpuEngine (never null: when the GPU is
 // unusable it runs on the CPU and engine.status = { path: 'cpu', reasons: [...] } says why).
 export async function createGpuEngine(opts = {}) {
   const engine = new GpuEngine(opts);
   if (opts.onFault) engine.onFault(opts.onFault);
+  if (opts.onMeasured) engine.onMeasured(opts.onMeasured);
   return engine.boot();
 }
 

@@ -221,6 +221,38 @@ export class GpuF64Unit {
     return got;
   }
 
+  // The unit on GPU buffers (the resident step, gpu/resident.js): units.qmatmulT's contract with
+  // the operands read from `xa` and `xb` (float64 storage buffers, each operand at offset 0, laid
+  // out as qmatmulT's a and b) and the result written into `out` (batch, M, N); encoded into `enc`
+  // (no submit, nothing read back). Non-finite operands set flags[0] (a storage buffer of one
+  // u32 the caller zeroed and reads once per step: then the step is the CPU's). -> the call's
+  // temporary buffers (codes, scales, accumulators, parameters), for the caller to destroy once its
+  // submit is done (the resident step's driver will keep them per shape instead).
+  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags) {
+    if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
+    const k4 = Math.ceil(kk / 4), d = this.device, p = this.pipes;
+    const temps = [];
+    const own = (bytes) => { const b = this.buffer(bytes); temps.push(b); return b; };
+    const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(nb * m * n * 4);
+    const uni = (words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return b; };
+    const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];
+    const qB = transB ? [n, kk, k4, kk, 1, n * kk] : [n, kk, k4, 1, n, kk * n];
+    const whole = (buf) => [buf, 0, buf.size];
+    const bgQA = this.bind(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), [uni([...qA, 0, 0]), 0, 32]]);
+    const bgQB = this.bind(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), [uni([...qB, 0, 0]), 0, 32]]);
+    const bgMM = this.bind(p.mm, [whole(qa), whole(qb), whole(c), [uni([m, n, k4, nb]), 0, 16]]);
+    const bgEp = this.bind(p.epi, [whole(c), whole(sa), whole(sb), whole(out), [uni([m, n, 0, 0]), 0, 16]]);
+    const t = this.tuning, tileM = t.WG_Y * t.RM, tileN = t.WG_X * t.RN;
+    const pass = enc.beginComputePass();
+    pass.setPipeline(p.quant);
+    pass.setBindGroup(0, bgQA); pass.dispatchWorkgroups(m, nb);
+    pass.setBindGroup(0, bgQB); pass.dispatchWorkgroups(n, nb);
+    pass.setPipeline(p.mm); pass.setBindGroup(0, bgMM); pass.dispatchWorkgroups(Math.ceil(n / tileN), Math.ceil(m / tileM), nb);
+    pass.setPipeline(p.epi); pass.setBindGroup(0, bgEp); pass.dispatchWorkgroups(Math.ceil((m * n) / 256), nb);
+    pass.end();
+    return temps;
+  }
+
   destroy() {
     for (const b of Object.values(this.slot || {})) b.destroy();
     for (const pool of [this.reads, this.stages]) for (const list of Object.values(pool)) for (const b of list) b.destroy();

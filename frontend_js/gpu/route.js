@@ -1,7 +1,9 @@
 // Routing: which fused-unit calls the GPU engine sends to the GPU. Pure rules, no GPU state.
-// With route 'all' (rule null) every call goes to the GPU; with route 'auto' (the page's choice)
-// only the calls where the GPU pays. Either way the bits are the same (both paths exact, both
-// gated); only where the integers are computed changes.
+// With route 'all' (rule null) every call goes to the GPU; with route 'measure' (the page's and
+// the CLI's choice, frontend_js/backends.js) each call shape is timed on both paths during the
+// first steps and then runs on the faster (MEASURE below); with route 'auto' only the calls the
+// static rule ROUTE says pay (a fixed split, for tests). Whatever the route the bits are the same
+// (both paths exact, both gated); only where the integers are computed changes.
 
 // ROUTE: the 'auto' rule, a call on the GPU only where that is faster than the wasm engine.
 // Measured on the H200 (TEST_RESULTS.md): per output element the GPU path pays ~2 ns on the CPU
@@ -11,21 +13,63 @@
 export const ROUTE = Object.freeze({ minK: 32, minMacs: 2 ** 22 });
 export const gpuPays = (nb, m, kk, n, rule = ROUTE) => kk >= rule.minK && nb * m * kk * n >= rule.minMacs;
 
-// opts.route ('all' | 'auto'), opts.routeRule -> the rule in force, or null (every call on the GPU)
-export const routeRule = ({ route, routeRule: rule } = {}) => (route === 'auto' ? { ...ROUTE, ...(rule || {}) } : null);
+// opts.route ('all' | 'auto' | 'measure'), opts.routeRule -> the rule in force, or null (every
+// call on the GPU). 'measure' is {measure: true}: the engine asks measuredSide per call.
+export const routeRule = ({ route, routeRule: rule } = {}) => (route === 'auto' ? { ...ROUTE, ...(rule || {}) }
+  : route === 'measure' ? { measure: true } : null);
 
 // The rule for the adapter the engine booted on: a software adapter (SwiftShader) is never faster
 // than the wasm engine, so nothing pays there; an explicit rule (tests) is used as given.
+// (A measured route on a software adapter is not measured either: its calls would cost seconds.)
 export function ruleForAdapter(rule, info, explicit) {
-  return rule && info?.isFallbackAdapter && !explicit ? { ...rule, minMacs: Infinity } : rule;
+  return rule && info?.isFallbackAdapter && !explicit ? { ...ROUTE, minMacs: Infinity } : rule;
 }
 
-// -> whether a fused-unit call of (batch nb, m, kk, n) goes to the GPU under `rule`
+// -> whether a fused-unit call of (batch nb, m, kk, n) goes to the GPU under a static `rule`
 export const routeToGpu = (rule, nb, m, kk, n) => !rule || gpuPays(nb, m, kk, n, rule);
 
 // the rule in words, for engine.status.routing (the panel's path line)
 export function describeRoute(rule) {
   return !rule ? 'every GEMM on the GPU'
-    : rule.minMacs === Infinity ? 'every GEMM on the CPU: a software adapter is slower than the wasm engine'
-      : `GEMMs with K >= ${rule.minK} and >= ${rule.minMacs} multiply-adds on the GPU, the rest on the CPU (faster for small ones)`;
+    : rule.measure ? 'each GEMM shape timed on the GPU and on the CPU in the first steps, then run on the faster'
+      : rule.minMacs === Infinity ? 'every GEMM on the CPU: a software adapter is slower than the wasm engine'
+        : `GEMMs with K >= ${rule.minK} and >= ${rule.minMacs} multiply-adds on the GPU, the rest on the CPU (faster for small ones)`;
+}
+
+// --- the measured route ---------------------------------------------------------------------
+// Every backend gives the same bits, so timing a call on either path and switching is safe. Per
+// call shape (shapeKey) the engine keeps {cpu: [ms], gpu: [ms], calls}; the first `samples`
+// calls of a shape alternate between the paths (GPU first), then the shape runs on the one with
+// the smaller median for good. measureSummary weighs each shape by its calls: the step's GEMMs.
+export const MEASURE = Object.freeze({ samples: 3 });
+
+export const shapeKey = (transA, transB, nb, m, kk, n) => `${nb}x${m}x${kk}x${n}${transA ? 'A' : ''}${transB ? 'B' : ''}`;
+
+export const newShapeTimes = () => ({ cpu: [], gpu: [], calls: 0 });
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b), h = s.length >> 1; return s.length % 2 ? s[h] : (s[h - 1] + s[h]) / 2; };
+
+// entry {cpu, gpu} -> {side: 'gpu' | 'cpu', decided}: while either path has fewer than `samples`
+// times, the one with fewer (the GPU on a tie); then the smaller median (the CPU on a tie)
+export function measuredSide(entry, samples = MEASURE.samples) {
+  const { cpu, gpu } = entry;
+  if (cpu.length < samples || gpu.length < samples) return { side: gpu.length <= cpu.length ? 'gpu' : 'cpu', decided: false };
+  return { side: median(gpu) < median(cpu) ? 'gpu' : 'cpu', decided: true };
+}
+
+// {key: entry} -> {decided, shapes, gpuShapes, cpuMs, gpuMs, pickedMs, speedup, gpuVsCpu}:
+// every shape's median on each path times its calls, summed (ms over the calls seen); speedup =
+// cpuMs / pickedMs (>= 1: what the pick gains over the CPU path), gpuVsCpu = cpuMs / gpuMs (the
+// GPU path alone against this device's CPU). Undecided shapes count in neither (decided false).
+export function measureSummary(shapes, samples = MEASURE.samples) {
+  let cpuMs = 0, gpuMs = 0, pickedMs = 0, n = 0, onGpu = 0, decided = true;
+  for (const e of Object.values(shapes)) {
+    const { side, decided: d } = measuredSide(e, samples);
+    if (!d) { decided = false; continue; }
+    const c = median(e.cpu) * e.calls, g = median(e.gpu) * e.calls;
+    cpuMs += c; gpuMs += g; pickedMs += side === 'gpu' ? g : c; n++;
+    if (side === 'gpu') onGpu++;
+  }
+  return { decided: decided && n > 0, shapes: n, gpuShapes: onGpu, cpuMs, gpuMs, pickedMs,
+    speedup: pickedMs > 0 ? cpuMs / pickedMs : 1, gpuVsCpu: gpuMs > 0 ? cpuMs / gpuMs : 0 };
 }

@@ -37,6 +37,8 @@ export function automationApi(peer, bus) {
     testing: {
       corruptNextSync: () => { peer.runs.faults.corruptNextSync = true; },
       faultNextState: (kind) => { peer.mesh.faultNext = { type: 8, kind }; },
+      // the GPU engine faults as a lost device or failed audit would (backends.js hears it)
+      faultGpu: (reason) => peer.picked?.engine?.fault(reason, 'test'),
       // what the others see of a crashed device: every link and the server socket end at once,
       // no goodbye, and this page's JS stops (CDP's Page.crash never answers under Playwright)
       crash: () => {

@@ -133,74 +133,33 @@ export class Peer {
   approve(peerId) { return decide(this, 'approve', peerId); }
   reject(peerId) { return decide(this, 'reject', peerId); }
 
-  // the fastest CPU backend whose gates passed, made once: cpu/registry.js picks it and says why
-  // (this.s.threads = {count, shared, reason}); undefined without the registry (the trainer's and
-  // the generator's default then: the JS mirror). All give the same bits.
+  // the CPU backend, made once: the registry (backends.js) picks it and says why (this.s.threads
+  // = {count, shared, reason}); undefined without the registry (the trainer's and the
+  // generator's default then: the JS mirror). All give the same bits.
   loadCpuBackend() {
-    this.cpuBackendMade ??= (async () => {
-      if (!this.modules.has('cpu/registry.js')) return undefined;
-      try {
-        const picked = await (await import('../cpu/registry.js')).pickCpuBackend({ has: (path) => this.modules.has(path) });
-        this.set({ threads: picked.threads });
-        return picked.backend;
-      } catch (err) {
-        console.warn('daisy: no CPU backend:', err);
-        return undefined;
-      }
-    })();
+    this.cpuBackendMade ??= this.pathReady.then(() => this.picked?.cpu);
     return this.cpuBackendMade;
   }
 
-  // GPU when the WebGPU engine exists and its kernels pass their gates, else the CPU backend.
-  // The engine drops to the CPU (the CPU backend's engine) by itself on any later fault; we
-  // show its reason.
+  // The registry (backends.js pickBackend) picks this device's backend: the GPU where its kernels
+  // passed their gates and, timed against this device's CPU at the run's settings, it is faster
+  // (?gpu=all: every GEMM there; ?gpu=off: the CPU only). A later fault or measurement changes
+  // the choice: the panel shows it and the group hears it (announce), so both agree.
   async detectPath() {
-    this.cpuBackend = await this.loadCpuBackend();
-    let path = 'cpu';
-    let reason = globalThis.navigator ? 'WebGPU not available in this browser' : 'no WebGPU in this host';
-    let why = 'no WebGPU';       // the short label's part (pathLabel); `reason` is the details
-    // ?gpu=off: the CPU path even where WebGPU works; ?gpu=all: every GEMM on the GPU, even
-    // where the CPU would be faster (checking a GPU); default 'auto' (gpu.js gpuPays)
-    const gpuChoice = this.params.get('gpu') || 'auto';
-    if (gpuChoice === 'off') { reason = 'WebGPU turned off by ?gpu=off'; why = 'WebGPU off (?gpu=off)'; }
-    else if (globalThis.navigator?.gpu && this.modules.has('gpu/gpu.js')) {
-      try {
-        const gpu = await import('../gpu/gpu.js');
-        this.gpu = gpu;
-        const engine = await gpu.createGpuEngine({
-          route: gpuChoice === 'all' ? 'all' : 'auto', cpu: this.cpuBackend?.engine,
-          onFault: ({ reason: why }) => this.set({ path: 'cpu', pathReason: `GPU disabled: ${why}`,
-                                                    pathLabel: `CPU (${this.cpuBackend?.name || 'cpu'}) — GPU disabled after a fault` }),
-        });
-        this.gpuEngine = engine;
-        if (this.cpuBackend) this.gpuBackend = (await import('../engines.js')).withEngine(this.cpuBackend, engine);
-        if (engine.status.path === 'gpu') {
-          reason = `WebGPU ${engine.status.kernel} kernel, gates passed; ${engine.status.routing}`;
-          // a software adapter (SwiftShader) gets no GEMM (gpu/route.js ruleForAdapter): the steps
-          // run on the CPU, so the path is the CPU, in the label and in every peer's table alike
-          why = engine.route && engine.route.minMacs === Infinity ? 'WebGPU adapter is software' : null;
-          path = why ? 'cpu' : 'gpu';
-        } else {
-          reason = `GPU unusable: ${engine.status.reasons.slice(-1)[0] || 'no reason given'}`;
-          why = 'GPU unusable';
-        }
-      } catch (err) {
-        reason = `GPU engine failed to start: ${err.message || err}`;
-        why = 'GPU engine failed to start';
-      }
-    } else if (globalThis.navigator?.gpu) {
-      reason = 'GPU engine not available in this build';
-      why = 'no GPU engine in this build';
+    const mode = this.params.get('gpu') || 'auto';
+    const show = (d) => { this.set(d); this.announce(); };
+    if (!this.modules.has('backends.js')) { show({ path: 'cpu', pathReason: 'frontend_js/backends.js is missing', pathLabel: 'CPU (JS mirror)', engine: 'cpu' }); return; }
+    try {
+      const registry = await import('../backends.js');
+      this.picked = await registry.pickBackend({ gpu: mode === 'off' ? null : globalThis.navigator?.gpu || null, mode: registry.GPU_MODES.includes(mode) ? mode : 'auto',
+        has: (path) => this.modules.has(path), onChange: show });
+      this.gpu = this.picked.gpuModule;
+      this.set({ threads: this.picked.threads });
+      show(this.picked.describe());
+    } catch (err) {
+      console.warn('daisy: no backend:', err);
+      show({ path: 'cpu', pathReason: `no backend: ${err.message || err}`, pathLabel: 'CPU (JS mirror)', engine: 'cpu' });
     }
-    const b = this.cpuBackend, t = this.s.threads;
-    const cpuName = !b ? 'cpu' : b.threads > 1 ? `wasm-simd × ${b.threads} ${t && !t.shared ? 'workers' : 'threads'}` : b.name;
-    const label = !why
-      ? `GPU (WebGPU${gpuChoice === 'all' ? ', every GEMM' : `; small GEMMs on ${cpuName}`})` : `CPU (${cpuName}) — ${why}`;
-    const threadsWhy = t && t.count > 1 ? `the CPU backend runs on ${t.count} threads${t.reason ? ` (${t.reason})` : ''}`
-      : t ? `the CPU backend runs on one thread: ${t.reason}` : '';
-    this.set({ path, pathReason: threadsWhy ? `${reason}; ${threadsWhy}` : reason, pathLabel: label,
-               engine: path === 'gpu' ? `webgpu (${gpuChoice === 'all' ? 'every GEMM' : 'large GEMMs'}; else ${cpuName})` : cpuName });
-    this.announce();
   }
 
   async loadDataInfo() {
@@ -216,11 +175,9 @@ export class Peer {
   // the JS mirror's modules (compute.js: loaded with the page, so always there)
   async compute() { return COMPUTE; }
 
-  // the backend of this device's steps: the GPU's engine with the CPU backend's other parts
-  // when its gates passed, else the fastest CPU backend whose gates passed (wasm-simd; the
-  // scalar one only when WebAssembly SIMD is missing)
+  // the backend of this device's next step, as the registry picked it (backends.js)
   backend() {
-    return this.gpuBackend && this.gpuEngine.status.path === 'gpu' ? this.gpuBackend : this.cpuBackend;
+    return this.picked?.backend;
   }
 
   // the training data the Space serves (runs compare it: one data id per run)

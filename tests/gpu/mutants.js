@@ -79,6 +79,35 @@ export const F64_MUTANTS = [
       '  sig = u64_shr(sig, 10u);\n']] },
 ].map((m) => ({ kernel: 'f64_lib.wgsl', mustFail: 'the f64 gate (frontend_js/gpu/f64.js gateF64)', ...m }));
 
+// the resident kernels' mutants (frontend_js/gpu/resident_gates.js gateResident must reject each;
+// `check`: the gate's check that covers the kernel, so a test runs only what the mutant touches)
+export const RESIDENT_MUTANTS = [
+  { id: 'res_tree_in_order', kernel: 'f64_rows.wgsl', check: 'rmsnorm', failure: 'treeSum as a running sum (another order of additions)',
+    edits: [['for (var i = t; i < p; i += WG) { tree[i] = f64_add(tree[i], tree[i + p]); }',
+      'if (t == 0u) { for (var i = 1u; i < p * 2u; i++) { tree[0] = f64_add(tree[0], tree[i]); } }   // BUG: sequential']] },
+  { id: 'res_pad_no_add', kernel: 'res_rmsnorm_dg.wgsl', check: 'rmsnormBackward', failure: 'the tree pad copies instead of adding +0 (-0 stays -0)',
+    edits: [['tree[i] = f64_add(prod(i, c), select(F64_ZERO, prod(i + p, c), i + p < N));',
+      'tree[i] = select(prod(i, c), f64_add(prod(i, c), prod(i + p, c)), i + p < N); /* BUG: no +0 */']] },
+  { id: 'res_adam_fused_order', kernel: 'res_adam.wgsl', check: 'adam', failure: 'Adam divides by bc1 after the ratio (another order)',
+    edits: [['let step = f64_div(f64_div(mi, P.bc1), f64_add(f64_sqrt(f64_div(vi, P.bc2)), P.eps));',
+      'let step = f64_div(f64_div(mi, f64_add(f64_sqrt(f64_div(vi, P.bc2)), P.eps)), P.bc1);   // BUG: reordered']] },
+  { id: 'res_relu_nan_zero', kernel: 'res_relu.wgsl', check: 'relu', failure: 'ReLU drops NaN to 0 (np.maximum keeps it)',
+    edits: [['f64_gt_zero(h) || f64_is_nan(h)', 'f64_gt_zero(h)']] },
+  { id: 'res_softmax_unmasked', kernel: 'res_softmax.wgsl', check: 'causalSoftmax', failure: 'the causal mask forgotten in the normalizer',
+    edits: [['if (j <= i) { e = f64_exp_det(f64_sub(f64_mul(S[o + j], P.scale), m)); }', 'e = f64_exp_det(f64_sub(f64_mul(S[o + j], P.scale), m));   // BUG: no mask']] },
+  { id: 'res_exp_one_term_short', kernel: 'f64_rows.wgsl', check: 'causalSoftmax', failure: "exp's polynomial one term short",
+    edits: [['for (var i = 12; i >= 0; i--) { p = f64_add(f64_mul(p, r), EXP_C[i]); }', 'for (var i = 12; i >= 1; i--) { p = f64_add(f64_mul(p, r), EXP_C[i]); }']] },
+  { id: 'res_embed_descending', kernel: 'res_embed_back.wgsl', check: 'embeddingBackward', failure: 'the embedding gradient summed in descending token order',
+    edits: [['for (var n = 0u; n < P.N; n++) {\n    if (IDX[n] == v) { acc = f64_add(acc, DX[n * P.C + c]); }',
+      'for (var q = 0u; q < P.N; q++) {\n    let n = P.N - 1u - q;\n    if (IDX[n] == v) { acc = f64_add(acc, DX[n * P.C + c]); }']] },
+  { id: 'res_xent_log_fused', kernel: 'res_xent.wgsl', check: 'crossEntropy', failure: 'the loss as m + (log z - logit) (another association)',
+    edits: [['f64_sub(f64_add(m, f64_log_det(z)), LOGITS[o + tgt])', 'f64_add(m, f64_sub(f64_log_det(z), LOGITS[o + tgt]))']] },
+  { id: 'res_codec_scale_nearest', kernel: 'res_codec_encode.wgsl', check: 'int8Exchange', failure: 'the int8 scale rounded to the nearest float32, not up (|y| may pass 127)',
+    edits: [deleteLine('  if (u64_lt(f32_bits_to_f64(sb), m)) { sb = sb + 1u; }     // the next float32 up')] },
+  { id: 'res_codec_floor_trunc', kernel: 'f64_rows.wgsl', check: 'int8Exchange', failure: 'floor as truncation toward zero (negative codes off by one)',
+    edits: [['  return -i32(ip.x) - select(1, 0, exact);', '  return -i32(ip.x);   // BUG: truncates']] },
+].map((m) => ({ mustFail: 'the resident gate (frontend_js/gpu/resident_gates.js gateResident)', ...m }));
+
 export class StaleMutant extends Error {}
 
 // a mutant and its kernel's text now -> the mutated text; throws StaleMutant naming the mutant and

@@ -6,12 +6,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { GEMM_MUTANTS, F64_MUTANTS, StaleMutant, applyMutant } from '../gpu/mutants.js';
+import { GEMM_MUTANTS, F64_MUTANTS, RESIDENT_MUTANTS, StaleMutant, applyMutant } from '../gpu/mutants.js';
 
 const kernel = (name) => readFileSync(new URL(`../../kernels/${name}`, import.meta.url), 'utf8');
 
 test('every mutant applies to its live kernel and changes it', () => {
-  const mutants = [...GEMM_MUTANTS, ...F64_MUTANTS];
+  const mutants = [...GEMM_MUTANTS, ...F64_MUTANTS, ...RESIDENT_MUTANTS];
   assert.equal(new Set(mutants.map((m) => m.id)).size, mutants.length, 'mutant ids are unique');
   for (const m of mutants) {
     const text = kernel(m.kernel), out = applyMutant(m, text);

@@ -58,7 +58,7 @@ const named = (cycles) => cycles.map((c) => c.join(' -> ')).join('; ');
 test('frontend_js/ has no import cycle', () => {
   const graph = importGraph(FRONTEND);
   assert.ok(graph.get('train.js').includes('engines.js'), 'the walker missed train.js -> engines.js');
-  assert.ok(graph.get('peer/peer.js').includes('gpu/gpu.js'), 'the walker missed peer/peer.js\'s import(\'../gpu/gpu.js\')');
+  assert.ok(graph.get('backends.js').includes('gpu/gpu.js'), 'the walker missed backends.js\'s import(\'./gpu/gpu.js\')');
   assert.ok(graph.get('kit/kit.js').includes('model.js'), 'the walker missed kit/kit.js -> ../model.js');
   const cycles = findCycles(graph);
   assert.equal(cycles.length, 0, `import cycle(s): ${named(cycles)}`);
@@ -83,7 +83,7 @@ test('the cycle check finds and names a cycle (real files, multi-line and dynami
 const BACKEND_MODULES = ['engines.js', 'model.js', 'optim.js', 'hashing.js', 'wasm_float.js', 'wasm_gemm.js',
   'units.js', 'train.js', 'generate.js', 'gpu/gpu.js', 'gpu/device.js', 'gpu/gemm_kernel.js', 'gpu/wasm_host.js',
   'gpu/route.js', 'gpu/engine.js', 'gpu/gpu_gates.js', 'mesh/frames.js', 'host.js', 'bits.js',
-  'cpu/registry.js', 'cpu/workers.js', 'cpu/threads.js', 'cpu/thread_jobs.js', 'cpu/unit_workers.js'];
+  'backends.js', 'cpu/workers.js', 'cpu/threads.js', 'cpu/thread_jobs.js', 'cpu/unit_workers.js'];
 
 test('no module-level mutable state in the backend modules', () => {
   const found = [];
@@ -143,14 +143,19 @@ test('the layer check names each upward import (real files, static and dynamic)'
   }
 });
 
-// one place picks the CPU backend (docs/ARCHITECTURE.md "Compute"): the page reaches the worker
-// backends only through cpu/registry.js, and neither worker backend imports the other
-test('the page picks its CPU backend only through cpu/registry.js', () => {
+// one place picks the backend (docs/ARCHITECTURE.md "Compute"): the page and the CLI reach the
+// worker backends and the GPU engine only through backends.js, and no backend imports another's
+// internals (neither worker backend the other, the GPU nothing of cpu/, cpu/ nothing of gpu/)
+test('the page and the CLI pick their backend only through backends.js', () => {
   const graph = importGraph(FRONTEND);
-  assert.ok(graph.get('peer/peer.js').includes('cpu/registry.js'), 'the walker missed peer/peer.js\'s import(\'../cpu/registry.js\')');
-  const backends = ['cpu/threads.js', 'cpu/unit_workers.js'];
-  const bad = [...graph].filter(([f]) => f.startsWith('peer/') || f.startsWith('gpu/'))
+  assert.ok(graph.get('peer/peer.js').includes('backends.js'), 'the walker missed peer/peer.js\'s import(\'../backends.js\')');
+  assert.ok(graph.get('cli.mjs').includes('backends.js'), 'the walker missed cli.mjs -> backends.js');
+  const backends = ['cpu/threads.js', 'cpu/unit_workers.js', 'gpu/gpu.js', 'gpu/engine.js'];
+  const bad = [...graph].filter(([f]) => f.startsWith('peer/') || f.startsWith('run/') || f === 'cli.mjs')
     .flatMap(([f, deps]) => deps.filter((g) => backends.includes(g)).map((g) => `${f} -> ${g}`));
-  assert.deepEqual(bad, [], `a backend chosen outside cpu/registry.js: ${bad.join(', ')}`);
-  for (const [a, b] of [backends, [...backends].reverse()]) assert.ok(!graph.get(a).includes(b), `${a} imports ${b}: shared pieces belong in cpu/workers.js`);
+  assert.deepEqual(bad, [], `a backend chosen outside backends.js: ${bad.join(', ')}`);
+  for (const [a, b] of [backends.slice(0, 2), backends.slice(0, 2).reverse()]) assert.ok(!graph.get(a).includes(b), `${a} imports ${b}: shared pieces belong in cpu/workers.js`);
+  const crossing = [...graph].flatMap(([f, deps]) => deps.filter((g) => (f.startsWith('gpu/') && g.startsWith('cpu/')) || (f.startsWith('cpu/') && g.startsWith('gpu/')))
+    .map((g) => `${f} -> ${g}`));
+  assert.deepEqual(crossing, [], `a backend imports another's internals: ${crossing.join(', ')}`);
 });

@@ -1,0 +1,78 @@
+// Split-K variant of kernels/gemm_packed.wgsl (issue 26 §3): for the weight gradients' K = 4096
+// (= B*T) with small M x N (128 x 128 .. 512 x 128: few tiles, so few workgroups), K is cut into
+// SPLITS slices, each workgroup sums one slice into its own partial C, and splitk_reduce.wgsl adds
+// the SPLITS partials. int32 sums are exact, so the order of the partial sums changes no bit:
+// validated = the mainline kernel and the CPU engine (dev/gemm_splitk/validate.py), timed on a GPU
+// (dev/gemm_splitk/bench.mjs, not run yet). workgroup_id.z = batch * SPLITS + slice.
+
+struct Params { M: u32, N: u32, K4: u32, batch: u32 }
+
+@group(0) @binding(0) var<storage, read> A: array<u32>;          // (batch, M, K4)
+@group(0) @binding(1) var<storage, read> Bt: array<u32>;         // (batch, N, K4)
+@group(0) @binding(2) var<storage, read_write> C: array<i32>;    // (SPLITS, batch, M, N) partials
+@group(0) @binding(3) var<uniform> P: Params;
+
+override WG_X: u32 = 8u;     // threads along N
+override WG_Y: u32 = 8u;     // threads along M
+override RM: u32 = 4u;       // outputs per thread along M (<= MAX_R)
+override RN: u32 = 4u;       // outputs per thread along N (<= MAX_R)
+override TK: u32 = 4u;       // K words staged per step
+const MAX_R: u32 = 8u;       // register arrays need a constant size
+override SPLITS: u32 = 4u;   // K slices
+
+var<workgroup> As: array<u32, WG_Y * RM * TK>;   // [kw][r]
+var<workgroup> Bs: array<u32, WG_X * RN * TK>;   // [kw][c]
+
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+  let tileM = WG_Y * RM;
+  let tileN = WG_X * RN;
+  let b = wid.z / SPLITS;
+  let sp = wid.z % SPLITS;
+  let chunk = ((P.K4 + SPLITS - 1u) / SPLITS + TK - 1u) / TK * TK;     // words per slice, a multiple of TK
+  let kLo = sp * chunk;
+  let kHi = min(P.K4, kLo + chunk);
+  let row0 = wid.y * tileM;
+  let col0 = wid.x * tileN;
+  let t = lid.y * WG_X + lid.x;
+  let nT = WG_X * WG_Y;
+  let aBase = b * P.M * P.K4;
+  let bBase = b * P.N * P.K4;
+  var acc: array<i32, MAX_R * MAX_R>;     // zero-initialised
+  var a: array<u32, MAX_R>;
+  var w: array<u32, MAX_R>;
+  for (var k0 = kLo; k0 < kHi; k0 += TK) {
+    for (var i = t; i < tileM * TK; i += nT) {
+      let r = i / TK;
+      let kw = i % TK;
+      var v = 0u;
+      if (row0 + r < P.M && k0 + kw < kHi) { v = A[aBase + (row0 + r) * P.K4 + k0 + kw]; }
+      As[kw * tileM + r] = v;
+    }
+    for (var i = t; i < tileN * TK; i += nT) {
+      let c = i / TK;
+      let kw = i % TK;
+      var v = 0u;
+      if (col0 + c < P.N && k0 + kw < kHi) { v = Bt[bBase + (col0 + c) * P.K4 + k0 + kw]; }
+      Bs[kw * tileN + c] = v;
+    }
+    workgroupBarrier();
+    for (var kw = 0u; kw < TK; kw++) {
+      for (var i = 0u; i < RM; i++) { a[i] = As[kw * tileM + lid.y + i * WG_Y]; }
+      for (var j = 0u; j < RN; j++) { w[j] = Bs[kw * tileN + lid.x + j * WG_X]; }
+      for (var i = 0u; i < RM; i++) {
+        for (var j = 0u; j < RN; j++) {
+          acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < RM; i++) {
+    let r = row0 + lid.y + i * WG_Y;
+    for (var j = 0u; j < RN; j++) {
+      let c = col0 + lid.x + j * WG_X;
+      if (r < P.M && c < P.N) { C[((sp * P.batch + b) * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }
+    }
+  }
+}

@@ -1,0 +1,188 @@
+// The one registry of compute backends (docs/ARCHITECTURE.md "Compute"): the page (peer.js
+// detectPath) and the CLI (cli.mjs --threads, --gpu) ask pickBackend, nothing else picks.
+// Every backend gives the same bits (docs/VERIFICATION.md "Thread partitions", §9), so the
+// choice is speed only, and it is measured on this device, not guessed:
+//   CPU    the threaded backend (cpu/threads.js: every part on every core over one shared memory;
+//          needs more than one core and SharedArrayBuffer), else the unit workers
+//          (cpu/unit_workers.js: the INT8 units on every core with copied buffers), else the
+//          one-thread parts (engines.js bestBackend(): wasm-simd, or the JS mirror)
+//   GPU    gpu/ (the WebGPU engine, its kernels gated against the CPU mirror at boot) with the CPU
+//          backend's other parts; its route 'measure' times each GEMM shape on the GPU and on the
+//          CPU backend's engine in the first steps and keeps the faster (gpu/route.js), so the
+//          page runs the faster path at the run's own settings and says by how much
+// A candidate whose module the server does not have (`has(path)` false: the page imports only
+// what exists) or whose start fails is passed over, and the reason says why.
+// Modes (the page's ?gpu=, the CLI's --gpu): 'auto' (measured), 'all' (every GEMM on the GPU:
+// checking a GPU), 'off' (the CPU backend only).
+import { bestBackend, withEngine } from './engines.js';
+import { defaultThreads } from './cpu/workers.js';
+
+export const GPU_MODES = Object.freeze(['auto', 'all', 'off']);
+
+// --- the rule in words: pure -------------------------------------------------------------------
+
+// The CPU backend's short name: 'wasm-simd', 'wasm-simd × 4 threads', 'wasm-simd × 4 workers'
+export function cpuName(backend, threads) {
+  if (!backend) return 'cpu';
+  return backend.threads > 1 ? `wasm-simd × ${backend.threads} ${threads && !threads.shared ? 'workers' : 'threads'}` : backend.name;
+}
+
+const times = (x) => `${x >= 10 ? x.toFixed(0) : x.toFixed(1)}×`;
+
+// What the page shows and announces for a choice -> {path, pathLabel, pathReason, engine}.
+//   mode     'auto' | 'all' | 'off'
+//   cpu      the CPU backend's name (cpuName), threads {count, shared, reason} or null
+//   gpu      null (no WebGPU), or {state, reason}: state 'off' (mode off), 'missing' (no engine in
+//            this build), 'failed' (the engine threw at start), 'unusable' (no kernel passed its
+//            gate), 'software' (a software adapter: nothing routed there), 'fault' (disabled after
+//            a fault), 'gpu' (booted; measure: the engine's summary once decided, gpu/route.js)
+// path is where the GEMMs run: 'gpu' only when some of them run there.
+export function describeChoice({ mode, cpu, threads = null, gpu }) {
+  const t = threads;
+  const threadsWhy = t && t.count > 1 ? `the CPU backend runs on ${t.count} threads${t.reason ? ` (${t.reason})` : ''}`
+    : t ? `the CPU backend runs on one thread: ${t.reason}` : '';
+  const withThreads = (reason) => (threadsWhy ? `${reason}; ${threadsWhy}` : reason);
+  const onCpu = (short, reason) => ({ path: 'cpu', pathLabel: `CPU (${cpu}) — ${short}`, pathReason: withThreads(reason), engine: cpu });
+  if (!gpu) return onCpu('no WebGPU', 'WebGPU not available in this browser');
+  const { state, reason = '', kernel = 'GPU', routing = '', measure = null } = gpu;
+  if (state === 'off') return onCpu('WebGPU off (?gpu=off)', 'WebGPU turned off by ?gpu=off');
+  if (state === 'missing') return onCpu('no GPU engine in this build', 'GPU engine not available in this build');
+  if (state === 'failed') return onCpu('GPU engine failed to start', `GPU engine failed to start: ${reason}`);
+  if (state === 'unusable') return onCpu('GPU unusable', `GPU unusable: ${reason || 'no reason given'}`);
+  if (state === 'fault') return onCpu('GPU disabled after a fault', `GPU disabled: ${reason}`);
+  const booted = `WebGPU ${kernel} kernel, gates passed; ${routing}`;
+  if (state === 'software') return onCpu('WebGPU adapter is software', booted);
+  if (mode === 'all') {
+    return { path: 'gpu', pathLabel: 'GPU (WebGPU, every GEMM)', pathReason: withThreads(booted), engine: `webgpu (every GEMM; else ${cpu})` };
+  }
+  if (!measure) {
+    return { path: 'gpu', pathLabel: 'GPU (WebGPU) — timing it against the CPU', pathReason: withThreads(booted),
+      engine: `webgpu (GEMM shapes being timed against ${cpu})` };
+  }
+  const m = measure;
+  const detail = `${booted}: over the calls timed, the CPU path ${m.cpuMs.toFixed(1)} ms, the GPU path ${m.gpuMs.toFixed(1)} ms, `
+    + `${m.gpuShapes} of ${m.shapes} GEMM shapes on the GPU`;
+  if (m.gpuShapes === 0) return onCpu(`GPU ${m.gpuVsCpu.toFixed(2)}× this device's CPU here`, `${detail} (the CPU is faster at these settings)`);
+  return { path: 'gpu', pathLabel: `GPU: ${times(m.speedup)} this device's CPU at these settings`, pathReason: withThreads(detail),
+    engine: `webgpu (${m.gpuShapes} of ${m.shapes} GEMM shapes; else ${cpu})` };
+}
+
+// The engine's state -> describeChoice's gpu argument
+export function gpuState(engine) {
+  const s = engine.status;
+  if (s.path !== 'gpu') {
+    const last = s.reasons.slice(-1)[0] || '';
+    return engine.booted ? { state: 'fault', reason: last } : { state: 'unusable', reason: last };
+  }
+  const software = engine.route && engine.route.minMacs === Infinity;
+  return { state: software ? 'software' : 'gpu', kernel: s.kernel, routing: s.routing, measure: s.measure || null };
+}
+
+// --- the CPU backend ---------------------------------------------------------------------------
+
+// -> {backend, threads: {count, shared, reason}}: the CPU candidate, best first (see the header).
+// threads: a count (the CLI's --threads: the threaded backend on exactly that many), 'auto' (every
+// core the device reports), or 1 (the one-thread parts). has(path): whether frontend_js/<path> is
+// served (default: everything is)
+export async function pickCpuBackend({ threads = 'auto', has = () => true } = {}) {
+  const n = threads === 'auto' ? await defaultThreads() : threads;
+  if (threads !== 'auto' && n > 1) {          // asked for by count: no fallback, its error stands
+    const { createThreadedBackend } = await import('./cpu/threads.js');
+    return { backend: await createThreadedBackend({ threads: n }), threads: { count: n, shared: true, reason: null } };
+  }
+  let reason = n < 2 ? (threads === 'auto' ? 'this device reports one core' : 'one thread asked for') : null;
+  if (!reason && !has('cpu/threads.js')) reason = 'cpu/threads.js is missing';
+  if (!reason) {
+    try {
+      const mod = await import('./cpu/threads.js');
+      reason = mod.threadsUnavailable();
+      if (!reason) return { backend: await mod.createThreadedBackend({ threads: n }), threads: { count: n, shared: true, reason: null } };
+    } catch (err) {
+      reason = `the threaded backend failed: ${err.message || err}`;
+      console.warn('daisy:', reason);
+    }
+    if (has('cpu/unit_workers.js')) {
+      try {
+        const backend = await (await import('./cpu/unit_workers.js')).createUnitWorkersBackend({ threads: n });
+        return { backend, threads: { count: n, shared: false, reason: `${reason}: the INT8 units run on ${n} threads with copied buffers, the row kernels on one` } };
+      } catch (err) {
+        reason = `${reason}; the unit workers failed: ${err.message || err}`;
+        console.warn('daisy:', reason);
+      }
+    }
+  }
+  return { backend: await bestBackend(), threads: { count: 1, shared: false, reason } };
+}
+
+// --- the pick ------------------------------------------------------------------------------------
+
+// The choice, live: the GPU engine may fault or finish measuring after the pick. backend is the
+// backend of the next step; describe() what the page shows. onChange(description) hears every
+// change after the pick (a fault, a measurement): the page sets its state and announces it, so
+// the peer table and the compute line agree.
+export class PickedBackend {
+  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null }) {
+    this.mode = mode; this.cpu = cpu; this.threads = threads;
+    this.gpuModule = gpuModule; this.engine = engine; this.gpuBackend = gpuBackend;
+    this.gpu = gpu;                       // describeChoice's gpu argument when there is no engine
+    this.changeCallbacks = [];
+  }
+
+  get backend() { return this.gpuBackend && this.engine.status.path === 'gpu' ? this.gpuBackend : this.cpu; }
+
+  describe() {
+    return describeChoice({ mode: this.mode, cpu: cpuName(this.cpu, this.threads), threads: this.threads,
+      gpu: this.engine ? gpuState(this.engine) : this.gpu });
+  }
+
+  onChange(cb) { this.changeCallbacks.push(cb); }
+
+  changed() {
+    const d = this.describe();
+    for (const cb of this.changeCallbacks) { try { cb(d); } catch (e) { console.error('daisy: onChange callback threw', e); } }
+  }
+}
+
+// -> PickedBackend. gpu: navigator.gpu (a page) or the `webgpu` package's GPU (Node), null for
+// none; threads: see pickCpuBackend; mode: GPU_MODES; has(path): whether frontend_js/<path> is
+// served; onChange: PickedBackend.onChange; engineOpts: more createGpuEngine options (tests:
+// now, routeRule, kernelBase). settings: a config (config.js makeConfig) to time the paths at
+// now, before any run (settle below); without it they are timed in the run's first steps.
+export async function pickBackend({ gpu = null, threads = 'auto', mode = 'auto', has = () => true, onChange = null,
+  engineOpts = {}, settings = null } = {}) {
+  if (!GPU_MODES.includes(mode)) throw new Error(`unknown GPU mode ${JSON.stringify(mode)}: one of ${GPU_MODES.join(', ')}`);
+  const { backend: cpu, threads: t } = await pickCpuBackend({ threads, has });
+  const base = { mode, cpu, threads: t };
+  let picked;
+  if (mode === 'off') picked = new PickedBackend({ ...base, gpu: { state: 'off' } });
+  else if (!gpu) picked = new PickedBackend({ ...base, gpu: null });
+  else if (!has('gpu/gpu.js')) picked = new PickedBackend({ ...base, gpu: { state: 'missing' } });
+  else {
+    try {
+      const gpuModule = await import('./gpu/gpu.js');
+      const engine = await gpuModule.createGpuEngine({ gpu, route: mode === 'all' ? 'all' : 'measure', cpu: cpu.engine, ...engineOpts });
+      engine.booted = true;                 // from here on, leaving the GPU is a fault (gpuState)
+      picked = new PickedBackend({ ...base, gpuModule, engine, gpuBackend: withEngine(cpu, engine) });
+      engine.onFault(() => picked.changed());
+      engine.onMeasured(() => picked.changed());
+    } catch (err) {
+      picked = new PickedBackend({ ...base, gpu: { state: 'failed', reason: `${err.message || err}` } });
+    }
+  }
+  if (onChange) picked.onChange(onChange);
+  if (settings && picked.engine?.route?.measure && picked.engine.status.path === 'gpu') await settle(picked, settings);
+  return picked;
+}
+
+// Times the paths at `settings` now: local steps of a seeded model on fixed tokens through the
+// picked backend until every GEMM shape is decided (gpu/route.js MEASURE; at most maxSteps). The
+// weights are thrown away; nothing a run computes depends on it.
+export async function settle(picked, settings, maxSteps = 8) {
+  const [{ initParams, lossAndGrads }, { VOCAB_SIZE }] = await Promise.all([import('./model.js'), import('./tokenizer.js')]);
+  const cfg = settings, B = cfg.batch, T = cfg.seq_len, params = initParams(cfg);
+  const idx = Int32Array.from({ length: B * T }, (_, i) => (i * 7919) % VOCAB_SIZE);
+  const targets = Int32Array.from({ length: B * T }, (_, i) => (i * 104729 + 1) % VOCAB_SIZE);
+  for (let s = 0; s < maxSteps && !picked.engine.status.measure && picked.engine.status.path === 'gpu'; s++) {
+    await picked.gpuModule.withGpuFallback(picked.engine, () => lossAndGrads(params, cfg, idx, targets, B, T, picked.backend));
+  }
+}

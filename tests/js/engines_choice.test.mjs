@@ -1,0 +1,101 @@
+// The registry's rule (frontend_js/backends.js, frontend_js/gpu/route.js), pure, no GPU: given
+// the timings of each GEMM shape on both paths, which path each shape runs on, the summary, and
+// what the page's compute line says for every kind of choice.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute } from '../../frontend_js/gpu/route.js';
+import { describeChoice, cpuName, pickBackend, GPU_MODES } from '../../frontend_js/backends.js';
+
+const entry = (cpu, gpu, calls = cpu.length + gpu.length) => ({ ...newShapeTimes(), cpu, gpu, calls });
+
+test('a shape alternates GPU, CPU until both have their samples, then runs on the smaller median', () => {
+  const n = MEASURE.samples;
+  assert.equal(n, 3);
+  assert.deepEqual(measuredSide(entry([], [])), { side: 'gpu', decided: false }, 'the GPU first');
+  assert.deepEqual(measuredSide(entry([], [5])), { side: 'cpu', decided: false });
+  assert.deepEqual(measuredSide(entry([5], [5])), { side: 'gpu', decided: false });
+  assert.deepEqual(measuredSide(entry([5, 5], [5, 5, 5])), { side: 'cpu', decided: false });
+  // medians, not means: one slow first call (compiling, allocating) does not decide it
+  assert.deepEqual(measuredSide(entry([10, 10, 10], [500, 2, 2])), { side: 'gpu', decided: true });
+  assert.deepEqual(measuredSide(entry([10, 10, 10], [11, 11, 1])), { side: 'cpu', decided: true });
+  assert.deepEqual(measuredSide(entry([4, 4, 4], [4, 4, 4])), { side: 'cpu', decided: true }, 'a tie stays on the CPU');
+  assert.equal(shapeKey(true, false, 2, 3, 4, 5), '2x3x4x5A');
+  assert.equal(shapeKey(false, true, 1, 1, 1, 1), '1x1x1x1B');
+});
+
+test('the summary weighs each shape by its calls; undecided shapes leave it undecided', () => {
+  const shapes = {
+    big: entry([30, 30, 30], [10, 10, 10], 8),      // GPU 3x faster, 8 calls
+    small: entry([1, 1, 1], [4, 4, 4], 8),          // CPU 4x faster, 8 calls
+  };
+  const s = measureSummary(shapes);
+  assert.equal(s.decided, true);
+  assert.deepEqual([s.shapes, s.gpuShapes], [2, 1]);
+  assert.equal(s.cpuMs, 8 * 30 + 8 * 1);
+  assert.equal(s.gpuMs, 8 * 10 + 8 * 4);
+  assert.equal(s.pickedMs, 8 * 10 + 8 * 1);
+  assert.equal(s.speedup, 248 / 88);
+  assert.equal(s.gpuVsCpu, 248 / 112);
+  assert.equal(measureSummary({ ...shapes, new: entry([1], [1]) }).decided, false);
+  assert.equal(measureSummary({}).decided, false, 'nothing timed: nothing to say');
+});
+
+test('route measure is its own rule; a software adapter is not measured unless a rule was given', () => {
+  assert.deepEqual(routeRule({ route: 'measure' }), { measure: true });
+  assert.equal(ruleForAdapter({ measure: true }, { isFallbackAdapter: true }, undefined).minMacs, Infinity);
+  assert.deepEqual(ruleForAdapter({ measure: true }, { isFallbackAdapter: true }, { measure: true }), { measure: true });
+  assert.deepEqual(ruleForAdapter({ measure: true }, { isFallbackAdapter: false }, undefined), { measure: true });
+  assert.match(describeRoute({ measure: true }), /timed on the GPU and on the CPU/);
+});
+
+test('the compute line for every choice: where the GEMMs run, and by how much', () => {
+  const cpu = 'wasm-simd × 4 threads', threads = { count: 4, shared: true, reason: null };
+  const base = { mode: 'auto', cpu, threads };
+  const booted = { state: 'gpu', kernel: 'packed', routing: 'r' };
+  const m = (over) => ({ decided: true, shapes: 6, gpuShapes: 4, cpuMs: 320, gpuMs: 110, pickedMs: 100, speedup: 3.2, gpuVsCpu: 320 / 110, ...over });
+  const fast = describeChoice({ ...base, gpu: { ...booted, measure: m() } });
+  assert.equal(fast.path, 'gpu');
+  assert.equal(fast.pathLabel, "GPU: 3.2× this device's CPU at these settings");
+  assert.match(fast.pathReason, /CPU path 320\.0 ms, the GPU path 110\.0 ms, 4 of 6 GEMM shapes on the GPU; the CPU backend runs on 4 threads$/);
+  const slow = describeChoice({ ...base, gpu: { ...booted, measure: m({ gpuShapes: 0, gpuMs: 900, pickedMs: 320, speedup: 1, gpuVsCpu: 320 / 900 }) } });
+  assert.equal(slow.path, 'cpu');
+  assert.equal(slow.pathLabel, `CPU (${cpu}) — GPU 0.36× this device's CPU here`);
+  assert.equal(slow.engine, cpu);
+  const timing = describeChoice({ ...base, gpu: booted });
+  assert.deepEqual([timing.path, timing.pathLabel], ['gpu', 'GPU (WebGPU) — timing it against the CPU']);
+  const all = describeChoice({ ...base, mode: 'all', gpu: booted });
+  assert.deepEqual([all.path, all.pathLabel], ['gpu', 'GPU (WebGPU, every GEMM)']);
+  assert.match(all.engine, /every GEMM/);
+  const cases = [
+    [null, 'no WebGPU', 'WebGPU not available in this browser'],
+    [{ state: 'off' }, 'WebGPU off (?gpu=off)', 'WebGPU turned off by ?gpu=off'],
+    [{ state: 'missing' }, 'no GPU engine in this build', 'GPU engine not available in this build'],
+    [{ state: 'failed', reason: 'boom' }, 'GPU engine failed to start', 'GPU engine failed to start: boom'],
+    [{ state: 'unusable', reason: 'gate' }, 'GPU unusable', 'GPU unusable: gate'],
+    [{ state: 'fault', reason: 'device lost' }, 'GPU disabled after a fault', 'GPU disabled: device lost'],
+    [{ ...booted, state: 'software' }, 'WebGPU adapter is software', 'WebGPU packed kernel, gates passed; r'],
+  ];
+  for (const [gpu, short, reason] of cases) {
+    const d = describeChoice({ mode: 'auto', cpu: 'wasm-simd', threads: { count: 1, shared: false, reason: 'one core' }, gpu });
+    assert.equal(d.path, 'cpu', short);
+    assert.equal(d.pathLabel, `CPU (wasm-simd) — ${short}`);
+    assert.equal(d.pathReason, `${reason}; the CPU backend runs on one thread: one core`);
+    assert.ok(d.pathLabel.length <= 60, d.pathLabel);
+  }
+  assert.equal(cpuName({ threads: 4, name: 'x' }, { shared: false }), 'wasm-simd × 4 workers');
+  assert.equal(cpuName({ threads: 1, name: 'wasm-simd' }, null), 'wasm-simd');
+});
+
+test('pickBackend without a GPU or with the GPU off: the CPU backend, said so; an unknown mode refused', async () => {
+  assert.deepEqual(GPU_MODES, ['auto', 'all', 'off']);
+  const none = await pickBackend({ gpu: null, threads: 1 });
+  assert.equal(none.backend, none.cpu);
+  assert.equal(none.backend.name, 'wasm-simd');
+  assert.deepEqual([none.describe().path, none.describe().pathLabel], ['cpu', 'CPU (wasm-simd) — no WebGPU']);
+  const off = await pickBackend({ gpu: {}, mode: 'off', threads: 1 });
+  assert.equal(off.describe().pathLabel, 'CPU (wasm-simd) — WebGPU off (?gpu=off)');
+  const missing = await pickBackend({ gpu: {}, threads: 1, has: (p) => p !== 'gpu/gpu.js' });
+  assert.equal(missing.describe().pathLabel, 'CPU (wasm-simd) — no GPU engine in this build');
+  await assert.rejects(pickBackend({ mode: 'resident?' }), /unknown GPU mode/);
+});
