@@ -3,7 +3,8 @@
 
     --attack "slot=1,from=39,kind=scale:-1000"     peer 1 sends -1000 x its gradient from step index 39
     --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
-    --audit-rate 2                                  two audits per step (default 1; 0 = none)
+    --audit-rate 0.5                                each slot's contribution audited with chance 0.5 per
+                                                    step (default 0.1; 0 = none; 1 = every slot, every step)
 
 The attacking peers are named by their slot at the run's start; a peer keeps its id when slots
 renumber after a removal. Kinds (each forged message is committed to honestly, so only an audit
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import prng
-from .audit import (Evidence, audit_pairs, beacon, cheap_check, check_reduced_shard, contribution_digest,
+from .audit import (MAX_AUDIT_RATE, Evidence, audit_load, audit_pairs, beacon, cheap_check, check_reduced_shard, contribution_digest,
                     judge, message_bounds, message_hashes, reference_nonce, rollback_step, slot_digest,
                     slot_messages)
 from .collective import flatten_grads, unflatten
@@ -45,7 +46,6 @@ from .reduce import reduce_losses
 from .train import Group, copy_replica
 
 KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor", "liar-owner")
-MAX_AUDIT_RATE = 64
 
 
 # -- the attack setting -----------------------------------------------------------------------
@@ -85,6 +85,15 @@ def parse_attack(text: str) -> Attack:
     elif kind not in KINDS or kind == "scale:F":
         raise ValueError(f"--attack kind '{kind}' is not one of {', '.join(KINDS)}")
     return Attack(peers, int(start), kind, factor)
+
+
+def parse_audit_rate(text: str) -> float:
+    """"0.1" -> 0.1: the chance that a slot's contribution to a step is audited, 0..1 (the
+    messages are mirrored by frontend_js/attack.js)."""
+    if re.fullmatch(r"[0-9]{1,2}(\.[0-9]{1,9})?", text) is None or not 0.0 <= float(text) <= MAX_AUDIT_RATE:
+        raise ValueError(f"--audit-rate must be a chance from 0 to 1 (each slot's contribution audited "
+                         f"with it at each step), got {text}")
+    return float(text)
 
 
 def check_attack(attack: Attack, P: int, steps: int) -> None:
@@ -144,7 +153,7 @@ class AuditedRun:
     """A Group (daisy/train.py) trained with commitments, audits and removal (module docstring);
     a removal replaces the Group by one of the survivors, restored to the rollback's state."""
 
-    def __init__(self, cfg, group, attack: Attack | None, rate: int):
+    def __init__(self, cfg, group, attack: Attack | None, rate: float):
         self.cfg, self.group, self.attack, self.rate = cfg, group, attack, rate
         self.shapes = param_shapes(cfg)
         self.codec = codec_for(cfg.exchange)
@@ -154,6 +163,8 @@ class AuditedRun:
         self.snapshots = {0: copy_replica(group.replicas[0])}       # step -> state after that step
         self.schedule = {}                                    # step index -> P (kept timeline)
         self.previous = {}                                    # attacker id -> its last honest flat
+        self.assigned = {}                                    # step -> its audits' auditor slots (since the
+                                                              # roster's last change: audit_load)
         self.audits = 0
         self.recomputed = 0
 
@@ -212,7 +223,9 @@ class AuditedRun:
                                             f"{s + 1}: removed", emit)
         nonces = [reference_nonce(cfg.seed, s, slot) for slot in range(P)]
         passed = []
-        for auditor, audited in audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces)):
+        pairs = audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces), audit_load(self.assigned, s, P))
+        self.assigned[s] = [auditor for auditor, _ in pairs]
+        for auditor, audited in pairs:
             reported = self.audit(s, auditor, audited, digests[audited], P)
             if reported == digests[audited]:
                 reason = self.check_owner(s, audited, messages, N)
@@ -305,6 +318,7 @@ class AuditedRun:
         for c in self.excluded_from:
             self.excluded_from[c] = min(self.excluded_from[c], back)
         del self.ids[slot]
+        self.assigned = {}                            # slots renumber: loads count from `back` on
         for by in self.passes.values():               # passes in the steps undone are void
             for a in [a for a, t in by.items() if t > back]:
                 del by[a]

@@ -14,13 +14,12 @@ import { BLOCK, SCALE_BYTES, CodecError, codecFor } from './exchange_codec.js';
 import { reduceLosses } from './reduce.js';
 import { Group, cloneReplica, stepJsonLine } from './train.js';
 import {
-  Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
+  MAX_AUDIT_RATE, Evidence, auditLoad, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
   messageHashes, referenceNonce, rollbackStep, sha256, slotDigest, slotMessages,
 } from './audit.js';
 import { Sha256, toHex } from './hashing.js';
 
 export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
-export const MAX_AUDIT_RATE = 64;
 
 // ---- the attack setting ---------------------------------------------------------------------------
 export class AttackError extends Error {}
@@ -61,6 +60,14 @@ export function parseAttack(text) {
   if (m) { kind = 'scale'; factor = Number(m[1]); }
   else if (!KINDS.includes(kind) || kind === 'scale:F') throw new AttackError(`--attack kind '${kind}' is not one of ${KINDS.join(', ')}`);
   return new Attack(Object.freeze(peers), Number(start), kind, factor);
+}
+
+// "0.1" -> 0.1: the chance that a slot's contribution to a step is audited, 0..1
+export function parseAuditRate(text) {
+  if (!/^[0-9]{1,2}(\.[0-9]{1,9})?$/.test(text) || !(Number(text) >= 0 && Number(text) <= MAX_AUDIT_RATE)) {
+    throw new AttackError(`--audit-rate must be a chance from 0 to 1 (each slot's contribution audited with it at each step), got ${text}`);
+  }
+  return Number(text);
 }
 
 // the attack fits a run of P peers and `steps` steps; at least one peer stays honest
@@ -139,6 +146,8 @@ export class AuditedRun {
     this.snapshots = new Map([[0, cloneReplica(group.replicas[0])]]);   // step -> state after it
     this.schedule = new Map();                                   // step index -> P (kept timeline)
     this.previous = new Map();                                   // attacker id -> its last honest flat
+    this.assigned = new Map();                                   // step -> its audits' auditor slots (since the
+                                                                 // roster's last change: auditLoad)
     this.audits = 0;
     this.recomputed = 0;
   }
@@ -203,7 +212,9 @@ export class AuditedRun {
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, s, slot));
     const passed = [];
-    for (const [auditor, audited] of auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces))) {
+    const pairs = auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces), auditLoad(this.assigned, s, P));
+    this.assigned.set(s, pairs.map(([auditor]) => auditor));
+    for (const [auditor, audited] of pairs) {
       const reported = toHex(await this.audit(s, auditor, audited, digests[audited], P));
       const committed = toHex(digests[audited]);
       if (reported === committed) {
@@ -302,6 +313,7 @@ export class AuditedRun {
     this.excludedFrom.set(pid, back);
     for (const [c, since] of this.excludedFrom) this.excludedFrom.set(c, Math.min(since, back));
     this.ids.splice(slot, 1);
+    this.assigned = new Map();                      // slots renumber: loads count from `back` on
     for (const by of this.passes.values()) for (const [a, t] of [...by]) if (t > back) by.delete(a);   // passes in the steps undone are void
     const state = this.snapshots.get(back);
     const g = this.group;

@@ -37,7 +37,7 @@ export async function start(ctl, config) {
   // short of its last step is continued
   const { resume: want, auditRate = DEFAULT_AUDIT_RATE, ...settings } = config || {};
   if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
-  if (!validAuditRate(auditRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(auditRate)}`);
+  if (!validAuditRate(auditRate)) throw new Error(`auditRate must be a chance from 0 to 1 (each slot's contribution audited with it at each step), got ${JSON.stringify(auditRate)}`);
   const m = h.models;
   const point = m.resumePoint();
   if (want === true && !point) {

@@ -60,6 +60,7 @@ async function attackCase(peers, liarSlot, faults, attack, settings = {}) {
       const c = convictions(n).find((x) => x.peer === removed);
       assert.ok(c, `${n.id} convicted ${removed}: ${JSON.stringify(convictions(n))}`);
       assert.equal(c.back, ref.removals[0].back, `${n.id} rolled back to ${c.back}, the reference to ${ref.removals[0].back}`);
+      assert.equal(c.step, ref.removals[0].step, `${n.id} convicted at step ${c.step}, the reference at ${ref.removals[0].step}`);
       assertKept(n, ref);
     }
     return { ref, honest };
@@ -135,7 +136,10 @@ test('nobody lies: every page audits and every step is the plain reference; evid
       assert.equal(off, null, off);
       assert.ok(n.run.book === null || n.run.book.audits >= 0);
     }
-    assert.ok(nodes.reduce((k, n) => k + n.ctl.lastRun.book.audits, 0) >= STEPS, 'one audit per step in the group');
+    const { run: plain } = await attackedRun({ settings: { ...SETTINGS, steps: STEPS }, peers: 3, attack: null, steps: STEPS, backend: BACKEND });
+    const ran = nodes.reduce((k, n) => k + n.ctl.lastRun.book.audits, 0);
+    assert.equal(ran, plain.audits, `the pages ran ${ran} audits, the reference's schedule has ${plain.audits}`);
+    assert.ok(ran >= 0.1 * 3 * STEPS * 0.5, `about rate x P audits per step: ${ran} in ${STEPS} steps`);
     assert.ok(a.mesh.drops?.some?.((d) => /EVIDENCE/.test(d.why || d.reason || '')) ?? true);
   } finally { await g.close(); }
 });
