@@ -42,6 +42,7 @@ CASES = {
     "int8-scale": ["--peers", "4", "--stop-after", "30", "--exchange", "int8", "--attack",
                    "slot=2,from=5,kind=scale:-1000", *TINY],
     "int8-nan": ["--peers", "3", "--stop-after", "20", "--exchange", "int8", "--attack", "slot=1,from=5,kind=nan", *TINY],
+    "forge-then-leave": ["--peers", "3", "--stop-after", "30", "--attack", "slot=1,from=20,kind=scale:-1000,leave=21", *TINY],
     "rate-half": ["--peers", "3", "--stop-after", "30", "--audit-rate", "0.5", "--attack", "slot=1,from=5,kind=stale", *TINY],
 }
 TEXT_CASES = {"scale"}           # also compared in text form
@@ -51,6 +52,7 @@ BAD = [
     ["--attack", "slot=1,from=300,kind=nan"], ["--attack", "slot=1,kind=nan", "--roster", "0:2"],
     ["--attack", "slot=1,from=x,kind=nan"], ["--attack", "slot=1,kind=scale:abc"],
     ["--attack", "slot=1,kind=nan,slot=2"], ["--attack", "foo"], ["--a", "1"],
+    ["--attack", "slot=1,from=5,kind=nan,leave=5"], ["--attack", "slot=1,kind=nan,leave=300"],
 ]
 
 
@@ -112,7 +114,7 @@ def test_python_and_node_print_the_same_attack_run(results, name):
         assert diff is None, f"{name} (text): python and node differ at {diff}"
 
 
-@pytest.mark.parametrize("name", ["scale", "liar", "collude", "int8-scale", "noise-rsag"])
+@pytest.mark.parametrize("name", ["scale", "liar", "collude", "int8-scale", "noise-rsag", "forge-then-leave"])
 def test_the_kept_run_is_the_reference_with_the_removal(results, name):
     p = results[("py", name)]
     roster = roster_of(p.stderr)

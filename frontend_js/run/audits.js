@@ -37,7 +37,7 @@ import { Replica, Trainer } from '../train.js';
 import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
 import { waitUntil } from '../peer/page_clock.js';
-import { AUDIT_WINDOW, MAX_AUDIT_RATE, auditLoad, auditPairs, beacon, checkReducedShard, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence } from '../audit.js';
+import { AUDIT_WINDOW, MAX_AUDIT_RATE, auditLoad, auditPairs, beacon, checkReducedShard, slotMessages, trustedStep, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence } from '../audit.js';
 import { CodecError } from '../exchange_codec.js';
 import { jsSha, toHex, fromHex } from '../hashing.js';
 import { qmatmulT } from '../units.js';
@@ -90,6 +90,7 @@ function pruneStates(run) {
   const needed = new Set([b.floor]);
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
   for (const { t } of b.pending.values()) needed.add(t);          // audits whose verdict may still come
+  for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
   for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) release(b, t);
   const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
   while (b.states.size > MAX_KEPT_STATES && old.length) release(b, old.shift());
@@ -104,9 +105,12 @@ export async function afterExchange(ctl, run, s, out, loss) {
   const nonce = ctl.faults.referenceNonces ? referenceNonce(run.cfg.seed, s, run.slot) : crypto.getRandomValues(new Uint8Array(32));
   b.nonces.set(s, nonce);
   commitOwn(ctl, run, s, { hashes: out.ownHashes, loss, nonceHash: sha256Hex(nonce) });
-  sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce));
+  if (!withholding(ctl, s)) sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce));
   return catchUp(ctl, run, s - 2);
 }
+
+// the fault plan's page that withholds its AUDIT frames (tests: a forger that leaves at once)
+const withholding = (ctl, s) => ctl.faults.withholdAudits !== null && s >= ctl.faults.withholdAudits.from;
 
 function commitOwn(ctl, run, s, commit) {
   commitsOf(run.book, run.epoch, s).set(run.slot, commit);
@@ -146,7 +150,7 @@ export function revealLast(ctl, run) {
   const b = run.book;
   if (!b || !b.nonces.size) return;
   const last = Math.max(...b.nonces.keys()), s = last + 1;
-  if (b.tailSent.has(`${run.epoch}:${s}`)) return;
+  if (b.tailSent.has(`${run.epoch}:${s}`) || withholding(ctl, s)) return;
   b.tailSent.add(`${run.epoch}:${s}`);
   ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null,
                                   reveal: toHex(b.nonces.get(last)), beacon: b.beacons.get(s - 2) || null });
@@ -481,7 +485,7 @@ function recordPass(run, audited, auditor, after) {
 // the digest of `slot`'s contribution to step t, recomputed from this device's kept state after t
 // steps (null: that state is no longer kept); batch: its batch's promise, if fetched already.
 // item: an audit this device owes (its units pass the gate); else a judge's check, at once
-async function recompute(ctl, run, t, slot, batch = null, item = null) {
+async function recompute(ctl, run, t, slot, batch = null, item = null, sent = false) {
   const b = run.book, st = b.states.get(t);
   if (!st) { ctl.host.note(`Cannot check step ${t + 1}: its state is no longer kept here.`); return null; }
   const replica = new Replica(st.params, { t: st.t, m: st.m, v: st.v });
@@ -500,6 +504,10 @@ async function recompute(ctl, run, t, slot, batch = null, item = null) {
       : await trainer.localStep(t, slot, arena);
     if (item && item.done - before > 0) b.units.perStep = item.done - before;     // a step's units, counted
     const flat = flattenGrads(r.grads, run.collective.names);
+    if (sent) {                    // the message this device received from `slot`, and its loss
+      const messages = slotMessages(flat, run.roster.length, run.cfg.seed, t, slot, run.collective.codec);
+      return { hash: sha256Hex(messages[messages.length === 1 ? 0 : run.slot]), loss: r.loss };
+    }
     return toHex(contributionDigest(flat, r.loss, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
   };
   return (item ? step() : exclusive(run, step)).finally(() => {
@@ -560,7 +568,9 @@ function pruneFrames(run) {
       if (e < run.epoch || st < b.done - 1) map.delete(key);
     }
   }
-  for (const map of [b.received, b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes, b.assigned]) for (const st of [...map.keys()]) if (st < b.done - VERDICT_STEPS) map.delete(st);
+  for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes, b.assigned]) for (const st of [...map.keys()]) if (st < b.done - VERDICT_STEPS) map.delete(st);
+  const keep = Math.min(b.done - VERDICT_STEPS, barrierFloor(run));              // a departure's barrier reads these
+  for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);
   for (const key of [...b.transcripts.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) b.transcripts.delete(key);   // epoch:step:owner
   for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - VERDICT_STEPS) b.answered.delete(key);          // asker:epoch:step
   // a pending pass whose auditor's evidence would be here by now (sent by step t + W, before that
@@ -733,20 +743,31 @@ function settle(ctl, run) {
     changed = true;
   }
   if (changed) ctl.judged(run);
-  // reveals withheld by the accused only: wait a while, then those steps count as not audited
-  if (b.accused.size && !b.skipTimer) {
+  // reveals withheld by the accused only: wait a while, then those steps count as not audited; at
+  // once when every accused left for good (its LEAVE, or the server's word: nothing more comes)
+  if (!b.accused.size) return;
+  const left = [...b.accused.keys()].every((id) => run.confirmed.has(id) || ctl.serverGone.has(id));
+  if (left) { clearTimeout(b.skipTimer); b.skipTimer = null; if (skipWithheld(ctl, run, b)) settle(ctl, run); return; }
+  if (!b.skipTimer) {
     b.skipTimer = setTimeout(() => {
       b.skipTimer = null;
       if (run.book !== b || run.ended) return;
-      const accused = new Set(b.accused.keys());
-      const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
-      while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
-        ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
-        b.done += 1;
-      }
+      skipWithheld(ctl, run, b);
       settle(ctl, run);
     }, run.collective.deadlineMs);
   }
+}
+
+// the steps before the accused's lies blocked only by the accused's missing AUDIT frames count as
+// not audited. -> whether any did
+function skipWithheld(ctl, run, b) {
+  const accused = new Set(b.accused.keys()), from = b.done;
+  const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
+  while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
+    ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
+    b.done += 1;
+  }
+  return b.done > from;
 }
 
 // The accused's audits before its lie whose verdicts may still come (another auditor's, within W
@@ -807,12 +828,64 @@ function rollbackFor(run, id, t) {
   return Math.max(b.floor, rollbackStep(id, passes, excluded));
 }
 
+// ---- a departure is a barrier (docs/PROTOCOL.md "Audited gradients": nothing unaudited outlives it)
+// Before the roster drops a departing peer (LEAVE, closed link, deadline, the server's word), this
+// device recomputes every contribution of its since its last settled pass (or the book's floor,
+// or the last rollback) from its own kept states, earliest first, and compares it with the bytes
+// and loss it received from that peer at that step (its own evidence, no commitment needed: a
+// peer that withholds its AUDIT frames is checked all the same). One that does not reproduce
+// convicts it (a rollback as an audit's); meanwhile STATUS names it unsettled, so the acting
+// leader waits. Cost: one local step per step since that pass, on every survivor.
+export function checkDeparture(ctl, run, id) {
+  const b = run.book;
+  if (!b || run.ended || id === ctl.selfId || !run.roster.includes(id) || b.departing.has(id) || b.accused.has(id) || b.convicted.has(id)) return;
+  const slot = run.roster.indexOf(id), epoch = run.epoch, from = checkedFrom(run, id), upTo = run.completed;
+  b.departing.set(id, { from, upTo });
+  const void_ = () => run.ended || run.book !== b || run.epoch !== epoch || !b.departing.has(id);
+  (async () => {
+    for (let u = from; u < upTo; u++) {
+      const got = b.received.get(u);
+      if (!got || !b.states.has(u)) { ctl.host.note(`Cannot check step ${u + 1} of ${ctl.host.nameOf(id)}, which left: its state is no longer kept here.`); continue; }
+      const mine = await recompute(ctl, run, u, slot, null, null, true);
+      if (mine === null || void_()) return;
+      if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
+        b.departing.delete(id);
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked when it left; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        return;
+      }
+      b.pending.delete(`${u}:${slot}`);
+    }
+    if (void_()) return;
+    b.departing.delete(id);
+    ctl.judged(run);
+  })().catch((err) => console.warn('daisy: checking a departure failed:', err));
+}
+
+// the first step of `id`'s contributions not covered by a settled pass: after its latest pass by an
+// auditor never convicted whose verdict is in, the book's floor or the last rollback
+function checkedFrom(run, id) {
+  const b = run.book, slot = run.roster.indexOf(id);
+  const settled = new Map([[null, b.floor]]);
+  for (const [auditor, steps] of b.passes.get(id) || []) {
+    const ok = steps.filter((x) => !b.pending.has(`${x - 1}:${slot}`));
+    if (ok.length) settled.set(auditor, ok[ok.length - 1]);
+  }
+  return Math.max(b.floor, b.since, trustedStep(settled, new Set(b.excludedFrom.keys())));
+}
+
+// the oldest step a departure's barrier may need (the states and received bytes kept from it on)
+function barrierFloor(run) {
+  return Math.min(run.completed, ...run.roster.filter((_, slot) => slot !== run.slot).map((id) => checkedFrom(run, id)));
+}
+
 // the convictions as STATUS and ROSTER name them: [[id, back, hash at back]] sorted by id; one
 // whose rollback is not settled yet has back and hash null (the acting leader waits for it)
 export function convictions(run) {
   const b = run.book;
   if (!b) return [];
-  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash]), ...[...b.accused.keys()].map((id) => [id, null, null])]
+  // a departing peer whose steps this device is still checking (the barrier) is not settled either
+  const unsettled = [...new Set([...b.accused.keys(), ...b.departing.keys()])].filter((id) => !b.convicted.has(id));
+  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash]), ...unsettled.map((id) => [id, null, null])]
     .sort((x, y) => (x[0] < y[0] ? -1 : 1));
 }
 
@@ -838,7 +911,8 @@ export function takeRollback(run, from, convicted) {
   }
   for (const id of convicted) b.excludedFrom.set(id, from);
   for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
-  b.convicted.clear(); b.accused.clear(); b.queued = []; b.pending.clear(); b.assigned.clear();
+  b.convicted.clear(); b.accused.clear(); b.queued = []; b.pending.clear(); b.assigned.clear(); b.departing.clear();
+  b.since = from;
   clearTimeout(b.skipTimer); b.skipTimer = null;
   for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);

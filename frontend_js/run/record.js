@@ -32,6 +32,7 @@ export const NO_FAULTS = Object.freeze({
   liarOwner: null,          // {from}: from step index `from`, this page's REDUCED shard (reduce-scatter) is
                             // forged, the same to every peer (attack.js forgeReduced)
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
+  withholdAudits: null,     // {from}: from step index `from`, this page sends no AUDIT frame (commitments and reveals withheld)
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once
@@ -192,6 +193,9 @@ export class AuditBook {
                                  // release: lets go of the backend; admitting: the gate being passed; inflight: units)
     this.working = null;         // the queue's worker while it runs (run/audits.js work)
     this.checking = null;        // an accused's earlier audits being checked here before its rollback settles
+    this.departing = new Map();  // id -> {from, upTo}: a departed peer whose steps since its last settled pass this
+                                 // device is checking before the roster drops it (the barrier, checkDeparture)
+    this.since = floor;          // the first step of the roster since the last rollback (a departure's barrier starts here at the earliest)
     this.gateOpen = false;       // the gated recomputation's units may run (the loop waits or owes its share)
     this.units = { perStep: unitsPerStep, done: 0, sinceShare: 0 };   // units (INT8 matmuls): of a local step, run
                                  // in all, run since the last share was paid

@@ -23,6 +23,10 @@ class Recorder {
     this.computed++;
   }
 
+  left(step, peer) {
+    this.events.push({ step, peer, left: true });
+  }
+
   removed(step, peer, why, back) {
     this.events.push({ step, peer, why, back });
     for (const t of [...this.steps.keys()]) if (t > back) this.steps.delete(t);
