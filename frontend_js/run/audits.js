@@ -50,6 +50,7 @@ export const validAuditRate = (r) => typeof r === 'number' && Number.isFinite(r)
 // steps after its audited step an audit's verdict may still come (W, plus the two steps' lag of the
 // reveals): kept states, frames and transcripts live this long
 const VERDICT_STEPS = AUDIT_WINDOW + 4;
+const GATE_LOOK_MS = 250;
 
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
 export function openBook(run, rate) {
@@ -139,6 +140,7 @@ export async function flush(ctl, run) {
   revealLast(ctl, run);
   if (!(await catchUp(ctl, run, run.completed - 1))) return false;
   b.gateOpen = true;                 // every audit this device owes, before FIN
+  ctl.poke();
   work(ctl, run, b);
   while (b.working) await b.working;
   return !run.ended && !run.recovery && run.book === b;
@@ -283,12 +285,13 @@ export async function payShare(ctl, run, s) {
   const b = run.book;
   if (!b) return;
   b.gateOpen = true;
+  ctl.poke();
   work(ctl, run, b);
   const need = shareUnits(b, s) - b.units.sinceShare;
   if (need > 0) {
     const target = b.units.done + need;
-    await waitUntil(() => b.units.done >= target || !b.queued.length || run.ended || run.recovery || run.book !== b,
-      1e9, (wake) => ctl.onPoke(wake));
+    const paid = () => b.units.done >= target || !b.queued.length || run.ended || run.recovery || run.book !== b;
+    while (!paid()) await waitUntil(paid, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
   }
   b.gateOpen = false;
   b.units.sinceShare = 0;
@@ -338,8 +341,12 @@ async function admit(ctl, run, b, item) {
   item.release?.();
   item.release = null;
   const gone = () => run.ended || run.book !== b || run.epoch !== item.epoch;
-  const open = () => gone() || b.gateOpen || run.recovery || run.finishing || run.stopAfter !== null;
-  if (!open()) await waitUntil(open, 1e9, (wake) => ctl.onPoke(wake));
+  // while this device judges (evidence, a departure's barrier, a conviction's earlier audits) that
+  // goes first: the acting leader waits for every survivor's judgement, not for owed audits
+  const judging = () => b.accused.size > 0 || b.departing.size > 0 || b.checking !== null;
+  const open = () => gone() || (!judging() && (b.gateOpen || run.recovery || run.finishing || run.stopAfter !== null));
+  // (woken by a poke; looked at again now and then: a gate opened by a state change that pokes nobody)
+  while (!open()) await waitUntil(open, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
   if (gone()) throw new AuditVoid('the audit is void');
   item.release = await hold(run);
 }
