@@ -6,7 +6,8 @@ normal page load). Every page draws the reference run's nonces, so the audit pai
 on its panel, and keep exactly the reference run of that attack, step by step (the last hash a
 page recorded for a step: a conviction rolls the group back, 'step-undone', and the steps from
 there are recomputed without the liar; the last JSON line the reference prints for a step is the
-run's). tests/js/audit_mesh.test.mjs is the same over the in-memory transport.
+run's). tests/js/audit_mesh.test.mjs is the same over the in-memory transport. The last test is
+issue 27's forger that withholds its AUDIT frames and leaves at once: a departure is a barrier.
 """
 from __future__ import annotations
 
