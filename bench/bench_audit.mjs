@@ -5,7 +5,7 @@
 //  2. the audit's overhead at P = 2, 3, 4, 8 at the default settings (the CLI's wasm-simd backend): per peer and step, the
 //     medians over --reps steps of one local step, of SHA-256 over its messages (the commitment)
 //     and over the messages it receives (the receivers' check), of the audit's recomputation
-//     shared over the group (rate/P local steps per peer), of a state snapshot (one per passed
+//     shared over the group (rate local steps per peer), of a state snapshot (one per passed
 //     audit); and the bytes: commitments and nonces vs the gradient bytes of the topology.
 //  3. audit before applying vs apply then audit: the step's critical path modeled from (2)'s
 //     measured compute (P = 3, f64, default settings) and home-link figures (upload 10 and 30
@@ -19,7 +19,7 @@ import { makeConfig } from '../frontend_js/config.js';
 import { Group, cloneReplica } from '../frontend_js/train.js';
 import { flattenGrads } from '../frontend_js/collective.js';
 import { paramShapes } from '../frontend_js/model.js';
-import { detectionProbability, expectedSteps, medianSteps, messageHashes, slotMessages, messageBounds } from '../frontend_js/audit.js';
+import { DEFAULT_AUDIT_RATE, detectionProbability, expectedSteps, medianSteps, messageHashes, slotMessages, messageBounds } from '../frontend_js/audit.js';
 import { codecFor } from '../frontend_js/exchange_codec.js';
 import { loadStream } from '../frontend_js/cli.mjs';
 import { bestBackend } from '../frontend_js/engines.js';
@@ -29,7 +29,7 @@ const argv = process.argv.slice(2);
 const opt = (name, d) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : d; };
 const SEEDS = Number(opt('--seeds', 24)), REPS = Number(opt('--reps', 15)), JSON_OUT = argv.includes('--json');
 const TINY = { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4 };
-const FROM = 3, CAP = 80;
+const FROM = 3, CAP = 250;
 const backend = await bestBackend();       // the CLI's (wasm-simd); the same bits as the mirror
 
 // attack -> [peers, spec, attacker ids, p per step]
@@ -39,7 +39,7 @@ const ATTACKS = {
   mismatch: [3, 'kind=mismatch', [1]], 'liar-auditor': [3, 'kind=liar-auditor', [1]],
   'collude 2 of 5': [5, 'kind=scale:-1000', [1, 3]],
 };
-const probability = (name, P, ids) => (name === 'nan' ? 1 : detectionProbability(P, 1, ids.length, name === 'liar-auditor'));
+const probability = (name, P, ids) => (name === 'nan' ? 1 : detectionProbability(P, DEFAULT_AUDIT_RATE, ids.length, name === 'liar-auditor'));
 
 async function detection() {
   const rows = [];
@@ -93,7 +93,7 @@ async function overhead() {
     const msgBytes = codec.messageBytes(N);
     const gradBytes = P <= 3 ? (P - 1) * msgBytes : 2 * ((P - 1) / P) * msgBytes;           // sent per peer per step
     const auditBytes = (P - 1) * (32 + 32 * messages + 32 + 32);             // digest, hashes, nonce hash, nonce
-    const auditor = m(local) + m(hashWasm);                                  // rate 1: one recomputation per step in the group
+    const auditor = DEFAULT_AUDIT_RATE * P * (m(local) + m(hashWasm));      // the group's recomputations per step: rate x P
     const extra = m(hashWasm) + m(hashIn) + auditor / P + m(snap);           // every peer's, on average
     rows.push({ P, exchange, N, localMs: m(local), hashOwnMs: m(hashOwn), hashOwnBackendMs: m(hashWasm), shaBackend: backend.sha.name,
       hashInMs: m(hashIn), snapshotMs: m(snap),
@@ -123,7 +123,7 @@ const over = await overhead();
 const out = { seeds: SEEDS, from: FROM, detection: await detection(), overhead: over, schedules: schedules(over) };
 if (JSON_OUT) console.log(JSON.stringify(out, null, 1));
 else {
-  console.log(`steps to detection, audit rate 1, ${SEEDS} seeds (median / mean / max; documented p, 1/p, median)`);
+  console.log(`steps to detection, audit rate ${DEFAULT_AUDIT_RATE}, ${SEEDS} seeds (median / mean / max; documented p, 1/p, median)`);
   for (const r of out.detection) {
     console.log(`  ${r.attack.padEnd(15)} P=${r.P}  ${r.median} / ${r.mean.toFixed(2)} / ${r.max}   p=${r.p.toFixed(3)} `
       + `E=${r.expected.toFixed(2)} median=${r.expectedMedian}${r.medianBoth === undefined ? '' : `  (both removed: median ${r.medianBoth})`}`);

@@ -22,7 +22,7 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py --lanes 1,16                      # connections per pair, compared in one run
     python bench/bench_wire.py --frame-kib 4,8,16                # frame sizes, likewise
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
-    python bench/bench_wire.py --audit-rates 0,1                 # gradient audits off and on (run/audits.js)
+    python bench/bench_wire.py --audit-rates 0,0.1               # gradient audits off and at the default chance (run/audits.js)
     python bench/bench_wire.py --local-steps 1,4,16 --audit-rates 0     # local steps (H > 1 runs with audits off)
     python bench/bench_wire.py --target-step 200 --profiles lan,home --peers 2 --settings default
                                                                  # + time to the loss one page reaches at step 200
@@ -76,7 +76,7 @@ def cores() -> int:
 
 
 def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int, timeout_ms: int,
-              audit: int | None = None) -> dict:
+              audit: float | None = None) -> dict:
     """One run of `steps` steps on the linked pages of `group` (group[0] starts it)."""
     for page in group:
         page.evaluate(RECORD, [skip, steps])
@@ -124,7 +124,7 @@ def run_group(group, settings: dict, exchange: str | None, steps: int, skip: int
 
 
 def bench_case(pages, base, P: int, settings: dict, exchange, steps, skip, reps, timeout_ms, pin: bool, gpu: str,
-               lanes: int | None = None, frame_kib: int | None = None, audit: int | None = None,
+               lanes: int | None = None, frame_kib: int | None = None, audit: float | None = None,
                target: float | None = None) -> dict:
     n = cores()
     cpus = [i % n for i in range(P)] if pin else None
@@ -199,7 +199,7 @@ def main() -> None:
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
     ap.add_argument("--local-steps", default="", help="comma-separated local steps H to compare, e.g. 1,4,16 (the run "
                     "setting local_steps, docs/VERIFICATION.md; H > 1 runs with audits off)")
-    ap.add_argument("--audit-rates", default="", help="comma-separated gradient audits per step to compare, e.g. 0,1 "
+    ap.add_argument("--audit-rates", default="", help="comma-separated audit chances (per slot and step) to compare, e.g. 0,0.1 "
                     "(the run's auditRate; empty: the page's default)")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
     ap.add_argument("--target-step", type=int, default=None,
@@ -211,7 +211,7 @@ def main() -> None:
     exchanges = args.exchange.split(",") if args.exchange else [None]
     lane_counts = [int(x) for x in args.lanes.split(",")] if args.lanes else [None]
     frame_caps = [int(x) for x in args.frame_kib.split(",")] if args.frame_kib else [None]
-    audits = [int(x) for x in args.audit_rates.split(",")] if args.audit_rates else [None]
+    audits = [float(x) for x in args.audit_rates.split(",")] if args.audit_rates else [None]
     local = [int(x) for x in args.local_steps.split(",")] if args.local_steps else [1]
     print(f"cores {cores()}, load {load()}, |g| f64 default {8 * n_params(DEFAULT):,} B, large {8 * n_params(LARGE):,} B",
           flush=True)

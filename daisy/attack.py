@@ -3,7 +3,10 @@
 
     --attack "slot=1,from=39,kind=scale:-1000"     peer 1 sends -1000 x its gradient from step index 39
     --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
-    --audit-rate 2                                  two audits per step (default 1; 0 = none)
+    --attack "slot=1,from=150,kind=scale:-1000,leave=151"   peer 1 forges at 150, withholds its
+                                                    commitments from 150 on and leaves before 151
+    --audit-rate 0.5                                each slot's contribution audited with chance 0.5 per
+                                                    step (default 0.1; 0 = none; 1 = every slot, every step)
 
 The attacking peers are named by their slot at the run's start; a peer keeps its id when slots
 renumber after a removal. Kinds (each forged message is committed to honestly, so only an audit
@@ -35,17 +38,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import prng
-from .audit import (Evidence, audit_pairs, beacon, cheap_check, check_reduced_shard, contribution_digest,
+from .audit import (MAX_AUDIT_RATE, Evidence, trusted_step as audit_trusted, audit_load, audit_pairs, beacon, cheap_check, check_reduced_shard, contribution_digest,
                     judge, message_bounds, message_hashes, reference_nonce, rollback_step, slot_digest,
                     slot_messages)
 from .collective import flatten_grads, unflatten
 from .exchange_codec import BLOCK, SCALE_BYTES, CodecError, codec_for
 from .model import param_shapes
 from .reduce import reduce_losses
-from .train import Group, copy_replica
+from .train import Group, Trainer, copy_replica
 
 KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor", "liar-owner")
-MAX_AUDIT_RATE = 64
 
 
 # -- the attack setting -----------------------------------------------------------------------
@@ -55,6 +57,8 @@ class Attack:
     start: int            # the first 0-based step index they attack
     kind: str             # a name of KINDS ("scale" for scale:F)
     factor: float         # F of scale:F, else 1.0
+    leave: int | None = None  # the attackers leave before this step index, withholding their
+                              # commitments from `start` on (a departure is a barrier)
 
 
 def parse_attack(text: str) -> Attack:
@@ -63,8 +67,8 @@ def parse_attack(text: str) -> Attack:
     got = {}
     for part in text.split(","):
         name, eq, value = part.partition("=")
-        if not eq or name not in ("slot", "from", "kind"):
-            raise ValueError(f"--attack part '{part}' is not slot=S[+S...], from=STEP or kind=KIND")
+        if not eq or name not in ("slot", "from", "kind", "leave"):
+            raise ValueError(f"--attack part '{part}' is not slot=S[+S...], from=STEP, kind=KIND or leave=STEP")
         if name in got:
             raise ValueError(f"--attack names {name} twice")
         got[name] = value
@@ -84,7 +88,19 @@ def parse_attack(text: str) -> Attack:
         kind, factor = "scale", float(m.group(1))
     elif kind not in KINDS or kind == "scale:F":
         raise ValueError(f"--attack kind '{kind}' is not one of {', '.join(KINDS)}")
-    return Attack(peers, int(start), kind, factor)
+    leave = got.get("leave")
+    if leave is not None and (re.fullmatch(r"[0-9]{1,9}", leave) is None or int(leave) <= int(start)):
+        raise ValueError(f"--attack leave '{leave}' is not a 0-based step index after from={start}")
+    return Attack(peers, int(start), kind, factor, None if leave is None else int(leave))
+
+
+def parse_audit_rate(text: str) -> float:
+    """"0.1" -> 0.1: the chance that a slot's contribution to a step is audited, 0..1 (the
+    messages are mirrored by frontend_js/attack.js)."""
+    if re.fullmatch(r"[0-9]{1,2}(\.[0-9]{1,9})?", text) is None or not 0.0 <= float(text) <= MAX_AUDIT_RATE:
+        raise ValueError(f"--audit-rate must be a chance from 0 to 1 (each slot's contribution audited "
+                         f"with it at each step), got {text}")
+    return float(text)
 
 
 def check_attack(attack: Attack, P: int, steps: int) -> None:
@@ -96,6 +112,8 @@ def check_attack(attack: Attack, P: int, steps: int) -> None:
         raise ValueError(f"--attack names every one of the {P} peers; at least one must be honest")
     if attack.start >= steps:
         raise ValueError(f"--attack from {attack.start} is past the run's last step index {steps - 1}")
+    if attack.leave is not None and attack.leave >= steps:
+        raise ValueError(f"--attack leave {attack.leave} is past the run's last step index {steps - 1}")
 
 
 # -- forged gradients (pure: the attacker's honest (flat) and the step's keys in, bytes' values out)
@@ -144,7 +162,7 @@ class AuditedRun:
     """A Group (daisy/train.py) trained with commitments, audits and removal (module docstring);
     a removal replaces the Group by one of the survivors, restored to the rollback's state."""
 
-    def __init__(self, cfg, group, attack: Attack | None, rate: int):
+    def __init__(self, cfg, group, attack: Attack | None, rate: float):
         self.cfg, self.group, self.attack, self.rate = cfg, group, attack, rate
         self.shapes = param_shapes(cfg)
         self.codec = codec_for(cfg.exchange)
@@ -154,6 +172,11 @@ class AuditedRun:
         self.snapshots = {0: copy_replica(group.replicas[0])}       # step -> state after that step
         self.schedule = {}                                    # step index -> P (kept timeline)
         self.previous = {}                                    # attacker id -> its last honest flat
+        self.assigned = {}                                    # step -> its audits' auditor slots (since the
+                                                              # roster's last change: audit_load)
+        self.changed = 0                                      # the step of the roster's last change
+        self.before = {}                                      # step -> (state after it, its digests): what a
+                                                              # departure's barrier checks (attack.leave)
         self.audits = 0
         self.recomputed = 0
 
@@ -200,6 +223,11 @@ class AuditedRun:
     def step(self, emit) -> None:
         """Compute step index s = the replicas' step: apply it, or remove a peer and roll back."""
         cfg, s, P = self.cfg, self.group.replicas[0].step, len(self.ids)
+        leavers = [pid for pid in self.ids if self.attack is not None and self.attack.leave == s and pid in self.attack.peers]
+        if leavers:
+            return self.depart(leavers, s, emit)
+        if self.attack is not None and self.attack.leave is not None:
+            self.before[s] = copy_replica(self.group.replicas[self.honest_slot(s)])
         sent = [self.contribute(s, slot) for slot in range(P)]
         messages = [self.messages(flat, P, s, slot) for slot, (_, flat) in enumerate(sent)]
         digests = [slot_digest(s, slot, loss, message_hashes(m))
@@ -212,7 +240,15 @@ class AuditedRun:
                                             f"{s + 1}: removed", emit)
         nonces = [reference_nonce(cfg.seed, s, slot) for slot in range(P)]
         passed = []
-        for auditor, audited in audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces)):
+        if self.attack is not None and self.attack.leave is not None:
+            self.before[s] = (self.before[s], digests)
+            floor = min([max(self.changed, audit_trusted(self.passes[p], set(self.excluded_from)))
+                         for p in self.attack.peers if p in self.ids] or [s])
+            self.before = {t: x for t, x in self.before.items() if t >= floor}
+        pairs = [] if self.withheld(s) else audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces),
+                                                       audit_load(self.assigned, s, P))
+        self.assigned[s] = [auditor for auditor, _ in pairs]
+        for auditor, audited in pairs:
             reported = self.audit(s, auditor, audited, digests[audited], P)
             if reported == digests[audited]:
                 reason = self.check_owner(s, audited, messages, N)
@@ -233,6 +269,38 @@ class AuditedRun:
                    f"whose gradient reproduced: peer {self.ids[auditor]} removed")
             return self.remove(auditor, s, why, emit)
         self.apply(s, sent, messages, passed, emit)
+
+    def withheld(self, s: int) -> bool:
+        """The leavers withhold their commitments (AUDIT) from attack.start on: the audits of steps
+        from start - 1 on are not drawn (the beacon of a step needs every nonce, revealed with the
+        next step's commitment)."""
+        a = self.attack
+        return a is not None and a.leave is not None and s >= a.start - 1 and any(p in self.ids for p in a.peers)
+
+    def depart(self, leavers: list, s: int, emit) -> None:
+        """A departure is a barrier: before the roster drops a leaver, every contribution of its
+        since its last passed audit (or the roster's last change) is recomputed, earliest first;
+        one that does not reproduce convicts it (an audit's removal and rollback). Else it leaves
+        and the run goes on without it from step s."""
+        for pid in leavers:
+            slot = self.ids.index(pid)
+            start = max(self.changed, audit_trusted(self.passes[pid], set(self.excluded_from)))
+            for u in range(start, s):
+                state, digests = self.before[u]
+                loss, flat = self.honest(Trainer(self.cfg, copy_replica(state), self.group.batches, self.group.mm), u, slot)
+                if contribution_digest(flat, loss, len(self.ids), self.cfg.seed, u, slot, self.codec) != digests[slot]:
+                    why = (f"gradient from peer {pid} did not reproduce at step {u + 1}: removed "
+                           f"(checked when it left)")
+                    return self.remove(slot, u, why, emit)
+        state = copy_replica(self.group.replicas[self.honest_slot(s)])
+        for pid in leavers:
+            emit.left(s, pid)
+            del self.ids[self.ids.index(pid)]
+            del self.passes[pid]
+        g = self.group
+        self.group = Group(self.cfg, len(self.ids), g.batches, g.mm, replicas=[copy_replica(state) for _ in self.ids])
+        self.assigned, self.changed = {}, s
+        self.before = {}
 
     def reduced_message(self, s: int, k: int, messages, N: int) -> bytes:
         """The REDUCED message the owner of shard k sends at s (reduce-scatter): the codec's
@@ -305,6 +373,8 @@ class AuditedRun:
         for c in self.excluded_from:
             self.excluded_from[c] = min(self.excluded_from[c], back)
         del self.ids[slot]
+        self.assigned, self.changed = {}, back        # slots renumber: loads count from `back` on
+        self.before = {t: x for t, x in self.before.items() if t < back}
         for by in self.passes.values():               # passes in the steps undone are void
             for a in [a for a, t in by.items() if t > back]:
                 del by[a]
@@ -341,6 +411,14 @@ class Printer:
             line = f"step {step:5d}  loss {loss:.4f}  hash {hashes[0][:16]}  ({len(hashes)} peers {agree})"
         print(line, file=self.out, flush=True)
         self.agree = len(set(hashes)) == 1
+
+    def left(self, step: int, peer: int) -> None:
+        """A leaver whose contributions since its last pass all reproduced: gone from `step` on."""
+        if self.as_json:
+            line = json.dumps({"event": "left", "step": step, "peer": peer})
+        else:
+            line = f"audit: peer {peer} left before step {step + 1}; its steps since its last passed audit reproduced"
+        print(line, file=self.out, flush=True)
 
     def removed(self, step: int, peer: int, why: str, back: int) -> None:
         if self.as_json:

@@ -28,7 +28,10 @@ from .exchange_codec import CodecError
 COMMIT_TAG = b"daisy-commit-v1"
 BEACON_TAG = b"daisy-beacon-v1"
 NONCE_TAG = b"daisy-audit-nonce-v1"
-DEFAULT_AUDIT_RATE = 1          # audits per step in the group (a run setting)
+DEFAULT_AUDIT_RATE = 0.1        # the chance that a slot's contribution to a step is audited (a run setting)
+MAX_AUDIT_RATE = 1.0            # every slot audited at every step
+AUDIT_WINDOW = 16               # W: steps an audit may take (its verdict comes by step + W), and the
+                                # window over which auditors' loads are balanced (docs/VERIFICATION.md §13)
 
 
 # -- the messages a slot contributes (the exchange codec's, daisy/exchange_codec.py) -------------
@@ -114,20 +117,40 @@ def beacon(digests: list, nonces: list) -> bytes:
     return h.digest()
 
 
-def audit_pairs(seed: int, step: int, P: int, rate: int, beacon_bytes: bytes) -> list:
-    """[(auditor, audited)] of the step: min(rate, P) distinct audited slots (a partial
-    Fisher-Yates shuffle), each with an auditor drawn from the other P - 1 slots. No audits
-    when P = 1. k = key(PURPOSE_AUDIT, seed, step, the beacon's 8 little-endian u32 words)."""
-    if P < 2:
+def audit_threshold(rate: float) -> int:
+    """A slot is audited when its draw is below this: floor(rate x 2^32) (rate x 2^32 is exact)."""
+    return int(rate * 2**32)
+
+
+def audit_load(assigned: dict, step: int, P: int) -> list:
+    """[P counts]: the audits each slot was given in the W steps before `step`. assigned: {step:
+    [auditor slot of each of its audits]}, since the roster's last change."""
+    load = [0] * P
+    for t in range(max(0, step - AUDIT_WINDOW), step):
+        for a in assigned.get(t, ()):
+            load[a] += 1
+    return load
+
+
+def audit_pairs(seed: int, step: int, P: int, rate: float, beacon_bytes: bytes, load=None) -> list:
+    """[(auditor, audited)] of the step, audited in slot order: slot i is audited when draw(k, i)
+    < audit_threshold(rate) (a chance of `rate`, each slot on its own); its auditor is the other
+    slot with the least load (audit_load, counting the audits given earlier in this step), ties
+    broken by draw(k, P + i) mod their number (in slot order). No audits when P = 1.
+    k = key(PURPOSE_AUDIT, seed, step, the beacon's 8 little-endian u32 words)."""
+    if P < 2 or rate <= 0:
         return []
     k = prng.key(prng.PURPOSE_AUDIT, seed, step, *struct.unpack("<8I", beacon_bytes))
-    slots, pairs = list(range(P)), []
-    for a in range(min(rate, P)):
-        j = a + prng.draw(k, a) % (P - a)
-        slots[a], slots[j] = slots[j], slots[a]
-        audited = slots[a]
-        auditor = (audited + 1 + prng.draw(k, P + a) % (P - 1)) % P
-        pairs.append((auditor, audited))
+    load, below, pairs = list(load or [0] * P), audit_threshold(rate), []
+    for i in range(P):
+        if prng.draw(k, i) >= below:
+            continue
+        others = [j for j in range(P) if j != i]
+        least = min(load[j] for j in others)
+        tied = [j for j in others if load[j] == least]
+        auditor = tied[prng.draw(k, P + i) % len(tied)]
+        load[auditor] += 1
+        pairs.append((auditor, i))
     return pairs
 
 
@@ -189,22 +212,25 @@ def check_reduced_shard(slices: list, committed_hashes: list, reduced: np.ndarra
 
 
 # -- what the audits buy: detection per step ---------------------------------------------------
-def detection_probability(P: int, rate: int, cheaters: int = 1, liar: bool = False) -> float:
+def detection_probability(P: int, rate: float, cheaters: int = 1, liar: bool = False) -> float:
     """The chance that a step's audits catch a lie, when `cheaters` of the P slots forge their
     gradients and pass each other's audits (liar=False), or when one slot is a lying auditor
-    (liar=True: it is caught when it audits anyone). Audited slots: a uniform r-subset, r =
-    min(rate, P); each audit's auditor uniform over the other P - 1 slots (audit_pairs)."""
-    from math import comb
-    r = min(rate, P)
-    if P < 2 or r == 0:
+    (liar=True: it is caught when it audits anyone). Each slot is audited with chance `rate`;
+    its auditor is taken as uniform over the other P - 1 slots (audit_pairs balances their loads
+    instead, which changes who audits, not how often on average)."""
+    if P < 2 or rate <= 0:
         return 0.0
-    if liar:                     # the liar audits nobody: each audit avoids it, it may be audited
-        q = (P - 2) / (P - 1)
-        return 1.0 - ((r / P) * q ** (r - 1) + (1 - r / P) * q ** r)
-    c = cheaters                 # no catch: every audited cheater has a colluding auditor
-    miss = sum(comb(c, j) * comb(P - c, r - j) / comb(P, r) * ((c - 1) / (P - 1)) ** j
-               for j in range(0, min(c, r) + 1))
-    return 1.0 - miss
+    q = min(rate, 1.0)
+    if liar:                     # each other slot audited, and given to the liar
+        return 1.0 - (1.0 - q / (P - 1)) ** (P - 1)
+    c = cheaters                 # a cheater audited by an honest auditor
+    return 1.0 - (1.0 - q * (P - c) / (P - 1)) ** c
+
+
+def audit_work(rate: float) -> float:
+    """Local steps of audit work per page per step: rate x P audits per step in the group, shared
+    by the P pages (audit_pairs balances them)."""
+    return rate
 
 
 def expected_steps(p: float) -> float:

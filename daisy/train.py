@@ -259,8 +259,9 @@ def parse_args(argv):
     ap.add_argument("--attack", default=None, metavar="slot=S,from=STEP,kind=KIND",
                     help="an audited run in which peer S forges its gradient from step index STEP on "
                          "(daisy/attack.py: kinds, audits, removal)")
-    ap.add_argument("--audit-rate", type=int, default=None,
-                    help="an audited run with this many audits per step, 0..64 (1 with --attack)")
+    ap.add_argument("--audit-rate", default=None,
+                    help="an audited run in which each slot's contribution to a step is audited with "
+                         "this chance, 0..1 (0.1 with --attack)")
     args = ap.parse_args(argv)
     if args.data is not None and args.data_url is not None:
         ap.error("give --data or --data-url, not both")
@@ -315,13 +316,14 @@ def parse_args(argv):
 
 def audited_args(ap, args) -> None:
     """--attack / --audit-rate: an audited run (daisy/attack.py) of --peers from step 0."""
-    from .attack import MAX_AUDIT_RATE, parse_attack
+    from .attack import parse_attack, parse_audit_rate
+    from .audit import DEFAULT_AUDIT_RATE
     if args.roster is not None or args.resume is not None or args.save is not None:
         ap.error("--attack and --audit-rate run --peers P from step 0: drop --roster, --resume and --save")
-    if args.audit_rate is None:
-        args.audit_rate = 1
-    if not 0 <= args.audit_rate <= MAX_AUDIT_RATE:
-        ap.error(f"--audit-rate must be in 0..{MAX_AUDIT_RATE}, got {args.audit_rate}")
+    try:
+        args.audit_rate = DEFAULT_AUDIT_RATE if args.audit_rate is None else parse_audit_rate(args.audit_rate)
+    except ValueError as e:
+        ap.error(str(e))
     if args.attack is not None:
         try:
             args.attack_spec = parse_attack(args.attack)

@@ -12,25 +12,25 @@ import { paramShapes } from './model.js';
 import { flattenGrads, unflatten } from './collective.js';
 import { BLOCK, SCALE_BYTES, CodecError, codecFor } from './exchange_codec.js';
 import { reduceLosses } from './reduce.js';
-import { Group, cloneReplica, stepJsonLine } from './train.js';
+import { Group, Trainer, cloneReplica, stepJsonLine } from './train.js';
 import {
-  Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
+  MAX_AUDIT_RATE, Evidence, auditLoad, trustedStep, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
   messageHashes, referenceNonce, rollbackStep, sha256, slotDigest, slotMessages,
 } from './audit.js';
 import { Sha256, toHex } from './hashing.js';
 
 export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
-export const MAX_AUDIT_RATE = 64;
 
 // ---- the attack setting ---------------------------------------------------------------------------
 export class AttackError extends Error {}
 
 export class Attack {
-  constructor(peers, start, kind, factor) {
+  constructor(peers, start, kind, factor, leave = null) {
     this.peers = peers;     // attacking peer ids (their slots at the run's start)
     this.start = start;     // the first 0-based step index they attack
     this.kind = kind;       // a name of KINDS ('scale' for scale:F)
     this.factor = factor;   // F of scale:F, else 1
+    this.leave = leave;     // they leave before this step index, withholding their commitments from `start` on
     Object.freeze(this);
   }
 }
@@ -41,8 +41,8 @@ export function parseAttack(text) {
   for (const part of text.split(',')) {
     const eq = part.indexOf('=');
     const name = eq < 0 ? part : part.slice(0, eq);
-    if (eq < 0 || !['slot', 'from', 'kind'].includes(name)) {
-      throw new AttackError(`--attack part '${part}' is not slot=S[+S...], from=STEP or kind=KIND`);
+    if (eq < 0 || !['slot', 'from', 'kind', 'leave'].includes(name)) {
+      throw new AttackError(`--attack part '${part}' is not slot=S[+S...], from=STEP, kind=KIND or leave=STEP`);
     }
     if (got.has(name)) throw new AttackError(`--attack names ${name} twice`);
     got.set(name, part.slice(eq + 1));
@@ -60,7 +60,19 @@ export function parseAttack(text) {
   const m = /^scale:(-?[0-9]{1,9}(\.[0-9]{1,9})?)$/.exec(kind);
   if (m) { kind = 'scale'; factor = Number(m[1]); }
   else if (!KINDS.includes(kind) || kind === 'scale:F') throw new AttackError(`--attack kind '${kind}' is not one of ${KINDS.join(', ')}`);
-  return new Attack(Object.freeze(peers), Number(start), kind, factor);
+  const leave = got.has('leave') ? got.get('leave') : null;
+  if (leave !== null && (!/^[0-9]{1,9}$/.test(leave) || Number(leave) <= Number(start))) {
+    throw new AttackError(`--attack leave '${leave}' is not a 0-based step index after from=${start}`);
+  }
+  return new Attack(Object.freeze(peers), Number(start), kind, factor, leave === null ? null : Number(leave));
+}
+
+// "0.1" -> 0.1: the chance that a slot's contribution to a step is audited, 0..1
+export function parseAuditRate(text) {
+  if (!/^[0-9]{1,2}(\.[0-9]{1,9})?$/.test(text) || !(Number(text) >= 0 && Number(text) <= MAX_AUDIT_RATE)) {
+    throw new AttackError(`--audit-rate must be a chance from 0 to 1 (each slot's contribution audited with it at each step), got ${text}`);
+  }
+  return Number(text);
 }
 
 // the attack fits a run of P peers and `steps` steps; at least one peer stays honest
@@ -68,6 +80,7 @@ export function checkAttack(attack, P, steps) {
   for (const s of attack.peers) if (s >= P) throw new AttackError(`--attack slot ${s} is outside the group of ${P} peers`);
   if (attack.peers.length >= P) throw new AttackError(`--attack names every one of the ${P} peers; at least one must be honest`);
   if (attack.start >= steps) throw new AttackError(`--attack from ${attack.start} is past the run's last step index ${steps - 1}`);
+  if (attack.leave !== null && attack.leave >= steps) throw new AttackError(`--attack leave ${attack.leave} is past the run's last step index ${steps - 1}`);
 }
 
 // ---- forged gradients ------------------------------------------------------------------------------
@@ -139,6 +152,11 @@ export class AuditedRun {
     this.snapshots = new Map([[0, cloneReplica(group.replicas[0])]]);   // step -> state after it
     this.schedule = new Map();                                   // step index -> P (kept timeline)
     this.previous = new Map();                                   // attacker id -> its last honest flat
+    this.assigned = new Map();                                   // step -> its audits' auditor slots (since the
+                                                                 // roster's last change: auditLoad)
+    this.changed = 0;                                            // the step of the roster's last change
+    this.before = new Map();                                     // step -> [state after it, its digests]: what a
+                                                                 // departure's barrier checks (attack.leave)
     this.audits = 0;
     this.recomputed = 0;
   }
@@ -187,10 +205,49 @@ export class AuditedRun {
     return this.recompute(s, audited, P);
   }
 
+  // the leavers withhold their commitments (AUDIT) from attack.start on: the audits of steps from
+  // start - 1 on are not drawn (the beacon of a step needs every nonce, revealed with the next step's commitment)
+  withheld(s) {
+    const a = this.attack;
+    return a !== null && a.leave !== null && s >= a.start - 1 && a.peers.some((p) => this.ids.includes(p));
+  }
+
+  // A departure is a barrier: before the roster drops a leaver, every contribution of its since its
+  // last passed audit (or the roster's last change) is recomputed, earliest first; one that does not
+  // reproduce convicts it (an audit's removal and rollback). Else it leaves, the run goes on without it from s.
+  async depart(leavers, s, emit) {
+    for (const pid of leavers) {
+      const slot = this.ids.indexOf(pid);
+      const start = Math.max(this.changed, trustedStep(this.passes.get(pid), new Set(this.excludedFrom.keys())));
+      for (let u = start; u < s; u++) {
+        const [state, digests] = this.before.get(u);
+        this.group.arena.reset();
+        const [loss, flat] = await this.honest(new Trainer(this.cfg, cloneReplica(state), this.group.batches, this.group.backend), u, slot);
+        if (toHex(contributionDigest(flat, loss, this.ids.length, this.cfg.seed, u, slot, this.codec)) !== toHex(digests[slot])) {
+          return this.remove(slot, u, `gradient from peer ${pid} did not reproduce at step ${u + 1}: removed (checked when it left)`, emit);
+        }
+      }
+    }
+    const state = cloneReplica(this.group.replicas[this.honestSlot(s)]);
+    for (const pid of leavers) {
+      emit.left(s, pid);
+      this.ids.splice(this.ids.indexOf(pid), 1);
+      this.passes.delete(pid);
+    }
+    const g = this.group;
+    this.group = new Group(this.cfg, this.ids.length, g.batches, g.backend, this.ids.map(() => cloneReplica(state)));
+    this.assigned = new Map(); this.changed = s;
+    this.before = new Map();
+  }
+
   // compute step index s = the replicas' step: apply it, or remove a peer and roll back
   async step(emit) {
     const { cfg, group } = this;
     const s = group.replicas[0].step, P = this.ids.length;
+    const leaving = this.attack !== null && this.attack.leave !== null;
+    const leavers = this.ids.filter((pid) => leaving && this.attack.leave === s && this.attack.peers.includes(pid));
+    if (leavers.length) return this.depart(leavers, s, emit);
+    if (leaving) this.before.set(s, cloneReplica(group.replicas[this.honestSlot(s)]));
     group.arena.reset();
     const sent = [];
     for (let slot = 0; slot < P; slot++) sent.push(await this.contribute(s, slot));
@@ -203,7 +260,16 @@ export class AuditedRun {
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, s, slot));
     const passed = [];
-    for (const [auditor, audited] of auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces))) {
+    if (leaving) {
+      this.before.set(s, [this.before.get(s), digests]);
+      const starts = this.attack.peers.filter((p) => this.ids.includes(p))
+        .map((p) => Math.max(this.changed, trustedStep(this.passes.get(p), new Set(this.excludedFrom.keys()))));
+      const floor = starts.length ? Math.min(...starts) : s;
+      for (const t of [...this.before.keys()]) if (t < floor) this.before.delete(t);
+    }
+    const pairs = this.withheld(s) ? [] : auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces), auditLoad(this.assigned, s, P));
+    this.assigned.set(s, pairs.map(([auditor]) => auditor));
+    for (const [auditor, audited] of pairs) {
       const reported = toHex(await this.audit(s, auditor, audited, digests[audited], P));
       const committed = toHex(digests[audited]);
       if (reported === committed) {
@@ -302,6 +368,8 @@ export class AuditedRun {
     this.excludedFrom.set(pid, back);
     for (const [c, since] of this.excludedFrom) this.excludedFrom.set(c, Math.min(since, back));
     this.ids.splice(slot, 1);
+    this.assigned = new Map(); this.changed = back;  // slots renumber: loads count from `back` on
+    for (const t of [...this.before.keys()]) if (t >= back) this.before.delete(t);
     for (const by of this.passes.values()) for (const [a, t] of [...by]) if (t > back) by.delete(a);   // passes in the steps undone are void
     const state = this.snapshots.get(back);
     const g = this.group;
@@ -334,6 +402,12 @@ export class Printer {
     this.out(this.asJson ? stepJsonLine({ step, loss, hashes })
       : `step ${String(step).padStart(5)}  loss ${loss.toFixed(4)}  hash ${hashes[0].slice(0, 16)}  `
         + `(${hashes.length} peers ${this.agree ? 'agree' : 'DISAGREE'})`);
+  }
+
+  // a leaver whose contributions since its last pass all reproduced: gone from `step` on
+  left(step, peer) {
+    this.out(this.asJson ? `{"event": "left", "step": ${step}, "peer": ${peer}}`
+      : `audit: peer ${peer} left before step ${step + 1}; its steps since its last passed audit reproduced`);
   }
 
   removed(step, peer, why, back) {

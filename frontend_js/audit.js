@@ -21,7 +21,10 @@ const ascii = (s) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 export const COMMIT_TAG = ascii('daisy-commit-v1');
 export const BEACON_TAG = ascii('daisy-beacon-v1');
 export const NONCE_TAG = ascii('daisy-audit-nonce-v1');
-export const DEFAULT_AUDIT_RATE = 1;          // audits per step in the group (a run setting)
+export const DEFAULT_AUDIT_RATE = 0.1;        // the chance that a slot's contribution to a step is audited (a run setting)
+export const MAX_AUDIT_RATE = 1;              // every slot audited at every step
+export const AUDIT_WINDOW = 16;               // W: steps an audit may take (its verdict comes by step + W), and the
+                                              // window over which auditors' loads are balanced (docs/VERIFICATION.md §13)
 
 export const sha256 = (...parts) => { const h = new Sha256(); for (const p of parts) h.update(p); return h.digest(); };
 const sameBytes = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
@@ -98,21 +101,38 @@ export const nonceCommitment = (nonce) => sha256(nonce);
 // SHA-256(tag, every slot's digest in slot order, every slot's nonce in slot order)
 export const beacon = (digests, nonces) => sha256(BEACON_TAG, ...digests, ...nonces);
 
-// [[auditor, audited]] of the step: min(rate, P) distinct audited slots (a partial Fisher-Yates
-// shuffle), each with an auditor drawn from the other P - 1 slots; none when P = 1.
+// a slot is audited when its draw is below this: floor(rate x 2^32) (rate x 2^32 is exact)
+export const auditThreshold = (rate) => Math.floor(rate * 2 ** 32);
+
+// [P counts]: the audits each slot was given in the W steps before `step`. assigned: Map step ->
+// [auditor slot of each of its audits], since the roster's last change
+export function auditLoad(assigned, step, P) {
+  const load = new Array(P).fill(0);
+  for (let t = Math.max(0, step - AUDIT_WINDOW); t < step; t++) for (const a of assigned.get(t) || []) load[a] += 1;
+  return load;
+}
+
+// [[auditor, audited]] of the step, audited in slot order: slot i is audited when draw(k, i) <
+// auditThreshold(rate) (a chance of `rate`, each slot on its own); its auditor is the other slot
+// with the least load (auditLoad, counting the audits given earlier in this step), ties broken by
+// draw(k, P + i) mod their number (in slot order). None when P = 1.
 // k = key(PURPOSE_AUDIT, seed, step, the beacon's 8 little-endian u32 words)
-export function auditPairs(seed, step, P, rate, beaconBytes) {
-  if (P < 2) return [];
+export function auditPairs(seed, step, P, rate, beaconBytes, load = null) {
+  if (P < 2 || !(rate > 0)) return [];
   const dv = new DataView(beaconBytes.buffer, beaconBytes.byteOffset, 32);
   const words = Array.from({ length: 8 }, (_, i) => dv.getUint32(4 * i, true));
   const k = key(PURPOSE_AUDIT, seed, step, ...words);
-  const slots = Array.from({ length: P }, (_, i) => i);
+  const loads = load ? load.slice() : new Array(P).fill(0), below = auditThreshold(rate);
   const pairs = [];
-  for (let a = 0; a < Math.min(rate, P); a++) {
-    const j = a + (draw(k, a) % (P - a));
-    [slots[a], slots[j]] = [slots[j], slots[a]];
-    const audited = slots[a];
-    pairs.push([(audited + 1 + (draw(k, P + a) % (P - 1))) % P, audited]);
+  for (let i = 0; i < P; i++) {
+    if (draw(k, i) >= below) continue;
+    const others = [];
+    for (let j = 0; j < P; j++) if (j !== i) others.push(j);
+    const least = Math.min(...others.map((j) => loads[j]));
+    const tied = others.filter((j) => loads[j] === least);
+    const auditor = tied[draw(k, P + i) % tied.length];
+    loads[auditor] += 1;
+    pairs.push([auditor, i]);
   }
   return pairs;
 }
@@ -176,22 +196,21 @@ export function checkReducedShard(slices, committedHashes, reduced, n, codec, se
 
 // ---- what the audits buy: detection per step (daisy/audit.py) ---------------------------------------
 
-const comb = (n, k) => { let c = 1; for (let i = 1; i <= k; i++) c = (c * (n - k + i)) / i; return k < 0 || k > n ? 0 : c; };
-
 // The chance that a step's audits catch a lie, when `cheaters` of the P slots forge their
-// gradients and pass each other's audits (liar false), or one slot is a lying auditor (liar true)
+// gradients and pass each other's audits (liar false), or one slot is a lying auditor (liar true).
+// Each slot is audited with chance `rate`; its auditor is taken as uniform over the other P - 1
+// slots (auditPairs balances their loads instead: who audits changes, not how often on average)
 export function detectionProbability(P, rate, cheaters = 1, liar = false) {
-  const r = Math.min(rate, P);
-  if (P < 2 || r === 0) return 0;
-  if (liar) {
-    const q = (P - 2) / (P - 1);
-    return 1 - ((r / P) * q ** (r - 1) + (1 - r / P) * q ** r);
-  }
-  const c = cheaters;
-  let miss = 0;
-  for (let j = 0; j <= Math.min(c, r); j++) miss += (comb(c, j) * comb(P - c, r - j)) / comb(P, r) * ((c - 1) / (P - 1)) ** j;
-  return 1 - miss;
+  if (P < 2 || !(rate > 0)) return 0;
+  const q = Math.min(rate, 1);
+  if (liar) return 1 - (1 - q / (P - 1)) ** (P - 1);          // each other slot audited, and given to the liar
+  const c = cheaters;                                         // a cheater audited by an honest auditor
+  return 1 - (1 - (q * (P - c)) / (P - 1)) ** c;
 }
+
+// local steps of audit work per page per step: rate x P audits per step in the group, shared by
+// the P pages (auditPairs balances them)
+export const auditWork = (rate) => rate;
 
 // mean steps from the first forged step to its detection (geometric: 1/p)
 export const expectedSteps = (p) => 1 / p;

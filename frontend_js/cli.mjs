@@ -13,7 +13,8 @@ import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { GPU_MODES, pickBackend } from './backends.js';
 import { MAX_THREADS } from './cpu/workers.js';
-import { AttackError, MAX_AUDIT_RATE, checkAttack, parseAttack, runAudited } from './attack.js';
+import { AttackError, checkAttack, parseAttack, parseAuditRate, runAudited } from './attack.js';
+import { DEFAULT_AUDIT_RATE } from './audit.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
@@ -48,7 +49,8 @@ const FLAGS = {
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
   '--attack': ['attack', 'an audited run in which peer S forges its gradient from step index STEP on '
     + '(frontend_js/attack.js: kinds, audits, removal)', 'slot=S,from=STEP,kind=KIND'],
-  '--audit-rate': ['audit_rate', `an audited run with this many audits per step, 0..${MAX_AUDIT_RATE} (1 with --attack)`],
+  '--audit-rate': ['audit_rate', 'an audited run in which each slot\'s contribution to a step is audited with '
+    + 'this chance, 0..1 (0.1 with --attack)'],
 };
 const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
@@ -115,7 +117,7 @@ export function parseArgs(argv) {
     if (flag === '--save' || flag === '--resume') {
       throw new UsageError(`${flag}: checkpoints are not read or written by the JS CLI; use python -m daisy.train ${flag}`);
     }
-    args[dest] = ['--data', '--roster', '--exchange', '--attack', '--gpu'].includes(flag) ? value : pyInt(flag, value);
+    args[dest] = ['--data', '--roster', '--exchange', '--attack', '--audit-rate', '--gpu'].includes(flag) ? value : pyInt(flag, value);
   }
   if (unknown.length) throw new UsageError(`unrecognized arguments: ${unknown.join(' ')}`);
   if (args.peers !== null && args.roster !== null) {
@@ -156,10 +158,7 @@ function auditedArgs(args) {
   if (args.roster !== null) {
     throw new UsageError('--attack and --audit-rate run --peers P from step 0: drop --roster, --resume and --save');
   }
-  if (args.audit_rate === null) args.audit_rate = 1;
-  if (!(args.audit_rate >= 0 && args.audit_rate <= MAX_AUDIT_RATE)) {
-    throw new UsageError(`--audit-rate must be in 0..${MAX_AUDIT_RATE}, got ${args.audit_rate}`);
-  }
+  args.audit_rate = args.audit_rate === null ? DEFAULT_AUDIT_RATE : attackOrUsage(() => parseAuditRate(args.audit_rate));
   if (args.attack !== null) args.attackSpec = attackOrUsage(() => parseAttack(args.attack));
 }
 

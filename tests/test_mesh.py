@@ -131,7 +131,8 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
         row = page.inner_text(f'#daisy-peer tr[data-peer="{other["peerId"]}"]')
         assert want[-1][:12] in row and "linked" in row, row
     assert "2 of 2 replicas agree at step 100" in a.inner_text("#daisy-peer")
-    assert "gradients audited (1 per step) through step 100" in a.inner_text("#daisy-peer")   # the last two steps' audits ran before FIN
+    # every owed audit ran before FIN; the default chance 0.1 says how soon a liar is caught
+    assert "gradients audited through step 100 (one liar is caught within ~10 steps)" in a.inner_text("#daisy-peer")
     # the user's question: the group against this device alone (frontend_js/run/speed.js), from
     # the same step times the tokens/s readout shows and this page's own compute per step
     for page, s in ((a, sa), (b, sb)):

@@ -21,7 +21,7 @@
 import { jsSha, createSubtleSha, gateSha, fromHex } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
-export const PROTOCOL_VERSION = 5;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE; 5: TRANSCRIPT_ASK, TRANSCRIPT
+export const PROTOCOL_VERSION = 6;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE; 5: TRANSCRIPT_ASK, TRANSCRIPT; 6: auditRate a per-slot chance, verdicts up to W steps late
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)

@@ -164,7 +164,8 @@ function replicaText(s) {
   const { count, agree, agreeing, step } = s.replicas;
   if (count === 1) return `1 replica at step ${step} (no other peer in this run)`;
   const a = s.audits;
-  const audited = !a ? '' : a.rate ? `; gradients audited (${a.rate} per step) through step ${a.through}` : '; gradients not audited';
+  // each contribution audited with chance `rate`: a liar's forgeries are caught after 1/rate steps on average
+  const audited = !a ? '' : a.rate ? `; gradients audited through step ${a.through} (one liar is caught within ~${Math.round(1 / a.rate)} steps)` : '; gradients not audited';
   return (agree ? `${agreeing ?? count} of ${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`) + audited;
 }
 

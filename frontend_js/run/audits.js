@@ -1,15 +1,20 @@
 // Audited gradients in a page run (docs/VERIFICATION.md §13 is the contract; docs/PROTOCOL.md
 // "Audited gradients" the frames). The rules are audit.js's (the reference's twin, the same
-// names); this module is their use over the mesh, lagging the step loop by two steps so no step
-// waits for an audit:
+// names); this module is their use over the mesh, lagging the step loop so no step waits for an
+// audit, and spreading each audit's recomputation over up to W = AUDIT_WINDOW steps so no page
+// pays more than its share (about `rate` local steps per step):
 //
 //   after exchange s   AUDIT {epoch, step s, hashes, loss, nonceHash = SHA-256(n_s), reveal n_{s-1},
 //                      beacon of s-2} to every member. The hashes are of the messages this device
 //                      sent; every receiver checks the one it got (a mismatch: the split alarm).
 //   step t = s-2       once every slot's AUDIT of t and of t+1 (its reveal) is here: digests,
-//                      beacon, the pairs (auditPairs). Each audit is recorded as a pass of the
-//                      audited peer (trusted points, kept states); the auditor recomputes the
-//                      audited slot from its kept state after t steps and compares digests.
+//                      beacon, the pairs (auditPairs, the auditors' loads balanced over the last W
+//                      steps). Each audit is recorded as a pass of the audited peer (trusted
+//                      points, kept states), pending until its verdict; the auditor recomputes the
+//                      audited slot from its kept state after t steps, in slices (a unit at a
+//                      time) while its loop waits for the exchange, plus its share per step
+//                      (payShare: the earliest-deadline rate, at least `rate` local steps), done
+//                      by step t + W, and compares digests.
 //   a failed audit     EVIDENCE {epoch, step, slot, accuser, committed, recomputed} to every member.
 //                      Each member recomputes itself (judge): the audited peer or the accuser is
 //                      convicted on this device's own evidence and the evidence is passed on.
@@ -32,19 +37,24 @@ import { Replica, Trainer } from '../train.js';
 import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
 import { waitUntil } from '../page_clock.js';
-import { auditPairs, beacon, checkReducedShard, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence } from '../audit.js';
+import { AUDIT_WINDOW, MAX_AUDIT_RATE, auditLoad, auditPairs, beacon, checkReducedShard, slotMessages, trustedStep, contributionDigest, judge, referenceNonce, rollbackStep, slotDigest, Evidence } from '../audit.js';
 import { CodecError } from '../exchange_codec.js';
 import { jsSha, toHex, fromHex } from '../hashing.js';
-import { MAX_AUDIT_RATE } from '../attack.js';
+import { qmatmulT } from '../units.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES, isHash } from './record.js';
 import { alarm } from './ending.js';
 
 const sha256Hex = (bytes) => jsSha.hexOf([bytes]);
-export const validAuditRate = (r) => Number.isInteger(r) && r >= 0 && r <= MAX_AUDIT_RATE;
+// the run's auditRate: the chance that a slot's contribution to a step is audited, 0..1
+export const validAuditRate = (r) => typeof r === 'number' && Number.isFinite(r) && r >= 0 && r <= MAX_AUDIT_RATE;
+// steps after its audited step an audit's verdict may still come (W, plus the two steps' lag of the
+// reveals): kept states, frames and transcripts live this long
+const VERDICT_STEPS = AUDIT_WINDOW + 4;
+const GATE_LOOK_MS = 250;
 
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
 export function openBook(run, rate) {
-  run.book = rate > 0 ? new AuditBook(rate, run.completed) : null;
+  run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg)) : null;
   if (run.book) keepState(run);
 }
 
@@ -52,7 +62,7 @@ export function openBook(run, rate) {
 // other than a conviction)
 export function restartBook(run) {
   if (!run.book) return;
-  run.book = new AuditBook(run.book.rate, run.completed);
+  run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep);
   keepState(run);
 }
 
@@ -80,6 +90,8 @@ function pruneStates(run) {
   const b = run.book, c = run.completed;
   const needed = new Set([b.floor]);
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
+  for (const { t } of b.pending.values()) needed.add(t);          // audits whose verdict may still come
+  for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
   for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) release(b, t);
   const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
   while (b.states.size > MAX_KEPT_STATES && old.length) release(b, old.shift());
@@ -94,9 +106,12 @@ export async function afterExchange(ctl, run, s, out, loss) {
   const nonce = ctl.faults.referenceNonces ? referenceNonce(run.cfg.seed, s, run.slot) : crypto.getRandomValues(new Uint8Array(32));
   b.nonces.set(s, nonce);
   commitOwn(ctl, run, s, { hashes: out.ownHashes, loss, nonceHash: sha256Hex(nonce) });
-  sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce));
+  if (!withholding(ctl, s)) sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce));
   return catchUp(ctl, run, s - 2);
 }
+
+// the fault plan's page that withholds its AUDIT frames (tests: a forger that leaves at once)
+const withholding = (ctl, s) => ctl.faults.withholdAudits !== null && s >= ctl.faults.withholdAudits.from;
 
 function commitOwn(ctl, run, s, commit) {
   commitsOf(run.book, run.epoch, s).set(run.slot, commit);
@@ -124,8 +139,10 @@ export async function flush(ctl, run) {
   if (!b) return true;
   revealLast(ctl, run);
   if (!(await catchUp(ctl, run, run.completed - 1))) return false;
-  startAudits(ctl, run);
-  await b.running;
+  b.gateOpen = true;                 // every audit this device owes, before FIN
+  ctl.poke();
+  work(ctl, run, b);
+  while (b.working) await b.working;
   return !run.ended && !run.recovery && run.book === b;
 }
 
@@ -135,7 +152,7 @@ export function revealLast(ctl, run) {
   const b = run.book;
   if (!b || !b.nonces.size) return;
   const last = Math.max(...b.nonces.keys()), s = last + 1;
-  if (b.tailSent.has(`${run.epoch}:${s}`)) return;
+  if (b.tailSent.has(`${run.epoch}:${s}`) || withholding(ctl, s)) return;
   b.tailSent.add(`${run.epoch}:${s}`);
   ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null,
                                   reveal: toHex(b.nonces.get(last)), beacon: b.beacons.get(s - 2) || null });
@@ -169,7 +186,7 @@ async function advance(ctl, run) {
     if (!(await auditStep(ctl, run, b.done + 1))) return;
   }
   if (run.book !== b) return;
-  startAudits(ctl, run);
+  work(ctl, run, b);
   await drainEvidence(ctl, run);
 }
 
@@ -205,8 +222,9 @@ async function auditStep(ctl, run, t) {
   }
   const beaconBytes = beacon(digests, nonces);
   b.beacons.set(t, toHex(beaconBytes));
-  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes);
+  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes, auditLoad(b.assigned, t, P));
   b.pairs.set(t, pairs);
+  b.assigned.set(t, pairs.map(([auditor]) => auditor));
   b.digests.set(t, digests.map(toHex));
   b.shardHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).hashes));
   b.done = t;
@@ -214,7 +232,11 @@ async function auditStep(ctl, run, t) {
   for (const [slot, x] of b.claimedBeacons.get(`${run.epoch}:${t}`) || []) {
     if (x !== toHex(beaconBytes)) { alarmSplit(ctl, run, `Split alarm at step ${t + 1}: ${h.nameOf(run.roster[slot])} saw other commitments of that step. Stopped (never fork).`); return false; }
   }
-  for (const [auditor, audited] of pairs) recordPass(run, run.roster[audited], run.roster[auditor], t + 1);
+  for (const [auditor, audited] of pairs) {
+    // its verdict may come up to W steps later: until then the pass is pending here
+    b.pending.set(`${t}:${audited}`, { t, slot: audited, committed: toHex(digests[audited]) });
+    recordPass(run, run.roster[audited], run.roster[auditor], t + 1);
+  }
   keepState(run);
   settle(ctl, run);
   for (const [auditor, audited] of pairs) {
@@ -233,30 +255,141 @@ async function auditStep(ctl, run, t) {
     else if (!colluding) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});
-      b.queued.push({ t, audited, committed, epoch: run.epoch, batch });
+      b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0 });
     }
   }
   return drainEvidence(ctl, run);
 }
 
-// The recomputations this device owes run while the loop waits for the next exchange (the
-// transfer hides them; loop.js calls this just before it), or at once when the loop is halted
-// or finishing. Each is judged when it ends; a failed one is evidence to every member.
-export function startAudits(ctl, run) {
+// ---- the share: audits spread over steps and idle time (docs/VERIFICATION.md §13 "The schedule")
+// The recomputations this device owes run one at a time through a gated backend: a unit (one
+// INT8 matmul with its quantization) runs only while the gate is open. It is open while the loop
+// waits for the exchange (idle: the transfer hides the work), while a recovery parks the loop or
+// the run finishes, and after each exchange until this step's share is done (payShare). The loop
+// then computes its own step with the gate shut.
+
+// the loop waits for the exchange: audits may run
+export function idle(ctl, run) {
   const b = run.book;
-  if (!b || !b.queued.length) return;
-  for (const item of b.queued.splice(0)) {
-    b.running = b.running.then(() => checkAudit(ctl, run, b, item)).catch((err) => console.warn('daisy: an audit failed:', err));
-  }
+  if (!b) return;
+  b.gateOpen = true;
+  ctl.poke();
+  work(ctl, run, b);
 }
 
-async function checkAudit(ctl, run, b, { t, audited, committed, epoch, batch }) {
+// after the exchange of step s (afterExchange queued the audits of s - 2): this step's share of
+// the audit work is done before the loop applies s, then the gate shuts. The share: the
+// earliest-deadline rate (every queued audit done by the step before its deadline t + W), at least
+// `rate` local steps per step while work is queued, less what ran while the loop was idle.
+export async function payShare(ctl, run, s) {
+  const b = run.book;
+  if (!b) return;
+  b.gateOpen = true;
+  ctl.poke();
+  work(ctl, run, b);
+  const need = shareUnits(b, s) - b.units.sinceShare;
+  if (need > 0) {
+    const target = b.units.done + need;
+    const paid = () => b.units.done >= target || !b.queued.length || run.ended || run.recovery || run.book !== b;
+    while (!paid()) await waitUntil(paid, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+  }
+  b.gateOpen = false;
+  b.units.sinceShare = 0;
+}
+
+// units this step owes: max over the queue (deadline order) of ceil(work up to k / steps left to k's
+// deadline), and at least rate x one step's units while any is queued
+export function shareUnits(b, s) {
+  const U = b.units.perStep;
+  let cum = 0, need = 0;
+  for (const a of b.queued) {
+    cum += Math.max(0, U - a.done);
+    need = Math.max(need, Math.ceil(cum / Math.max(1, a.t + AUDIT_WINDOW - s)));
+  }
+  return cum ? Math.min(cum, Math.max(need, Math.ceil(b.rate * U))) : 0;
+}
+
+// an estimate of a local step's units (INT8 matmuls): 6 per layer and the head forward, twice that
+// backward; replaced by the count of the first recomputation
+export const unitsPerStep = (cfg) => 18 * cfg.layers + 3;
+
+// the queue's worker: one recomputation at a time, in deadline order; each judged when it ends, a
+// failed one is evidence to every member
+function work(ctl, run, b) {
+  if (b.working || !b.queued.length) return;
+  b.working = (async () => {
+    while (b.queued.length && run.book === b && !run.ended) {
+      const item = b.queued[0];
+      try {
+        await checkAudit(ctl, run, b, item);
+      } catch (err) {
+        if (!(err instanceof AuditVoid)) console.warn('daisy: an audit failed:', err);
+      }
+      if (b.queued[0] === item) b.queued.shift();
+      ctl.poke();
+    }
+  })().finally(() => { b.working = null; });
+}
+
+// the gate a gated recomputation passes before each unit: open (above), or the loop is parked or
+// finishing. Between two gates the recomputation holds the compute backend (exclusive: the row
+// kernels and the units of two steps never interleave on a shared thread pool); at a gate it
+// lets go, so the loop's step waits at most for one unit and its glue. An audit voided meanwhile
+// (rolled back, restarted, ended) stops at the gate.
+class AuditVoid extends Error {}
+async function admit(ctl, run, b, item) {
+  item.release?.();
+  item.release = null;
+  const gone = () => run.ended || run.book !== b || run.epoch !== item.epoch;
+  // while this device judges (evidence, a departure's barrier, a conviction's earlier audits) that
+  // goes first: the acting leader waits for every survivor's judgement, not for owed audits
+  const judging = () => b.accused.size > 0 || b.departing.size > 0 || b.checking !== null;
+  const open = () => gone() || (!judging() && (b.gateOpen || run.recovery || run.finishing || run.stopAfter !== null));
+  // (woken by a poke; looked at again now and then: a gate opened by a state change that pokes nobody)
+  while (!open()) await waitUntil(open, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+  if (gone()) throw new AuditVoid('the audit is void');
+  item.release = await hold(run);
+}
+
+// the compute backend, held until the returned release is called
+function hold(run) {
+  let release;
+  const held = new Promise((r) => { release = r; });
+  const turn = run.computing;
+  run.computing = turn.then(() => held);
+  return turn.then(() => release);
+}
+
+// the backend of a recomputation: the same kernels, each unit through the gate and counted
+function gatedBackend(ctl, run, b, backend, item) {
+  // units issued together (model.js both()) pass the gate together: the first waits, the others
+  // wait for the same admission, and the next unit after all of them waits at the gate again
+  const unit = async (...args) => {
+    if (!item.admitting) item.admitting = admit(ctl, run, b, item);
+    await item.admitting;
+    item.inflight++;
+    b.units.done++; b.units.sinceShare++; item.done++;
+    ctl.poke();
+    try {
+      return await qmatmulT(backend.engine, ...args);
+    } finally {
+      if (--item.inflight === 0) item.admitting = null;
+    }
+  };
+  // the backend and its engine are frozen: a view of each with the one member replaced
+  const engine = Object.create(backend.engine, { qmatmulT: { value: unit } });
+  return Object.create(backend, { engine: { value: engine } });
+}
+
+async function checkAudit(ctl, run, b, item) {
+  const { t, audited, committed, epoch, batch } = item;
   const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
   if (void_()) return;
-  const recomputed = await recompute(ctl, run, t, audited, batch);
+  const recomputed = await recompute(ctl, run, t, audited, batch, item);
   if (recomputed === null || void_()) return;
   if (recomputed === committed) {
     if (run.collective.topology === 'rsag') await checkOwner(ctl, run, b, t, audited, epoch);
+    if (!void_()) b.pending.delete(`${t}:${audited}`);
     return;
   }
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
@@ -342,34 +475,52 @@ export function transcriptLimit(ctl, hd) {
   return transcriptBytes(run, hd.slot);
 }
 
+// a pass of `audited` by `auditor` (the state after step `after`). Kept per auditor: the last 4
+// whose verdict is in and every pending one (a conviction filters passes by step: a pending pass
+// may be the failing audit itself, so the settled ones before it must still be here)
 function recordPass(run, audited, auditor, after) {
-  const b = run.book;
+  const b = run.book, slot = run.roster.indexOf(audited);
   let by = b.passes.get(audited);
   if (!by) { by = new Map(); b.passes.set(audited, by); }
   const steps = by.get(auditor) || [];
   steps.push(after);
-  while (steps.length > 4) steps.shift();
+  const settled = (xs) => xs.filter((x) => !b.pending.has(`${x - 1}:${slot}`)).length;
+  while (settled(steps.slice(1)) >= 4) steps.shift();
   by.set(auditor, steps);
 }
 
 // the digest of `slot`'s contribution to step t, recomputed from this device's kept state after t
-// steps (null: that state is no longer kept); batch: its batch's promise, if fetched already
-async function recompute(ctl, run, t, slot, batch = null) {
+// steps (null: that state is no longer kept); batch: its batch's promise, if fetched already.
+// item: an audit this device owes (its units pass the gate); else a judge's check, at once
+async function recompute(ctl, run, t, slot, batch = null, item = null, sent = false) {
   const b = run.book, st = b.states.get(t);
   if (!st) { ctl.host.note(`Cannot check step ${t + 1}: its state is no longer kept here.`); return null; }
   const replica = new Replica(st.params, { t: st.t, m: st.m, v: st.v });
   const one = { get: (step, sl) => (batch && step === t && sl === slot ? batch : run.batches.one(step, sl)) };
-  const trainer = new Trainer(run.cfg, replica, one, run.trainer.backend);
-  b.arena ||= ctl.host.backend()?.newArena() ?? new StepArena();
+  const backend = item ? gatedBackend(ctl, run, b, run.trainer.backend, item) : run.trainer.backend;
+  const trainer = new Trainer(run.cfg, replica, one, backend);
+  const arena = item ? (b.arena ||= ctl.host.backend()?.newArena() ?? new StepArena())
+    : (b.judgeArena ||= ctl.host.backend()?.newArena() ?? new StepArena());
   b.reading.add(st);
-  return exclusive(run, async () => {
-    b.arena.reset();
+  const step = async () => {
+    if (item) await admit(ctl, run, b, item);          // the gate and the backend, before any kernel
+    arena.reset();
     const gpu = ctl.host.gpu;
-    const r = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => trainer.localStep(t, slot, b.arena))
-      : await trainer.localStep(t, slot, b.arena);
+    const before = item?.done;
+    const r = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => trainer.localStep(t, slot, arena))
+      : await trainer.localStep(t, slot, arena);
+    if (item && item.done - before > 0) b.units.perStep = item.done - before;     // a step's units, counted
     const flat = flattenGrads(r.grads, run.collective.names);
+    if (sent) {                    // the message this device received from `slot`, and its loss
+      const messages = slotMessages(flat, run.roster.length, run.cfg.seed, t, slot, run.collective.codec);
+      return { hash: sha256Hex(messages[messages.length === 1 ? 0 : run.slot]), loss: r.loss };
+    }
     return toHex(contributionDigest(flat, r.loss, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
-  }).finally(() => b.reading.delete(st));
+  };
+  return (item ? step() : exclusive(run, step)).finally(() => {
+    b.reading.delete(st);
+    if (item) { item.release?.(); item.release = null; }
+  });
 }
 
 // one user of the compute backend at a time: the loop's steps and the audits' recomputations
@@ -426,9 +577,14 @@ function pruneFrames(run) {
       if (e < run.epoch || st < b.done - 1) map.delete(key);
     }
   }
-  for (const map of [b.received, b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const st of [...map.keys()]) if (st < b.done - 8) map.delete(st);
-  for (const key of [...b.transcripts.keys()]) if (Number(key.split(':')[1]) < b.done - 8) b.transcripts.delete(key);   // epoch:step:owner
-  for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - 8) b.answered.delete(key);          // asker:epoch:step
+  for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes, b.assigned]) for (const st of [...map.keys()]) if (st < b.done - VERDICT_STEPS) map.delete(st);
+  const keep = Math.min(b.done - VERDICT_STEPS, barrierFloor(run));              // a departure's barrier reads these
+  for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);
+  for (const key of [...b.transcripts.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) b.transcripts.delete(key);   // epoch:step:owner
+  for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - VERDICT_STEPS) b.answered.delete(key);          // asker:epoch:step
+  // a pending pass whose auditor's evidence would be here by now (sent by step t + W, before that
+  // auditor's gradient of t + W + 1 on the same ordered link) is a pass
+  for (const [key, p] of [...b.pending]) if (p.t < b.done - AUDIT_WINDOW - 1) b.pending.delete(key);
 }
 
 // a member's evidence: checked once this device ran that step's audits itself
@@ -613,7 +769,7 @@ function settle(ctl, run) {
   const b = run.book;
   let changed = false;
   for (const [id, a] of [...b.accused]) {
-    if (b.done < a.step - 1) continue;
+    if (b.done < a.step - 1 || checkingEarlier(ctl, run, b, id, a)) continue;
     b.accused.delete(id);
     const back = rollbackFor(run, id, a.step);
     b.convicted.set(id, { step: a.step, why: a.why, back, hash: b.states.get(back)?.hash ?? null });
@@ -621,20 +777,71 @@ function settle(ctl, run) {
     changed = true;
   }
   if (changed) ctl.judged(run);
-  // reveals withheld by the accused only: wait a while, then those steps count as not audited
-  if (b.accused.size && !b.skipTimer) {
+  // reveals withheld by the accused only: wait a while, then those steps count as not audited; at
+  // once when every accused left for good (its LEAVE, or the server's word: nothing more comes)
+  if (!b.accused.size) return;
+  const left = [...b.accused.keys()].every((id) => run.confirmed.has(id) || ctl.serverGone.has(id));
+  if (left) { clearTimeout(b.skipTimer); b.skipTimer = null; if (skipWithheld(ctl, run, b)) settle(ctl, run); return; }
+  if (!b.skipTimer) {
     b.skipTimer = setTimeout(() => {
       b.skipTimer = null;
       if (run.book !== b || run.ended) return;
-      const accused = new Set(b.accused.keys());
-      const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
-      while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
-        ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
-        b.done += 1;
-      }
+      skipWithheld(ctl, run, b);
       settle(ctl, run);
     }, run.collective.deadlineMs);
   }
+}
+
+// the steps before the accused's lies blocked only by the accused's missing AUDIT frames count as
+// not audited. -> whether any did
+function skipWithheld(ctl, run, b) {
+  const accused = new Set(b.accused.keys()), from = b.done;
+  const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
+  while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
+    ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
+    b.done += 1;
+  }
+  return b.done > from;
+}
+
+// The accused's audits before its lie whose verdicts may still come (another auditor's, within W
+// steps): this device checks them itself, earliest first, before it settles the rollback (one
+// that fails is the lie: the reference convicts at the first audit that fails). -> true while
+// some are left to check
+function checkingEarlier(ctl, run, b, id, a) {
+  const slot = run.roster.indexOf(id);
+  const left = [...b.pending.values()].filter((p) => p.slot === slot && p.t < a.step).sort((x, y) => x.t - y.t);
+  if (!left.length) return false;
+  if (b.checking) return true;
+  const epoch = run.epoch;
+  b.checking = (async () => {
+    const void_ = () => run.book !== b || run.ended || run.epoch !== epoch;
+    for (const p of left) {
+      const got = await recompute(ctl, run, p.t, p.slot);
+      if (got === null || void_()) return;
+      if (got !== p.committed) {
+        b.pending.delete(`${p.t}:${p.slot}`);
+        convict(ctl, run, id, p.t, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${p.t + 1}: removed (committed ${p.committed.slice(0, 16)}, recomputed ${got.slice(0, 16)} by this device)`);
+        return;
+      }
+      if (run.collective.topology === 'rsag') {             // its reduce, as its auditor checks it
+        const transcript = await askTranscript(ctl, run, b, p.t, p.slot);
+        if (void_()) return;
+        if (transcript === null) { noTranscript(ctl, run, id, p.t); return; }
+        const { reason } = ownerVerdict(run, b, p.t, p.slot, transcript);
+        if (reason !== null) {
+          b.pending.delete(`${p.t}:${p.slot}`);
+          convict(ctl, run, id, p.t, ownerWords(ctl, run, id, p.t, reason, run.slot));
+          return;
+        }
+      }
+      b.pending.delete(`${p.t}:${p.slot}`);
+    }
+  })().catch((err) => console.warn('daisy: checking an audit failed:', err)).finally(() => {
+    b.checking = null;
+    if (run.book === b && !run.ended) settle(ctl, run);
+  });
+  return true;
 }
 
 // rollbackStep over this device's passes as the reference keeps them at the conviction: only the
@@ -655,12 +862,64 @@ function rollbackFor(run, id, t) {
   return Math.max(b.floor, rollbackStep(id, passes, excluded));
 }
 
+// ---- a departure is a barrier (docs/PROTOCOL.md "Audited gradients": nothing unaudited outlives it)
+// Before the roster drops a departing peer (LEAVE, closed link, deadline, the server's word), this
+// device recomputes every contribution of its since its last settled pass (or the book's floor,
+// or the last rollback) from its own kept states, earliest first, and compares it with the bytes
+// and loss it received from that peer at that step (its own evidence, no commitment needed: a
+// peer that withholds its AUDIT frames is checked all the same). One that does not reproduce
+// convicts it (a rollback as an audit's); meanwhile STATUS names it unsettled, so the acting
+// leader waits. Cost: one local step per step since that pass, on every survivor.
+export function checkDeparture(ctl, run, id) {
+  const b = run.book;
+  if (!b || run.ended || id === ctl.selfId || !run.roster.includes(id) || b.departing.has(id) || b.accused.has(id) || b.convicted.has(id)) return;
+  const slot = run.roster.indexOf(id), epoch = run.epoch, from = checkedFrom(run, id), upTo = run.completed;
+  b.departing.set(id, { from, upTo });
+  const void_ = () => run.ended || run.book !== b || run.epoch !== epoch || !b.departing.has(id);
+  (async () => {
+    for (let u = from; u < upTo; u++) {
+      const got = b.received.get(u);
+      if (!got || !b.states.has(u)) { ctl.host.note(`Cannot check step ${u + 1} of ${ctl.host.nameOf(id)}, which left: its state is no longer kept here.`); continue; }
+      const mine = await recompute(ctl, run, u, slot, null, null, true);
+      if (mine === null || void_()) return;
+      if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
+        b.departing.delete(id);
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked when it left; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        return;
+      }
+      b.pending.delete(`${u}:${slot}`);
+    }
+    if (void_()) return;
+    b.departing.delete(id);
+    ctl.judged(run);
+  })().catch((err) => console.warn('daisy: checking a departure failed:', err));
+}
+
+// the first step of `id`'s contributions not covered by a settled pass: after its latest pass by an
+// auditor never convicted whose verdict is in, the book's floor or the last rollback
+function checkedFrom(run, id) {
+  const b = run.book, slot = run.roster.indexOf(id);
+  const settled = new Map([[null, b.floor]]);
+  for (const [auditor, steps] of b.passes.get(id) || []) {
+    const ok = steps.filter((x) => !b.pending.has(`${x - 1}:${slot}`));
+    if (ok.length) settled.set(auditor, ok[ok.length - 1]);
+  }
+  return Math.max(b.floor, b.since, trustedStep(settled, new Set(b.excludedFrom.keys())));
+}
+
+// the oldest step a departure's barrier may need (the states and received bytes kept from it on)
+function barrierFloor(run) {
+  return Math.min(run.completed, ...run.roster.filter((_, slot) => slot !== run.slot).map((id) => checkedFrom(run, id)));
+}
+
 // the convictions as STATUS and ROSTER name them: [[id, back, hash at back]] sorted by id; one
 // whose rollback is not settled yet has back and hash null (the acting leader waits for it)
 export function convictions(run) {
   const b = run.book;
   if (!b) return [];
-  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash]), ...[...b.accused.keys()].map((id) => [id, null, null])]
+  // a departing peer whose steps this device is still checking (the barrier) is not settled either
+  const unsettled = [...new Set([...b.accused.keys(), ...b.departing.keys()])].filter((id) => !b.convicted.has(id));
+  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash]), ...unsettled.map((id) => [id, null, null])]
     .sort((x, y) => (x[0] < y[0] ? -1 : 1));
 }
 
@@ -686,7 +945,8 @@ export function takeRollback(run, from, convicted) {
   }
   for (const id of convicted) b.excludedFrom.set(id, from);
   for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
-  b.convicted.clear(); b.accused.clear(); b.queued = [];
+  b.convicted.clear(); b.accused.clear(); b.queued = []; b.pending.clear(); b.assigned.clear(); b.departing.clear();
+  b.since = from;
   clearTimeout(b.skipTimer); b.skipTimer = null;
   for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);

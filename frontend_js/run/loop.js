@@ -100,7 +100,7 @@ async function loop(ctl, run) {
     }
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;
-    audits.startAudits(ctl, run);                   // the audits this device owes, beside the transfer
+    audits.idle(ctl, run);                          // the audits this device owes, beside the transfer
     let out;
     try {
       out = await run.collective.exchange(s, run.roster, slot, local.loss, local.grads, run.hash);
@@ -126,6 +126,9 @@ async function loop(ctl, run) {
     }
     // the audits: this step's commitment out, the audits of step s-2 (a conviction goes back)
     if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
+    await audits.payShare(ctl, run, s);             // this step's share of the audit work, then the gate shuts
+    if (run.ended) return;
+    if (run.recovery) continue;
     if (run.stopAfter !== null && s >= run.stopAfter) break;
     if (cfg.local_steps === 1) saveUndo(run);          // (local steps keep the state after each exchange instead)
     const applied = await audits.exclusive(run, () => timed((ms) => { ownMs += ms; },

@@ -35,6 +35,7 @@ export const NO_FAULTS = Object.freeze({
                             // forged, the same to every peer (attack.js forgeReduced)
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
   refuseRosters: false,     // this page refuses every roster change proposed to it (stalls every recovery and join)
+  withholdAudits: null,     // {from}: from step index `from`, this page sends no AUDIT frame (commitments and reveals withheld)
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once
@@ -48,7 +49,8 @@ export const STALL_FACTOR = 4;      // each stalled sync of a device multiplies 
 export const MAX_STALL_WAITS = 3;   // up to STALL_FACTOR ** 3 (5 s, 20 s, 80 s, 320 s at the default resync interval)
 export const MAX_FWD_HELD = 256;    // forwarded gradients a joiner holds unapplied before it asks again
 export const KEPT_RING = 5;         // audits: the states after the last few steps, always kept (run/audits.js)
-export const MAX_KEPT_STATES = 32;  // audits: states kept in all (trusted points beyond the ring go oldest first)
+export const MAX_KEPT_STATES = 48;  // audits: states kept in all (trusted points beyond the ring and the audits
+                                    // whose verdict may still come go oldest first)
 
 // A hash as messages show it (the one rule lives in ../hashing.js)
 export { short } from '../hashing.js';
@@ -163,8 +165,8 @@ export class JoinAttempt {
 // The audits of a run (run/audits.js; docs/VERIFICATION.md §13). Steps are 0-based step indexes;
 // "epoch:step" keys hold frames of a roster epoch (slots are that epoch's).
 export class AuditBook {
-  constructor(rate, floor) {
-    this.rate = rate;            // audits per step in the group (the run's auditRate, 1..64)
+  constructor(rate, floor, unitsPerStep) {
+    this.rate = rate;            // the chance that a slot's contribution to a step is audited (auditRate, 0..1]
     this.floor = floor;          // the first step audited: the run's start or its last join or departure
     this.done = floor - 1;       // the last step whose audits ran here
     this.nonces = new Map();     // step -> this device's secret nonce of it (32 bytes)
@@ -180,6 +182,9 @@ export class AuditBook {
     this.tailSent = new Set();   // "epoch:step" of the tail AUDITs sent (the last step's nonce)
     this.beacons = new Map();    // step -> our beacon (hex)
     this.pairs = new Map();      // step -> [[auditor slot, audited slot]]
+    this.assigned = new Map();   // step -> its audits' auditor slots, since the book opened or the last rollback (auditLoad)
+    this.pending = new Map();    // "step:slot" -> {t, slot, committed}: another auditor's audit whose verdict may still
+                                 // come (its pass counts for a rollback once this device checked it, or W steps passed)
     this.digests = new Map();    // step -> each slot's digest (hex)
     this.passes = new Map();     // audited id -> auditor id -> the steps after its last few audits (ascending)
     this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states
@@ -191,9 +196,19 @@ export class AuditBook {
     this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
     this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
-    this.queued = [];            // [{t, audited, committed, epoch}]: this device's audits to recompute (startAudits)
-    this.running = Promise.resolve();   // the recomputations started, in order
-    this.arena = null;           // the recomputations' arena (made on the first)
+    this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight}]: this
+                                 // device's audits to recompute, in deadline order (done: units of it run so far;
+                                 // release: lets go of the backend; admitting: the gate being passed; inflight: units)
+    this.working = null;         // the queue's worker while it runs (run/audits.js work)
+    this.checking = null;        // an accused's earlier audits being checked here before its rollback settles
+    this.departing = new Map();  // id -> {from, upTo}: a departed peer whose steps since its last settled pass this
+                                 // device is checking before the roster drops it (the barrier, checkDeparture)
+    this.since = floor;          // the first step of the roster since the last rollback (a departure's barrier starts here at the earliest)
+    this.gateOpen = false;       // the gated recomputation's units may run (the loop waits or owes its share)
+    this.units = { perStep: unitsPerStep, done: 0, sinceShare: 0 };   // units (INT8 matmuls): of a local step, run
+                                 // in all, run since the last share was paid
+    this.arena = null;           // the owed recomputations' arena (made on the first)
+    this.judgeArena = null;      // the arena of the checks this device makes as a judge
     this.audits = 0;             // audits this device ran
   }
 }

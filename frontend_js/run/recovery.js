@@ -26,7 +26,7 @@ import { actingLeader, mayGoOn, scheduleWith, checkRoster, rosterDigest, schedul
 import { waitUntil } from '../page_clock.js';
 import { Recovery, RosterChange, validHistory, isHash } from './record.js';
 import { end, alarm, restoreUndo, runView, wakeParked } from './ending.js';
-import { convictions, convictionsKey, convictedIds, rollbackTo, takeRollback, restartBook, revealLast, judgeHalted } from './audits.js';
+import { checkDeparture, convictions, convictionsKey, convictedIds, rollbackTo, takeRollback, restartBook, revealLast, judgeHalted } from './audits.js';
 
 const goneSet = (run) => new Set(run.gone.keys());
 // STATUS `gone`: the peers this device lost; the ones it convicted go in `convicted` (their own evidence)
@@ -46,6 +46,7 @@ export function evidence(ctl, run, id, why, confirmed = false) {
   }
   if (run.gone.has(id)) { tryFinish(ctl, run); return; }
   run.gone.set(id, why);
+  checkDeparture(ctl, run, id);   // a barrier: its unaudited steps are checked before the roster drops it
   beginRecovery(ctl, run);
 }
 
@@ -168,6 +169,9 @@ function sendStatus(ctl, run) {
   tellStatus(ctl, run, rec.leader);
   clearTimeout(rec.timer);
   const leader = rec.leader;
+  // while this device still judges (an audit's evidence, a departure's barrier: its STATUS names
+  // them unsettled) the leader cannot propose either: the wait starts once this device is done
+  if (convictions(run).some(([, back]) => back === null)) { rec.timer = null; return; }
   // the leader may wait for the server's word before it proposes: wait that long too
   rec.timer = setTimeout(() => {
     if (run.recovery === rec && rec.leader === leader && !(rec.promised && rec.promised.committed)) evidence(ctl, run, leader, 'no new roster from it in time');
@@ -212,7 +216,7 @@ function tryFinish(ctl, run) {
   const key = convictionsKey(convicted);
   const otherwise = survivors.filter((id) => rec.statuses.get(id).convicted !== key);
   if (otherwise.length || convicted.some(([, back]) => back === null)) {
-    if (!rec.judgeTimer) {
+    if (!rec.judgeTimer && !convicted.some(([, back]) => back === null)) {    // (not while this device still judges)
       // (long enough for the withheld-reveal wait of audits.js settle, then the word)
       rec.judgeTimer = setTimeout(() => giveUp(ctl, run, rec, otherwise.length ? `${otherwise.map((id) => h.nameOf(id)).join(', ')} judged the audit evidence otherwise than this device`
         : 'this device could not settle the rollback of its conviction'), run.collective.deadlineMs + ctl.t.confirmWaitMs);

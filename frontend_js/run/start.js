@@ -46,7 +46,7 @@ export async function start(ctl, config) {
   // auditRate: given, else the default (0 for local steps, which run without audits: checkLocalSteps)
   const { resume: want, auditRate: givenRate, ...settings } = config || {};
   if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
-  if (givenRate !== undefined && !validAuditRate(givenRate)) throw new Error(`auditRate must be an integer from 0 to 64 (audits per step in the group), got ${JSON.stringify(givenRate)}`);
+  if (givenRate !== undefined && !validAuditRate(givenRate)) throw new Error(`auditRate must be a chance from 0 to 1 (each slot's contribution audited with it at each step), got ${JSON.stringify(givenRate)}`);
   const m = h.models;
   const point = m.resumePoint();
   if (want === true && !point) {

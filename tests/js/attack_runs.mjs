@@ -5,6 +5,7 @@
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group, peersAt } from '../../frontend_js/train.js';
 import { AuditedRun, parseAttack } from '../../frontend_js/attack.js';
+import { DEFAULT_AUDIT_RATE } from '../../frontend_js/audit.js';
 import { stream } from './group_runs.mjs';
 
 // a Printer that keeps what it is told
@@ -22,6 +23,10 @@ class Recorder {
     this.computed++;
   }
 
+  left(step, peer) {
+    this.events.push({ step, peer, left: true });
+  }
+
   removed(step, peer, why, back) {
     this.events.push({ step, peer, why, back });
     for (const t of [...this.steps.keys()]) if (t > back) this.steps.delete(t);
@@ -30,7 +35,7 @@ class Recorder {
 
 // -> {rec, run, cfg}: `steps` steps of an audited run of `peers` peers under `attack` (a spec string
 // or null) on `backend` (engines.js; the JS mirror by default); `until(rec)` may end it early
-export async function attackedRun({ settings, peers, attack, rate = 1, steps, until = () => false, backend = undefined }) {
+export async function attackedRun({ settings, peers, attack, rate = DEFAULT_AUDIT_RATE, steps, until = () => false, backend = undefined }) {
   const cfg = makeConfig({ steps: 100, ...settings });
   const group = new Group(cfg, peers, stream, backend);
   const run = new AuditedRun(cfg, group, attack === null ? null : parseAttack(attack), rate);

@@ -8,7 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  Evidence, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, detectionProbability,
+  DEFAULT_AUDIT_RATE, Evidence, auditLoad, auditPairs, auditThreshold, beacon, cheapCheck, checkReducedShard, contributionDigest, detectionProbability,
   expectedSteps, judge, messageHashes, referenceNonce, rollbackStep, slotMessages, trustedStep,
 } from '../../frontend_js/audit.js';
 import { toHex } from '../../frontend_js/hashing.js';
@@ -30,36 +30,44 @@ function sumBound(n, p, eps = 1e-6) {
 }
 const randomFlat = (n, seed) => Float64Array.from({ length: n }, (_, i) => (draw(key(99, seed), i) / 2 ** 32 - 0.5) * 2 ** ((i % 40) - 20));
 
-test('the audit choice: distinct audited slots, another slot audits each, rate capped at P, none for one peer', () => {
+test('the audit choice: each slot with its chance, in slot order, never by itself; rate 1 audits every slot; none for one peer', () => {
   const b = beacon([referenceNonce(1, 2, 3)], []);
   assert.deepEqual(auditPairs(1, 0, 1, 1, b), []);
+  assert.deepEqual(auditPairs(1, 0, 4, 0, b), []);
   for (let P = 2; P <= 9; P++) {
-    for (const rate of [0, 1, 2, P, P + 3]) {
-      const pairs = auditPairs(7, P * 11 + rate, P, rate, b);
-      assert.equal(pairs.length, Math.min(rate, P));
-      assert.equal(new Set(pairs.map(([, d]) => d)).size, pairs.length, `P=${P} rate=${rate}: an audited slot twice`);
+    assert.deepEqual(auditPairs(7, P, P, 1, b).map(([, d]) => d), Array.from({ length: P }, (_, i) => i));
+    for (const rate of [0.1, 0.5]) {
+      const pairs = auditPairs(7, P * 11, P, rate, b);
+      for (let i = 1; i < pairs.length; i++) assert.ok(pairs[i][1] > pairs[i - 1][1], `P=${P} rate=${rate}: not in slot order`);
       for (const [a, d] of pairs) assert.ok(a !== d && a >= 0 && a < P && d >= 0 && d < P, `P=${P}: pair ${a}->${d}`);
     }
   }
+  assert.equal(auditThreshold(0.1), 429496729);
+  assert.equal(auditThreshold(1), 2 ** 32);
 });
 
-test('the audit choice is uniform over slots and turns on every nonce bit', () => {
-  const P = 4, counts = new Array(P).fill(0), auditors = new Array(P).fill(0);
-  let changed = 0;
+test('the audit choice: each slot audited with its chance, auditors balanced by load, every nonce bit counts', () => {
+  const P = 4, rate = 0.25, counts = new Array(P).fill(0), assigned = new Map();
+  let changed = 0, busiest = 0;
   for (let step = 0; step < 4000; step++) {
     const nonces = [0, 1, 2, 3].map((s) => referenceNonce(5, step, s));
-    const [[a, d]] = auditPairs(5, step, P, 1, beacon([], nonces));
-    counts[d]++; auditors[a]++;
+    const load = auditLoad(assigned, step, P);
+    const pairs = auditPairs(5, step, P, rate, beacon([], nonces), load);
+    for (const [a, d] of pairs) {
+      assert.equal(load[a], Math.min(...load.filter((_, j) => j !== d)), `step ${step}: ${a} audits ${d} with loads ${load}`);
+      load[a]++; counts[d]++;
+    }
+    assigned.set(step, pairs.map(([a]) => a));
+    busiest += Math.max(...auditLoad(assigned, step + 1, P));
     nonces[3] = Uint8Array.from(nonces[3]); nonces[3][31] ^= 1;          // the last peer's nonce, one bit
-    const [[a2, d2]] = auditPairs(5, step, P, 1, beacon([], nonces));
-    if (a2 !== a || d2 !== d) changed++;
+    const again = auditPairs(5, step, P, rate, beacon([], nonces), auditLoad(assigned, step, P));
+    if (JSON.stringify(again) !== JSON.stringify(pairs)) changed++;
   }
-  for (let s = 0; s < P; s++) {
-    assert.ok(Math.abs(counts[s] - 1000) < 120, `slot ${s} audited ${counts[s]} times of 4000`);
-    assert.ok(Math.abs(auditors[s] - 1000) < 120, `slot ${s} audits ${auditors[s]} times of 4000`);
-  }
-  // a pair is one of 12; a changed nonce leaves it the same about 1 time in 12
-  assert.ok(changed > 4000 * 0.85, `one nonce bit changed the choice ${changed} times of 4000`);
+  for (let s = 0; s < P; s++) assert.ok(Math.abs(counts[s] - 1000) < 120, `slot ${s} audited ${counts[s]} times of 4000`);
+  // the busiest auditor's load over the window stays near the mean (rate x W = 4 per slot)
+  assert.ok(busiest / 4000 < 5.5, `the busiest auditor had ${busiest / 4000} audits in its window on average`);
+  // the same pairs twice: the same audited set (0.625^4 = 0.15) and the same auditors
+  assert.ok(changed > 4000 * 0.8, `one nonce bit changed the choice ${changed} times of 4000`);
 });
 
 const f64 = codecFor('f64'), int8 = codecFor('int8');
@@ -147,8 +155,9 @@ for (const [name, [P, spec, ids, exchange = 'f64']] of Object.entries(SUITE)) {
     const cheap = spec === 'kind=nan';                 // a cheap check's evidence: the first step
     // each attacker caught at a step with at least pEach (a colluder: audited, by an honest
     // auditor): P(one is not caught in `cap` steps) = (1 - pEach)^cap < 1e-6
-    const pEach = cheap ? 1 : ids.length === 1 ? detectionProbability(P, 1, 1, name === 'liar-auditor')
-      : (1 / P) * ((P - ids.length) / (P - 1));
+    const rate = DEFAULT_AUDIT_RATE;
+    const pEach = cheap ? 1 : ids.length === 1 ? detectionProbability(P, rate, 1, name === 'liar-auditor')
+      : rate * ((P - ids.length) / (P - 1));
     const cap = pEach === 1 ? 1 : Math.ceil(Math.log(1e-6) / Math.log(1 - pEach));
     const found = [];
     for (const seed of SEEDS) {
@@ -170,7 +179,7 @@ for (const [name, [P, spec, ids, exchange = 'f64']] of Object.entries(SUITE)) {
       }
     }
     // the first removal: every step at least pFirst likely; the seeds' total within its 1e-6 tail
-    const pFirst = cheap ? 1 : detectionProbability(P, 1, ids.length, name === 'liar-auditor');
+    const pFirst = cheap ? 1 : detectionProbability(P, rate, ids.length, name === 'liar-auditor');
     const total = found.reduce((a, b) => a + b, 0);
     const bound = pFirst === 1 ? found.length : sumBound(found.length, pFirst);
     assert.ok(total <= bound, `${name}: ${total} steps to detection over seeds ${SEEDS} (mean ${total / found.length}, `
@@ -180,7 +189,7 @@ for (const [name, [P, spec, ids, exchange = 'f64']] of Object.entries(SUITE)) {
 }
 
 test('an honest audited run is the plain run; with audits off a forged gradient goes through', async () => {
-  for (const rate of [1, 3]) {
+  for (const rate of [0.5, 1]) {
     const { rec, run, cfg } = await attackedRun({ settings: { ...TINY, seed: 9 }, peers: 3, attack: null, rate, steps: 8, backend });
     assert.deepEqual(rec.events, []);
     assert.equal(run.roster(), '0:3');

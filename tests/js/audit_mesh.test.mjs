@@ -61,7 +61,10 @@ async function attackCase(peers, liarSlot, faults, attack, settings = {}) {
       assert.deepEqual(n.run.roster.includes(removed), false, `${n.id} still has ${removed}`);
       const c = convictions(n).find((x) => x.peer === removed);
       assert.ok(c, `${n.id} convicted ${removed}: ${JSON.stringify(convictions(n))}`);
-      assert.equal(c.back, ref.removals[0].back, `${n.id} rolled back to ${c.back}, the reference to ${ref.removals[0].back}`);
+      assert.equal(c.back, ref.removals[0].back, `${n.id} rolled back to ${c.back} (${c.why}), the reference to ${ref.removals[0].back}`);
+      // an audit's conviction names the audited step, whenever its verdict came (a cheap check's may
+      // name the step before, when the lie came with the next step's frames: its rollback is the same)
+      if (!/not finite/.test(c.why)) assert.equal(c.step, ref.removals[0].step, `${n.id} convicted at step ${c.step}, the reference at ${ref.removals[0].step}`);
       assertKept(n, ref);
     }
     return { ref, honest };
@@ -121,6 +124,27 @@ test('a lying auditor accusing an owner\'s reduce (P = 4): every member asks the
   for (const n of honest) assert.match(convictions(n)[0].why, /p2 accused the reduced shard of p\d at step \d+, which reproduced: p2 removed/);
 });
 
+test('a departure is a barrier: a member forges at step 9, withholds its AUDIT frames and leaves at once; every honest page checks its unaudited steps, convicts it and keeps the reference run of that removal', async () => {
+  const K = 9;
+  const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000,leave=${K + 1}`, {});
+  assert.deepEqual(ref.removals.map((r) => [r.peer, r.step]), [[1, K + 1]], `the reference's barrier convicts at step ${K + 1}: ${JSON.stringify(ref.removals)}`);
+  const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } });
+  try {
+    const [a, forger, c] = nodes;
+    await g.until(() => forger.completed >= K + 1, `the forger applied step ${K + 1}`, 30_000);
+    g.leave(forger);
+    await g.ended([a, c], 60_000);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      const got = convictions(n).map((x) => [x.peer, x.step, x.back]);
+      assert.deepEqual(got, [['p1', K + 1, ref.removals[0].back]], `${n.id}: convicted ${JSON.stringify(got)}, the reference ${JSON.stringify(ref.removals)}`);
+      assert.match(convictions(n)[0].why, /checked when it left/);
+      assertKept(n, ref);
+    }
+  } finally { await g.close(); }
+});
+
 test('nobody lies: every page audits and every step is the plain reference; evidence naming no audit and a malformed AUDIT are dropped', async () => {
   const { g, nodes } = await audited(3, -1, {});
   try {
@@ -137,7 +161,10 @@ test('nobody lies: every page audits and every step is the plain reference; evid
       assert.equal(off, null, off);
       assert.ok(n.run.book === null || n.run.book.audits >= 0);
     }
-    assert.ok(nodes.reduce((k, n) => k + n.ctl.lastRun.book.audits, 0) >= STEPS, 'one audit per step in the group');
+    const { run: plain } = await attackedRun({ settings: { ...SETTINGS, steps: STEPS }, peers: 3, attack: null, steps: STEPS, backend: BACKEND });
+    const ran = nodes.reduce((k, n) => k + n.ctl.lastRun.book.audits, 0);
+    assert.equal(ran, plain.audits, `the pages ran ${ran} audits, the reference's schedule has ${plain.audits}`);
+    assert.ok(ran >= 0.1 * 3 * STEPS * 0.5, `about rate x P audits per step: ${ran} in ${STEPS} steps`);
     assert.ok(a.mesh.drops?.some?.((d) => /EVIDENCE/.test(d.why || d.reason || '')) ?? true);
   } finally { await g.close(); }
 });
