@@ -262,7 +262,9 @@ test('a STOP naming another member shows its sender as the stopper and the name 
   const ends = await g.ended([L, P1]);
   for (const e of ends) assert.equal(e.state, 'stopped');
   // P1 saw H's frame: H stopped it, and what H says of p0 is H's word
-  assert.match(P1.ended.message, new RegExp(`^Stopped at step \\d+ by ${H.id} \\(which says ${L.id} asked: stopped on p0\\)`), P1.ended.message);
+  // (either it stops where H asked, or — H's step count read while P1 ran on, on a loaded box — it
+  // could not step back that far: the words differ, the attribution is the same)
+  assert.match(P1.ended.message, new RegExp(`^Stopped at step \\d+ by ${H.id} \\(which says ${L.id} asked: stopped on p0\\)|^stopped on p0 — stopped by ${H.id}, which says ${L.id} asked;`), P1.ended.message);
   assert.doesNotMatch(P1.ended.message, new RegExp(`by ${L.id}`), 'a relayed name is never shown as the stopper');
   // L got the STOP from P1's relay, or from H: a sender it saw, never itself
   assert.match(L.ended.message, new RegExp(`by (${P1.id}|${H.id})\\b`), L.ended.message);
