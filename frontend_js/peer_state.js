@@ -1,16 +1,10 @@
 // A peer's state body (state_codec.js), decoded and checked in ONE place: a run's start state
 // (start.js), a joiner's state (join.js) and a group restore (peer/group_state.js) all read
 // untrusted bytes from another page through readPeerState.
-import { decodeState, MAX_STATE_HEADER_BYTES } from './state_codec.js';
+import { decodeState } from './state_codec.js';
 import { cloneReplica } from './train.js';
 
 export class PeerStateError extends Error {}
-
-const LENGTH_PREFIX = 8;                 // the u64 header length that opens every state body (state_codec.js)
-
-// the most a state body of this run's settings may weigh: length prefix, header, weights and
-// both moments (maxStateBytes of state_codec.js is this for the largest settings). c: the compute modules
-export const stateLimit = (c, cfg) => LENGTH_PREFIX + MAX_STATE_HEADER_BYTES + 8 * 3 * c.model.paramCount(cfg);
 
 // one flat gradient of this run's settings, in bytes (a FWD message)
 export const gradientBytes = (c, cfg) => 8 * c.model.paramCount(cfg);

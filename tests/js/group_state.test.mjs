@@ -13,7 +13,7 @@ import { TYPES, encodeMessage } from '../../frontend_js/mesh/frames.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { GroupRestore } from '../../frontend_js/peer/group_state.js';
 import { COMPUTE } from '../../frontend_js/peer/compute.js';
-import { encodeState, maxStateBytes } from '../../frontend_js/state_codec.js';
+import { encodeState, maxStateBytes, stateLimit, MAX_STATE_HEADER_BYTES } from '../../frontend_js/state_codec.js';
 import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { weightHash } from '../../frontend_js/hashing.js';
@@ -79,6 +79,12 @@ test('the largest allowed state bound equals the server\'s MAX_STATE_BYTES', () 
 test('a state loaded on one device lands on every other, bit for bit and resumable', async () => {
   const { net, devs } = await group(['a', 'b', 'c']);
   const ck = checkpoint();
+test('a full state body of some settings fits their stateLimit, with no more slack than the header bound', () => {
+  const body = encodeState(paramShapes(CFG), checkpoint()).byteLength;
+  const limit = stateLimit(COMPUTE, CFG);
+  assert.ok(body <= limit && limit - body < MAX_STATE_HEADER_BYTES, `body ${body} B, limit ${limit} B`);
+});
+
   const r = await devs.get('a').models.load(ck);
   assert.equal(r.hash, ck.weightHash);
   // load() resolves before the sending is done (it goes on in the background)
