@@ -3,6 +3,7 @@
 // untrusted bytes from another page through readPeerState.
 import { decodeState } from './state_codec.js';
 import { cloneReplica } from './train.js';
+import { short } from './hashing.js';
 
 export class PeerStateError extends Error {}
 
@@ -28,8 +29,8 @@ export function readPeerState(payload, c, expect = {}) {
     throw new PeerStateError(`it is at step ${st.step}, expected ${expect.step}`);
   }
   const hash = c.hashing.weightHash(st.params);
-  if (st.weightHash && st.weightHash !== hash) throw new PeerStateError(`weight hash mismatch: the state says ${String(st.weightHash).slice(0, 12)}, its weights hash to ${hash.slice(0, 12)}`);
-  if (expect.hash && hash !== expect.hash) throw new PeerStateError(`its weights hash to ${hash.slice(0, 12)}, expected ${expect.hash.slice(0, 12)}`);
+  if (st.weightHash && st.weightHash !== hash) throw new PeerStateError(`weight hash mismatch: the state says ${short(st.weightHash)}, its weights hash to ${short(hash)}`);
+  if (expect.hash && hash !== expect.hash) throw new PeerStateError(`its weights hash to ${short(hash)}, expected ${short(expect.hash)}`);
   if (expect.needWeightHash && !st.weightHash) throw new PeerStateError('the state carries no weight hash');
   return { state: st, hash, replica: cloneReplica({ params: st.params, adam: { t: st.adamT, m: st.m, v: st.v } }) };
 }

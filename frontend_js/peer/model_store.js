@@ -6,6 +6,7 @@
 // its config (resumePoint; run/start.js start({resume: true})).
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
 import { encodeState, decodeState } from '../state_codec.js';
+import { short } from '../hashing.js';
 
 const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.model_routes.MAX_CHECKPOINT_BYTES
 export const NO_MODEL = 'no model yet: train or load one first';
@@ -86,7 +87,7 @@ export class ModelStore {
   async download(route, optim) {
     const file = await this.file(route, optim);
     saveBlob(file.blob, file.name);
-    return `Saved ${file.name} (${formatBytes(file.blob.size)}; step ${file.step}, weights ${file.hash.slice(0, 16)}).`;
+    return `Saved ${file.name} (${formatBytes(file.blob.size)}; step ${file.step}, weights ${short(file.hash)}).`;
   }
 
   downloadCheckpoint() { return this.download('/api/checkpoint.pt', true); }
@@ -162,7 +163,7 @@ export class ModelStore {
     const left = cfg.steps - state.step;
     this.peer.set({ config: cfg, step: state.step, totalSteps: cfg.steps, hash, loss: null, curve: [],
                tokensPerS: null, speed: null, replicas: null, runState: 'loaded', leader: null, error: '',
-               message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${hash.slice(0, 16)}). ` +
+               message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${short(hash)}). ` +
                         (left > 0 ? `Continue from step ${state.step} trains its remaining ${left} steps; Start a new run begins again from step 0.`
                                   : 'Its run is complete: Start a new run trains a new model from step 0 with the settings on the left.') });
     this.peer.announce();
