@@ -125,8 +125,10 @@ export class ModelStore {
   // THE way a replica is replaced (a loaded file, or a peer's through GROUP_STATE).
   // state: {config (the 8 settings), step, adamT, params, m, v: {name: Float64Array} in any
   // key order, weightHash (optional: checked), extra (optional)}. Everything is checked before
-  // anything changes; the arrays are copied. -> {step, hash, config}
-  async loadState(state) {
+  // anything changes; the arrays are copied. hashed: the weight hash this device already computed
+  // over state.params (readPeerState's), so a group restore hashes the weights once; else null and
+  // they are hashed here. -> {step, hash, config}
+  async loadState(state, hashed = null) {
     if (this.peer.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
     const c = await this.peer.compute();
     if (!state || typeof state !== 'object') throw new Error('loadState needs a state object');
@@ -150,7 +152,7 @@ export class ModelStore {
       return out;
     };
     const params = group('model', state.params), m = group('optim.m', state.m), v = group('optim.v', state.v);
-    const hash = c.hashing.weightHash(params);
+    const hash = hashed ?? c.hashing.weightHash(params);
     if (state.weightHash && state.weightHash !== hash) {
       throw new Error(`weight hash mismatch: the state says ${state.weightHash}, its weights hash to ${hash}`);
     }
