@@ -52,15 +52,15 @@ const langs = new Set(gpu.wgslLanguageFeatures || []);
 results.adapter = { ...(adapter.info || {}) };
 results.adapter = { vendor: results.adapter.vendor, device: results.adapter.device, architecture: results.adapter.architecture, description: results.adapter.description, packed: langs.has('packed_4x8_integer_dot_product') };
 console.log('adapter', JSON.stringify(results.adapter));
-const GEMM = langs.has('packed_4x8_integer_dot_product') ? 'gemm_packed.wgsl' : 'gemm_portable.wgsl';
+const GEMM = langs.has('packed_4x8_integer_dot_product') ? 'dot4_packed.wgsl' : 'dot4_portable.wgsl';
 const TUNING = SMALL ? {} : { WG_X: 16, WG_Y: 16, RM: 4, RN: 4, TK: 8 };   // the H200's t64 tiling
 const unit = await GpuF64Unit.create(device, { gemm: GEMM, tuning: TUNING });
 const wasm = (await createBackends())[0].engine;
 
 await section('gate', async () => {
   const out = [];
-  for (const gemm of ['gemm_packed.wgsl', 'gemm_portable.wgsl']) {
-    if (gemm === 'gemm_packed.wgsl' && !langs.has('packed_4x8_integer_dot_product')) continue;
+  for (const gemm of ['dot4_packed.wgsl', 'dot4_portable.wgsl']) {
+    if (gemm === 'dot4_packed.wgsl' && !langs.has('packed_4x8_integer_dot_product')) continue;
     const u = await GpuF64Unit.create(device, { gemm, tuning: TUNING });
     const t = performance.now();
     const g = await gateF64(u, { random: SMALL ? 512 : 8192 });

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import data
+from .tokenizer import VOCAB_SIZE
 
 PREFETCH_STEPS = 4          # steps ahead of the one served (bench/bench_data_prefetch.py: 2 still
                             # waited ~0.2 s per 30 steps on a 100 ms hub, 4 waited ~0)
@@ -143,7 +144,11 @@ class HttpBatches:
                                            f"the run trains on {self.data_id}" + (f" ({reason})" if reason else ""))
         if len(body) != 2 * B * (T + 1):
             raise BatchError(BAD_ANSWER, f"the data route sent {len(body)} bytes for a batch, expected {2 * B * (T + 1)}")
-        return data.split_rows(np.frombuffer(body, dtype="<u2"), B, T)
+        tokens = np.frombuffer(body, dtype="<u2")
+        outside = tokens[tokens >= VOCAB_SIZE]
+        if outside.size:
+            raise BatchError(BAD_ANSWER, f"the data route sent token {int(outside[0])}, outside the vocabulary")
+        return data.split_rows(tokens, B, T)
 
     def fetch_batch(self, step: int, slot: int):
         """(x, y) of (step, slot): retries and the outage wait of the module docstring."""

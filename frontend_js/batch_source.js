@@ -148,11 +148,14 @@ export class HttpBatches {
     const t0 = performance.now();
     const p = this.request(step, slot);
     for (let k = 1; k <= this.ahead; k++) if (step + k < this.cfg.steps) this.request(step + k, slot);
+    // batches of this slot at or before this step are never asked for again
+    for (const key of [...this.inflight.keys()]) {
+      const [s, sl] = key.split(':').map(Number);
+      if (sl === slot && s <= step) this.inflight.delete(key);
+    }
     try {
       return await p;
     } finally {
-      this.inflight.delete(`${step}:${slot}`);
-      for (const key of this.inflight.keys()) if (Number(key.split(':')[0]) < step) this.inflight.delete(key);
       this.waitMs += performance.now() - t0;
     }
   }

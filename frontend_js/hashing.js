@@ -47,7 +47,8 @@ function compressBlock(h, w, dv, off) {
 // bytes <-> lowercase hex, the one rule for every hash the pages show, send and compare
 export const toHex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 export const fromHex = (hex) => Uint8Array.from({ length: hex.length / 2 }, (_, i) => parseInt(hex.slice(2 * i, 2 * i + 2), 16));
-// A hash as messages show it: 16 hex digits, as the page's hash line and Python's logs do.
+// A hash as people read it: 16 hex digits, the one length for the page's hash line, the peer table,
+// messages and Python's logs (the full hash goes in a title or the state itself).
 export const short = (h) => (h ? String(h).slice(0, 16) : '(none)');
 
 export class Sha256 {

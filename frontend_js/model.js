@@ -9,7 +9,7 @@
 // (arena.js): fresh ones by default, or a trainer's StepArena, reused step after step. Linear
 // weights use nn.Linear's layout (out_features, in_features): y = x W^T, W passed as stored B^T.
 import { key, uniform, PURPOSE_INIT } from './prng.js';
-import { expShiftedInto, log, treeSum } from './detmath.js';
+import { exp, expShiftedInto, log, treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
 import { qmatmulT } from './units.js';
 import { freshF64, into } from './arena.js';
@@ -143,18 +143,31 @@ export function reluBackward(dhr, h, mem = freshF64) {
 
 // logits (N, V), targets (N,) -> [mean loss, dlogits (N, V)]
 // loss_n = (m + log z) - logit[target]; loss = tree_sum(loss_n) / N; dlogits = (softmax - onehot) / N
+// The softmax rows here; the rest in crossEntropyTail, which every backend shares.
 export function crossEntropy(logits, targets, N, V, mem = freshF64) {
-  const lossN = mem.take(N), dlogits = mem.take(N * V), e = mem.take(V);
+  const lossN = mem.take(N), dlogits = mem.take(N * V), e = mem.take(V), stats = mem.take(2 * N);
   for (let n = 0; n < N; n++) {
     const o = n * V;
     let m = logits[o];
     for (let v = 1; v < V; v++) if (logits[o + v] > m) m = logits[o + v];
     expShiftedInto(logits, o, V, m, e, 0);
     const z = treeSum(e, 0, V);
-    const tgt = targets[n];
-    lossN[n] = (m + log(z)) - logits[o + tgt];
     for (let v = 0; v < V; v++) dlogits[o + v] = (e[v] / z) / N;
-    dlogits[o + tgt] = ((e[tgt] / z) - 1.0) / N;
+    stats[2 * n] = m; stats[2 * n + 1] = z;
+  }
+  return crossEntropyTail(logits, targets, N, V, stats, dlogits, lossN);
+}
+
+// The cross-entropy after the softmax rows, in daisy/model.py's order: dlogits (N, V) holds
+// (e / z) / N and stats (N, 2) each row's max m and sum z -> [mean loss, dlogits with the target
+// entries ((e / z) - 1) / N]; lossN (N,): scratch, taken by the caller before its staging memory is
+// freed. e at the target is recomputed as exp(logit - m): the same bits as the softmax's
+// (detmath.js expShiftedInto = exp).
+export function crossEntropyTail(logits, targets, N, V, stats, dlogits, lossN) {
+  for (let n = 0; n < N; n++) {
+    const o = n * V, m = stats[2 * n], z = stats[2 * n + 1], tgt = targets[n];
+    lossN[n] = (m + log(z)) - logits[o + tgt];
+    dlogits[o + tgt] = ((exp(logits[o + tgt] - m) / z) - 1.0) / N;
   }
   return [treeSum(lossN, 0, N) / N, dlogits];
 }

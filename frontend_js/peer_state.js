@@ -1,16 +1,11 @@
 // A peer's state body (state_codec.js), decoded and checked in ONE place: a run's start state
 // (start.js), a joiner's state (join.js) and a group restore (peer/group_state.js) all read
 // untrusted bytes from another page through readPeerState.
-import { decodeState, MAX_STATE_HEADER_BYTES } from './state_codec.js';
+import { decodeState } from './state_codec.js';
 import { cloneReplica } from './train.js';
+import { short } from './hashing.js';
 
 export class PeerStateError extends Error {}
-
-const LENGTH_PREFIX = 8;                 // the u64 header length that opens every state body (state_codec.js)
-
-// the most a state body of this run's settings may weigh: length prefix, header, weights and
-// both moments (maxStateBytes of state_codec.js is this for the largest settings). c: the compute modules
-export const stateLimit = (c, cfg) => LENGTH_PREFIX + MAX_STATE_HEADER_BYTES + 8 * 3 * c.model.paramCount(cfg);
 
 // one flat gradient of this run's settings, in bytes (a FWD message)
 export const gradientBytes = (c, cfg) => 8 * c.model.paramCount(cfg);
@@ -34,8 +29,8 @@ export function readPeerState(payload, c, expect = {}) {
     throw new PeerStateError(`it is at step ${st.step}, expected ${expect.step}`);
   }
   const hash = c.hashing.weightHash(st.params);
-  if (st.weightHash && st.weightHash !== hash) throw new PeerStateError(`weight hash mismatch: the state says ${String(st.weightHash).slice(0, 12)}, its weights hash to ${hash.slice(0, 12)}`);
-  if (expect.hash && hash !== expect.hash) throw new PeerStateError(`its weights hash to ${hash.slice(0, 12)}, expected ${expect.hash.slice(0, 12)}`);
+  if (st.weightHash && st.weightHash !== hash) throw new PeerStateError(`weight hash mismatch: the state says ${short(st.weightHash)}, its weights hash to ${short(hash)}`);
+  if (expect.hash && hash !== expect.hash) throw new PeerStateError(`its weights hash to ${short(hash)}, expected ${short(expect.hash)}`);
   if (expect.needWeightHash && !st.weightHash) throw new PeerStateError('the state carries no weight hash');
   return { state: st, hash, replica: cloneReplica({ params: st.params, adam: { t: st.adamT, m: st.m, v: st.v } }) };
 }

@@ -17,11 +17,15 @@ const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
 // compute modules (model.js comes with them), so it counts the shapes it is handed.
 const valuesPerPart = (shapes) => shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
 
-// The largest state body any allowed settings make (= daisy/files/state_codec.py MAX_STATE_BYTES):
-// a bound checked before a peer's body is allocated. c: {config, model} (the compute modules).
+// The most a state body of settings cfg may weigh: the u64 length prefix, the header bound, weights
+// and both moments; a bound checked before a peer's body is allocated. c: {model} (the compute modules).
+export const stateLimit = (c, cfg) => 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * c.model.paramCount(cfg);
+
+// stateLimit for the largest allowed settings (= daisy/files/state_codec.py MAX_STATE_BYTES): the
+// bound while the run's settings are not known yet. c: {config, model} (the compute modules).
 export function maxStateBytes(c) {
   const top = c.config.makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, c.config.RANGES[k][1]])));
-  return 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * c.model.paramCount(top);
+  return stateLimit(c, top);
 }
 
 // shapes [[name, shape]] (model.paramShapes) and a replica -> ArrayBuffer. m and v null: weights only.

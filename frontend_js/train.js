@@ -1,4 +1,4 @@
-// The trainer, mirroring daisy/train.py. One replica's step (Trainer.step):
+// The trainer, mirroring daisy/train.py. One replica's step (Trainer.localStep, then Trainer.apply):
 //   local step: (loss, grads) on its batch (seed, step, slot) with its own weights
 //   -> collective.exchange(step, roster, slot, loss, grads) -> the slot-ordered reduce G
 //   -> Adam with G on its own copy -> weight hash

@@ -7,9 +7,8 @@
 // backend uses them.
 import { LITTLE_ENDIAN } from './host.js';
 import { EXP_COEFFS, EXP_MIN, EXP_MAX, INV_LN2, LN2_HI, LN2_LO } from './detmath.js';
-import { exp, log, treeSum } from './detmath.js';
 import * as ADAM from './optim.js';     // B1, OMB1, B2, OMB2, EPS, powInt
-import { NORM_EPS } from './model.js';
+import { NORM_EPS, crossEntropyTail } from './model.js';
 import { freshF64 } from './arena.js';
 import {
   Module, local, block, loop, br, br_if, if_, return_, call, select, i32, i64, f64, v128, V128_ZERO,
@@ -343,16 +342,11 @@ export function rowPieces(k) {
       k.reluBack(h, dhr, dh);
       return dh;
     },
-    // the softmax rows give (e / z) / N and each row's m, z; the target's entry and the loss as JS
+    // the softmax rows give (e / z) / N and each row's m, z; the target's entry and the loss: model.js
     crossEntropy(logits, targets, N, V, mem = freshF64) {
       const lossN = mem.take(N), dlogits = mem.take(N * V);
       const stats = k.softmaxRows(logits, N, V, 0, N, dlogits);
-      for (let n = 0; n < N; n++) {
-        const o = n * V, m = stats[2 * n], z = stats[2 * n + 1], tgt = targets[n];
-        lossN[n] = (m + log(z)) - logits[o + tgt];
-        dlogits[o + tgt] = ((exp(logits[o + tgt] - m) / z) - 1.0) / N;
-      }
-      return [treeSum(lossN, 0, N) / N, dlogits];
+      return crossEntropyTail(logits, targets, N, V, stats, dlogits, lossN);
     },
   };
 }

@@ -21,7 +21,8 @@ DATA_ID = "builtin-test"
 
 
 class Server:
-    """A data server on `port` (0: a free one); answer() -> (status, data id, JSON body or None)."""
+    """A data server on `port` (0: a free one); answer() -> (status, data id, JSON body or None,
+    or the batch's bytes instead of BODY)."""
 
     def __init__(self, port=0, answer=lambda: (200, DATA_ID, None)):
         self.calls = 0
@@ -32,7 +33,7 @@ class Server:
             def do_GET(self):
                 outer.calls += 1
                 status, data_id, body = answer()
-                payload = BODY if status == 200 else json.dumps(body).encode() if body is not None else b"Bad Gateway"
+                payload = body if isinstance(body, bytes) else BODY if status == 200 else json.dumps(body).encode() if body is not None else b"Bad Gateway"
                 self.send_response(status)
                 self.send_header("X-Daisy-Data-Id", data_id)
                 self.send_header("Content-Length", str(len(payload)))
@@ -124,6 +125,21 @@ def test_the_answers_code_decides_the_retry_never_its_words(answer, code, calls)
         server.close()
 
 
+def test_a_token_outside_the_vocabulary_is_a_bad_answer():
+    """The twin of batch_source.js's check, in the same words: token 257 (VOCAB_SIZE) is refused."""
+    tokens = np.frombuffer(BODY, dtype="<u2").copy()
+    tokens[5] = 257
+    server = Server(answer=lambda: (200, DATA_ID, tokens.tobytes()))
+    source, _ = batches(server.port, retries=0)
+    try:
+        with pytest.raises(BatchError, match=r"^the data route sent token 257, outside the vocabulary$") as e:
+            source.get(0, 0)
+        assert e.value.code == "bad_answer"
+    finally:
+        source.close()
+        server.close()
+
+
 def test_one_fetches_the_batch_alone_no_prefetch_no_wait_counted():
     """one(step, slot) (an audit of another slot's past step, the twin of batch_source.js's):
     exactly one request, nothing held, no wait counted; get() prefetches its slot's next steps."""
@@ -138,6 +154,10 @@ def test_one_fetches_the_batch_alone_no_prefetch_no_wait_counted():
         while server.calls < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert server.calls == 5, server.calls                 # step 10 and the next 3 of its slot
+        # held: the prefetches not yet asked for; get() forgets its slot's steps at or before its own
+        source.get(2, 1)
+        source.get(20, 0)
+        assert sorted(source.inflight) == [(3, 1), (4, 1), (5, 1), (21, 0), (22, 0), (23, 0)], sorted(source.inflight)
     finally:
         source.close()
         server.close()

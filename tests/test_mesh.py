@@ -129,7 +129,7 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
     # the panel's peer table shows each peer's hash
     for page, other in ((a, sb), (b, sa)):
         row = page.inner_text(f'#daisy-peer tr[data-peer="{other["peerId"]}"]')
-        assert want[-1][:12] in row and "linked" in row, row
+        assert want[-1][:16] in row and "linked" in row, row
     assert "2 of 2 replicas agree at step 100" in a.inner_text("#daisy-peer")
     # every owed audit ran before FIN; the default chance 0.1 says how soon a liar is caught
     assert "gradients audited through step 100 (one liar is caught within ~10 steps)" in a.inner_text("#daisy-peer")

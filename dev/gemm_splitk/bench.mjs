@@ -17,7 +17,7 @@ const { device } = await openDevice(create([]));
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
 const T = { WG_X: 8, WG_Y: 8, RM: 4, RN: 4, TK: 4 };
 const SHAPES = [[128, 4096, 128], [384, 4096, 128], [512, 4096, 128], [128, 4096, 512], [257, 4096, 128]];
-const mainline = await compileKernel(device, text('../../kernels/gemm_packed.wgsl'), T, 'mainline');
+const mainline = await compileKernel(device, text('../../kernels/dot4_packed.wgsl') + '\n' + text('../../kernels/gemm_int8.wgsl'), T, 'mainline');   // as gemm_kernel.js gemmSource
 const reduce = await compileKernel(device, text('./splitk_reduce.wgsl'), { WG: 64 }, 'reduce');
 const splits = {};
 for (const S of [2, 4, 8, 16]) splits[S] = await compileKernel(device, text('./gemm_packed_splitk.wgsl'), { ...T, SPLITS: S }, `splitk${S}`);

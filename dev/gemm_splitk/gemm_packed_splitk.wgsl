@@ -1,4 +1,4 @@
-// Split-K variant of kernels/gemm_packed.wgsl (issue 26 §3): for the weight gradients' K = 4096
+// Split-K variant of kernels/gemm_int8.wgsl with dot4_packed.wgsl (issue 26 §3): for the weight gradients' K = 4096
 // (= B*T) with small M x N (128 x 128 .. 512 x 128: few tiles, so few workgroups), K is cut into
 // SPLITS slices, each workgroup sums one slice into its own partial C, and splitk_reduce.wgsl adds
 // the SPLITS partials. int32 sums are exact, so the order of the partial sums changes no bit:

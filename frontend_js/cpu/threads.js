@@ -15,8 +15,7 @@ import { makeBackend, createBackends } from '../engines.js';
 import { gemmWasmShared, gateUnit } from '../wasm_gemm.js';
 import { floatWasmShared, rowPieces } from '../wasm_float.js';
 import { MAX_K } from '../units.js';
-import { NORM_EPS } from '../model.js';
-import { log, exp, treeSum } from '../detmath.js';
+import { NORM_EPS, crossEntropyTail } from '../model.js';
 import { StepArena, freshF64 } from '../arena.js';
 import { KERNEL_ID as K, CTL, STOP, controlBytes, writeSlot } from './thread_jobs.js';
 import { MAX_THREADS, MIN_UNIT_MACS, defaultThreads, split, startWorker, workersUnavailable } from './workers.js';
@@ -355,12 +354,7 @@ function threadedRows(pool, scratch, base, minElements) {
       pool.run(job);
       fr.finish();
       const stats = new Float64Array(heap.buffer, pstats, 2 * N);
-      for (let n = 0; n < N; n++) {                 // the target's entry and the loss, as rowPieces
-        const o = n * V, m = stats[2 * n], z = stats[2 * n + 1], tgt = targets[n];
-        lossN[n] = (m + log(z)) - logits[o + tgt];
-        dlogits[o + tgt] = ((exp(logits[o + tgt] - m) / z) - 1.0) / N;
-      }
-      return [treeSum(lossN, 0, N) / N, dlogits];
+      return crossEntropyTail(logits, targets, N, V, stats, dlogits, lossN);   // the target's entry and the loss
     },
   };
   // out[i] = kernel(ins[.][i]): even-sized slices (the pair loop writes one past an odd end, so an

@@ -20,7 +20,7 @@ import { MAX_K, cpuEngine, quantizeRows, qmatmulT as unitQmatmulT } from '../uni
 import { rint } from '../detmath.js';
 import { draw } from '../prng.js';
 import { ERROR_SCOPES, loadText, compileKernel as compile } from './device.js';
-import { KERNEL_BASE } from './gemm_kernel.js';
+import { KERNEL_BASE, gemmSource } from './gemm_kernel.js';
 
 export const F64_LIB = 'f64_lib.wgsl';
 export const OPS = Object.freeze({ mul: 0, div: 1, add: 2, sub: 3, sqrt: 4, fromI32: 5, rintClamp127: 6 });
@@ -41,15 +41,15 @@ export class GpuF64Unit {
     this.profile = null;         // { upload, compute, readback, host } ms: time the phases apart
   }
 
-  // opts: kernelBase, lib (the library file: the bug corpus swaps it), gemm ('gemm_packed.wgsl'
-  // where the WGSL language feature packed_4x8_integer_dot_product exists, else
-  // 'gemm_portable.wgsl'), tuning (the GEMM's tile)
-  static async create(device, { kernelBase = KERNEL_BASE, lib = F64_LIB, gemm = 'gemm_portable.wgsl', tuning = {} } = {}) {
+  // opts: kernelBase, lib (the library file: the bug corpus swaps it), gemm (the GEMM's dot4 file,
+  // gemm_kernel.js GEMM_KERNELS: 'dot4_packed.wgsl' where the WGSL language feature
+  // packed_4x8_integer_dot_product exists, else 'dot4_portable.wgsl'), tuning (the GEMM's tile)
+  static async create(device, { kernelBase = KERNEL_BASE, lib = F64_LIB, gemm = 'dot4_portable.wgsl', tuning = {} } = {}) {
     const libText = await loadText(new URL(lib, kernelBase));
     const withLib = async (file, constants = {}) => compile(device, `${libText}\n${await loadText(new URL(file, kernelBase))}`, constants, `${file} + ${lib}`);
     const t = { ...DEFAULT_GEMM_TUNING, ...tuning };
     const [ops, quant, epi, mm] = await Promise.all([withLib('f64_ops.wgsl'), withLib('unit_quant.wgsl'), withLib('unit_epilogue.wgsl'),
-      compile(device, await loadText(new URL(gemm, kernelBase)), t, gemm)]);
+      compile(device, await gemmSource(gemm, kernelBase), t, gemm)]);
     return new GpuF64Unit(device, { ops, quant, epi, mm }, t, { lib, gemm });
   }
 

@@ -1,5 +1,5 @@
 // The GEMM kernel: C = A @ B exactly, int8 operands, int32 results, on the GPU.
-// Data layout: the kernels (kernels/gemm_*.wgsl) read A (batch, M, K4) and B^T (batch, N, K4) as
+// Data layout: the kernel (kernels/gemm_int8.wgsl, its dot4 prepended: gemmSource) reads A (batch, M, K4) and B^T (batch, N, K4) as
 // u32 words of four int8 lanes (units.js packI8x4), K zero-padded to K4 words; C is (batch, M, N)
 // int32. packRowsI8 / packColsI8 make those words from int8 operands on the host (B transposed).
 // GemmKernel.run takes any number of jobs (see engine.js "Jobs") and runs them as ONE submit and
@@ -10,11 +10,20 @@ import { ERROR_SCOPES, loadText, compileKernel, storageBuffer, uniformBuffer } f
 export const KERNEL_BASE = new URL('../../kernels/', import.meta.url);
 export const PACKED_FEATURE = 'packed_4x8_integer_dot_product';
 
-// In preference order. `needs`: a WGSL language feature the kernel requires.
+// In preference order. `file`: the variant's dot4 (prepended to GEMM_BODY); `needs`: a WGSL
+// language feature it requires.
 export const GEMM_KERNELS = [
-  { id: 'packed', file: 'gemm_packed.wgsl', needs: PACKED_FEATURE },
-  { id: 'portable', file: 'gemm_portable.wgsl' },
+  { id: 'packed', file: 'dot4_packed.wgsl', needs: PACKED_FEATURE },
+  { id: 'portable', file: 'dot4_portable.wgsl' },
 ];
+export const GEMM_BODY = 'gemm_int8.wgsl';
+
+// A GEMM kernel's WGSL: the dot4 of `file` prepended to the one body, as f64_lib.wgsl is prepended
+// to the f64 kernels. body: GEMM_BODY, or a patched copy's URL (the bug corpus, tests/gpu/mutants.js)
+export async function gemmSource(file, kernelBase = KERNEL_BASE, body = GEMM_BODY) {
+  const [dot, main] = await Promise.all([loadText(new URL(file, kernelBase)), loadText(new URL(body, kernelBase))]);
+  return `${dot}\n${main}`;
+}
 // Tile 32x32: small enough for SwiftShader; the H200 bench sets WG 16x16, RM = RN = 8.
 export const DEFAULT_TUNING = { WG_X: 8, WG_Y: 8, RM: 4, RN: 4, TK: 4 };
 
@@ -55,7 +64,7 @@ export class GemmKernel {
 
   static async create(device, spec, { kernelBase = KERNEL_BASE, tuning = {} } = {}) {
     const t = { ...DEFAULT_TUNING, ...tuning };
-    const code = await loadText(new URL(spec.file, kernelBase));
+    const code = await gemmSource(spec.file, kernelBase, spec.body);
     const pipeline = await compileKernel(device, code, { ...t, ...(spec.constants || {}) }, spec.file);
     return new GemmKernel(device, spec, pipeline, t);
   }

@@ -6,7 +6,7 @@
 import { makeConfig } from '../config.js';
 import { bestBackend } from '../engines.js';
 import { generate } from '../generate.js';
-import { weightHash } from '../hashing.js';
+import { weightHash, short } from '../hashing.js';
 import { paramShapes, paramCount } from '../model.js';
 import { TOKENIZER_ID } from '../tokenizer.js';
 
@@ -94,7 +94,7 @@ export async function boot() {
   }
   const backend = await bestBackend();
   const { cfg, params, hash, meta } = kit;
-  $('hash').textContent = hash.slice(0, 16);
+  $('hash').textContent = short(hash);
   $('hash').title = hash;
   $('model').textContent = `width ${cfg.width}, ${cfg.layers} layers, ${cfg.heads} heads, context ${cfg.seq_len}`
     + `; trained ${meta.step} steps`;

@@ -78,7 +78,7 @@ export function gradParts(cuts, lo, hi, codec) {
 // dropped with a logged reason.
 export class MeshCollective {
   // subscribe: false when the caller routes the mesh's GRAD/GRAD_PART/REDUCED frames to onFrame itself
-  // (run.js keeps one collective per roster epoch and routes by the frames' run id).
+  // (run/controller.js keeps one collective per roster epoch and routes by the frames' run id).
   // exchange, seed: the run's cfg.exchange and cfg.seed (int8's rounding is keyed by the seed)
   // minPartBytes: the streamed GRAD's smallest part (streamCuts; the same on every peer of a run)
   // sha: the SHA-256 of the messages' hashes (the audits' commitments; a backend's gated wasm one)

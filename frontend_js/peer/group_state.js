@@ -82,13 +82,13 @@ export class GroupRestore {
       const { state, hash } = readPeerState(m.payload, c, { needWeightHash: true });
       if (p.runs.busy) { refuse('a run is going on this device'); return; }
       if (!p.models.has()) {
-        // loadState checks settings, sizes and the recomputed hash before it changes anything
-        const r = await p.models.loadState(state);
+        // loadState checks settings and sizes before it changes anything; readPeerState hashed the weights
+        const r = await p.models.loadState(state, hash);
         p.note(`Loaded from ${sender.name}'s file: step ${r.step}, hash ${short(r.hash)}…`);
         return;
       }
       const cfg = c.config.makeConfig(state.config);
-      this.offered = { from, state };
+      this.offered = { from, state, hash };
       p.set({ restoreOffer: { from, name: sender.name, step: state.step, steps: cfg.steps, hash } });
       p.note(`${sender.name} offers its checkpoint (step ${state.step}, hash ${short(hash)}…): Load or Ignore; this device keeps its own model until then.`);
     } catch (err) {
@@ -101,7 +101,7 @@ export class GroupRestore {
     const offer = this.offered;
     if (!offer) throw new Error('no checkpoint is offered');
     this.decline();
-    const r = await this.peer.models.loadState(offer.state);
+    const r = await this.peer.models.loadState(offer.state, offer.hash);
     this.peer.note(`Loaded the checkpoint ${this.peer.nameOf(offer.from)} offered: step ${r.step}, hash ${short(r.hash)}…`);
     return r;
   }

@@ -6,6 +6,7 @@
 // its config (resumePoint; run/start.js start({resume: true})).
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
 import { encodeState, decodeState } from '../state_codec.js';
+import { short } from '../hashing.js';
 
 const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.model_routes.MAX_CHECKPOINT_BYTES
 export const NO_MODEL = 'no model yet: train or load one first';
@@ -86,7 +87,7 @@ export class ModelStore {
   async download(route, optim) {
     const file = await this.file(route, optim);
     saveBlob(file.blob, file.name);
-    return `Saved ${file.name} (${formatBytes(file.blob.size)}; step ${file.step}, weights ${file.hash.slice(0, 16)}).`;
+    return `Saved ${file.name} (${formatBytes(file.blob.size)}; step ${file.step}, weights ${short(file.hash)}).`;
   }
 
   downloadCheckpoint() { return this.download('/api/checkpoint.pt', true); }
@@ -124,8 +125,10 @@ export class ModelStore {
   // THE way a replica is replaced (a loaded file, or a peer's through GROUP_STATE).
   // state: {config (the 8 settings), step, adamT, params, m, v: {name: Float64Array} in any
   // key order, weightHash (optional: checked), extra (optional)}. Everything is checked before
-  // anything changes; the arrays are copied. -> {step, hash, config}
-  async loadState(state) {
+  // anything changes; the arrays are copied. hashed: the weight hash this device already computed
+  // over state.params (readPeerState's), so a group restore hashes the weights once; else null and
+  // they are hashed here. -> {step, hash, config}
+  async loadState(state, hashed = null) {
     if (this.peer.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
     const c = await this.peer.compute();
     if (!state || typeof state !== 'object') throw new Error('loadState needs a state object');
@@ -149,7 +152,7 @@ export class ModelStore {
       return out;
     };
     const params = group('model', state.params), m = group('optim.m', state.m), v = group('optim.v', state.v);
-    const hash = c.hashing.weightHash(params);
+    const hash = hashed ?? c.hashing.weightHash(params);
     if (state.weightHash && state.weightHash !== hash) {
       throw new Error(`weight hash mismatch: the state says ${state.weightHash}, its weights hash to ${hash}`);
     }
@@ -162,7 +165,7 @@ export class ModelStore {
     const left = cfg.steps - state.step;
     this.peer.set({ config: cfg, step: state.step, totalSteps: cfg.steps, hash, loss: null, curve: [],
                tokensPerS: null, speed: null, replicas: null, runState: 'loaded', leader: null, error: '',
-               message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${hash.slice(0, 16)}). ` +
+               message: `Loaded a checkpoint at step ${state.step} of ${cfg.steps} (weights ${short(hash)}). ` +
                         (left > 0 ? `Continue from step ${state.step} trains its remaining ${left} steps; Start a new run begins again from step 0.`
                                   : 'Its run is complete: Start a new run trains a new model from step 0 with the settings on the left.') });
     this.peer.announce();

@@ -7,6 +7,7 @@ import { bus } from './bus.js';
 import { Peer } from './peer.js';
 import { automationApi } from './automation.js';
 import { speedText } from '../run/speed.js';
+import { short } from '../hashing.js';
 
 const PLOT_W = 600, PLOT_H = 180;
 const PLOT_EVERY_MS = 250;
@@ -88,12 +89,12 @@ export function mount(element) {
     // a group restore offered to a page that holds a model: nothing replaces it without a click
     const restore = !s.running && s.restoreOffer;
     $('restore-box').hidden = !restore;
-    if (restore) $('restore-text').textContent = `${restore.name} (${restore.from}) offers step ${restore.step} of ${restore.steps}, hash ${restore.hash.slice(0, 16)}…: `;
+    if (restore) $('restore-text').textContent = `${restore.name} (${restore.from}) offers step ${restore.step} of ${restore.steps}, hash ${short(restore.hash)}…: `;
     $('step').textContent = s.config ? `${s.step} / ${s.totalSteps}` : '–';
     $('loss').textContent = s.loss === null ? '–' : s.loss.toFixed(4);
     $('rate').textContent = s.tokensPerS === null ? '–' : Math.round(s.tokensPerS).toLocaleString('en-US');
     $('speedup').textContent = speedText(s.speed, s.replicas?.count ?? 1, s.config?.local_steps ?? 1);
-    $('hash').textContent = s.hash ? s.hash.slice(0, 16) : '–';
+    $('hash').textContent = s.hash ? short(s.hash) : '–';
     $('hash').title = s.hash || '';
     $('replicas').textContent = replicaText(s);
     // a short label; the reason and the engine on demand (the <details>, and the label's title)
@@ -141,7 +142,7 @@ function peerRow(p, s) {
   return `<tr data-peer="${esc(p.id)}"><td>${esc(p.name)}${badges.join('')}</td>` +
          `<td>${p.path ? esc(p.path.toUpperCase()) : '?'}</td><td>${esc(state)}</td>` +
          `<td class="daisy-link" title="${esc(link)}">${esc(link.split(':')[0])}</td>` +
-         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(hash.slice(0, 12)) : '–'}</td>` +
+         `<td class="daisy-hash" title="${esc(hash || '')}">${inRun && hash ? esc(short(hash)) : '–'}</td>` +
          `<td>${keepOutCell(p, s)}</td></tr>`;
 }
 
@@ -236,7 +237,7 @@ export function mountLoader(element) {
     show(`Loading ${file.name}…`, 'busy');
     try {
       const r = await window.daisy.load(file);
-      show(`Loaded ${file.name}: step ${r.step}, weights ${r.hash.slice(0, 16)}.`, 'ok');
+      show(`Loaded ${file.name}: step ${r.step}, weights ${short(r.hash)}.`, 'ok');
     } catch (err) {
       show(`Refused ${file.name}: ${err.message || err}`, 'error');
     }

@@ -13,6 +13,7 @@
 //
 // Everything goes through window.daisy (the automation API, docs/ARCHITECTURE.md).
 import { mount as mountPanel, mountLoader as mountLoaderPanel } from './ui.js';
+import { short } from '../hashing.js';
 
 let settings = [];                              // the sliders' {name, label, min, max, step}
 let noModel = 'Train or load a model first.';   // = daisy.space.page.NO_MODEL (the panel's data-no-model)
@@ -141,7 +142,7 @@ function refresh(api) {
   const status = document.getElementById('model-status');
   if (status && (status.dataset.kind !== 'result' || status.dataset.hash !== (s.hash || ''))) {
     showModelStatus(has ? `This tab holds the model at step ${s.step}${s.totalSteps ? ` of ${s.totalSteps}` : ''}` +
-                          `${s.hash ? ` (weights ${s.hash.slice(0, 16)})` : ''}: download it with the buttons above.` : noModel, 'auto');
+                          `${s.hash ? ` (weights ${short(s.hash)})` : ''}: download it with the buttons above.` : noModel, 'auto');
   }
 }
 

@@ -11,8 +11,12 @@
 //   recovery.js  evidence, HALT / STATUS / ROSTER / ACCEPT / GO: departures, failover, the
 //                two-phase roster change, the split alarm
 //   join.js      JOIN / SYNC / STATE / FWD / SYNCED: joining mid-run, bounded per joiner
-//   audits.js    AUDIT / EVIDENCE: commitments, the audits two steps back, conviction and rollback
+//   audits.js    AUDIT / EVIDENCE / TRANSCRIPT_ASK / TRANSCRIPT: commitments, the audits two steps
+//                back, an owner's transcript of its shard, conviction and rollback
+//   ending.js    how a run ends or steps back (shared by the modules above): end, the alarm, one
+//                step of undo, waking the parked loop, the panel's view of the run
 //   record.js    the records (every field declared once), timings, the fault plan
+//   ../peer_state.js   readPeerState: the one check of a peer's state body (start, join)
 //
 // The host (peer.js in the page, tests/js/run_harness.mjs in Node) is all the controller sees
 // of the world:

@@ -15,11 +15,11 @@ import { validAuditRate } from './audits.js';
 import { TYPES } from '../mesh/frames.js';
 import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
-import { encodeState, maxStateBytes } from '../state_codec.js';
+import { encodeState, maxStateBytes, stateLimit } from '../state_codec.js';
 import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../mesh/roster.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, FWD_WINDOW,
   STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, short } from './record.js';
-import { readPeerState, stateLimit, gradientBytes } from '../peer_state.js';
+import { readPeerState, gradientBytes } from '../peer_state.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
 export function onJoin(ctl, from, m) {

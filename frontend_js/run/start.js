@@ -9,11 +9,11 @@
 //
 // Two Start presses at once: the proposal with the smaller runId wins everywhere.
 import { TYPES } from '../mesh/frames.js';
-import { encodeState } from '../state_codec.js';
+import { encodeState, stateLimit } from '../state_codec.js';
 import { Replica, cloneParams, cloneReplica } from '../train.js';
 import { waitUntil } from '../page_clock.js';
 import { Proposal, Acceptance, newRunId, short, isHash } from './record.js';
-import { readPeerState, stateLimit } from '../peer_state.js';
+import { readPeerState } from '../peer_state.js';
 import { validAuditRate } from './audits.js';
 import { keptOutOf } from '../mesh/roster.js';
 import { DEFAULT_AUDIT_RATE } from '../audit.js';

@@ -4,7 +4,7 @@
 // the real kernels, run the same way, must never be (0 false alarms).
 import { createGpuEngine, GEMM_KERNELS, GpuFault, PACKED_FEATURE, packRowsI8 } from '../../frontend_js/gpu/gpu.js';
 import { gateOperands } from '../../frontend_js/gpu/gpu_gates.js';
-import { GEMM_MUTANTS, mutantUrl } from './mutants.js';
+import { GEMM_MUTANTS, mutantSpec } from './mutants.js';
 
 // Wrong byte order when packing: B's lanes big-endian (b0<<24 | b1<<16 | ...) while A's and the
 // kernel's are little-endian, so lane l of A meets lane 3-l of B. (Consistent reversal of both
@@ -25,10 +25,10 @@ function transposeI8(q, batch, K, N) {   // (batch, K, N) -> (batch, N, K)
 
 // id, kernel spec, failure class: the mutants (their specs made when the corpus runs, from the
 // kernels as they are then) and the host packer
-const NEEDS = { 'gemm_packed.wgsl': PACKED_FEATURE, 'gemm_portable.wgsl': undefined };
+const NEEDS = { 'dot4_packed.wgsl': PACKED_FEATURE, 'dot4_portable.wgsl': undefined };
 export const BUG_CORPUS = [
-  ...GEMM_MUTANTS.map((m) => ({ id: m.id, mutant: m, spec: { needs: NEEDS[m.kernel], stateful: m.stateful }, failure: m.failure })),
-  { id: 'byte_order_pack', spec: { file: 'gemm_packed.wgsl', needs: PACKED_FEATURE }, packB: packColsBigEndian, failure: 'wrong byte order when packing (host side)' },
+  ...GEMM_MUTANTS.map((m) => ({ id: m.id, mutant: m, spec: { needs: NEEDS[m.dot], stateful: m.stateful }, failure: m.failure })),
+  { id: 'byte_order_pack', spec: { file: 'dot4_packed.wgsl', needs: PACKED_FEATURE }, packB: packColsBigEndian, failure: 'wrong byte order when packing (host side)' },
 ];
 
 // Training-like GEMM calls after boot (the default model's shapes, smaller batch).
@@ -75,7 +75,7 @@ export async function runBugCorpus({ gpu, device, info, kernelBase, calls = 24, 
   for (const bug of BUG_CORPUS) {
     if (only && !only.includes(bug.id)) continue;
     if (bug.spec.needs && !langs.has(bug.spec.needs)) { results.push({ id: bug.id, failure: bug.failure, caughtBy: 'unsupported', reason: `needs ${bug.spec.needs}` }); continue; }
-    const spec = bug.mutant ? { ...bug.spec, file: await mutantUrl(bug.mutant) } : bug.spec;   // a stale patch throws here
+    const spec = bug.mutant ? { ...bug.spec, ...(await mutantSpec(bug.mutant)) } : bug.spec;   // a stale patch throws here
     results.push(await trial(bug.id, bug.failure, spec, { gpu, device, info, kernelBase, calls, auditEvery, checksum, packB: bug.packB, log }));
   }
   return results;

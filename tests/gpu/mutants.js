@@ -8,47 +8,50 @@
 import { loadText } from '../../frontend_js/gpu/device.js';
 
 const MAX_STORE = 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }';
-const PACKED_SUM = 'acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);';
+const SUM = 'acc[i * MAX_R + j] += dot4(a[i], w[j]);';
 // a float accumulator in the portable kernel: its declaration and its store (the sum between differs)
 const FLOAT_ACC = ['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'];
 const FLOAT_STORE = ['= acc[i * MAX_R + j]; }', '= i32(acc[i * MAX_R + j]); }'];
 // an edit that deletes one whole line
 const deleteLine = (line) => [`${line}\n`, ''];
 
-// the GEMM kernels' mutants (tests/gpu/gpu_bugs.js runs them through the boot gates and audits)
+// the GEMM kernel's mutants (tests/gpu/gpu_bugs.js runs them through the boot gates and audits):
+// `kernel` the file patched (the body kernels/gemm_int8.wgsl or a dot4), `dot` the variant's dot4
+// file it runs with (prepended to the body as frontend_js/gpu/gemm_kernel.js gemmSource does)
+const BODY = 'gemm_int8.wgsl', PACKED = 'dot4_packed.wgsl', PORTABLE = 'dot4_portable.wgsl';
 export const GEMM_MUTANTS = [
-  { id: 'sign_extension', kernel: 'gemm_portable.wgsl', failure: 'sign extension lost when unpacking int8',
+  { id: 'sign_extension', kernel: PORTABLE, dot: PORTABLE, failure: 'sign extension lost when unpacking int8',
     mustFail: 'the gate (any negative value: lane() masks the byte, -1 reads as 255)',
     edits: [['fn lane(w: u32, l: u32) -> i32 { return bitcast<i32>(w << (24u - 8u * l)) >> 24u; }',
       'fn lane(w: u32, l: u32) -> i32 { return i32((w >> (8u * l)) & 0xffu); }   // BUG: zero-extends']] },
-  { id: 'unsigned_dot', kernel: 'gemm_packed.wgsl', failure: 'signedness lost in the packed path (dot4U8Packed)',
+  { id: 'unsigned_dot', kernel: PACKED, dot: PACKED, failure: 'signedness lost in the packed path (dot4U8Packed)',
     mustFail: 'the gate (any negative value)',
-    edits: [[PACKED_SUM, 'acc[i * MAX_R + j] += i32(dot4U8Packed(a[i], w[j]));   // BUG: unsigned lanes']] },
-  { id: 'ragged_edge', kernel: 'gemm_packed.wgsl', failure: 'wrong tile edge on ragged shapes (store guard misses c < N)',
+    edits: [['return dot4I8Packed(a, b);', 'return i32(dot4U8Packed(a, b)); /* BUG: unsigned lanes */']] },
+  { id: 'ragged_edge', kernel: BODY, dot: PACKED, failure: 'wrong tile edge on ragged shapes (store guard misses c < N)',
     mustFail: 'the gate (ragged N: columns past N of a ragged tile overwrite the next row)',
     edits: [[MAX_STORE, 'if (r < P.M) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }   // BUG: no column guard']] },
-  { id: 'missing_barrier', kernel: 'gemm_packed.wgsl', failure: 'missing workgroupBarrier after staging tiles',
+  { id: 'missing_barrier', kernel: BODY, dot: PACKED, failure: 'missing workgroupBarrier after staging tiles',
     mustFail: 'the gate (any shape; SwiftShader runs a workgroup\'s lanes in groups that reach the reads early)',
     edits: [['    workgroupBarrier();\n    for (var kw = 0u; kw < TK; kw++) {',
       '    // BUG: workgroupBarrier() missing: threads read tiles others have not written yet\n    for (var kw = 0u; kw < TK; kw++) {']] },
-  { id: 'int16_saturation', kernel: 'gemm_packed.wgsl', failure: 'integer saturation in a narrow (int16) accumulator',
+  { id: 'int16_saturation', kernel: BODY, dot: PACKED, failure: 'integer saturation in a narrow (int16) accumulator',
     mustFail: 'the gate (extreme values: 3*127^2 > 32767)',
-    edits: [[PACKED_SUM, 'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4I8Packed(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
-  { id: 'f32_accumulate', kernel: 'gemm_portable.wgsl', failure: 'float accumulation, exact only below 2^24',
+    edits: [[SUM, 'acc[i * MAX_R + j] = clamp(acc[i * MAX_R + j] + dot4(a[i], w[j]), -32768, 32767);   // BUG: int16 saturation']] },
+  { id: 'f32_accumulate', kernel: BODY, dot: PORTABLE, failure: 'float accumulation, exact only below 2^24',
     mustFail: 'the gate (K=4096 at +-127: |acc| = 66,064,384 > 2^24)',
-    edits: [FLOAT_ACC, ['acc[i * MAX_R + j] += dot4(a[i], w[j]);', 'acc[i * MAX_R + j] += f32(dot4(a[i], w[j]));'], FLOAT_STORE] },
-  { id: 'fma_accumulate', kernel: 'gemm_portable.wgsl', failure: 'FMA contraction in a float path',
+    edits: [FLOAT_ACC, [SUM, 'acc[i * MAX_R + j] += f32(dot4(a[i], w[j]));'], FLOAT_STORE] },
+  { id: 'fma_accumulate', kernel: BODY, dot: PORTABLE, failure: 'FMA contraction in a float path',
     mustFail: 'the gate (K=4096 at +-127; fused on the H200, unfused on SwiftShader, inexact above 2^24 either way)',
-    edits: [FLOAT_ACC, ['acc[i * MAX_R + j] += dot4(a[i], w[j]);',
+    edits: [FLOAT_ACC, [SUM,
       'for (var l = 0u; l < 4u; l++) { acc[i * MAX_R + j] = fma(f32(lane(a[i], l)), f32(lane(w[j], l)), acc[i * MAX_R + j]); }   // BUG: fma'],
     FLOAT_STORE] },
-  { id: 'subnormal_flush', kernel: 'gemm_packed.wgsl', failure: 'subnormal flush to zero (int bits through an f32 op)',
+  { id: 'subnormal_flush', kernel: BODY, dot: PACKED, failure: 'subnormal flush to zero (int bits through an f32 op)',
     mustFail: 'the gate (small positive sums flush to 0 where the GPU flushes subnormals: SwiftShader, the H200)',
     edits: [[MAX_STORE, 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = bitcast<i32>(bitcast<f32>(acc[i * MAX_R + j]) + f32(P.K4 >> 31u)); }   // BUG: int bits through an f32 add']] },
-  { id: 'k_off_by_one', kernel: 'gemm_packed.wgsl', failure: 'off-by-one in the K loop',
+  { id: 'k_off_by_one', kernel: BODY, dot: PACKED, failure: 'off-by-one in the K loop',
     mustFail: 'the gate (any shape with K > 0: the guard k < K4 - 1 drops the last K word of every row of A)',
     edits: [['if (row0 + r < P.M && k0 + kw < P.K4) { v = A[', 'if (row0 + r < P.M && k0 + kw + 1u < P.K4) { v = A[']] },
-  { id: 'bad_after_n', kernel: 'gemm_packed.wgsl', failure: 'goes bad only after N dispatches', stateful: true,
+  { id: 'bad_after_n', kernel: BODY, dot: PACKED, failure: 'goes bad only after N dispatches', stateful: true,
     mustFail: 'an audit during training (it passes the boot gates by construction: from dispatch BAD_AFTER on, every output is off by one)',
     edits: [['@group(0) @binding(3) var<uniform> P: Params;\n',
       '@group(0) @binding(3) var<uniform> P: Params;\n@group(0) @binding(4) var<storage, read_write> S: array<atomic<u32>>;   // dispatch counter\n'
@@ -125,9 +128,16 @@ export function applyMutant(mutant, text) {
   return `// MUTANT ${mutant.id} of kernels/${mutant.kernel} (tests/gpu/mutants.js): ${mutant.failure}\n${out}`;
 }
 
-// the mutated kernel as a blob: URL, which a kernel spec's `file` and the f64 unit's `lib` take
-// (a page or Node); the live kernel is read from kernels/ beside tests/
+// the mutated kernel as a blob: URL, which a kernel spec's `file` or `body` and the f64 unit's
+// `lib` take (a page or Node); the live kernel is read from kernels/ beside tests/
 export async function mutantUrl(mutant) {
   const text = await loadText(new URL(`../../kernels/${mutant.kernel}`, import.meta.url));
   return URL.createObjectURL(new Blob([applyMutant(mutant, text)], { type: 'text/plain' }));
+}
+
+// a GEMM mutant -> its kernel spec's sources (gemm_kernel.js): the dot4 `file` and the `body`,
+// the patched one as a blob: URL
+export async function mutantSpec(mutant) {
+  const url = await mutantUrl(mutant);
+  return mutant.kernel === mutant.dot ? { file: url } : { file: mutant.dot, body: url };
 }

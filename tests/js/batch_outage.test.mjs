@@ -13,12 +13,12 @@ const CFG = { seed: 0, batch: 2, seq_len: 16, steps: 1 };      // steps 1: no pr
 const BODY = Buffer.from(Uint16Array.from({ length: CFG.batch * (CFG.seq_len + 1) }, (_, i) => i % 250).buffer);
 const DATA_ID = 'builtin-test';
 
-// a data server; answer(req) -> {status, id}; close() drops every connection (a killed server)
+// a data server; answer(req) -> {status, id, body (optional, else BODY)}; close() drops every connection (a killed server)
 function serve(port, answer = () => ({ status: 200, id: DATA_ID })) {
   const server = http.createServer((req, res) => {
-    const { status, id } = answer(req);
+    const { status, id, body = BODY } = answer(req);
     res.writeHead(status, { 'X-Daisy-Data-Id': id, 'Content-Type': status === 200 ? 'application/octet-stream' : 'application/json' });
-    res.end(status === 200 ? BODY : JSON.stringify({ error: `status ${status}` }));
+    res.end(status === 200 ? body : JSON.stringify({ error: `status ${status}` }));
   });
   return new Promise((resolve) => server.listen(port, '127.0.0.1', () => resolve({
     port: server.address().port,
@@ -102,6 +102,17 @@ test('the answer\'s code decides the retry, never its words: a refused parameter
   }
 });
 
+test('a token outside the vocabulary is a bad answer (the words of daisy/batch_source.py\'s twin check)', async () => {
+  const tokens = new Uint16Array(BODY.buffer.slice(BODY.byteOffset, BODY.byteOffset + BODY.byteLength));
+  tokens[5] = 257;                                                  // VOCAB_SIZE
+  const server = await serve(0, () => ({ status: 200, id: DATA_ID, body: Buffer.from(tokens.buffer) }));
+  try {
+    const { source } = batches(server.port, { retries: 0 });
+    await assert.rejects(source.get(0, 0), (e) => e instanceof BatchError && e.code === 'bad_answer'
+      && e.message === 'the data route sent token 257, outside the vocabulary');
+  } finally { await server.close(); }
+});
+
 test('one(step, slot): the batch alone (an audit of another slot\'s past step): no prefetch, no wait counted; get prefetches its slot', async () => {
   const asked = [];
   const server = await serve(0, (req) => { asked.push(new URL(req.url, 'http://x').searchParams.get('step')); return { status: 200, id: DATA_ID }; });
@@ -117,5 +128,9 @@ test('one(step, slot): the batch alone (an audit of another slot\'s past step): 
     for (const t0 = Date.now(); asked.length < 5 && Date.now() - t0 < 5000;) await new Promise((r) => setTimeout(r, 20));
     await new Promise((r) => setTimeout(r, 50));   // and nothing more comes
     assert.deepEqual(asked.slice(1).sort(), ['10', '11', '12', '13'], 'get: its step and the next 3 of its slot');
+    // held: the prefetches not yet asked for; get() forgets its slot's steps at or before its own
+    await source.get(2, 1);
+    await source.get(20, 0);
+    assert.deepEqual([...source.inflight.keys()].sort(), ['21:0', '22:0', '23:0', '3:1', '4:1', '5:1']);
   } finally { await server.close(); }
 });

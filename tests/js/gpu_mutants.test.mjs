@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
 import { GEMM_MUTANTS, F64_MUTANTS, RESIDENT_MUTANTS, StaleMutant, applyMutant } from '../gpu/mutants.js';
+import { GEMM_BODY, GEMM_KERNELS } from '../../frontend_js/gpu/gemm_kernel.js';
 
 const kernel = (name) => readFileSync(new URL(`../../kernels/${name}`, import.meta.url), 'utf8');
 
@@ -26,8 +27,19 @@ test('every mutant applies to its live kernel and changes it', () => {
 
 test('a kernel that changed under a patch is refused, naming the mutant', () => {
   const m = GEMM_MUTANTS.find((x) => x.id === 'unsigned_dot');
-  const changed = kernel(m.kernel).replace('dot4I8Packed(a[i], w[j])', 'dot4I8Packed(w[j], a[i])');
-  assert.throws(() => applyMutant(m, changed), (e) => e instanceof StaleMutant && /mutant unsigned_dot: edit 1 .* occurs nowhere in kernels\/gemm_packed\.wgsl/.test(e.message));
-  const twice = kernel(m.kernel) + '\n// acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);\n';
+  const changed = kernel(m.kernel).replace('dot4I8Packed(a, b)', 'dot4I8Packed(b, a)');
+  assert.throws(() => applyMutant(m, changed), (e) => e instanceof StaleMutant && /mutant unsigned_dot: edit 1 .* occurs nowhere in kernels\/dot4_packed\.wgsl/.test(e.message));
+  const twice = kernel(m.kernel) + '\n// return dot4I8Packed(a, b);\n';
   assert.throws(() => applyMutant(m, twice), /occurs more than once/);
+});
+
+test('the GEMM variants are one body: each dot4 file defines dot4 alone, the body calls it and every GEMM mutant runs with a variant', () => {
+  const body = kernel(GEMM_BODY);
+  assert.ok(body.includes('dot4(a[i], w[j])') && !/fn (dot4|lane)\b/.test(body), 'kernels/gemm_int8.wgsl calls dot4 and defines none');
+  for (const spec of GEMM_KERNELS) {
+    const dot = kernel(spec.file);
+    assert.ok(/fn dot4\(a: u32, b: u32\) -> i32/.test(dot) && !dot.includes('@compute'), `${spec.file}: a dot4, no kernel`);
+  }
+  const files = new Set(GEMM_KERNELS.map((k) => k.file));
+  for (const m of GEMM_MUTANTS) assert.ok(files.has(m.dot) && (m.kernel === m.dot || m.kernel === GEMM_BODY), m.id);
 });

@@ -13,7 +13,7 @@ import { TYPES, encodeMessage } from '../../frontend_js/mesh/frames.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { GroupRestore } from '../../frontend_js/peer/group_state.js';
 import { COMPUTE } from '../../frontend_js/peer/compute.js';
-import { encodeState, maxStateBytes } from '../../frontend_js/state_codec.js';
+import { encodeState, maxStateBytes, stateLimit, MAX_STATE_HEADER_BYTES } from '../../frontend_js/state_codec.js';
 import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { weightHash } from '../../frontend_js/hashing.js';
@@ -24,9 +24,12 @@ quietMeshLogs();
 
 const CFG = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 100, seed: 5 });
 
-// the fields of a page's Peer that ModelStore and GroupRestore read; compute is the page's own modules
+// the fields of a page's Peer that ModelStore and GroupRestore read; compute is the page's own
+// modules, its weightHash counted (hashes: how often this device hashed weights)
 function device(id, mesh) {
+  const compute = { ...COMPUTE, hashing: { ...COMPUTE.hashing, weightHash: (p) => { peer.hashes++; return COMPUTE.hashing.weightHash(p); } } };
   const peer = {
+    hashes: 0,
     s: { peerId: id, name: `dev-${id}`, peers: [], notes: [], runState: 'idle' },
     runs: { busy: false },
     bus: { emit() {}, on() {} },
@@ -34,7 +37,7 @@ function device(id, mesh) {
     note(text) { this.s.notes.push(text); this.s.message = text; },
     announce() {},
     nameOf(q) { return q; },
-    async compute() { return COMPUTE; },
+    async compute() { return compute; },
   };
   peer.models = new ModelStore(peer);
   peer.restore = new GroupRestore(peer, mesh);
@@ -76,6 +79,12 @@ test('the largest allowed state bound equals the server\'s MAX_STATE_BYTES', () 
   assert.equal(maxStateBytes(COMPUTE), 39_838_728);         // daisy/files/state_codec.py MAX_STATE_BYTES
 });
 
+test('a full state body of some settings fits their stateLimit, with no more slack than the header bound', () => {
+  const body = encodeState(paramShapes(CFG), checkpoint()).byteLength;
+  const limit = stateLimit(COMPUTE, CFG);
+  assert.ok(body <= limit && limit - body < MAX_STATE_HEADER_BYTES, `body ${body} B, limit ${limit} B`);
+});
+
 test('a state loaded on one device lands on every other, bit for bit and resumable', async () => {
   const { net, devs } = await group(['a', 'b', 'c']);
   const ck = checkpoint();
@@ -95,6 +104,7 @@ test('a state loaded on one device lands on every other, bit for bit and resumab
     assert.deepEqual(d.models.extra, ck.extra);
     assert.equal(d.s.hash, ck.weightHash);
     assert.equal(d.s.runState, 'loaded');
+    assert.equal(d.hashes, 1, 'a group restore hashes the received weights once');
     assert.deepEqual(configToDict(d.models.model.cfg), ck.config);
     const rep = d.models.model.replicas[0];
     assert.equal(rep.adam.t, 20);

@@ -13,11 +13,8 @@ import assert from 'node:assert/strict';
 import { BACKEND, Group, SETTINGS, TIMING, TYPES, firstOffReference, referenceHashes, sleep } from './run_harness.mjs';
 import { stream } from './group_runs.mjs';
 import { Group as RefGroup } from '../../frontend_js/train.js';
-import { stateLimit } from '../../frontend_js/peer_state.js';
 import { FWD_WINDOW } from '../../frontend_js/run/record.js';
-import { maxStateBytes } from '../../frontend_js/state_codec.js';
-import { makeConfig, RANGES } from '../../frontend_js/config.js';
-import { paramShapes, paramCount } from '../../frontend_js/model.js';
+import { makeConfig } from '../../frontend_js/config.js';
 
 // every honest page equals the reference of its own history at every step it completed; two
 // honest pages still alive that both completed a step have the same hash there, unless one raised
@@ -452,12 +449,6 @@ test('a stopped run resumed: the members take the leader\'s STATE and the steps 
   const want = await referenceHashes([[0, 3]], ends[0].step);
   for (const n of nodes) for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}`);
   await g.close();
-});
-
-test('one bound for a peer\'s state body: the largest settings\' state, 8-byte length prefix included (= state_codec.js)', async () => {
-  const top = makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, RANGES[k][1]])));
-  const c = { config: { makeConfig, RANGES }, model: { paramShapes, paramCount } };
-  assert.equal(stateLimit(c, top), maxStateBytes(c));
 });
 
 // ---- local steps (docs/VERIFICATION.md "Local steps"): pages = the JS Group, without audits --------

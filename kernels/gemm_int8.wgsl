@@ -1,11 +1,13 @@
-// int8 GEMM, packed variant: C (batch, M, N) i32 = A (batch, M, K) i8 @ B (batch, K, N) i8, exact.
+// int8 GEMM: C (batch, M, N) i32 = A (batch, M, K) i8 @ B (batch, K, N) i8, exact.
 // Operands arrive packed four int8 to a u32 (little-endian lanes, frontend_js/units.js packI8x4),
 // both with K innermost and zero-padded to K4 = ceil(K / 4) words per row:
 //   A  (batch, M, K4) words: row i of A
 //   Bt (batch, N, K4) words: column j of B (the engine transposes B on the CPU before packing)
-// Zero padding makes the padded lanes contribute 0, so any K works. dot4I8Packed needs the WGSL
-// language feature packed_4x8_integer_dot_product; kernels/gemm_portable.wgsl is the same kernel
-// with plain i32 lane arithmetic. i32 sums are exact while |acc| <= K*127^2 < 2^31.
+// Zero padding makes the padded lanes contribute 0, so any K works. The 4-lane dot product
+// dot4(a, b) -> i32 is prepended (frontend_js/gpu/gemm_kernel.js gemmSource), one file per
+// variant: kernels/dot4_packed.wgsl (dot4I8Packed, needs the WGSL language feature
+// packed_4x8_integer_dot_product) or kernels/dot4_portable.wgsl (plain i32 lane arithmetic).
+// i32 sums are exact while |acc| <= K*127^2 < 2^31.
 //
 // Tiling: a workgroup of WG_X x WG_Y threads owns a (WG_Y*RM) x (WG_X*RN) tile of C; each thread
 // owns RM x RN outputs, strided by WG_Y rows / WG_X columns (conflict-free shared reads).
@@ -63,7 +65,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
       for (var j = 0u; j < RN; j++) { w[j] = Bs[kw * tileN + lid.x + j * WG_X]; }
       for (var i = 0u; i < RM; i++) {
         for (var j = 0u; j < RN; j++) {
-          acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);
+          acc[i * MAX_R + j] += dot4(a[i], w[j]);
         }
       }
     }
