@@ -38,7 +38,7 @@ def run(tmp, hub, name, server_steps, client_steps, peers, steps):
         data_id = server.get("/data/info").json()["data_id"]   # listing + commit: not part of a step
         hub.reset_counts()
         cfg = Config()
-        batches = HttpBatches(cfg, server.url, data_id=data_id, ahead=client_steps)
+        batches = HttpBatches(cfg, base=server.url, data_id=data_id, ahead=client_steps)
         group = Group(cfg, peers, batches)
         step_s, waits = [], []
         for _ in range(steps):

@@ -103,10 +103,6 @@ def reference_nonce(seed: int, step: int, slot: int) -> bytes:
     return hashlib.sha256(NONCE_TAG + struct.pack("<III", seed, step, slot)).digest()
 
 
-def nonce_commitment(nonce: bytes) -> bytes:
-    return hashlib.sha256(nonce).digest()
-
-
 def beacon(digests: list, nonces: list) -> bytes:
     """SHA-256(tag, every slot's digest in slot order, every slot's nonce in slot order)."""
     h = hashlib.sha256(BEACON_TAG)

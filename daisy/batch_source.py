@@ -1,6 +1,6 @@
 """Where a slot's batch for a step comes from (twin of frontend_js/batch_source.js):
     StreamBatches(stream, cfg)    daisy.data.get_batch on a token stream (the CLI, tests)
-    HttpBatches(cfg, base, ...)   a DaisyChain server's GET /data/batch?seed&step&slot&batch&seq_len
+    HttpBatches(cfg, base=..., ...)   a DaisyChain server's GET /data/batch?seed&step&slot&batch&seq_len
                                   (daisy/space/datastream/source.py): little-endian uint16, (B, T+1) row-major
 get(step, slot) -> x (B, T), y (B, T) int64 token ids of the batch (cfg.seed, step, slot).
 
@@ -90,7 +90,7 @@ def data_info(base: str, timeout_s: float = HTTP_TIMEOUT_S) -> dict:
 class HttpBatches:
     """The Space's keyed batches over HTTP; see the module docstring."""
 
-    def __init__(self, cfg, base: str, *, data_id: str | None = None, ahead: int = PREFETCH_STEPS,
+    def __init__(self, cfg, *, base: str, data_id: str | None = None, ahead: int = PREFETCH_STEPS,
                  retries: int = 2, outage_s: float = DATA_WAIT_S, on_outage=None,
                  timeout_s: float = HTTP_TIMEOUT_S, workers: int = PREFETCH_WORKERS):
         self.cfg, self.base, self.data_id = cfg, base.rstrip("/"), data_id

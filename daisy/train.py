@@ -350,7 +350,7 @@ def open_batches(args, cfg: Config):
                                              f"not {args.data_id} (--data-id)")
         print(f"data: {data_id} from {args.data_url} (source {info.get('source')}"
               + (f", {info['reason']}" if info.get("reason") else "") + ")", file=sys.stderr)
-        return HttpBatches(cfg, args.data_url, data_id=data_id), data_id
+        return HttpBatches(cfg, base=args.data_url, data_id=data_id), data_id
     if args.data is not None:
         return StreamBatches(data.parquet_stream(args.data), cfg), data_label(args.data)
     return StreamBatches(data.builtin_stream(), cfg), data_label(None)

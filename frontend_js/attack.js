@@ -17,7 +17,7 @@ import {
   MAX_AUDIT_RATE, Evidence, auditLoad, trustedStep, auditPairs, beacon, cheapCheck, checkReducedShard, contributionDigest, judge, messageBounds,
   messageHashes, referenceNonce, rollbackStep, sha256, slotDigest, slotMessages,
 } from './audit.js';
-import { Sha256, toHex } from './hashing.js';
+import { Sha256, short, toHex } from './hashing.js';
 
 export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
 
@@ -285,7 +285,7 @@ export class AuditedRun {
       const ev = new Evidence({ run: String(cfg.seed), step: s, slot: audited, accuser: auditor, committed, recomputed: reported });
       if (judge(ev, toHex(await this.recompute(s, audited, P))) === 'audited') {
         const why = `gradient from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: removed `
-          + `(committed ${ev.committed.slice(0, 16)}, recomputed ${ev.recomputed.slice(0, 16)} by peer ${this.ids[auditor]})`;
+          + `(committed ${short(ev.committed)}, recomputed ${short(ev.recomputed)} by peer ${this.ids[auditor]})`;
         return this.remove(audited, s, why, emit);
       }
       const why = `peer ${this.ids[auditor]} accused peer ${this.ids[audited]} at step ${s + 1}, `
@@ -400,7 +400,7 @@ export class Printer {
   step(step, loss, hashes) {
     this.agree = new Set(hashes).size === 1;
     this.out(this.asJson ? stepJsonLine({ step, loss, hashes })
-      : `step ${String(step).padStart(5)}  loss ${loss.toFixed(4)}  hash ${hashes[0].slice(0, 16)}  `
+      : `step ${String(step).padStart(5)}  loss ${loss.toFixed(4)}  hash ${short(hashes[0])}  `
         + `(${hashes.length} peers ${this.agree ? 'agree' : 'DISAGREE'})`);
   }
 

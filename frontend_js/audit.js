@@ -96,8 +96,6 @@ export function referenceNonce(seed, step, slot) {
   return sha256(NONCE_TAG, new Uint8Array(words.buffer));
 }
 
-export const nonceCommitment = (nonce) => sha256(nonce);
-
 // SHA-256(tag, every slot's digest in slot order, every slot's nonce in slot order)
 export const beacon = (digests, nonces) => sha256(BEACON_TAG, ...digests, ...nonces);
 

@@ -15,6 +15,7 @@ import { GPU_MODES, pickBackend } from './backends.js';
 import { MAX_THREADS } from './cpu/workers.js';
 import { AttackError, checkAttack, parseAttack, parseAuditRate, runAudited } from './attack.js';
 import { DEFAULT_AUDIT_RATE } from './audit.js';
+import { short } from './hashing.js';
 
 const PROG = 'node frontend_js/cli.mjs';
 const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', import.meta.url));
@@ -275,7 +276,7 @@ export async function main(argv) {
     const agree = new Set(r.hashes).size === 1;
     if (args.json) process.stdout.write(stepJsonLine(r) + '\n');
     else {
-      process.stdout.write(`step ${String(r.step).padStart(5)}  loss ${r.loss.toFixed(4)}  hash ${r.hashes[0].slice(0, 16)}  `
+      process.stdout.write(`step ${String(r.step).padStart(5)}  loss ${r.loss.toFixed(4)}  hash ${short(r.hashes[0])}  `
         + `(${r.hashes.length} peers ${agree ? 'agree' : 'DISAGREE'})\n`);
     }
     if (!agree) { process.stderr.write('error: replicas diverged; stopping (never fork)\n'); return 3; }

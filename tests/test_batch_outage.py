@@ -56,7 +56,7 @@ class Server:
 def batches(port, **opts):
     events = []
     opts = {"data_id": DATA_ID, "ahead": 0, **opts}
-    return HttpBatches(CFG, f"http://127.0.0.1:{port}", on_outage=lambda down, why: events.append((down, why)), **opts), events
+    return HttpBatches(CFG, base=f"http://127.0.0.1:{port}", on_outage=lambda down, why: events.append((down, why)), **opts), events
 
 
 def test_the_server_stopped_and_started_again_the_batch_arrives_and_the_outage_is_reported_both_ways():

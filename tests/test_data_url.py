@@ -122,7 +122,7 @@ def test_http_batches_prefetch_and_equal_get_batch(world):
     """HttpBatches gives get_batch's bits; after serving step s it has asked for s+1, s+2."""
     stream = data.builtin_stream()
     cfg = Config(seed=1234, batch=4, seq_len=16)
-    batches = HttpBatches(cfg, world["servers"]["builtin"].url, ahead=2)
+    batches = HttpBatches(cfg, base=world["servers"]["builtin"].url, ahead=2)
     try:
         for step in range(3):
             for slot in range(2):

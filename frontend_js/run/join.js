@@ -16,9 +16,9 @@ import { TYPES } from '../mesh/frames.js';
 import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
 import { encodeState, maxStateBytes, stateLimit } from '../state_codec.js';
-import { MAX_RUN_ID, scheduleWith, checkRoster, rosterDigest } from '../mesh/roster.js';
+import { scheduleWith, checkRoster, rosterDigest } from '../mesh/roster.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, FWD_WINDOW,
-  STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, short } from './record.js';
+  STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, isRunId, short } from './record.js';
 import { readPeerState, gradientBytes } from '../peer_state.js';
 
 // ---- the leader ---------------------------------------------------------------------------------
@@ -243,7 +243,7 @@ export async function onSync(ctl, from, m) {
   try {
     c = await h.compute();
     const desc = d.desc;
-    if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !Number.isInteger(d.runId) || d.runId <= 0 || d.runId > MAX_RUN_ID) throw new Error('bad run id');
+    if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !isRunId(d.runId)) throw new Error('bad run id');
     if (desc.protocol !== ctl.mesh.version) throw new Error(`protocol v${desc.protocol}`);
     cfg = c.config.makeConfig(desc.config);
     if (cfg.local_steps > 1) throw new Error('a run of local steps takes no joiners (docs/VERIFICATION.md "Local steps")');
