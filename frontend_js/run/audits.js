@@ -186,6 +186,9 @@ async function advance(ctl, run) {
     if (!(await auditStep(ctl, run, b.done + 1))) return;
   }
   if (run.book !== b) return;
+  // an accused that left for good: the steps blocked only by its withheld frames are skipped once
+  // every other member's frames of them are here, which may be after the conviction (settle)
+  if (b.accused.size) settle(ctl, run);
   work(ctl, run, b);
   await drainEvidence(ctl, run);
 }
