@@ -186,6 +186,9 @@ async function advance(ctl, run) {
     if (!(await auditStep(ctl, run, b.done + 1))) return;
   }
   if (run.book !== b) return;
+  // an accused that left for good: the steps blocked only by its withheld frames are skipped once
+  // every other member's frames of them are here, which may be after the conviction (settle)
+  if (b.accused.size) settle(ctl, run);
   work(ctl, run, b);
   await drainEvidence(ctl, run);
 }
@@ -247,11 +250,19 @@ async function auditStep(ctl, run, t) {
     // colluders unchecked
     const lying = ctl.faults.liarAuditor !== null && t >= ctl.faults.liarAuditor.from;
     const f = ctl.faults.forge, colluding = f !== null && t >= f.from && (f.colluders || []).includes(run.roster[audited]);
+    // (recorded as an honest auditor records its evidence: the members judging it check this
+    // device's earlier audits, its transcripts included)
     if (lying && ctl.faults.liarAuditor.reduce && run.collective.topology === 'rsag') {
       // a false accusation of the audited owner's reduce (its transcript will clear it)
-      ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, kind: 'reduce',
-                                         committed: sha256Hex(b.received.get(t).reduced[audited]), recomputed: sha256Hex(fromHex(committed)) });
-    } else if (lying) ctl.tellAll(run, TYPES.EVIDENCE, { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed: sha256Hex(fromHex(committed)) });
+      const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, kind: 'reduce',
+                   committed: sha256Hex(b.received.get(t).reduced[audited]), recomputed: sha256Hex(fromHex(committed)) };
+      ctl.tellAll(run, TYPES.EVIDENCE, ev);
+      b.evidenceSeen.add(evidenceKey(run.epoch, ev));
+    } else if (lying) {
+      const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed: sha256Hex(fromHex(committed)) };
+      ctl.tellAll(run, TYPES.EVIDENCE, ev);
+      b.evidenceSeen.add(evidenceKey(run.epoch, ev));
+    }
     else if (!colluding) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});
@@ -416,16 +427,18 @@ async function checkOwner(ctl, run, b, t, k, epoch) {
 
 // -> the transcript of step t from the owner of shard k (its P messages, concatenated), or null
 // when none came within the deadline; this device's own when it is that owner
-async function askTranscript(ctl, run, b, t, k) {
-  if (k === run.slot) return concat(b.received.get(t)?.transcript);
+// The owner answers one ask per asker and step (a repeat is a bad frame there), so this device asks
+// once: the audit, a judgement of reduce evidence and a conviction's earlier audits share the answer
+function askTranscript(ctl, run, b, t, k) {
+  if (k === run.slot) return Promise.resolve(concat(b.received.get(t)?.transcript));
   const key = `${run.epoch}:${t}:${k}`;
-  if (!b.transcripts.has(key)) {
+  if (!b.asked.has(key)) b.asked.set(key, (async () => {
     b.asking.add(key);
     ctl.mesh.sendJson(run.roster[k], TYPES.TRANSCRIPT_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
     await waitUntil(() => b.transcripts.has(key) || run.ended || run.book !== b, run.collective.deadlineMs, (wake) => ctl.onPoke(wake));
     b.asking.delete(key);
-  }
-  return b.transcripts.get(key) ?? null;
+  })());
+  return b.asked.get(key).then(() => b.transcripts.get(key) ?? null);
 }
 
 // a transcript of shard k: the P slots' messages of it, each of the shard's message size
@@ -580,7 +593,7 @@ function pruneFrames(run) {
   for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes, b.assigned]) for (const st of [...map.keys()]) if (st < b.done - VERDICT_STEPS) map.delete(st);
   const keep = Math.min(b.done - VERDICT_STEPS, barrierFloor(run));              // a departure's barrier reads these
   for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);
-  for (const key of [...b.transcripts.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) b.transcripts.delete(key);   // epoch:step:owner
+  for (const map of [b.transcripts, b.asked]) for (const key of [...map.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) map.delete(key);   // epoch:step:owner
   for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - VERDICT_STEPS) b.answered.delete(key);          // asker:epoch:step
   // a pending pass whose auditor's evidence would be here by now (sent by step t + W, before that
   // auditor's gradient of t + W + 1 on the same ordered link) is a pass
@@ -624,14 +637,24 @@ export async function onTranscriptAsk(ctl, from, m) {
 }
 
 // whether the member in slot `asker` is owed this device's transcript of step t: the pairs of t name
-// it this device's auditor, or an EVIDENCE of kind 'reduce' against this device's slot at t is here
-// (pending or judged: evidenceSeen's keys are epoch:step:slot:accuser)
+// it this device's auditor; or an EVIDENCE of kind 'reduce' against this device's slot at t is here;
+// or this device was audited at t and an EVIDENCE naming it (accused or accuser) at a later step
+// within the verdict window is here: every member that convicts on it checks this device's audits
+// before that step whose verdicts may still come, its reduce included (checkingEarlier). Pending or
+// judged, or sent by this device: evidenceSeen's keys are epoch:step:slot:accuser
 function transcriptOwed(run, b, asker, epoch, t) {
   if (asker < 0) return false;
-  if (b.pairs.get(t)?.some(([auditor, audited]) => auditor === asker && audited === run.slot)) return true;
-  if (b.evidence.some(({ ev }) => ev.kind === 'reduce' && ev.epoch === epoch && ev.step === t && ev.slot === run.slot)) return true;
-  const judged = `${epoch}:${t}:${run.slot}:`;
-  for (const k of b.evidenceSeen) if (k.startsWith(judged)) return true;
+  const pairs = b.pairs.get(t);
+  if (pairs?.some(([auditor, audited]) => auditor === asker && audited === run.slot)) return true;
+  const audited = Boolean(pairs?.some(([, d]) => d === run.slot));
+  const owes = ({ e, step, slot, accuser, reduce }) => e === epoch && (
+    (reduce && step === t && slot === run.slot)
+    || (audited && step > t && step - t <= VERDICT_STEPS && (slot === run.slot || accuser === run.slot)));
+  if (b.evidence.some(({ ev }) => owes({ e: ev.epoch, step: ev.step, slot: ev.slot, accuser: ev.accuser, reduce: ev.kind === 'reduce' }))) return true;
+  for (const k of b.evidenceSeen) {
+    const [e, step, slot, accuser] = k.split(':').map(Number);
+    if (owes({ e, step, slot, accuser, reduce: slot === run.slot && step === t })) return true;
+  }
   return false;
 }
 
@@ -827,7 +850,11 @@ function checkingEarlier(ctl, run, b, id, a) {
       if (run.collective.topology === 'rsag') {             // its reduce, as its auditor checks it
         const transcript = await askTranscript(ctl, run, b, p.t, p.slot);
         if (void_()) return;
-        if (transcript === null) { noTranscript(ctl, run, id, p.t); return; }
+        if (transcript === null) {           // withheld (asked once): that audit fails, as the auditor's would
+          b.pending.delete(`${p.t}:${p.slot}`);
+          convict(ctl, run, id, p.t, `${ctl.host.nameOf(id)} showed no transcript of step ${p.t + 1} in time: removed`);
+          return;
+        }
         const { reason } = ownerVerdict(run, b, p.t, p.slot, transcript);
         if (reason !== null) {
           b.pending.delete(`${p.t}:${p.slot}`);

@@ -175,6 +175,7 @@ export class AuditBook {
     this.shardHashes = new Map();// step -> each slot's committed message hashes (hex, message order): a transcript's check
     this.asking = new Set();     // "epoch:step:owner slot": transcripts this device asked for and waits on
     this.transcripts = new Map();// the same keys -> the transcript that came (the owner's P messages, concatenated)
+    this.asked = new Map();      // the same keys -> the one ask's wait (every check of that step shares its answer)
     this.answered = new Set();   // "asker:epoch:step": transcripts this device sent (one per asker and step)
     this.commits = new Map();    // "epoch:step" -> Map slot -> {hashes, loss, nonceHash} (AUDIT; ours included)
     this.reveals = new Map();    // "epoch:step" -> Map slot -> nonce hex (the next step's AUDIT)
