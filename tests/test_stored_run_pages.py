@@ -25,8 +25,8 @@ SETTINGS = {**TINY, "steps": 10000}
 STORE_EVERY = 10
 RESUMED_STEPS = 12
 TINY_FLAGS = setting_args(SETTINGS)
-# refused stores: a lone page's run after the group's (vouched by fewer), the liar's
-EXPECTED_CONSOLE = ("status of 409 (Conflict)",)
+# refused stores (a lone page's run after the group's, vouched by fewer; the liar's) log the
+# browser's 409 line: expected in every page test (tests/conftest.py ALWAYS_EXPECTED)
 
 
 @pytest.fixture(scope="module")
