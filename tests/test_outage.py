@@ -30,7 +30,10 @@ EXPECTED_CONSOLE = ("ERR_CONNECTION_REFUSED", "ERR_CONNECTION_RESET", "ERR_EMPTY
                     "WebSocket connection to",
                     # the leader's stored-run upload (stored_run.js) in flight when the server
                     # stops (500), or sent just before a restarted server re-seated its token (401)
-                    "the server responded with a status of 500", "the server responded with a status of 401")
+                    "the server responded with a status of 500", "the server responded with a status of 401",
+                    # a guest's stored-run report/upload sent after the restart, before the room's
+                    # host approved it again: refused 403 (docs/PROTOCOL.md "The stored run")
+                    "the server responded with a status of 403")
 ENV = {"HF_HUB_OFFLINE": "1", "DAISY_ICE_SERVERS": "[]"}
 
 
