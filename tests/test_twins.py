@@ -39,7 +39,7 @@ TWINS = [
     ("daisy/batch_source.py", "frontend_js/batch_source.js", ["StreamBatches", "HttpBatches", "BatchError"]),
     ("daisy/train.py", "frontend_js/train.js", ["Trainer", "Group", "Replica", "check_loss"]),
     ("daisy/cli.py", "frontend_js/cli.mjs", ["parse_args", "main"]),
-    ("daisy/files/state_codec.py", "frontend_js/state_codec.js", ["encode_state", "decode_state",
+    ("daisy/files/state_codec.py", "frontend_js/state_codec.js", ["encode_state", "decode_state", "MAX_STATE_BYTES",
                                                                    "STATE_FORMAT", "STATE_VERSION"]),
 ]
 
