@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// The JS trainer CLI, mirroring `python -m daisy.train` flag for flag and --json line for line:
+// The JS trainer CLI, the twin of daisy/cli.py (`python -m daisy.train`): the same flags, the same
+// --json lines, line for line:
 //   diff <(python -m daisy.train --peers 2 --steps 100 --stop-after 20 --json) \
 //        <(node frontend_js/cli.mjs --peers 2 --steps 100 --stop-after 20 --json)    # empty
 // Argument errors print a usage line and "node frontend_js/cli.mjs: error: <the message Python
@@ -154,7 +155,7 @@ export function parseArgs(argv) {
   return { args, cfg };
 }
 
-// --attack / --audit-rate: an audited run (attack.js) of --peers from step 0 (daisy/train.py audited_args)
+// --attack / --audit-rate: an audited run (attack.js) of --peers from step 0 (daisy/cli.py audited_args)
 function auditedArgs(args) {
   if (args.roster !== null) {
     throw new UsageError('--attack and --audit-rate run --peers P from step 0: drop --roster, --resume and --save');

@@ -3,32 +3,34 @@
 // untrusted bytes from another page through readPeerState.
 import { decodeState } from './state_codec.js';
 import { cloneReplica } from './train.js';
-import { short } from './hashing.js';
+import { makeConfig, configToDict } from './config.js';
+import { paramCount } from './model.js';
+import { short, weightHash } from './hashing.js';
 
 export class PeerStateError extends Error {}
 
 // one flat gradient of this run's settings, in bytes (a FWD message)
-export const gradientBytes = (c, cfg) => 8 * c.model.paramCount(cfg);
+export const gradientBytes = (cfg) => 8 * paramCount(cfg);
 
-// payload (Uint8Array) -> {state, replica, hash}. c: the compute modules. expect (each optional):
+// payload (Uint8Array) -> {state, replica, hash}. expect (each optional):
 //   config: the run's config dict (the state's settings must equal it), step: the step it must be
 //   at, hash: the weight hash it must have. Always: Adam moments present, adamT = step for a run's
 //   state, and the carried weight hash (when there is one) equal to the recomputed one.
-export function readPeerState(payload, c, expect = {}) {
+export function readPeerState(payload, expect = {}) {
   const buf = payload.byteOffset === 0 && payload.byteLength === payload.buffer.byteLength
     ? payload.buffer : payload.buffer.slice(payload.byteOffset, payload.byteOffset + payload.byteLength);
   let st;
   try {
-    st = decodeState(buf, { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
+    st = decodeState(buf);
   } catch (err) { throw new PeerStateError(err.message || String(err)); }
   if (!st.m || !st.v) throw new PeerStateError('the state has no Adam moments');
   if (!Number.isInteger(st.step) || st.step < 0 || !Number.isInteger(st.adamT) || st.adamT < 0) throw new PeerStateError('the state has no valid step');
-  const dict = JSON.stringify(c.config.configToDict(c.config.makeConfig(st.config)));
+  const dict = JSON.stringify(configToDict(makeConfig(st.config)));
   if (expect.config && dict !== JSON.stringify(expect.config)) throw new PeerStateError('its settings differ from the run\'s');
   if (expect.step !== undefined && (st.step !== expect.step || st.adamT !== st.step)) {
     throw new PeerStateError(`it is at step ${st.step}, expected ${expect.step}`);
   }
-  const hash = c.hashing.weightHash(st.params);
+  const hash = weightHash(st.params);
   if (st.weightHash && st.weightHash !== hash) throw new PeerStateError(`weight hash mismatch: the state says ${short(st.weightHash)}, its weights hash to ${short(hash)}`);
   if (expect.hash && hash !== expect.hash) throw new PeerStateError(`its weights hash to ${short(hash)}, expected ${short(expect.hash)}`);
   if (expect.needWeightHash && !st.weightHash) throw new PeerStateError('the state carries no weight hash');

@@ -2,31 +2,30 @@
 // daisy/files/state_codec.py, which documents the format. The page POSTs it to the model routes
 // (checkpoint, kit) and gets it back from /api/load; the mesh sends it to peers (STATE).
 //   encodeState(shapes, replica fields) -> ArrayBuffer
-//   decodeState(buf, {makeConfig, paramShapes}) -> loadState's form
+//   decodeState(buf) -> loadState's form
 // decodeState reads untrusted bytes: it checks every length against the config before it
 // builds a view, and reads the JSON header under a size bound.
 // Not under a files/ folder like its twin: daisy/files/ holds Python's file formats (checkpoint,
 // safetensors, kit); the page reads no files, so its one format sits beside the mirror it serves.
 import { LITTLE_ENDIAN } from './host.js';
+import { makeConfig, RANGES } from './config.js';
+import { paramShapes, paramCount } from './model.js';
 
 export const STATE_FORMAT = 'daisychain-state';
 export const STATE_VERSION = 1;
 export const MAX_STATE_HEADER_BYTES = 64 * 1024;
 const PARTS_FULL = ['model', 'optim.m', 'optim.v'];
-// float64 values per part (= model.paramCount of the shapes' config): this codec loads before the
-// compute modules (model.js comes with them), so it counts the shapes it is handed.
+// float64 values per part (= model.paramCount of the shapes' config), counted over the shapes
+// themselves: encodeState writes the tensors of the shapes it is handed.
 const valuesPerPart = (shapes) => shapes.reduce((n, [, shape]) => n + shape.reduce((x, y) => x * y, 1), 0);
 
 // The most a state body of settings cfg may weigh: the u64 length prefix, the header bound, weights
-// and both moments; a bound checked before a peer's body is allocated. c: {model} (the compute modules).
-export const stateLimit = (c, cfg) => 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * c.model.paramCount(cfg);
+// and both moments; a bound checked before a peer's body is allocated.
+export const stateLimit = (cfg) => 8 + MAX_STATE_HEADER_BYTES + 8 * PARTS_FULL.length * paramCount(cfg);
 
-// stateLimit for the largest allowed settings (= daisy/files/state_codec.py MAX_STATE_BYTES): the
-// bound while the run's settings are not known yet. c: {config, model} (the compute modules).
-export function maxStateBytes(c) {
-  const top = c.config.makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, c.config.RANGES[k][1]])));
-  return stateLimit(c, top);
-}
+// stateLimit for the largest allowed settings (twin of daisy/files/state_codec.py MAX_STATE_BYTES,
+// the same number): the bound while the run's settings are not known yet.
+export const MAX_STATE_BYTES = stateLimit(makeConfig(Object.fromEntries(['width', 'seq_len', 'layers', 'heads'].map((k) => [k, RANGES[k][1]]))));
 
 // shapes [[name, shape]] (model.paramShapes) and a replica -> ArrayBuffer. m and v null: weights only.
 export function encodeState(shapes, { config, step, adamT, params, m = null, v = null, weightHash = null, extra = null }) {
@@ -52,7 +51,7 @@ export function encodeState(shapes, { config, step, adamT, params, m = null, v =
 }
 
 // ArrayBuffer -> {config, step, adamT, params, m, v, weightHash, extra} (loadState's form)
-export function decodeState(buf, { makeConfig, paramShapes }) {
+export function decodeState(buf) {
   if (!LITTLE_ENDIAN) throw new Error('the state body is little-endian; this host is not');
   const view = new DataView(buf);
   if (buf.byteLength < 8) throw new Error(`the state body is ${buf.byteLength} bytes, too short`);

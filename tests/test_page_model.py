@@ -198,12 +198,12 @@ def test_train_generate_download_load_and_resume(app_url, pages, tmp_path):
 @pytest.fixture(scope="module")
 def good_checkpoint(tmp_path_factory):
     """A small real checkpoint from the reference trainer (2 steps of the tiny config)."""
-    from daisy import train
+    from daisy import cli
     path = tmp_path_factory.mktemp("ck") / "good.pt"
     flags = ["--peers", "1", "--stop-after", "2", "--save", str(path)]
     for k, v in TINY.items():
         flags += [{"lr_x1000": "--lr"}.get(k, "--" + k.replace("_", "-")), str(v)]
-    assert train.main(flags) == 0
+    assert cli.main(flags) == 0
     return path
 
 
@@ -321,12 +321,12 @@ def test_model_routes_check_the_state_body(app_url):
 
 
 def test_a_finished_checkpoint_offers_only_a_new_run(app_url, pages, tmp_path):
-    from daisy import train
+    from daisy import cli
     done = tmp_path / "done.pt"
     flags = ["--peers", "1", "--save", str(done)]
     for k, v in {**TINY, "steps": 100}.items():
         flags += [{"lr_x1000": "--lr"}.get(k, "--" + k.replace("_", "-")), str(v)]
-    assert train.main(flags) == 0
+    assert cli.main(flags) == 0
     page = open_peer(pages, app_url + "/?room=done-" + secrets.token_hex(6), "finished")
     assert pick_checkpoint(page, done).startswith("Loaded done.pt")
     s = state(page)

@@ -38,7 +38,8 @@ TWINS = [
     ("daisy/generate.py", "frontend_js/generate.js", ["generate", "next_token"]),
     ("daisy/batch_source.py", "frontend_js/batch_source.js", ["StreamBatches", "HttpBatches", "BatchError"]),
     ("daisy/train.py", "frontend_js/train.js", ["Trainer", "Group", "Replica", "check_loss"]),
-    ("daisy/files/state_codec.py", "frontend_js/state_codec.js", ["encode_state", "decode_state",
+    ("daisy/cli.py", "frontend_js/cli.mjs", ["parse_args", "main"]),
+    ("daisy/files/state_codec.py", "frontend_js/state_codec.js", ["encode_state", "decode_state", "MAX_STATE_BYTES",
                                                                    "STATE_FORMAT", "STATE_VERSION"]),
 ]
 
@@ -131,3 +132,49 @@ def test_shared_names_exist_in_both():
 def test_js_name_rule():
     assert [js_name(n) for n in ("loss_and_grads", "forward", "QMAX", "PURPOSE_DATA", "HttpBatches", "mix32")] == \
         ["lossAndGrads", "forward", "QMAX", "PURPOSE_DATA", "HttpBatches", "mix32"]
+
+
+def daisy_imports(path: Path) -> set[str]:
+    """The daisy/ modules (as paths under ROOT) that a daisy/ module imports anywhere in it, a
+    function's body included, its `if __name__ == "__main__":` block aside."""
+    tree = ast.parse(path.read_text())
+    body = [n for n in tree.body if not (isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))]
+    package = path.parent.relative_to(ROOT).as_posix().split("/")
+    found = set()
+    for node in (n for top in body for n in ast.walk(top)):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = package[:len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
+            names = [base + [a.name] for a in node.names] if node.module is None else [base]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "daisy":
+            names = [node.module.split(".")]
+        else:
+            continue
+        for parts in names:
+            for candidate in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+                if (ROOT / candidate).is_file():
+                    found.add(candidate)
+    return found
+
+
+def test_no_import_cycle_in_daisy():
+    """The Python side has no import loop (a lazy import inside a function counts): train.py is the
+    library, cli.py the command line that imports it and attack.py (the JS side's rule is
+    tests/js/imports.test.mjs)."""
+    graph = {p.relative_to(ROOT).as_posix(): daisy_imports(p) for p in sorted((ROOT / "daisy").rglob("*.py"))}
+    assert "daisy/train.py" in graph["daisy/cli.py"] and "daisy/attack.py" in graph["daisy/cli.py"], graph["daisy/cli.py"]
+    state, path = {}, []
+
+    def visit(module):
+        state[module] = "open"
+        path.append(module)
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(dep):] + [dep]))
+            if dep not in state:
+                visit(dep)
+        path.pop()
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module)

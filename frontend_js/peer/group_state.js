@@ -14,7 +14,8 @@
 // Nothing comes back: a receiver that refuses keeps its state, and a resumed run sends the
 // leader's STATE to every member anyway (run/start.js), so a refusal can never fork a run.
 import { TYPES } from '../mesh/frames.js';
-import { maxStateBytes } from '../state_codec.js';
+import { MAX_STATE_BYTES } from '../state_codec.js';
+import { makeConfig } from '../config.js';
 import { readPeerState } from '../peer_state.js';
 import { short } from '../hashing.js';
 
@@ -22,10 +23,8 @@ export class GroupRestore {
   constructor(peer, mesh) {
     this.peer = peer;
     this.mesh = mesh;
-    this.maxBytes = null;      // the largest allowed settings' full state, once compute loaded
     this.offered = null;       // {from, state}: the latest offer to a page that holds a model (one kept)
     Object.assign(peer.s, { restoreOffer: null });   // {from, name, step, steps, hash}: the panel's Load / Ignore
-    peer.compute().then((c) => { this.maxBytes = maxStateBytes(c); });
     mesh.setLimit(TYPES.GROUP_STATE, (h) => this.limit(h));
     mesh.on(TYPES.GROUP_STATE, (from, m) => { this.receive(from, m); });
     // a run or another model takes the page's place: the offer is void
@@ -41,7 +40,7 @@ export class GroupRestore {
       if (h.chunkIndex === 0) this.peer.note('Refused a checkpoint from the group: a run is going on this device.');
       return 'GROUP_STATE while a run is going';
     }
-    return this.maxBytes ?? 'GROUP_STATE before this page\'s compute modules loaded';
+    return MAX_STATE_BYTES;
   }
 
   // ---- sender -------------------------------------------------------------------------------
@@ -57,8 +56,7 @@ export class GroupRestore {
     const to = targets.filter((q) => !busy.includes(q));
     if (busy.length) p.note(`The checkpoint was not sent to ${busy.map((q) => q.name).join(', ')}: in a run.`);
     if (!to.length) return 0;
-    const c = await p.compute();
-    const body = new Uint8Array(models.snapshotBody(c, true));
+    const body = new Uint8Array(models.snapshotBody(true));
     const failed = [];
     await Promise.all(to.map((q) => this.mesh.send(q.id, { type: TYPES.GROUP_STATE, payload: body })
       .catch((err) => failed.push(`${q.name} (${err.message || err})`))));
@@ -78,16 +76,14 @@ export class GroupRestore {
       const sender = p.s.peers.find((q) => q.id === from);
       if (!sender || sender.role === 'pending') { refuse('not an admitted member of this group'); return; }
       if (p.runs.busy) { refuse('a run is going on this device'); return; }
-      const c = await p.compute();
-      const { state, hash } = readPeerState(m.payload, c, { needWeightHash: true });
-      if (p.runs.busy) { refuse('a run is going on this device'); return; }
+      const { state, hash } = readPeerState(m.payload, { needWeightHash: true });
       if (!p.models.has()) {
         // loadState checks settings and sizes before it changes anything; readPeerState hashed the weights
         const r = await p.models.loadState(state, hash);
         p.note(`Loaded from ${sender.name}'s file: step ${r.step}, hash ${short(r.hash)}…`);
         return;
       }
-      const cfg = c.config.makeConfig(state.config);
+      const cfg = makeConfig(state.config);
       this.offered = { from, state, hash };
       p.set({ restoreOffer: { from, name: sender.name, step: state.step, steps: cfg.steps, hash } });
       p.note(`${sender.name} offers its checkpoint (step ${state.step}, hash ${short(hash)}…): Load or Ignore; this device keeps its own model until then.`);

@@ -6,7 +6,10 @@
 // its config (resumePoint; run/start.js start({resume: true})).
 //   const models = new ModelStore(peer);   models.adopt(cfg, replica, step, extra)
 import { encodeState, decodeState } from '../state_codec.js';
-import { short } from '../hashing.js';
+import { short, weightHash } from '../hashing.js';
+import { makeConfig, configToDict } from '../config.js';
+import { paramShapes } from '../model.js';
+import { Replica } from '../train.js';
 
 const MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024;   // = daisy.space.model_routes.MAX_CHECKPOINT_BYTES
 export const NO_MODEL = 'no model yet: train or load one first';
@@ -62,20 +65,19 @@ export class ModelStore {
   }
 
   // The replica as a state body; synchronous, so it is one consistent step even mid-run.
-  snapshotBody(compute, optim) {
+  snapshotBody(optim) {
     const { cfg, replicas } = this.model;
     const r = replicas[0];
-    return encodeState(compute.model.paramShapes(cfg), {
-      config: compute.config.configToDict(cfg), step: this.step, adamT: r.adam.t, params: r.params,
+    return encodeState(paramShapes(cfg), {
+      config: configToDict(cfg), step: this.step, adamT: r.adam.t, params: r.params,
       m: optim ? r.adam.m : null, v: optim ? r.adam.v : null,
-      weightHash: compute.hashing.weightHash(r.params), extra: this.extra });
+      weightHash: weightHash(r.params), extra: this.extra });
   }
 
   // POST the replica to a model route -> {blob, name, hash, step} of the file it made
   async file(route, optim) {
     if (!this.model) throw new Error(NO_MODEL);
-    const compute = await this.peer.compute();
-    const body = this.snapshotBody(compute, optim);
+    const body = this.snapshotBody(optim);
     const res = await fetch(this.peer.serverUrl(route), { method: 'POST', body, headers: { 'Content-Type': 'application/octet-stream' } });
     if (!res.ok) throw new Error(await errorText(res));
     const disposition = res.headers.get('Content-Disposition') || '';
@@ -109,8 +111,7 @@ export class ModelStore {
         }
         const res = await fetch(this.peer.serverUrl('/api/load'), { method: 'POST', body: source, headers: { 'Content-Type': 'application/octet-stream' } });
         if (!res.ok) throw new Error(await errorText(res));
-        const c = await this.peer.compute();
-        state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
+        state = decodeState(await res.arrayBuffer());
       }
       const loaded = await this.loadState(state);
       // the whole idle group takes the file too (group_state.js), so Start anywhere resumes it
@@ -130,13 +131,12 @@ export class ModelStore {
   // they are hashed here. -> {step, hash, config}
   async loadState(state, hashed = null) {
     if (this.peer.runs.busy) throw new Error('a run is going: stop it before loading a checkpoint');
-    const c = await this.peer.compute();
     if (!state || typeof state !== 'object') throw new Error('loadState needs a state object');
-    const cfg = c.config.makeConfig(c.config.configToDict(state.config || {}));
+    const cfg = makeConfig(configToDict(state.config || {}));
     for (const [label, n] of [['step', state.step], ['adamT', state.adamT]]) {
       if (!Number.isInteger(n) || n < 0) throw new Error(`${label} must be a non-negative integer, got ${n}`);
     }
-    const shapes = c.model.paramShapes(cfg);
+    const shapes = paramShapes(cfg);
     const group = (label, tensors) => {
       if (!tensors || typeof tensors !== 'object') throw new Error(`${label} is missing`);
       const names = new Set(shapes.map(([name]) => name));
@@ -152,12 +152,12 @@ export class ModelStore {
       return out;
     };
     const params = group('model', state.params), m = group('optim.m', state.m), v = group('optim.v', state.v);
-    const hash = hashed ?? c.hashing.weightHash(params);
+    const hash = hashed ?? weightHash(params);
     if (state.weightHash && state.weightHash !== hash) {
       throw new Error(`weight hash mismatch: the state says ${state.weightHash}, its weights hash to ${hash}`);
     }
     // checked: now replace the model
-    this.model = { cfg, replicas: [new c.train.Replica(params, { t: state.adamT, m, v })] };
+    this.model = { cfg, replicas: [new Replica(params, { t: state.adamT, m, v })] };
     this.step = state.step;
     this.extra = state.extra && typeof state.extra === 'object' ? { ...state.extra } : null;
     this.resumable = true;

@@ -10,9 +10,8 @@
 // Jobs, one module each: this file (the Peer's state, boot, the backend choice), membership.js
 // (the signaling server's messages, one handler per type; keep-out and join decisions), links.js
 // (one RtcPeer per admitted peer, the mesh's links), server_connection.js (the /signal socket),
-// run_host.js (what the group run, ../run/, sees of this page), compute.js (the JS mirror's
-// modules), model_store.js (the model: generation, files, loading), group_state.js, stored_run.js,
-// outage.js, automation.js (window.daisy).
+// run_host.js (what the group run, ../run/, sees of this page), model_store.js (the model:
+// generation, files, loading), group_state.js, stored_run.js, outage.js, automation.js (window.daisy).
 // State changes are emitted on the bus as `state` (the object state() returns); the UI (ui.js)
 // renders from it and nothing else.
 import { ServerConnection } from './server_connection.js';
@@ -25,7 +24,6 @@ import { OutageWatch } from './outage.js';
 import { SIGNAL_HANDLERS, keepOut, decide } from './membership.js';
 import { Links } from './links.js';
 import { runHost } from './run_host.js';
-import { COMPUTE } from './compute.js';
 
 const MAX_NOTES = 6;
 
@@ -170,10 +168,6 @@ export class Peer {
       this.set({ dataSource: { source: 'unknown', summary: 'the data route could not be reached', reason: `${err.message || err}` } });
     }
   }
-
-  // ---- compute ----------------------------------------------------------------------------
-  // the JS mirror's modules (compute.js: loaded with the page, so always there)
-  async compute() { return COMPUTE; }
 
   // the backend of this device's next step, as the registry picked it (backends.js)
   backend() {

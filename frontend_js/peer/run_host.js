@@ -16,7 +16,6 @@ export function runHost(peer) {
     note: (text) => peer.note(text),
     emit: (event, payload) => peer.bus.emit(event, payload),
     announce: () => peer.announce(),
-    compute: () => peer.compute(),
     ready: () => peer.pathReady,
     backend: () => peer.backend(),
     get gpu() { return peer.gpu || null; },

@@ -16,6 +16,7 @@
 // nothing here names a group.
 //   run/loop.js calls afterStep(run) after each reported step and afterRun(run, {state, error}) at its end.
 import { encodeState, decodeState } from '../state_codec.js';
+import { paramShapes } from '../model.js';
 import { errorText } from './model_store.js';
 
 export const STORE_EVERY = 25;
@@ -92,7 +93,7 @@ export class StoredRun {
   // synchronous: the bytes are one step's state even while training goes on. final: the run ended
   snapshot(run, final) {
     const r = run.replica;
-    const body = encodeState(run.c.model.paramShapes(run.cfg), {
+    const body = encodeState(paramShapes(run.cfg), {
       config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
       weightHash: run.hash, extra: run.extra });
     return { runId: run.desc.runId, step: run.completed, final, body, size: run.roster.length };
@@ -154,8 +155,7 @@ export class StoredRun {
       if (this.peer.runs.busy) throw new Error('a run is going: stop it first');
       const res = await fetch(this.peer.serverUrl('/api/group-run'), { headers: { [TOKEN_HEADER]: this.token() } });
       if (!res.ok) throw new Error(await errorText(res));
-      const c = await this.peer.compute();
-      const state = decodeState(await res.arrayBuffer(), { makeConfig: c.config.makeConfig, paramShapes: c.model.paramShapes });
+      const state = decodeState(await res.arrayBuffer());
       if (!state.m || !state.v) throw new Error('the stored state has no Adam moments');
       const loaded = await this.peer.models.loadState(state);
       this.peer.set({ storedOffer: null });

@@ -27,7 +27,7 @@
 //   host.nameOf(id)            a peer's name for the panel
 //   host.show(patch)           panel state; host.note(text) a line worth telling; host.emit(event, payload)
 //   host.announce()            tell the server this device's run state
-//   host.compute(), host.ready(), host.backend(), host.gpu    the compute modules, the path, the step backend
+//   host.ready(), host.backend(), host.gpu    the compute path, the step backend
 //   host.dataId(), host.batches(cfg, dataId)                  the run's data
 //   host.models                the model store (adopt, runEnded, step, resumePoint, model, extra, resumable)
 //   host.stored                the stored run ({afterStep(run), afterRun(run, end)}) or null
@@ -37,7 +37,10 @@ import { HEADER_BYTES, MIN_CHUNK_BYTES, TYPES } from '../mesh/frames.js';
 import { MeshCollective, PART_INDEX_BYTES } from '../mesh/mesh_collective.js';
 import { Stale } from '../mesh/mesh.js';
 import { epochKey } from '../mesh/roster.js';
-import { maxStateBytes } from '../state_codec.js';
+import { MAX_STATE_BYTES } from '../state_codec.js';
+import { paramShapes } from '../model.js';
+import { isExchangeStep } from '../train.js';
+import { weightHash } from '../hashing.js';
 import { TIMING, NO_FAULTS } from './record.js';
 import * as startP from './start.js';
 import * as loopP from './loop.js';
@@ -100,7 +103,6 @@ export class RunController {
     this.joinBackoffUntil = 0;
     this.joinWantSince = 0;      // when this idle device first saw a group it could join (0: none)
     this.linkWaitTimer = null;
-    this.maxStateBytes = 0;      // the largest allowed state body, once the compute modules loaded
     this.serverGone = new Set(); // peers the signaling server saw leave (peer-left), until they come back
     this.keptOut = new Map();    // peer id -> why this device never trains with it (its user's word, or the room host's)
     this.collectives = new Map();// frame run id (run id + epoch) -> MeshCollective
@@ -110,9 +112,8 @@ export class RunController {
     this.earlyState = null;      // idle: a STATE that came before its RUN ({from, m}; the latest one only)
     // what a STATE may weigh while no run expects one: one state body, kept for the RUN that may
     // follow (links deliver in order, the in-memory test transport does not)
-    this.idleStateLimit = (hd) => (this.phase === 'idle' && this.maxStateBytes ? this.maxStateBytes : 'STATE while no run expects it');
+    this.idleStateLimit = (hd) => (this.phase === 'idle' ? MAX_STATE_BYTES : 'STATE while no run expects it');
     this.mesh.setLimit(TYPES.STATE, this.idleStateLimit);
-    host.compute().then((c) => { this.maxStateBytes = maxStateBytes(c); }, () => {});   // known before a peer's STATE can come
     for (const [type, byPhase] of Object.entries(HANDLERS)) {
       this.mesh.on(Number(type), (from, m) => this.dispatch(Number(type), byPhase, from, m));
     }
@@ -188,13 +189,13 @@ export class RunController {
   }
 
   // ---- collectives: one per roster epoch, registered before anyone may send it a gradient ----
-  newCollective(runId, epoch, roster, startStep, cfg, c, deadlineMs = this.t.deadlineMs) {
+  newCollective(runId, epoch, roster, startStep, cfg, deadlineMs = this.t.deadlineMs) {
     const key = epochKey(runId, epoch);
     this.collectives.get(key)?.close();
     const collective = new MeshCollective(this.mesh, { runId: key, roster, selfId: this.selfId,
-      shapes: c.model.paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed,
+      shapes: paramShapes(cfg), startStep, deadlineMs, subscribe: false, exchange: cfg.exchange, seed: cfg.seed,
       forgeReduced: this.faults.liarOwner ? forgedReduce(this.faults.liarOwner.from, cfg.exchange) : null,
-      exchangeAt: cfg.local_steps > 1 ? (s) => c.train.isExchangeStep(cfg, s) : null,
+      exchangeAt: cfg.local_steps > 1 ? (s) => isExchangeStep(cfg, s) : null,
       ...(this.host.backend()?.sha ? { sha: this.host.backend().sha } : {}) });
     collective.onLie = (slot, step, lie) => auditsP.onLie(this, collective, slot, step, lie);
     collective.holdUntil = this.holdUntil;
@@ -223,7 +224,7 @@ export class RunController {
   // ---- the host's calls -------------------------------------------------------------------------
   start(config) { return startP.start(this, config); }
 
-  begin(desc, replica, cfg, c, opts) { loopP.begin(this, desc, replica, cfg, c, opts); }
+  begin(desc, replica, cfg, opts) { loopP.begin(this, desc, replica, cfg, opts); }
 
   // The user's Stop: every member ends after the step in flight; the panel names who stopped.
   stop(reason = '') {
@@ -304,7 +305,7 @@ export class RunController {
     if (!run) throw new Error('no run');
     const w = run.replica.params['wte.weight'];
     new BigUint64Array(w.buffer, w.byteOffset, 1)[0] ^= 1n;
-    run.hash = run.c.hashing.weightHash(run.replica.params);
+    run.hash = weightHash(run.replica.params);
     return run.hash;
   }
 }

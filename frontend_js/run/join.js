@@ -15,7 +15,9 @@ import { validAuditRate } from './audits.js';
 import { TYPES } from '../mesh/frames.js';
 import { unflatten } from '../collective.js';
 import { Trainer } from '../train.js';
-import { encodeState, maxStateBytes, stateLimit } from '../state_codec.js';
+import { encodeState, stateLimit, MAX_STATE_BYTES } from '../state_codec.js';
+import { makeConfig, configToDict } from '../config.js';
+import { paramShapes } from '../model.js';
 import { scheduleWith, checkRoster, rosterDigest } from '../mesh/roster.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, FWD_WINDOW,
   STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, isRunId, short } from './record.js';
@@ -97,7 +99,7 @@ function dropJoiner(run, id) {
 }
 
 function sendSync(ctl, run, id, j, now) {
-  const c = run.c, r = run.replica;
+  const r = run.replica;
   j.stage = 'syncing';
   j.sentAt = now;
   j.stateStep = run.completed;
@@ -105,7 +107,7 @@ function sendSync(ctl, run, id, j, now) {
   j.verified = null;
   run.transfers.set(id, now);
   // encodeState copies the weights now: the state of this boundary, whatever the loop does next
-  const body = new Uint8Array(encodeState(c.model.paramShapes(run.cfg), {
+  const body = new Uint8Array(encodeState(paramShapes(run.cfg), {
     config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
     weightHash: run.hash, extra: run.extra }));
   const sync = { runId: run.desc.runId, desc: run.desc, roster: run.roster, epoch: run.epoch, history: run.history,
@@ -148,7 +150,7 @@ export async function admitJoiners(ctl, run, s) {
   const msg = { runId: run.desc.runId, epoch: run.epoch + 1, base: run.epoch, from, roster, joined: ready, left: [],
                 history: scheduleWith(run.history, from, roster.length), reason: 'joined' };
   const change = new RosterChange(msg, rosterDigest(msg), 'join',
-    ctl.newCollective(run.desc.runId, msg.epoch, roster, from, run.cfg, run.c, run.collective.deadlineMs));
+    ctl.newCollective(run.desc.runId, msg.epoch, roster, from, run.cfg, run.collective.deadlineMs));
   change.accepts.add(ctl.selfId);
   run.change = change;
   for (const id of ready) run.joiners.get(id).admitted = from;
@@ -185,8 +187,6 @@ async function askToJoin(ctl, ids) {
   ctl.enter('joining', jn);
   let dataId;
   try {
-    // the compute first: its size bounds must be known before the leader's STATE can arrive
-    ctl.maxStateBytes ||= maxStateBytes(await ctl.host.compute());
     dataId = await ctl.host.dataId();
   } catch (err) { abandonJoin(ctl, err.message, 30_000); return; }
   if (ctl.at !== jn) return;
@@ -234,18 +234,15 @@ export async function onSync(ctl, from, m) {
   if (jn.from && jn.from !== from) { ctl.mesh.drop(from, m, 'SYNC from a second leader'); return; }
   // the STATE's first chunks may arrive while this handler awaits below: admit the run's STATE
   // and FWD now at the largest allowed sizes, then at the run's exact sizes once SYNC checks out
-  const runId = d.runId, most = ctl.maxStateBytes || 0;
-  if (most) {
-    ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? most : 'STATE for another run'));
-    ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === runId ? Math.floor(most / 3) : 'FWD for another run'));
-  }
-  let c, cfg;
+  const runId = d.runId, most = MAX_STATE_BYTES;
+  ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? most : 'STATE for another run'));
+  ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === runId ? Math.floor(most / 3) : 'FWD for another run'));
+  let cfg;
   try {
-    c = await h.compute();
     const desc = d.desc;
     if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !isRunId(d.runId)) throw new Error('bad run id');
     if (desc.protocol !== ctl.mesh.version) throw new Error(`protocol v${desc.protocol}`);
-    cfg = c.config.makeConfig(desc.config);
+    cfg = makeConfig(desc.config);
     if (cfg.local_steps > 1) throw new Error('a run of local steps takes no joiners (docs/VERIFICATION.md "Local steps")');
     if (desc.dataId !== await h.dataId()) throw new Error('different training data');
     if (!Array.isArray(d.roster) || d.roster[0] !== from || d.roster.includes(ctl.selfId) || d.roster.length > 64) throw new Error('bad roster');
@@ -260,10 +257,10 @@ export async function onSync(ctl, from, m) {
   const unlinked = d.roster.filter((id) => !ctl.mesh.isReady(id));
   if (unlinked.length) { abandonJoin(ctl, `not linked to ${unlinked.map((id) => h.nameOf(id)).join(', ')} yet`, 2000); return; }
   if (jn.change) { ctl.dispose(jn.change.collective); jn.change = null; }
-  jn.from = from; jn.desc = d.desc; jn.cfg = cfg; jn.c = c; jn.roster = d.roster; jn.epoch = d.epoch; jn.history = d.history;
+  jn.from = from; jn.desc = d.desc; jn.cfg = cfg; jn.roster = d.roster; jn.epoch = d.epoch; jn.history = d.history;
   jn.snap = d.step; jn.hash = d.hash; jn.replica = null; jn.trainer = null; jn.completed = null; jn.fwd = new Map(); jn.draining = null;
-  ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === d.runId ? stateLimit(c, cfg) : 'STATE for another run'));
-  ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === d.runId ? gradientBytes(c, cfg) : 'FWD for another run'));
+  ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === d.runId ? stateLimit(cfg) : 'STATE for another run'));
+  ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === d.runId ? gradientBytes(cfg) : 'FWD for another run'));
   armJoinTimer(ctl, jn, 'the state transfer stalled');
   h.show({ runState: 'syncing', sync: { pct: 0, step: d.step }, message: `syncing (0 %): the state at step ${d.step} from ${h.nameOf(from)}…` });
 }
@@ -286,7 +283,7 @@ export function onJoinState(ctl, from, m) {
   const jn = ctl.at;
   if (from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step !== jn.snap || jn.replica) { ctl.mesh.drop(from, m, 'STATE for no sync of ours'); return; }
   try {
-    jn.replica = readPeerState(m.payload, jn.c, { config: jn.c.config.configToDict(jn.cfg), step: jn.snap, hash: jn.hash }).replica;
+    jn.replica = readPeerState(m.payload, { config: configToDict(jn.cfg), step: jn.snap, hash: jn.hash }).replica;
   } catch (err) {
     abandonJoin(ctl, `the state was refused: ${err.message}`, 500);
     return;
@@ -321,7 +318,7 @@ export function onFwd(ctl, from, m) {
 function drainFwd(ctl, jn) {
   if (jn.draining || !jn.trainer) return;
   jn.draining = (async () => {
-    const shapes = jn.c.model.paramShapes(jn.cfg);
+    const shapes = paramShapes(jn.cfg);
     while (ctl.at === jn && jn.fwd.has(jn.completed) && !(jn.change && jn.completed >= jn.change.msg.from)) {
       const G = jn.fwd.get(jn.completed);
       jn.fwd.delete(jn.completed);
@@ -353,7 +350,7 @@ export function onJoinRoster(ctl, from, m) {
     return;
   }
   if (jn.change) ctl.dispose(jn.change.collective);
-  jn.change = new RosterChange(d, rosterDigest(d), 'join', ctl.newCollective(jn.desc.runId, d.epoch, d.roster, d.from, jn.cfg, jn.c));
+  jn.change = new RosterChange(d, rosterDigest(d), 'join', ctl.newCollective(jn.desc.runId, d.epoch, d.roster, d.from, jn.cfg));
   armJoinTimer(ctl, jn, 'no GO for the roster naming this device');
   ctl.mesh.sendJson(from, TYPES.ACCEPT, { runId: jn.desc.runId, epoch: d.epoch, digest: jn.change.digest }, { runId: jn.desc.runId }).catch(() => {});
 }
@@ -371,6 +368,6 @@ function maybeEnter(ctl, jn) {
   clearTimeout(jn.timer);
   ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit); ctl.mesh.setLimit(TYPES.FWD, null);
   const d = jn.change.msg;
-  ctl.begin(jn.desc, jn.replica, jn.cfg, jn.c, { collective: jn.change.collective, roster: d.roster, epoch: d.epoch, history: d.history,
+  ctl.begin(jn.desc, jn.replica, jn.cfg, { collective: jn.change.collective, roster: d.roster, epoch: d.epoch, history: d.history,
     completed: d.from, hash: jn.hashNow || jn.hash, trainer: jn.trainer, batches: jn.batches, joined: true });
 }

@@ -7,6 +7,7 @@ import { TYPES } from '../mesh/frames.js';
 import { ExchangeError } from '../mesh/mesh_collective.js';
 import { Trainer, checkLoss, isExchangeStep, withLocalState, cloneParams } from '../train.js';
 import { flattenGrads, unflatten } from '../collective.js';
+import { paramShapes } from '../model.js';
 import { forge } from '../attack.js';
 import { StepArena } from '../arena.js';
 import { yieldToPage, waitUntil } from '../page_clock.js';
@@ -19,7 +20,7 @@ import { groupSpeed } from './speed.js';
 
 // opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
 // history, completed, hash, trainer, batches} of the run it enters
-export function begin(ctl, desc, replica, cfg, c, opts) {
+export function begin(ctl, desc, replica, cfg, opts) {
   const h = ctl.host;
   const roster = opts.roster || desc.roster;
   const completed = opts.completed ?? desc.startStep;
@@ -27,7 +28,7 @@ export function begin(ctl, desc, replica, cfg, c, opts) {
   const hash = opts.hash || desc.initHash;
   if (cfg.local_steps > 1) withLocalState(replica);      // the anchor: the group's weights at the start
   const run = new Run({
-    desc, cfg, c, batches, replica, collective: opts.collective, roster, epoch: opts.epoch || 0,
+    desc, cfg, batches, replica, collective: opts.collective, roster, epoch: opts.epoch || 0,
     trainer: opts.trainer || new Trainer(cfg, replica, batches, h.backend()), arena: h.backend()?.newArena() ?? new StepArena(),
     history: opts.history || [[desc.startStep, roster.length]], completed, hash,
     extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
@@ -191,7 +192,7 @@ async function timed(done, f) {
 // the fault plan's forged gradient (attack.js forge), from the honest one
 function forged(ctl, run, s, grads) {
   const { kind, factor = 1 } = ctl.faults.forge;
-  const shapes = run.c.model.paramShapes(run.cfg);
+  const shapes = paramShapes(run.cfg);
   const flat = flattenGrads(grads, shapes.map(([n]) => n));
   return unflatten(forge(kind, factor, flat, run.cfg.seed, s, run.slot), shapes);
 }

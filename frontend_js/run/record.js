@@ -88,7 +88,7 @@ export class Proposal {
 export class Acceptance {
   constructor(desc, from) {
     this.desc = desc; this.from = from;
-    this.cfg = null; this.c = null; this.collective = null;   // once the RUN checked out
+    this.cfg = null; this.collective = null;   // once the RUN checked out
     this.early = null;          // the leader's STATE, when it arrived before the RUN checked out
     this.replica = null;        // the start weights, once built or received and checked
     this.timer = null;          // GO_WAIT
@@ -151,7 +151,7 @@ export class JoinAttempt {
     this.from = null;           // the leader that answered with SYNC
     this.timer = null;
     this.refused = false;
-    this.desc = null; this.cfg = null; this.c = null;   // the run, once SYNC checked out
+    this.desc = null; this.cfg = null;   // the run, once SYNC checked out
     this.roster = null; this.epoch = 0; this.history = null;
     this.snap = 0; this.hash = null;                   // the state's step and hash (SYNC's word)
     this.replica = null; this.trainer = null; this.batches = null;
@@ -216,9 +216,9 @@ export class AuditBook {
 
 // The active run. Every field is here; see the protocol modules for who changes it.
 export class Run {
-  constructor({ desc, cfg, c, batches, trainer, replica, arena, collective, roster, epoch, history, completed, hash, extra }) {
+  constructor({ desc, cfg, batches, trainer, replica, arena, collective, roster, epoch, history, completed, hash, extra }) {
     this.desc = desc;           // the run's descriptor (RUN): runId, config, dataId, startStep, initHash, ...
-    this.cfg = cfg; this.c = c; // its config and the compute modules
+    this.cfg = cfg;             // its config
     this.batches = batches; this.trainer = trainer; this.replica = replica; this.arena = arena;
     this.collective = collective;               // the current epoch's MeshCollective
     this.roster = roster.slice();               // peer ids in slot order; slot 0 leads

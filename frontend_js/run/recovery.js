@@ -238,7 +238,7 @@ function tryFinish(ctl, run) {
                 convicted: convicted.map(([id, back]) => [id, back]),
                 reason: left.map((id) => `${h.nameOf(id)}: ${run.gone.get(id) || 'gone'}`).join('; ').slice(0, 400) };
   rec.epoch += 1;                 // a later proposal (after more evidence) needs a new epoch
-  const change = new RosterChange(msg, rosterDigest(msg), 'recovery', ctl.newCollective(run.desc.runId, msg.epoch, survivors, from, run.cfg, run.c, run.collective.deadlineMs));
+  const change = new RosterChange(msg, rosterDigest(msg), 'recovery', ctl.newCollective(run.desc.runId, msg.epoch, survivors, from, run.cfg, run.collective.deadlineMs));
   rec.promised = change;
   change.accepts.add(ctl.selfId);
   ctl.tellAll(run, TYPES.ROSTER, msg, survivors);
@@ -381,7 +381,7 @@ export function onRoster(ctl, from, m, final = false) {
   }
   if (why) { refuseRoster(ctl, run, from, d, why); ctl.mesh.drop(from, m, `ROSTER refused: ${why}`); return; }
   const change = new RosterChange(d, rosterDigest(d), joined.length ? 'join' : 'recovery',
-    ctl.newCollective(run.desc.runId, d.epoch, d.roster, d.from, run.cfg, run.c, run.collective.deadlineMs));
+    ctl.newCollective(run.desc.runId, d.epoch, d.roster, d.from, run.cfg, run.collective.deadlineMs));
   if (change.kind === 'recovery') {
     const r = run.recovery;
     if (r.promised) ctl.dispose(r.promised.collective);

@@ -9,8 +9,12 @@
 //
 // Two Start presses at once: the proposal with the smaller runId wins everywhere.
 import { TYPES } from '../mesh/frames.js';
-import { encodeState, stateLimit } from '../state_codec.js';
+import { encodeState, stateLimit, MAX_STATE_BYTES } from '../state_codec.js';
 import { Replica, cloneParams, cloneReplica } from '../train.js';
+import { makeConfig, configToDict } from '../config.js';
+import { initParams, paramShapes } from '../model.js';
+import { adamInit } from '../optim.js';
+import { weightHash } from '../hashing.js';
 import { waitUntil } from '../page_clock.js';
 import { Proposal, Acceptance, newRunId, short, isHash } from './record.js';
 import { readPeerState } from '../peer_state.js';
@@ -25,9 +29,9 @@ export function checkLocalSteps(cfg, auditRate) {
   if (cfg.local_steps > 1 && auditRate !== 0) throw new Error('local steps (local_steps > 1) run without gradient audits: start them with auditRate 0');
 }
 
-export function freshReplica(c, cfg) {
-  const params = c.model.initParams(cfg);
-  return new Replica(cloneParams(params), c.optim.adamInit(params));
+export function freshReplica(cfg) {
+  const params = initParams(cfg);
+  return new Replica(cloneParams(params), adamInit(params));
 }
 
 // ---- leader -----------------------------------------------------------------------------------
@@ -53,11 +57,10 @@ export async function start(ctl, config) {
     throw new Error(!m.model ? 'nothing to continue: this tab holds no model (train or load one)'
       : `nothing to continue: the model is at the last step of its run (${m.step} of ${m.model.cfg.steps}); start a new run`);
   }
-  const c = await h.compute();
   await h.ready();
   const dataId = await h.dataId();
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
-  const cfg = resume ? resume.cfg : c.config.makeConfig(settings);
+  const cfg = resume ? resume.cfg : makeConfig(settings);
   const auditRate = givenRate ?? (cfg.local_steps > 1 ? 0 : DEFAULT_AUDIT_RATE);
   checkLocalSteps(cfg, auditRate);
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
@@ -70,22 +73,22 @@ export async function start(ctl, config) {
   // slot order: the leader, then the others by time of joining the group, then id
   ready.sort((a, b) => (a.joinedAt - b.joinedAt) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const roster = [ctl.selfId, ...ready.map((q) => q.id)];
-  const replica = resume ? cloneReplica(resume.replicas[0]) : freshReplica(c, cfg);
+  const replica = resume ? cloneReplica(resume.replicas[0]) : freshReplica(cfg);
   const startStep = resume ? m.step : 0;
-  const desc = { runId: newRunId(), protocol: ctl.mesh.version, leader: ctl.selfId, config: c.config.configToDict(cfg),
-                 dataId, roster, startStep, initHash: c.hashing.weightHash(replica.params), auditRate,
+  const desc = { runId: newRunId(), protocol: ctl.mesh.version, leader: ctl.selfId, config: configToDict(cfg),
+                 dataId, roster, startStep, initHash: weightHash(replica.params), auditRate,
                  extra: resume ? (m.extra || null) : null };
   if (left.length) h.note(`Left out of this run (no peer-to-peer link yet): ${left.map((q) => q.name).join(', ')}.`);
-  const collective = ctl.newCollective(desc.runId, 0, roster, startStep, cfg, c);
+  const collective = ctl.newCollective(desc.runId, 0, roster, startStep, cfg);
   try {
-    if (roster.length > 1) await propose(ctl, desc, replica, c, cfg);
+    if (roster.length > 1) await propose(ctl, desc, replica, cfg);
   } catch (err) { ctl.dispose(collective); throw err; }
-  ctl.begin(desc, replica, cfg, c, { resumed: Boolean(resume), collective });
+  ctl.begin(desc, replica, cfg, { resumed: Boolean(resume), collective });
   return { config: { ...cfg }, roster: roster.slice(), runId: desc.runId };
 }
 
 // RUN (+ STATE) to every member; resolves when all accepted, rejects with the reason otherwise
-async function propose(ctl, desc, replica, c, cfg) {
+async function propose(ctl, desc, replica, cfg) {
   const members = desc.roster.slice(1);
   const prop = new Proposal(desc);
   ctl.enter('proposing', prop);
@@ -93,7 +96,7 @@ async function propose(ctl, desc, replica, c, cfg) {
   const done = new Promise((resolve, reject) => { prop.resolve = resolve; prop.reject = reject; });
   const timer = setTimeout(() => prop.reject(new Error(`no answer from ${members.filter((id) => !prop.answers.has(id)).map((id) => ctl.host.nameOf(id)).join(', ')} within ${ctl.t.acceptWaitMs / 1000} s`)), ctl.t.acceptWaitMs);
   try {
-    const body = desc.startStep > 0 ? new Uint8Array(encodeState(c.model.paramShapes(cfg), {
+    const body = desc.startStep > 0 ? new Uint8Array(encodeState(paramShapes(cfg), {
       config: desc.config, step: desc.startStep, adamT: replica.adam.t, params: replica.params,
       m: replica.adam.m, v: replica.adam.v, weightHash: desc.initHash, extra: desc.extra })) : null;
     await Promise.all(members.map(async (id) => {
@@ -160,18 +163,16 @@ export async function onRun(ctl, from, m) {
   const early = ctl.earlyState;
   ctl.enter('accepted', acc);
   if (early && early.from === from && early.m.runId === runId) acc.early = early.m;   // its STATE came first
-  if (ctl.maxStateBytes) ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? ctl.maxStateBytes : 'STATE for another run'));
-  let why = null, cfg = null;
-  const c = await ctl.host.compute().catch((e) => { why = e.message; return null; });
+  ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? MAX_STATE_BYTES : 'STATE for another run'));
+  let cfg = null;
   try {
-    if (!c) throw new Error(why);
     if (d.protocol !== ctl.mesh.version) throw new Error(`protocol v${d.protocol}, this page v${ctl.mesh.version}`);
     if (d.leader !== from || !Array.isArray(d.roster) || d.roster[0] !== from) throw new Error('the leader must be the sender and slot 0');
     if (d.roster.length > 64 || new Set(d.roster).size !== d.roster.length || !d.roster.every((x) => typeof x === 'string')) throw new Error('bad roster');
     if (!d.roster.includes(ctl.selfId)) throw new Error('this device is not in the roster');
     const out = keptOutOf(d.roster, ctl.keptOut, ctl.host.nameOf);
     if (out) throw new Error(out);
-    cfg = c.config.makeConfig(d.config);
+    cfg = makeConfig(d.config);
     checkLocalSteps(cfg, d.auditRate);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
@@ -186,18 +187,18 @@ export async function onRun(ctl, from, m) {
     return;
   }
   if (ctl.at !== acc) return;                         // superseded meanwhile (a competing RUN, a STOP)
-  acc.cfg = cfg; acc.c = c;
-  acc.collective = ctl.newCollective(d.runId, 0, d.roster, d.startStep, cfg, c);
+  acc.cfg = cfg;
+  acc.collective = ctl.newCollective(d.runId, 0, d.roster, d.startStep, cfg);
   acc.timer = setTimeout(() => {
     if (ctl.at !== acc) return;
     dropAccepted(ctl);
     ctl.host.note(`The run from ${ctl.host.nameOf(from)} never started (no GO within ${ctl.t.goWaitMs / 1000} s).`);
   }, ctl.t.goWaitMs);
-  const limit = stateLimit(c, cfg);
+  const limit = stateLimit(cfg);
   ctl.mesh.setLimit(TYPES.STATE, (hd) => (hd.runId === runId ? limit : 'STATE for another run'));
   ctl.host.show({ runState: 'joining', message: `Joining the run started by ${ctl.host.nameOf(from)}…` });
   if (d.startStep === 0) {
-    acc.replica = freshReplica(c, cfg);
+    acc.replica = freshReplica(cfg);
     answerRun(ctl, acc);
   } else if (acc.early) {                             // else: ACCEPT once its STATE arrived and checked out
     const early = acc.early;
@@ -209,10 +210,10 @@ export async function onRun(ctl, from, m) {
 export function onStartState(ctl, from, m) {
   const acc = ctl.at;
   if (acc.from !== from || m.runId !== acc.desc.runId || acc.replica || acc.early) { ctl.mesh.drop(from, m, 'STATE for no accepted run'); return; }
-  if (!acc.c) { acc.early = m; return; }             // the RUN is still being checked
+  if (!acc.cfg) { acc.early = m; return; }           // the RUN is still being checked
   ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit);
   try {
-    acc.replica = readPeerState(m.payload, acc.c, { config: acc.desc.config, step: acc.desc.startStep }).replica;
+    acc.replica = readPeerState(m.payload, { config: acc.desc.config, step: acc.desc.startStep }).replica;
   } catch (err) {
     refuse(ctl, from, acc.desc.runId, `its state was refused: ${err.message}`);
     dropAccepted(ctl);
@@ -222,7 +223,7 @@ export function onStartState(ctl, from, m) {
 }
 
 function answerRun(ctl, acc) {
-  const hash = acc.c.hashing.weightHash(acc.replica.params);
+  const hash = weightHash(acc.replica.params);
   if (hash !== acc.desc.initHash) {
     refuse(ctl, acc.from, acc.desc.runId, `start weights hash to ${short(hash)}, the leader's to ${short(acc.desc.initHash)}`);
     dropAccepted(ctl);
@@ -253,7 +254,7 @@ export function onStartGo(ctl, from, m) {
   const acc = ctl.at;
   if (acc.from !== from || m.json.runId !== acc.desc.runId || !acc.replica) { ctl.mesh.drop(from, m, 'GO for no accepted run'); return; }
   clearTimeout(acc.timer);
-  ctl.begin(acc.desc, acc.replica, acc.cfg, acc.c, { resumed: acc.desc.startStep > 0, collective: acc.collective });
+  ctl.begin(acc.desc, acc.replica, acc.cfg, { resumed: acc.desc.startStep > 0, collective: acc.collective });
 }
 
 // STOP before GO: the leader gave up

@@ -12,8 +12,7 @@ import { Mesh } from '../../frontend_js/mesh/mesh.js';
 import { TYPES, encodeMessage } from '../../frontend_js/mesh/frames.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { GroupRestore } from '../../frontend_js/peer/group_state.js';
-import { COMPUTE } from '../../frontend_js/peer/compute.js';
-import { encodeState, maxStateBytes, stateLimit, MAX_STATE_HEADER_BYTES } from '../../frontend_js/state_codec.js';
+import { encodeState, stateLimit, MAX_STATE_BYTES, MAX_STATE_HEADER_BYTES } from '../../frontend_js/state_codec.js';
 import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 import { weightHash } from '../../frontend_js/hashing.js';
@@ -24,12 +23,12 @@ quietMeshLogs();
 
 const CFG = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4, steps: 100, seed: 5 });
 
-// the fields of a page's Peer that ModelStore and GroupRestore read; compute is the page's own
-// modules, its weightHash counted (hashes: how often this device hashed weights)
+// the fields of a page's Peer that ModelStore and GroupRestore read; loadStates: the `hashed`
+// argument of each ModelStore.loadState call (the weight hash the caller already computed, or null:
+// loadState hashes the weights itself)
 function device(id, mesh) {
-  const compute = { ...COMPUTE, hashing: { ...COMPUTE.hashing, weightHash: (p) => { peer.hashes++; return COMPUTE.hashing.weightHash(p); } } };
   const peer = {
-    hashes: 0,
+    loadStates: [],
     s: { peerId: id, name: `dev-${id}`, peers: [], notes: [], runState: 'idle' },
     runs: { busy: false },
     bus: { emit() {}, on() {} },
@@ -37,9 +36,10 @@ function device(id, mesh) {
     note(text) { this.s.notes.push(text); this.s.message = text; },
     announce() {},
     nameOf(q) { return q; },
-    async compute() { return compute; },
   };
   peer.models = new ModelStore(peer);
+  const loadState = peer.models.loadState.bind(peer.models);
+  peer.models.loadState = (state, hashed = null) => { peer.loadStates.push(hashed); return loadState(state, hashed); };
   peer.restore = new GroupRestore(peer, mesh);
   return peer;
 }
@@ -52,7 +52,6 @@ async function group(ids) {
   const devs = new Map(ids.map((id) => [id, device(id, net.meshes.get(id))]));
   const roster = ids.map((id, i) => ({ id, name: `dev-${id}`, role: i === 0 ? 'host' : 'member', state: 'idle' }));
   for (const d of devs.values()) d.s.peers = roster.map((q) => ({ ...q }));
-  await new Promise((r) => setImmediate(r));          // GroupRestore's size limit is set once compute loaded
   return { net, devs };
 }
 
@@ -76,12 +75,12 @@ const snapshot = (d) => ({ step: d.models.step, hash: d.s.hash ?? null, resumabl
                            model: d.models.model });
 
 test('the largest allowed state bound equals the server\'s MAX_STATE_BYTES', () => {
-  assert.equal(maxStateBytes(COMPUTE), 39_838_728);         // daisy/files/state_codec.py MAX_STATE_BYTES
+  assert.equal(MAX_STATE_BYTES, 39_838_728);         // daisy/files/state_codec.py MAX_STATE_BYTES
 });
 
 test('a full state body of some settings fits their stateLimit, with no more slack than the header bound', () => {
   const body = encodeState(paramShapes(CFG), checkpoint()).byteLength;
-  const limit = stateLimit(COMPUTE, CFG);
+  const limit = stateLimit(CFG);
   assert.ok(body <= limit && limit - body < MAX_STATE_HEADER_BYTES, `body ${body} B, limit ${limit} B`);
 });
 
@@ -104,7 +103,8 @@ test('a state loaded on one device lands on every other, bit for bit and resumab
     assert.deepEqual(d.models.extra, ck.extra);
     assert.equal(d.s.hash, ck.weightHash);
     assert.equal(d.s.runState, 'loaded');
-    assert.equal(d.hashes, 1, 'a group restore hashes the received weights once');
+    // readPeerState hashed the received weights; loadState is handed that hash, so it hashes nothing again
+    assert.deepEqual(d.loadStates, [ck.weightHash], 'a group restore hashes the received weights once');
     assert.deepEqual(configToDict(d.models.model.cfg), ck.config);
     const rep = d.models.model.replicas[0];
     assert.equal(rep.adam.t, 20);

@@ -19,11 +19,6 @@ import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { StreamBatches } from '../../frontend_js/batch_source.js';
 import { Group as RefGroup, peersAt } from '../../frontend_js/train.js';
 import { makeConfig } from '../../frontend_js/config.js';
-import * as train from '../../frontend_js/train.js';
-import * as config from '../../frontend_js/config.js';
-import * as model from '../../frontend_js/model.js';
-import * as hashing from '../../frontend_js/hashing.js';
-import * as optim from '../../frontend_js/optim.js';
 import { stream } from './group_runs.mjs';
 import { bestBackend } from '../../frontend_js/engines.js';
 import { quietMeshLogs } from './helpers.mjs';
@@ -37,7 +32,6 @@ export const DATA_ID = 'builtin:test';
 export const TIMING = { linkWaitMs: 300, acceptWaitMs: 10000, goWaitMs: 10000, finWaitMs: 1500, deadlineMs: 3000,
   deadlineSteps: 5, confirmWaitMs: 1000, joinWaitMs: 3000, syncDeadlineMs: 5000, resyncIntervalMs: 200, firstAckMs: 1500, ackMs: 1000, chunkMs: 25 };
 
-const COMPUTE = { train, config, model, hashing, optim };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // the mesh logs every drop with console.info; tests read mesh.drops instead
@@ -67,7 +61,6 @@ export class Node {
       note: (text) => { node.notes.push(text); node.state.message = text; },
       emit: (event, payload) => node.onEvent(event, payload),
       announce() {},
-      compute: async () => COMPUTE,
       ready: async () => {},
       backend: () => BACKEND,
       gpu: null,

@@ -6,7 +6,6 @@ import { encodeState, decodeState, MAX_STATE_HEADER_BYTES } from '../../frontend
 import { makeConfig, configToDict } from '../../frontend_js/config.js';
 import { initParams, paramShapes } from '../../frontend_js/model.js';
 
-const codec = { makeConfig, paramShapes };
 const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 4 });
 
 function body(header, tensorBytes) {
@@ -23,7 +22,7 @@ function body(header, tensorBytes) {
 test('round trip keeps every bit', () => {
   const params = initParams(cfg);
   const buf = encodeState(paramShapes(cfg), { config: configToDict(cfg), step: 3, adamT: 3, params, m: params, v: params });
-  const st = decodeState(buf, codec);
+  const st = decodeState(buf);
   assert.equal(st.step, 3);
   for (const [name] of paramShapes(cfg)) assert.deepEqual(new Uint8Array(st.params[name].buffer, st.params[name].byteOffset, st.params[name].byteLength), new Uint8Array(params[name].buffer));
 });
@@ -42,5 +41,5 @@ test('hostile bodies are refused with a reason', () => {
     [body(ok, 8), /bytes of tensors/],                             // far fewer than the config needs
     [body('['.repeat(30000), 0), /not JSON|not a daisychain-state/],
   ];
-  for (const [buf, why] of cases) assert.throws(() => decodeState(buf, codec), why);
+  for (const [buf, why] of cases) assert.throws(() => decodeState(buf), why);
 });
