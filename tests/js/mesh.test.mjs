@@ -652,7 +652,8 @@ test('bad frames: another protocol version is refused on both sides and the link
 });
 
 test(`bad frames: a flood of 1000 junk frames disconnects its sender after ${MAX_BAD_FRAMES}, the run goes on`, async () => {
-  const t0 = Date.now();
+  // (the work it cost is bounded by the frames p0 handled, counted below, not by a clock: a wall-time
+  // bound here failed on a loaded 2-core machine)
   const run = await makeRun({ P: 4, seed: 10, shapes: ODD_SHAPES, outsiders: ['z'] });
   const p0 = run.net.meshes.get('p0');
   const closed = [];
@@ -675,7 +676,6 @@ test(`bad frames: a flood of 1000 junk frames disconnects its sender after ${MAX
   assert.ok(p0.drops.recent.length <= 50, 'the drop log is unbounded');
   for (const id of ['p1', 'p2', 'p3']) assert.ok(p0.isReady(id), `${id} was disconnected`);
   assert.ok(run.net.meshes.get('p1').isReady('z'), 'the flood at p0 cut z off elsewhere too');
-  assert.ok(Date.now() - t0 < 3000, `the flood took ${Date.now() - t0} ms`);
 });
 
 test('a flooding roster peer is disconnected; the exchange stops with an ExchangeError naming it', async () => {
@@ -788,13 +788,12 @@ test('BUG: a link whose send rejects (the channel closed mid-message): ExchangeE
 test('fail() ends a pending exchange at once, and every later one', async () => {
   const run = await makeRun({ P: 3, seed: 15, shapes: ODD_SHAPES, deadlineMs: 5000 });
   const inp = stepInputs(run, 0, 15);
-  const t0 = performance.now();
   const pending = run.cs[0].exchange(0, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]).catch((e) => e);
   await sleep(20);
   const stop = new ExchangeError('stopped');
   run.cs[0].fail(stop);
-  assert.equal(await pending, stop);
-  assert.ok(performance.now() - t0 < 1000, 'fail() did not end the exchange');
+  // fail()'s own error, not the deadline's (5 s, another ExchangeError): no clock needed to tell
+  assert.equal(await pending, stop, 'fail() did not end the exchange');
   await assert.rejects(run.cs[0].exchange(1, run.roster, 0, inp.losses[0], inp.grads[0], inp.hashes[0]), (e) => e === stop);
 });
 
