@@ -162,8 +162,9 @@ export class MemoryNet {
     throw new Error('the memory net did not settle');
   }
 
-  // until every open link of every mesh is ready (HELLO seen), or throws after timeoutMs
-  async ready(timeoutMs = 2000) {
+  // until every open link of every mesh is ready (HELLO seen), or throws after timeoutMs (a liveness
+  // bound, as run_harness's until: milliseconds on a quiet machine, far more on a loaded one)
+  async ready(timeoutMs = 30_000) {
     const t0 = Date.now();
     for (;;) {
       let all = true;

@@ -36,7 +36,8 @@ const RUN_ID = 0x2a17;
 const RUN_SEED = 1234;            // the run seed an int8 collective keys its rounding with
 const tick = () => new Promise((r) => setImmediate(r));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function until(cond, what, ms = 2000) {
+// ms: a liveness bound, not a timing: what it waits for takes milliseconds on a quiet machine
+async function until(cond, what, ms = 30_000) {
   const t0 = Date.now();
   while (!cond()) {
     if (Date.now() - t0 > ms) assert.fail(`timed out waiting for ${what}`);
