@@ -91,7 +91,7 @@ test('a state loaded on one device lands on every other, bit for bit and resumab
   assert.equal(r.hash, ck.weightHash);
   // load() resolves before the sending is done (it goes on in the background)
   for (let t0 = Date.now(); !['b', 'c'].every((id) => devs.get(id).s.hash); await net.settle()) {
-    if (Date.now() - t0 > 5000) assert.fail(`not every device took the state: ${[...devs.values()].map((d) => d.s.notes.join('; ')).join(' | ')}`);
+    if (Date.now() - t0 > 30_000) assert.fail(`not every device took the state: ${[...devs.values()].map((d) => d.s.notes.join('; ')).join(' | ')}`);
     await new Promise((res) => setTimeout(res, 5));
   }
   assert.match(devs.get('a').s.notes.join('\n'), /Sent the checkpoint to 2 other device\(s\)\./);

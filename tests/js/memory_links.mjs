@@ -9,6 +9,7 @@
 //   await net.ready();                  // every link saw the other side's HELLO
 //   net.inject('b', 'a', bytes);        // raw bytes "from b", straight into a's receive()
 //   await net.settle();                 // nothing queued, every receive chain done
+//   net.watch((from, to, bytes) => {});  // sees every frame sent, as it is queued (tests count them)
 // latencyMs / bytesPerMs (benches: bench/bench_group_links.mjs): every directed link also carries
 // its frames one after another at bytesPerMs and delivers each latencyMs after it left (a frame is
 // held until then, on real timers); 0 / Infinity (the default) = the rounds above alone.
@@ -33,6 +34,7 @@ export class MemoryNet {
     this.latencyMs = latencyMs; this.bytesPerMs = bytesPerMs;
     this.linkFree = new Map();     // pairKey -> when the link has sent its queued bytes (latency model)
     this.timer = null;             // the wake-up for the next frame due (latency model)
+    this.watchers = [];            // (from, to, bytes) for every frame sent (watch)
   }
 
   // when a frame of n bytes enqueued now on from -> to arrives (-Infinity: no latency model)
@@ -49,6 +51,8 @@ export class MemoryNet {
   rand() { return (this.u32() >>> 8) * 2 ** -24; }
 
   add(mesh) { this.meshes.set(mesh.selfId, mesh); return mesh; }
+
+  watch(fn) { this.watchers.push(fn); }
 
   statsOf(from, to) {
     const k = pairKey(from, to);
@@ -95,6 +99,7 @@ export class MemoryNet {
     const copy = Uint8Array.from(bytes);      // the sender may reuse its buffer
     const st = this.statsOf(from, to);
     st.frames++; st.bytes += copy.length;
+    for (const w of this.watchers) w(from, to, copy);
     const hold = () => (this.rand() < this.delay ? 1 + (this.u32() % this.maxHold) : 0);
     const seq = this.seq++;
     const due = this.due(pairKey(from, to), copy.length);
@@ -157,8 +162,9 @@ export class MemoryNet {
     throw new Error('the memory net did not settle');
   }
 
-  // until every open link of every mesh is ready (HELLO seen), or throws after timeoutMs
-  async ready(timeoutMs = 2000) {
+  // until every open link of every mesh is ready (HELLO seen), or throws after timeoutMs (a liveness
+  // bound, as run_harness's until: milliseconds on a quiet machine, far more on a loaded one)
+  async ready(timeoutMs = 30_000) {
     const t0 = Date.now();
     for (;;) {
       let all = true;

@@ -23,7 +23,9 @@ import { quietMeshLogs } from './helpers.mjs';
 quietMeshLogs();
 
 // an honest mesh 'a' linked to an honest 'b' and to 'h', whose frames the test injects;
-// clocks: {id: clock} for meshes that run on a test's clock
+// clocks: {id: clock} for meshes that run on a test's clock. The floods below give 'a' a clock that
+// stands still (manualClock, never advanced): their exact counts need every bad frame inside one
+// BAD_WINDOW_MS, which on the system clock holds only while the machine is fast enough
 async function meshes(clocks = {}) {
   const net = new MemoryNet({ seed: 19, dup: 0, delay: 0 });
   const [a, b, h] = ['a', 'b', 'h'].map((id) => net.add(new Mesh({ selfId: id, sha: jsSha, ...(clocks[id] ? { clock: clocks[id] } : {}) })));
@@ -59,7 +61,7 @@ async function flood(net, a, count, make) {
 }
 
 test('20,000 valid HELLOs: each after the first is a bad frame, the sender is cut off, the other link is untouched', async () => {
-  const { net, a, b } = await meshes();
+  const { net, a, b } = await meshes({ a: manualClock() });
   const hello = jsonPayload({ protocol: PROTOCOL_VERSION, peerId: 'h' });
   const n0 = a.drops.count;
   const { sent } = await flood(net, a, 20_000, async (i) => (await encodeMessage({ type: TYPES.HELLO, payload: hello }, 0x60000000 + i, 64 * 1024))[0]);
@@ -71,7 +73,7 @@ test('20,000 valid HELLOs: each after the first is a bad frame, the sender is cu
 });
 
 test('20,000 never-finished 64 KiB messages: each abandoned one is a bad frame; held bytes are bytes received', async () => {
-  const { net, a } = await meshes();
+  const { net, a } = await meshes({ a: manualClock() });
   const per = 16 * 1024;
   const { sent, peak } = await flood(net, a, 20_000, (i) => chunkOf({ type: TYPES.STATUS, msgId: 0x61000000 + i, length: MAX_JSON_BYTES, per }));
   assert.ok(!a.links.has('h'), `after ${sent} unfinished messages h is still linked`);
@@ -84,7 +86,7 @@ test('20,000 never-finished 64 KiB messages: each abandoned one is a bad frame; 
 });
 
 test('450 GROUP_STATE first chunks claiming 39.8 MB each: only the chunks received are held', async () => {
-  const { net, a } = await meshes();
+  const { net, a } = await meshes({ a: manualClock() });
   const claimed = 39_838_728, per = MAX_FRAME_BYTES - HEADER_BYTES;
   a.setLimit(TYPES.GROUP_STATE, claimed);                 // an idle page accepts a group restore that large
   const { sent, peak } = await flood(net, a, 450, (i) => chunkOf({ type: TYPES.GROUP_STATE, msgId: 0x62000000 + i, length: claimed, per }));
@@ -166,7 +168,7 @@ test('an unfinished message with no new chunk for PARTIAL_TIMEOUT_MS is abandone
 });
 
 test('20,000 one-byte frames of a run that just ended: each costs its header too, so the uncounted allowance is budget / 65 frames, then they count', async () => {
-  const { net, a, b } = await meshes();
+  const { net, a, b } = await meshes({ a: manualClock() });
   const budget = 100 * (HEADER_BYTES + 1);
   a.setLimit(TYPES.GRAD, () => new Stale('a gradient frame of run 7, which ended', 7, budget));
   const n0 = a.drops.count;
