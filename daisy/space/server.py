@@ -37,6 +37,14 @@ from daisy.space.signaling.routes import make_room_router, make_signaling_router
 KERNELS_DIR = ROOT / "kernels"
 KERNELS_PREFIX = "/kernels"
 
+# How often Gradio's queue looks for work, and for progress to send, while it has none
+# (gradio/queueing.py `sleep_when_free`, `progress_update_sleep_when_free`: 1 and 10 ms by default
+# on Linux). Those polls cost ~50 ms of CPU per second with no visitor at all, taken from the pages
+# wherever the server shares a device with them (the room host of `python app.py --https`, the
+# network lab's benches: TEST_RESULTS.md "Where a group step's CPU goes"). The page's one queued
+# event is the data line's on load, without progress: 50 ms is plenty.
+QUEUE_IDLE_POLL_S = 0.05
+
 # COEP `credentialless` rather than `require-corp`: a cross-origin asset the page may load (a
 # theme's web font) needs no Cross-Origin-Resource-Policy header of its own; it is fetched
 # without credentials instead. A page embedded by a parent that is not isolated (the Space's
@@ -83,7 +91,9 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
     app.mount(JS_PREFIX, StaticFiles(directory=JS_DIR), name="frontend_js")
     app.mount(KERNELS_PREFIX, StaticFiles(directory=KERNELS_DIR, check_dir=False), name="kernels")
     css = (JS_DIR / "peer" / "page.css").read_text(encoding="utf-8")
-    app = gr.mount_gradio_app(app, build_page(data_source), path="/", css=css, ssr_mode=False,
-                              footer_links=[])
+    page = build_page(data_source)
+    # Gradio's own attributes: tests/test_server_idle.py checks that its queue still reads them
+    page._queue.sleep_when_free = page._queue.progress_update_sleep_when_free = QUEUE_IDLE_POLL_S
+    app = gr.mount_gradio_app(app, page, path="/", css=css, ssr_mode=False, footer_links=[])
     app.add_middleware(CrossOriginIsolation)
     return app
