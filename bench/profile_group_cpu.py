@@ -17,7 +17,9 @@ After the run the leader's step times (performance.now() at each 'step' event, m
 process's clock by one round trip) give the steady window: the sample nearest step --skip to the
 sample nearest the last step, and the steps between them (interpolated). Every counter's delta
 over the window is divided by those steps: CPU ms per group step, per role and per thread name,
-next to the same for the page alone. CPU time does not grow when other work shares the core (a
+next to the same for the page alone, and a summary by part (the pages' main threads, the
+transport, frames, the router, the app, the harness: group - P x alone) with the CPU-bound check
+(the group's CPU over the cores against its ms/step). CPU time does not grow when other work shares the core (a
 busy machine stretches wall time, not CPU time), so these numbers are far less sensitive to the
 load than ms/step; "waiting for a CPU" (schedstat's run-queue delay) is what the load adds, and
 says which threads were kept from their core.
@@ -294,6 +296,53 @@ def account(r: dict) -> dict:
     return {"procs": dict(procs), "threads": dict(threads), "cpus": cpus, "ours": ours_run, "ran_on": ran_on}
 
 
+# (owner, role, thread) -> the part of the step it does (the summary's rows)
+def category(owner: str, role: str, thread: str) -> str:
+    if role == "chromium renderer":
+        if thread == "chromium":
+            return "pages' main threads (local step, Adam, the exchange's JS, frames' main-thread work)"
+        if thread.startswith("WebRTC") or thread == "Chrome_ChildIOT":
+            return "transport: the renderers' WebRTC and IO threads (SCTP, DTLS, IPC)"
+        if thread == "Compositor":
+            return "frames: the renderers' compositors and the GPU processes"
+        return "the renderers' other threads (thread pool: WebCrypto, GC, fetch)"
+    if role == "chromium network":
+        return "transport: the network service processes (UDP sockets)"
+    if role == "chromium gpu-process":
+        return "frames: the renderers' compositors and the GPU processes"
+    if role.startswith("chromium"):
+        return "the browser and other Chromium processes"
+    if role in ("netlab router", "app server (uvicorn)"):
+        return role
+    return "harness (this bench, Playwright)"
+
+
+def summary(A: dict, G: dict, P: int, alone: dict, group: dict, cores: int) -> list[str]:
+    """group - P x alone per category, and the CPU-bound check: the group's CPU (harness excluded)
+    over the cores against the measured ms/step."""
+    cat = lambda acc: collections.Counter({c: v for c, v in _sum_by(acc).items()})
+    a, g = cat(A["threads"]), cat(G["threads"])
+    lines = ["", f"Summary: CPU ms per step by part, the group against {P} pages alone",
+             f"| part | alone | {P} × alone | group | group − {P} × alone |", "|---|---|---|---|---|"]
+    for c in sorted(set(a) | set(g), key=lambda c: -g.get(c, 0)):
+        lines.append(f"| {c} | {a.get(c, 0):.0f} | {P * a.get(c, 0):.0f} | {g.get(c, 0):.0f} | {g.get(c, 0) - P * a.get(c, 0):+.0f} |")
+    harness = "harness (this bench, Playwright)"
+    ga, aa = sum(g.values()) - g.get(harness, 0), sum(a.values()) - a.get(harness, 0)
+    lines.append(f"| all but the harness | {aa:.0f} | {P * aa:.0f} | {ga:.0f} | {ga - P * aa:+.0f} |")
+    lines.append(f"CPU-bound check: the group's CPU but the harness over {cores} cores = {ga / cores:.0f} ms per step "
+                 f"(perfect packing), measured {group['ms_step']:.0f} ms/step (wall: the load stretches it); one page alone "
+                 f"{alone['ms_step']:.0f} ms/step. A scaling s needs the group step <= {P} x alone / s: at 1.8x, "
+                 f"{P * alone['ms_step'] / 1.8:.0f} ms, i.e. <= {cores * P * alone['ms_step'] / 1.8:.0f} ms of CPU per step on {cores} cores.")
+    return lines
+
+
+def _sum_by(threads: dict) -> dict:
+    out = collections.Counter()
+    for (owner, role, thread), v in threads.items():
+        out[category(owner, role, thread)] += v[0]
+    return out
+
+
 def table(alone: dict, group: dict, top: int) -> str:
     A, G = account(alone), account(group)
     P = group["P"]
@@ -321,6 +370,7 @@ def table(alone: dict, group: dict, top: int) -> str:
     tot_g = sum(v[0] for v in G["procs"].values())
     lines.append(f"| all | this bench's processes | {tot_a:.0f} | | {sum(v[2] for v in A['procs'].values()):.0f} | {tot_g:.0f} | | "
                  f"{sum(v[2] for v in G['procs'].values()):.0f} | {tot_g - tot_a:+.0f} | | |")
+    lines += summary(A, G, P, alone, group, len(G["cpus"]))
     lines += ["", "The machine per CPU, ms per step: busy (all processes) / elapsed; busy minus this bench's = other people's work",
               "| cpu | alone: busy / elapsed | group: busy / elapsed |", "|---|---|---|"]
     for c in sorted(G["cpus"]):
