@@ -18,6 +18,8 @@ Gradio owns /static and /assets, so our files live under their own prefixes.
 
 Every HTTP response carries the cross-origin isolation headers (CrossOriginIsolation): an
 isolated page has SharedArrayBuffer, which the threaded CPU backend needs (frontend_js/cpu/threads.js).
+The page's HTML gets frontend_js/peer/frame_guard.js first in its <head> (GradioFrameGuard), and
+Gradio's queue polls every QUEUE_IDLE_POLL_S while idle: neither burns a device's CPU when idle.
 """
 from __future__ import annotations
 
@@ -74,6 +76,46 @@ class CrossOriginIsolation:
         await self.app(scope, receive, send_with_headers)
 
 
+FRAME_GUARD_TAG = f'<script src="{JS_PREFIX}/peer/frame_guard.js"></script>'.encode()
+
+
+class GradioFrameGuard:
+    """ASGI middleware: the page's HTML (GET /, Gradio's) gets frontend_js/peer/frame_guard.js as the
+    first script of its <head>, ahead of Gradio's modules: it ends the requestAnimationFrame loop
+    Gradio's app loader leaks (the script says why). Gradio adds a Blocks' `head` from its own
+    JavaScript, after its modules took their requestAnimationFrame, so the tag goes in here."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "GET" or scope["path"] != "/":
+            return await self.app(scope, receive, send)
+        start, body = None, []
+
+        async def send_guarded(message):
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body" or start is None:
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            html = b"".join(body)
+            headers = [(k, v) for k, v in start.get("headers", [])]
+            kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+            if start["status"] == 200 and kind.startswith(b"text/html") and b"<head>" in html:
+                html = html.replace(b"<head>", b"<head>" + FRAME_GUARD_TAG, 1)
+                headers = [(k, str(len(html)).encode() if k.lower() == b"content-length" else v) for k, v in headers]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": html})
+
+        await self.app(scope, receive, send_guarded)
+
+
 def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | None = None) -> FastAPI:
     """The whole Space as one ASGI app (hub and data source built from the environment when
     not given). The one hub serves /signal and tells the stored-run routes who is where."""
@@ -95,5 +137,6 @@ def create_app(*, hub: SignalingHub | None = None, data_source: DataSource | Non
     # Gradio's own attributes: tests/test_server_idle.py checks that its queue still reads them
     page._queue.sleep_when_free = page._queue.progress_update_sleep_when_free = QUEUE_IDLE_POLL_S
     app = gr.mount_gradio_app(app, page, path="/", css=css, ssr_mode=False, footer_links=[])
+    app.add_middleware(GradioFrameGuard)
     app.add_middleware(CrossOriginIsolation)
     return app
