@@ -155,6 +155,25 @@ def test_offline_the_data_line_says_what_it_means_and_the_detail_opens_from_it(s
     assert detail.startswith("unreachable: ConnectError"), detail
 
 
+# counts the requestAnimationFrame calls of Gradio's status-tracker module that reach the browser
+# (this init script runs first, so the page's frame guard, when served, wraps it)
+COUNT_LOADER_FRAMES = """(() => { const request = window.requestAnimationFrame.bind(window); window.loaderFrames = 0;
+  window.requestAnimationFrame = (cb) => { if (/statustracker-/.test(new Error().stack || '')) window.loaderFrames++; return request(cb); }; })();"""
+
+
+def test_an_idle_page_draws_no_frames_for_gradios_loader(servers, pages):
+    # Gradio's app loader leaks a requestAnimationFrame loop (a frame at every vsync, for ever);
+    # the frame guard served first in <head> (frontend_js/peer/frame_guard.js) ends it once the
+    # peer is mounted. Without it this counts ~30-60 more every second.
+    html = httpx.get(servers["main"] + "/").text
+    assert html.index('<script src="/js/peer/frame_guard.js"></script>') < html.index('<script type="module"'), html[:400]
+    page = open_peer(pages, servers["main"] + "/", "frames", COUNT_LOADER_FRAMES)
+    page.wait_for_timeout(500)
+    before = page.evaluate("window.loaderFrames")
+    page.wait_for_timeout(3000)
+    assert page.evaluate("window.loaderFrames") - before <= 2, (before, page.evaluate("window.loaderFrames"))
+
+
 def test_a_software_adapter_is_the_cpu_in_the_peer_table_as_in_the_compute_line(servers, pages):
     # WebGPU here is SwiftShader, a software adapter: its steps run on the CPU, and both the
     # compute line and the path column of the peer table say so
