@@ -216,7 +216,10 @@ export function abandonJoin(ctl, why, backoffMs) {
     ctl.host.note(`Joining the group's run: ${why}.`);
     ctl.host.show({ runState: 'idle', sync: null });
   }
-  if (backoffMs < 60_000) setTimeout(() => maybeJoin(ctl), backoffMs + 10);
+  if (backoffMs < 60_000) {
+    const retry = setTimeout(() => maybeJoin(ctl), backoffMs + 10);
+    retry?.unref?.();              // Node: a pending retry never keeps a process alive (as the mesh's SYSTEM_CLOCK)
+  }
 }
 
 // REFUSE {runId: 0} from a peer this device asked
