@@ -188,7 +188,7 @@ async function askToJoin(ctl, ids) {
     // the compute first: its size bounds must be known before the leader's STATE can arrive
     ctl.maxStateBytes ||= maxStateBytes(await ctl.host.compute());
     dataId = await ctl.host.dataId();
-  } catch (err) { abandonJoin(ctl, err.message, 30_000); return; }
+  } catch (err) { abandonJoin(ctl, err.message, ctl.t.refusedWaitMs); return; }
   if (ctl.at !== jn) return;
   for (const id of ids) ctl.mesh.sendJson(id, TYPES.JOIN, { protocol: ctl.mesh.version, dataId }).catch(() => {});
   // quiet until the leader answers: a run that was just ending everywhere never answers
@@ -227,7 +227,7 @@ export function onJoinRefused(ctl, from, m) {
   const jn = ctl.at;
   if (m.json.runId !== 0 || !jn.asked.includes(from)) { ctl.mesh.drop(from, m, 'REFUSE for no request of ours'); return; }
   jn.refused = true;
-  abandonJoin(ctl, `${ctl.host.nameOf(from)} declined: ${String(m.json.reason || 'no reason').slice(0, 200)}`, 30_000);
+  abandonJoin(ctl, `${ctl.host.nameOf(from)} declined: ${String(m.json.reason || 'no reason').slice(0, 200)}`, ctl.t.refusedWaitMs);
 }
 
 // the leader's answer
@@ -256,7 +256,7 @@ export async function onSync(ctl, from, m) {
     if (!validHistory(d.history) || !isHash(desc.initHash) || typeof desc.dataId !== 'string' || !validAuditRate(desc.auditRate)) throw new Error('bad descriptor');
   } catch (err) {
     ctl.mesh.drop(from, m, `SYNC refused: ${err.message}`);
-    abandonJoin(ctl, `the leader's SYNC was refused (${err.message})`, 30_000);
+    abandonJoin(ctl, `the leader's SYNC was refused (${err.message})`, ctl.t.refusedWaitMs);
     return;
   }
   if (ctl.at !== jn) return;
