@@ -163,7 +163,9 @@ def test_a_frozen_peer_in_a_two_device_group_stops_it_without_a_split(app_url, p
     """Half the group unreachable and no word from the server that it left: the survivor must
     not go on alone (the frozen one might come back and go on too), so it stops and keeps the
     last agreed state."""
-    a, b = open_group(pages, app_url + "/", 2)
+    # the server's word never comes (b's socket stays): a waits 2 s for it, not the page's 10 s
+    # (TIMING.confirmWaitMs; the deadline that finds b gone is the page's own)
+    a, b = open_group(pages, app_url + "/", 2, init_script="window.__daisyTest = {timing: {confirmWaitMs: 2000}};")
     settings = {"steps": 1000, **TINY}
     record(a)
     a.evaluate("(cfg) => window.daisy.start(cfg)", settings)
