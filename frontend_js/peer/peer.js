@@ -70,7 +70,7 @@ export class Peer {
     const liarOwner = test.liarOwner && typeof test.liarOwner === 'object' ? { from: Number(test.liarOwner.from) || 0 } : null;
     // (tests/test_membership.py: shorter controller waits {name: ms}, only TIMING's names)
     const timing = Object.fromEntries(Object.entries(test.timing && typeof test.timing === 'object' ? test.timing : {})
-      .filter(([k, v]) => k in TIMING && Number.isFinite(v) && v > 0));
+      .filter(([k, v]) => Object.hasOwn(TIMING, k) && Number.isFinite(v) && v > 0));
     this.runs = new RunController(runHost(this), { timing, faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin),
       forge, liarAuditor, liarOwner, referenceNonces: Boolean(test.referenceNonces) } });
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
