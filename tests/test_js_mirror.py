@@ -130,9 +130,12 @@ def test_cli_text_lines_identical_under_a_roster(results):
 
 def test_cli_bad_settings_same_messages():
     """Out-of-range settings: exit 2 and the same 'error: ...' message, no stack trace."""
-    for args in BAD_ARGS:
-        py = run([sys.executable, "-m", "daisy.train", *args])
-        js = run([NODE, "frontend_js/cli.mjs", *args])
+    # the 2 x 24 processes, 4 at a time (each is mostly its interpreter's start), checked in order
+    def pair(args):
+        return run([sys.executable, "-m", "daisy.train", *args]), run([NODE, "frontend_js/cli.mjs", *args])
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        pairs = list(pool.map(pair, BAD_ARGS))
+    for args, (py, js) in zip(BAD_ARGS, pairs):
         assert py.returncode == 2 and js.returncode == 2, (args, py.returncode, js.returncode, js.stderr)
         py_msg = py.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]
         js_msg = js.stderr.strip().splitlines()[-1].split(": error: ", 1)[1]

@@ -92,7 +92,9 @@ def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     """The leader's next state is tampered in transit (the digest catches it), then the joiner's
     state goes wrong after its own checks (the leader catches its hash and re-syncs it); a second
     joiner's transfer is cut in the middle (it asks again). All end on the reference."""
-    a, b = open_group(pages, app_url + "/", 2)
+    # the leader's next state transfer to a device whose last one stalled waits 1 s times 4, not
+    # the page's 5 s times 4 (TIMING.resyncIntervalMs): the same rule, shorter waits
+    a, b = open_group(pages, app_url + "/", 2, init_script="window.__daisyTest = {timing: {resyncIntervalMs: 1000}};")
     for p in (a, b):
         record(p)
     a.evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
@@ -115,7 +117,9 @@ def test_a_bad_or_broken_state_transfer_is_caught_and_retried(app_url, pages):
     assert "re-syncing" in notes, state(a)["notes"]
     assert c.evaluate("window.sawDigestMismatch === true"), c.evaluate("window.daisy.mesh.drops()")
     a.evaluate("window.daisy.testing.faultNextState('cut')")
-    d = open_peer(pages, app_url + "/", "d")
+    # the leader may refuse d's cut sync (it confirmed none of it): d asks again after 3 s, not
+    # the page's 30 s (TIMING.refusedWaitMs; the rest of this test waits on the page's timings)
+    d = open_peer(pages, app_url + "/", "d", init_script="window.__daisyTest = {timing: {refusedWaitMs: 3000}};")
     record(d)
     wait_state(d, "s.running && s.runState === 'training'", "d synced in after the cut", 90_000)
     # it asked again: its own stall timer, or the leader dropped the sync it confirmed nothing of
@@ -159,7 +163,9 @@ def test_a_frozen_peer_in_a_two_device_group_stops_it_without_a_split(app_url, p
     """Half the group unreachable and no word from the server that it left: the survivor must
     not go on alone (the frozen one might come back and go on too), so it stops and keeps the
     last agreed state."""
-    a, b = open_group(pages, app_url + "/", 2)
+    # the server's word never comes (b's socket stays): a waits 2 s for it, not the page's 10 s
+    # (TIMING.confirmWaitMs; the deadline that finds b gone is the page's own)
+    a, b = open_group(pages, app_url + "/", 2, init_script="window.__daisyTest = {timing: {confirmWaitMs: 2000}};")
     settings = {"steps": 1000, **TINY}
     record(a)
     a.evaluate("(cfg) => window.daisy.start(cfg)", settings)

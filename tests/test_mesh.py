@@ -86,8 +86,8 @@ def room_pair(pages, url: str) -> tuple:
     return host, guest
 
 
-def open_group(pages, url: str, n: int, label: str = "p") -> list:
-    group = [open_peer(pages, url, f"{label}{i}") for i in range(n)]
+def open_group(pages, url: str, n: int, label: str = "p", init_script: str | None = None) -> list:
+    group = [open_peer(pages, url, f"{label}{i}", init_script) for i in range(n)]
     for page in group:
         linked(page, [o for o in group if o is not page])
         record_steps(page)

@@ -17,6 +17,7 @@
 import { ServerConnection } from './server_connection.js';
 import { Mesh } from '../mesh/mesh.js';
 import { RunController } from '../run/controller.js';
+import { TIMING } from '../run/record.js';
 import { ModelStore } from './model_store.js';
 import { GroupRestore } from './group_state.js';
 import { StoredRun } from './stored_run.js';
@@ -65,7 +66,10 @@ export class Peer {
     const forge = test.forge && typeof test.forge === 'object' ? { from: Number(test.forge.from) || 0, kind: String(test.forge.kind), factor: Number(test.forge.factor ?? 1) } : null;
     const liarAuditor = test.liarAuditor && typeof test.liarAuditor === 'object' ? { from: Number(test.liarAuditor.from) || 0 } : null;
     const liarOwner = test.liarOwner && typeof test.liarOwner === 'object' ? { from: Number(test.liarOwner.from) || 0 } : null;
-    this.runs = new RunController(runHost(this), { faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin),
+    // (tests/test_membership.py: shorter controller waits {name: ms}, only TIMING's names)
+    const timing = Object.fromEntries(Object.entries(test.timing && typeof test.timing === 'object' ? test.timing : {})
+      .filter(([k, v]) => Object.hasOwn(TIMING, k) && Number.isFinite(v) && v > 0));
+    this.runs = new RunController(runHost(this), { timing, faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin),
       forge, liarAuditor, liarOwner, referenceNonces: Boolean(test.referenceNonces) } });
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
     this.links = new Links(this);          // the links to the other peers (links.js)

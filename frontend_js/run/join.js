@@ -188,7 +188,7 @@ async function askToJoin(ctl, ids) {
   let dataId;
   try {
     dataId = await ctl.host.dataId();
-  } catch (err) { abandonJoin(ctl, err.message, 30_000); return; }
+  } catch (err) { abandonJoin(ctl, err.message, ctl.t.refusedWaitMs); return; }
   if (ctl.at !== jn) return;
   for (const id of ids) ctl.mesh.sendJson(id, TYPES.JOIN, { protocol: ctl.mesh.version, dataId }).catch(() => {});
   // quiet until the leader answers: a run that was just ending everywhere never answers
@@ -216,7 +216,10 @@ export function abandonJoin(ctl, why, backoffMs) {
     ctl.host.note(`Joining the group's run: ${why}.`);
     ctl.host.show({ runState: 'idle', sync: null });
   }
-  if (backoffMs < 60_000) setTimeout(() => maybeJoin(ctl), backoffMs + 10);
+  if (backoffMs < 60_000) {
+    const retry = setTimeout(() => maybeJoin(ctl), backoffMs + 10);
+    retry?.unref?.();              // Node: a pending retry never keeps a process alive (as the mesh's SYSTEM_CLOCK)
+  }
 }
 
 // REFUSE {runId: 0} from a peer this device asked
@@ -224,7 +227,7 @@ export function onJoinRefused(ctl, from, m) {
   const jn = ctl.at;
   if (m.json.runId !== 0 || !jn.asked.includes(from)) { ctl.mesh.drop(from, m, 'REFUSE for no request of ours'); return; }
   jn.refused = true;
-  abandonJoin(ctl, `${ctl.host.nameOf(from)} declined: ${String(m.json.reason || 'no reason').slice(0, 200)}`, 30_000);
+  abandonJoin(ctl, `${ctl.host.nameOf(from)} declined: ${String(m.json.reason || 'no reason').slice(0, 200)}`, ctl.t.refusedWaitMs);
 }
 
 // the leader's answer
@@ -250,7 +253,7 @@ export async function onSync(ctl, from, m) {
     if (!validHistory(d.history) || !isHash(desc.initHash) || typeof desc.dataId !== 'string' || !validAuditRate(desc.auditRate)) throw new Error('bad descriptor');
   } catch (err) {
     ctl.mesh.drop(from, m, `SYNC refused: ${err.message}`);
-    abandonJoin(ctl, `the leader's SYNC was refused (${err.message})`, 30_000);
+    abandonJoin(ctl, `the leader's SYNC was refused (${err.message})`, ctl.t.refusedWaitMs);
     return;
   }
   if (ctl.at !== jn) return;

@@ -14,6 +14,7 @@ export const TIMING = Object.freeze({
   reachMs: null,            // heard from within this long, a peer is one this device reaches (null: the deadline)
   confirmWaitMs: 10_000,    // too few survivors for a quorum: wait this long for the server's word
   joinWaitMs: 6_000,        // a joiner asks again when the leader's SYNC or STATE stalls this long
+  refusedWaitMs: 30_000,    // ... and this long after the leader refused it, its SYNC was refused or its join could not begin
   syncDeadlineMs: 60_000,   // a joiner not in the roster this long after its state was sent is dropped
   resyncIntervalMs: 5_000,  // at most one state transfer to the same joiner this often (times STALL_FACTOR per stalled sync)
   firstAckMs: 3_000,        // a joiner confirms (SYNCED) its first forwarded step this long after its state's send completed,

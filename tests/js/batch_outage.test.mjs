@@ -116,8 +116,8 @@ test('a token outside the vocabulary is a bad answer (the words of daisy/batch_s
 test('one(step, slot): the batch alone (an audit of another slot\'s past step): no prefetch, no wait counted; get prefetches its slot', async () => {
   const asked = [];
   const server = await serve(0, (req) => { asked.push(new URL(req.url, 'http://x').searchParams.get('step')); return { status: 200, id: DATA_ID }; });
+  const source = new HttpBatches({ ...CFG, steps: 100 }, { base: `http://127.0.0.1:${server.port}`, dataId: DATA_ID, ahead: 3 });
   try {
-    const source = new HttpBatches({ ...CFG, steps: 100 }, { base: `http://127.0.0.1:${server.port}`, dataId: DATA_ID, ahead: 3 });
     const { x } = await source.one(5, 1);
     assert.equal(x.length, CFG.batch * CFG.seq_len);
     assert.deepEqual(asked, ['5'], 'one fetch, nothing prefetched');
@@ -132,5 +132,10 @@ test('one(step, slot): the batch alone (an audit of another slot\'s past step): 
     await source.get(2, 1);
     await source.get(20, 0);
     assert.deepEqual([...source.inflight.keys()].sort(), ['21:0', '22:0', '23:0', '3:1', '4:1', '5:1']);
-  } finally { await server.close(); }
+  } finally {
+    // the prefetches still in flight stop retrying: else they wait out the 60-s outage bound
+    // (DATA_WAIT_MS) against the closed server and hold the test process that long
+    source.close();
+    await server.close();
+  }
 });
