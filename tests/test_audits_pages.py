@@ -88,6 +88,20 @@ def assert_kept_timeline(label: str, page, want: dict[int, str]) -> None:
             f"{label}: first mismatch at step {step}: page {got[step]}, reference {want[step]}"
 
 
+def group_story(group) -> str:
+    """What each page of the group did, for a failure: its end, its run's P schedule, the peers of
+    the first steps it kept, its convictions and every note it showed."""
+    lines = []
+    for i, page in enumerate(group):
+        s = state(page)
+        run = s["run"] or {}
+        peers = [(st, p) for st, _, p in page.evaluate("window.stepLog")][:12]
+        lines.append(f"slot {i} ({s['peerId']}): {s['runState']} at {s['step']}, history {run.get('history')}, "
+                     f"roster {run.get('roster')}; peers of its first kept steps {peers}; "
+                     f"convictions {page.evaluate('window.convictions')}; notes {page.evaluate('window.allNotes')}")
+    return "\n".join(lines)
+
+
 def audited_run(pages, url: str, faulty_slot: int, faults: dict, attack: str):
     """The run with one misbehaving page, its reference -> (honest [(page, label, final state)],
     [(peer id, the name the panel gives it)] by slot, the reference's single removal event)."""
@@ -102,7 +116,10 @@ def audited_run(pages, url: str, faulty_slot: int, faults: dict, attack: str):
         s = ended(page, f"{label} finished", RUN_MS)
         assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
         assert ids[faulty_slot] not in s["run"]["roster"], f"{label} still has the liar: {s['run']['roster']}"
-        assert_kept_timeline(label, page, want)
+        try:
+            assert_kept_timeline(label, page, want)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{group_story(group)}") from None
         finals.append((page, label, s))
     assert len({s["hash"] for _, _, s in finals}) == 1, [s["hash"] for _, _, s in finals]
     return finals, [(i, f"{n} ({i})") for i, n in zip(ids, names)], events[0]      # peer.js nameOf
