@@ -124,9 +124,9 @@ def audited_run(pages, url: str, faulty_slot: int, faults: dict, attack: str):
     finals = []
     for page, label in honest:
         s = ended(page, f"{label} finished", RUN_MS)
-        assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
-        assert ids[faulty_slot] not in s["run"]["roster"], f"{label} still has the liar: {s['run']['roster']}"
         try:
+            assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
+            assert ids[faulty_slot] not in s["run"]["roster"], f"{label} still has the liar: {s['run']['roster']}"
             assert_kept_timeline(label, page, want)
         except AssertionError as e:
             raise AssertionError(f"{e}\n{group_story(group)}") from None
