@@ -47,16 +47,26 @@ def fault_plan(faults: dict | None) -> str:
     return f"window.__daisyTest = {json.dumps({'referenceNonces': True, **(faults or {})})};"
 
 
-def open_audited_group(pages, url: str, faulty_slot: int, faults: dict) -> list:
+# the page leaves (its pagehide: LEAVE, the server told, every link closed, as closing it does) in
+# the 'step' event of its step k, before it computes anything of the next step: the reference's
+# `leave=k`. Closing the page from here instead lands a few steps later, and a later step's audit
+# may then convict it before the barrier does (a conviction at another step than the reference's)
+LEAVE_AT = """(k) => window.daisy.on('step', (e) => { if (e.step === k) window.dispatchEvent(new Event('pagehide')); })"""
+
+
+def open_audited_group(pages, url: str, faulty_slot: int, faults: dict, leaves_at: int | None = None) -> list:
     """Three pages opened one after another (slot order: the starter, then the others by time of
-    joining the group; frontend_js/run/start.js), the one of `faulty_slot` with `faults`, all
-    linked to each other; the run is started from the first -> [page of slot 0, 1, 2]."""
+    joining the group; frontend_js/run/start.js), the one of `faulty_slot` with `faults` (and
+    leaving once it completed step `leaves_at`, if given), all linked to each other; the run is
+    started from the first -> [page of slot 0, 1, 2]."""
     group = [open_peer(pages, url, f"s{i}", init_script=fault_plan(faults if i == faulty_slot else None))
              for i in range(3)]
     for page in group:
         linked(page, [o for o in group if o is not page])
         record(page)
         page.evaluate(RECORD_AUDITS)
+    if leaves_at is not None:
+        group[faulty_slot].evaluate(LEAVE_AT, leaves_at)
     group[0].evaluate("(cfg) => window.daisy.start(cfg)", SETTINGS)
     roster = state(group[0])["run"]["roster"]
     assert roster == [state(p)["peerId"] for p in group], f"slots {roster}: not the order the pages joined in"
@@ -88,6 +98,20 @@ def assert_kept_timeline(label: str, page, want: dict[int, str]) -> None:
             f"{label}: first mismatch at step {step}: page {got[step]}, reference {want[step]}"
 
 
+def group_story(group) -> str:
+    """What each page of the group did, for a failure: its end, its run's P schedule, the peers of
+    the first steps it kept, its convictions and every note it showed."""
+    lines = []
+    for i, page in enumerate(group):
+        s = state(page)
+        run = s["run"] or {}
+        peers = [(st, p) for st, _, p in page.evaluate("window.stepLog")][:12]
+        lines.append(f"slot {i} ({s['peerId']}): {s['runState']} at {s['step']}, history {run.get('history')}, "
+                     f"roster {run.get('roster')}; peers of its first kept steps {peers}; "
+                     f"convictions {page.evaluate('window.convictions')}; notes {page.evaluate('window.allNotes')}")
+    return "\n".join(lines)
+
+
 def audited_run(pages, url: str, faulty_slot: int, faults: dict, attack: str):
     """The run with one misbehaving page, its reference -> (honest [(page, label, final state)],
     [(peer id, the name the panel gives it)] by slot, the reference's single removal event)."""
@@ -100,9 +124,12 @@ def audited_run(pages, url: str, faulty_slot: int, faults: dict, attack: str):
     finals = []
     for page, label in honest:
         s = ended(page, f"{label} finished", RUN_MS)
-        assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
-        assert ids[faulty_slot] not in s["run"]["roster"], f"{label} still has the liar: {s['run']['roster']}"
-        assert_kept_timeline(label, page, want)
+        try:
+            assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
+            assert ids[faulty_slot] not in s["run"]["roster"], f"{label} still has the liar: {s['run']['roster']}"
+            assert_kept_timeline(label, page, want)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{group_story(group)}") from None
         finals.append((page, label, s))
     assert len({s["hash"] for _, _, s in finals}) == 1, [s["hash"] for _, _, s in finals]
     return finals, [(i, f"{n} ({i})") for i, n in zip(ids, names)], events[0]      # peer.js nameOf
@@ -156,8 +183,8 @@ def test_a_lying_auditor_is_removed_by_the_recomputation_of_its_accusation(app_u
 
 def test_a_forger_that_withholds_its_audit_frames_and_leaves_is_checked_at_the_barrier(app_url, pages):
     """Issue 27 §1: slot 1 sends -1000 x its gradient at step index 9, withholds its AUDIT frames
-    from there (no commitment, no reveal: its audits cannot be drawn) and closes its page right
-    after step 10. A departure is a barrier: each honest page recomputes the leaver's steps since
+    from there (no commitment, no reveal: its audits cannot be drawn) and leaves (its page's
+    pagehide) right after step 10. A departure is a barrier: each honest page recomputes the leaver's steps since
     its last passed audit from its own kept states against the bytes it received, convicts it,
     rolls back and finishes the run `python -m daisy.train --attack
     "slot=1,from=9,kind=scale:-1000,leave=10"` keeps."""
@@ -166,10 +193,10 @@ def test_a_forger_that_withholds_its_audit_frames_and_leaves_is_checked_at_the_b
     want, events = reference_attack(attack)
     assert [(e["event"], e["peer"], e["step"]) for e in events] == [("removed", 1, K + 1)], events
     group = open_audited_group(pages, app_url + "/", 1, {"forge": {"from": K, "kind": "scale", "factor": -1000},
-                                                          "withholdAudits": {"from": K}})
+                                                          "withholdAudits": {"from": K}}, leaves_at=K + 1)
     ids = [state(p)["peerId"] for p in group]
     group[1].wait_for_function(f"window.daisy.state().step >= {K + 1}", timeout=RUN_MS)
-    group[1].close()                                   # pagehide: LEAVE
+    group[1].close()                                   # (it left at step K + 1 already)
     for page, label in ((group[0], "slot 0"), (group[2], "slot 2")):
         s = ended(page, f"{label} finished", RUN_MS)
         assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"

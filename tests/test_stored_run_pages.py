@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import pytest
@@ -86,17 +87,30 @@ def as_member(app_url: str, act) -> list:
     return answers
 
 
+GROUP_UPLOAD_BUSY = "another upload of this group's run is in progress"
+BUSY_RETRY_S, BUSY_BUDGET_S = 0.1, 20.0
+
+
 def liar_stores(app_url: str, run_id: int, roster: list[str], body: bytes) -> list[tuple[int, str]]:
     """A member vouches for `body` over its seat, first naming the pages' roster plus itself,
-    then itself alone, and uploads it under the pages' run id each time -> [(status, text)]."""
+    then itself alone, and uploads it under the pages' run id each time -> [(status, text)].
+    The group's leader uploads every STORE_EVERY steps (tiny steps: nearly back to back), and the
+    server takes one upload per group at a time: one that finds the group's own in progress is
+    answered 409 "retry" before its body is read (its vouching is unknown until the body is
+    hashed), so the liar retries that one, as any client does; the answer kept is the first other."""
     state = decode_state(body, need_optim=False)
 
     async def lie(liar, http, answers):
         for claimed in (roster + [liar.id], [liar.id]):
             await liar.send({"type": "vouch", "run": run_id, "step": state["step"], "final": False,
                              "hash": state["weight_hash"], "roster": claimed})
-            r = await http.post(f"/api/group-run?run={run_id}&final=0", content=body,
-                                headers={"X-Daisy-Token": liar.welcome["token"]})
+            give_up = time.monotonic() + BUSY_BUDGET_S
+            while True:
+                r = await http.post(f"/api/group-run?run={run_id}&final=0", content=body,
+                                    headers={"X-Daisy-Token": liar.welcome["token"]})
+                if not (r.status_code == 409 and GROUP_UPLOAD_BUSY in r.text) or time.monotonic() > give_up:
+                    break
+                await asyncio.sleep(BUSY_RETRY_S)
             answers.append((r.status_code, r.text))
     return as_member(app_url, lie)
 

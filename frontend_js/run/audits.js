@@ -680,6 +680,8 @@ async function drainEvidence(ctl, run) {
     const i = b.evidence.findIndex(({ ev }) => ev.step <= b.done);
     if (i < 0) break;
     const [{ from, ev }] = b.evidence.splice(i, 1);
+    // its slots are those of its epoch's roster: after a roster change they name other peers
+    if (ev.epoch !== run.epoch) { ctl.mesh.dropStale(); continue; }
     const key = evidenceKey(run.epoch, ev);
     if (b.evidenceSeen.has(key)) continue;
     b.evidenceSeen.add(key);
@@ -690,8 +692,11 @@ async function drainEvidence(ctl, run) {
       ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} that names no audit of that step or another commitment`);
       continue;
     }
+    const epoch = run.epoch;
     const reproduced = await recompute(ctl, run, ev.step, ev.slot);
-    if (reproduced === null || run.book !== b || run.ended) return false;
+    // a roster change while it recomputed (a conviction's rollback applied) voids the evidence: read
+    // against the new roster, its slots would convict a peer it never named
+    if (reproduced === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
     const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
     const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
     ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
@@ -713,8 +718,9 @@ async function judgeOwner(ctl, run, b, from, ev, pairs) {
   }
   const owner = run.roster[ev.slot], accuser = run.roster[ev.accuser];
   ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
+  const epoch = run.epoch;
   const transcript = await askTranscript(ctl, run, b, ev.step, ev.slot);
-  if (run.book !== b || run.ended) return false;
+  if (run.book !== b || run.ended || run.epoch !== epoch) return false;     // (a roster change meanwhile: void, as above)
   if (transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
   const { reason } = ownerVerdict(run, b, ev.step, ev.slot, transcript);
   if (reason !== null) convict(ctl, run, owner, ev.step, ownerWords(ctl, run, owner, ev.step, reason, ev.accuser));

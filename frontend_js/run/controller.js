@@ -78,6 +78,7 @@ const HANDLERS = {
 const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
   [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
   [TYPES.TRANSCRIPT_ASK, new Set(['joining'])]]);
+const LATE_OF_ENDED = new Set([TYPES.STOP, TYPES.FIN]);
 
 // What one link may still deliver of a run that ended (bytes on the wire): a peer's messages of the
 // step it was exchanging and of the one it may have begun streaming (GRAD or its parts, REDUCED),
@@ -110,6 +111,7 @@ export class RunController {
     this.pokes = new Set();      // waiters woken when a roster change or recovery moves on
     this.endedWaiters = new Set();
     this.earlyState = null;      // idle: a STATE that came before its RUN ({from, m}; the latest one only)
+    this.lateOfEnded = { run: null, seen: new Set() };   // the last run's late STOP/FIN taken uncounted: 'from:type', one each
     // what a STATE may weigh while no run expects one: one state body, kept for the RUN that may
     // follow (links deliver in order, the in-memory test transport does not)
     this.idleStateLimit = (hd) => (this.phase === 'idle' ? MAX_STATE_BYTES : 'STATE while no run expects it');
@@ -155,7 +157,20 @@ export class RunController {
       if (out && typeof out.catch === 'function') out.catch((err) => console.warn('daisy: a run handler failed:', err));
       return;
     }
-    if (!QUIET.get(type)?.has(this.phase)) this.mesh.drop(from, m, `not expected while this device is ${this.phase}`);
+    if (QUIET.get(type)?.has(this.phase)) return;
+    // the run that just ended here: a member's relay of its STOP (each relays it once) or its FIN
+    // may still be on its way
+    if (LATE_OF_ENDED.has(type) && this.justEnded(m.runId) && this.firstLate(from, type)) { this.mesh.dropStale(); return; }
+    this.mesh.drop(from, m, `not expected while this device is ${this.phase}`);
+  }
+
+  // one late STOP and one late FIN per member of the run that just ended go uncounted; a second is a bad frame
+  firstLate(from, type) {
+    if (this.lateOfEnded.run !== this.lastRun) this.lateOfEnded = { run: this.lastRun, seen: new Set() };
+    const key = `${from}:${type}`;
+    if (this.lateOfEnded.seen.has(key)) return false;
+    this.lateOfEnded.seen.add(key);
+    return true;
   }
 
   routeGradient(from, m) {

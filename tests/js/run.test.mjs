@@ -254,8 +254,18 @@ test('a STOP naming another member shows its sender as the stopper and the name 
   const { g, nodes } = await startGroup(3, 37);
   const [L, P1, H] = nodes;
   await g.until(() => L.completed >= 4, '4 steps');
-  const run = H.ctl.run;
-  H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: 'stopped on p0', by: L.id }, { runId: run.desc.runId, slot: 2 });
+  const run = H.ctl.run, stopAfter = run.completed;
+  // H's gradients past the step it names wait until P1 has taken the STOP: frames are reordered in
+  // flight, and a STOP that reaches P1 two steps past its stopAfter is stale and dropped (loop.js
+  // onStop) — H, which keeps training, would have let the run go on to its end
+  const send = H.mesh.send.bind(H.mesh);
+  H.mesh.send = async (to, msg) => {
+    if ((msg.type === TYPES.GRAD || msg.type === TYPES.GRAD_PART) && msg.step > stopAfter) {
+      await g.until(() => P1.run.stopAfter !== null || P1.ended, 'P1 to take the STOP');
+    }
+    return send(to, msg);
+  };
+  H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: 'stopped on p0', by: L.id }, { runId: run.desc.runId, slot: 2 });
   const ends = await g.ended([L, P1]);
   for (const e of ends) assert.equal(e.state, 'stopped');
   // P1 saw H's frame: H stopped it, and what H says of p0 is H's word
