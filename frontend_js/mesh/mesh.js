@@ -213,6 +213,13 @@ export class Mesh {
   // a frame of what just ended (Stale): expected, so neither a bad frame nor a line of the log
   dropStale() { this.drops.stale++; }
 
+  // the bytes (frames, headers included) of `key`'s Stale budget the link from peerId has used
+  // (0: none of it yet); a read only (run_end.test.mjs sets its late frames against what is left)
+  staleBytes(peerId, key) {
+    const s = this.links.get(peerId)?.stale;
+    return s && s.key === key ? s.bytes : 0;
+  }
+
   drop(peerId, m, reason, type = m ? m.type : undefined) {
     const what = m ? `${typeName(m.type)} step ${m.step + 1} ` : '';
     const line = `dropped ${what}from ${peerId}: ${reason}`;
