@@ -594,18 +594,27 @@ function pruneFrames(run) {
   const keep = Math.min(b.done - VERDICT_STEPS, barrierFloor(run));              // a departure's barrier reads these
   for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);
   for (const map of [b.transcripts, b.asked]) for (const key of [...map.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) map.delete(key);   // epoch:step:owner
+  for (const key of [...b.reproduced.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) b.reproduced.delete(key);   // epoch:step:slot:accuser
   for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - VERDICT_STEPS) b.answered.delete(key);          // asker:epoch:step
   // a pending pass whose auditor's evidence would be here by now (sent by step t + W, before that
   // auditor's gradient of t + W + 1 on the same ordered link) is a pass
   for (const [key, p] of [...b.pending]) if (p.t < b.done - AUDIT_WINDOW - 1) b.pending.delete(key);
 }
 
-// a member's evidence: checked once this device ran that step's audits itself
+// a member's evidence: checked once this device ran that step's audits itself. Its sender is the
+// accuser (its own word) or relays another member's (docs/PROTOCOL.md "Audited gradients"): a
+// relay is checked against the same pairs and commitments this device holds, and convicts only
+// what this device recomputes itself (the accused, when its contribution does not reproduce); a
+// relayed accusation that reproduces convicts nobody (only the accuser's own frame names it) and
+// is a bad frame, as is one naming no audit. A relay of evidence judged here already is dropped
+// without counting (every honest member relays it once).
 export function onEvidence(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
-  const accuser = run.roster.indexOf(from);
-  if (!b || d.runId !== run.desc.runId || accuser < 0 || d.accuser !== accuser || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
+  const sender = run.roster.indexOf(from);
+  if (!b || d.runId !== run.desc.runId || sender < 0 || !Number.isInteger(d.accuser) || d.accuser < 0 || d.accuser >= run.roster.length
+      || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
       || !isHash(d.committed) || !isHash(d.recomputed) || d.epoch !== run.epoch || (d.kind !== undefined && d.kind !== 'reduce')) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
+  if (d.accuser !== sender && b.evidenceSeen.has(evidenceKey(run.epoch, d))) return;      // a relay of evidence judged here
   if (b.evidence.length >= run.roster.length * 2) { ctl.mesh.drop(from, m, 'too much evidence at once'); return; }
   b.evidence.push({ from, ev: d });
   (run.recovery ? advance(ctl, run) : drainEvidence(ctl, run)).catch((err) => console.warn('daisy: checking evidence failed:', err));
@@ -641,7 +650,7 @@ export async function onTranscriptAsk(ctl, from, m) {
 // or this device was audited at t and an EVIDENCE naming it (accused or accuser) at a later step
 // within the verdict window is here: every member that convicts on it checks this device's audits
 // before that step whose verdicts may still come, its reduce included (checkingEarlier). Pending or
-// judged, or sent by this device: evidenceSeen's keys are epoch:step:slot:accuser
+// judged, or sent by this device: evidenceSeen's keys (and reproduced's) are epoch:step:slot:accuser
 function transcriptOwed(run, b, asker, epoch, t) {
   if (asker < 0) return false;
   const pairs = b.pairs.get(t);
@@ -651,7 +660,7 @@ function transcriptOwed(run, b, asker, epoch, t) {
     (reduce && step === t && slot === run.slot)
     || (audited && step > t && step - t <= VERDICT_STEPS && (slot === run.slot || accuser === run.slot)));
   if (b.evidence.some(({ ev }) => owes({ e: ev.epoch, step: ev.step, slot: ev.slot, accuser: ev.accuser, reduce: ev.kind === 'reduce' }))) return true;
-  for (const k of b.evidenceSeen) {
+  for (const k of [...b.evidenceSeen, ...b.reproduced.keys()]) {
     const [e, step, slot, accuser] = k.split(':').map(Number);
     if (owes({ e, step, slot, accuser, reduce: slot === run.slot && step === t })) return true;
   }
@@ -682,19 +691,27 @@ async function drainEvidence(ctl, run) {
     const [{ from, ev }] = b.evidence.splice(i, 1);
     const key = evidenceKey(run.epoch, ev);
     if (b.evidenceSeen.has(key)) continue;
-    b.evidenceSeen.add(key);
+    const relayed = run.roster.indexOf(from) !== ev.accuser;
     const pairs = b.pairs.get(ev.step);
-    if (ev.kind === 'reduce') return judgeOwner(ctl, run, b, from, ev, pairs);
+    if (ev.kind === 'reduce') return judgeOwner(ctl, run, b, from, ev, pairs, relayed);
     const committed = b.digests.get(ev.step)?.[ev.slot];
     if (!pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot) || committed !== ev.committed) {
       ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} that names no audit of that step or another commitment`);
       continue;
     }
-    const reproduced = await recompute(ctl, run, ev.step, ev.slot);
+    const reproduced = b.reproduced.get(key) ?? await recompute(ctl, run, ev.step, ev.slot);
     if (reproduced === null || run.book !== b || run.ended) return false;
     const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
     const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
-    ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
+    if (verdict !== 'audited' && relayed) {
+      // a false accusation in another member's words: not the accuser's own (it may not have said it)
+      b.reproduced.set(key, reproduced);
+      if (ev.slot !== run.slot) ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `a relayed EVIDENCE of step ${ev.step + 1} whose gradient reproduced (only the accuser's own frame convicts it)`);
+      continue;
+    }
+    b.evidenceSeen.add(key);
+    // relayed once, so every honest member judges it even when the accuser told only one
+    if (verdict === 'audited') ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
     if (verdict === 'audited') convict(ctl, run, accused, ev.step, removalWords(ctl, run, accused, ev.step, ev));
     else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose gradient reproduced: ${ctl.host.nameOf(accuser)} removed`);
     return false;
@@ -704,19 +721,34 @@ async function drainEvidence(ctl, run) {
 
 // evidence against a shard owner's reduce: this device asks the owner for the transcript itself
 // (its own when it is that owner) and judges; no answer in time: the owner is gone. -> false
-async function judgeOwner(ctl, run, b, from, ev, pairs) {
-  const got = b.received.get(ev.step);
+async function judgeOwner(ctl, run, b, from, ev, pairs, relayed) {
+  const got = b.received.get(ev.step), key = evidenceKey(run.epoch, ev);
   if (run.collective.topology !== 'rsag' || !pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot)
       || !got?.reduced || ev.committed !== sha256Hex(got.reduced[ev.slot])) {
     ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} against a reduce that names no audit of it or another REDUCED`);
     return drainEvidence(ctl, run);
   }
   const owner = run.roster[ev.slot], accuser = run.roster[ev.accuser];
-  ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
-  const transcript = await askTranscript(ctl, run, b, ev.step, ev.slot);
+  const cleared = b.reproduced.has(key);            // a relay of it cleared the owner here already
+  if (!cleared) {
+    b.evidenceSeen.add(key);                         // (the owner answers the asks of its judges: transcriptOwed)
+    // the owner first (it answers this device's ask only once it holds evidence against it), the
+    // others once its reduce did not reproduce
+    if (owner !== ctl.selfId && owner !== from && owner !== accuser) ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, [owner]);
+  }
+  const transcript = cleared ? null : await askTranscript(ctl, run, b, ev.step, ev.slot);
   if (run.book !== b || run.ended) return false;
-  if (transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
-  const { reason } = ownerVerdict(run, b, ev.step, ev.slot, transcript);
+  if (!cleared && transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
+  const { reason } = cleared ? { reason: null } : ownerVerdict(run, b, ev.step, ev.slot, transcript);
+  if (reason === null && relayed) {
+    // cleared, in another member's words: only the accuser's own frame convicts it
+    b.evidenceSeen.delete(key);
+    b.reproduced.set(key, 'cleared');
+    if (ev.slot !== run.slot) ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `a relayed EVIDENCE of step ${ev.step + 1} against a reduce that reproduced (only the accuser's own frame convicts it)`);
+    return drainEvidence(ctl, run);
+  }
+  b.evidenceSeen.add(key);
+  if (reason !== null) ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from && id !== owner));
   if (reason !== null) convict(ctl, run, owner, ev.step, ownerWords(ctl, run, owner, ev.step, reason, ev.accuser));
   else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused the reduced shard of ${ctl.host.nameOf(owner)} at step ${ev.step + 1}, which reproduced: ${ctl.host.nameOf(accuser)} removed`);
   return false;
@@ -979,6 +1011,7 @@ export function takeRollback(run, from, convicted) {
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
   b.done = Math.min(b.done, from - 1);
   b.evidence = [];
+  b.reproduced.clear();
   return st.hash;
 }
 

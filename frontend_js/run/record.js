@@ -197,6 +197,8 @@ export class AuditBook {
     this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
     this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
+    this.reproduced = new Map(); // the same keys -> the digest recomputed for a relayed accusation that reproduced:
+                                 // only the accuser's own frame convicts it (no second recomputation then)
     this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight}]: this
                                  // device's audits to recompute, in deadline order (done: units of it run so far;
                                  // release: lets go of the backend; admitting: the gate being passed; inflight: units)
