@@ -163,10 +163,20 @@ async function catchUp(ctl, run, upTo) {
   const b = run.book;
   while (b.done < upTo && run.book === b && !run.ended && !run.recovery) {
     const t = b.done + 1;
-    const missing = () => missingFor(run, t);
+    // (at the run's end a member gone is not waited for: its steps are recomputed, checkEnd)
+    const missing = () => missingFor(run, t).filter((id) => !run.finishing || !run.gone.has(id));
     const ok = await waitUntil(() => !missing().length || run.ended || run.recovery || run.book !== b, run.collective.deadlineMs,
       (wake) => ctl.onPoke(wake));
     if (run.ended || run.recovery || run.book !== b) return false;
+    if (run.finishing && (!ok || missingFor(run, t).length)) {
+      // the run's end: that step's audits are not drawn, and a member whose frames did not come is
+      // not waited for again (its contributions are recomputed: checkEnd; it changes no roster)
+      const ids = missingFor(run, t).filter((id) => !run.gone.has(id));
+      if (ids.length) ctl.host.note(`Step ${t + 1} is not audited: no audit commitment of it from ${ids.map((id) => ctl.host.nameOf(id)).join(', ')} in time (checked at the run's end).`);
+      for (const id of ids) ctl.peerGone(id, `no audit commitment of step ${t + 1} in time`);
+      b.done = t;
+      continue;
+    }
     if (!ok) {
       const ids = missing();
       ctl.host.note(`No audit commitment of step ${t + 1} from ${ids.map((id) => ctl.host.nameOf(id)).join(', ')} in time.`);
@@ -237,7 +247,7 @@ async function auditStep(ctl, run, t) {
   }
   for (const [auditor, audited] of pairs) {
     // its verdict may come up to W steps later: until then the pass is pending here
-    b.pending.set(`${t}:${audited}`, { t, slot: audited, committed: toHex(digests[audited]) });
+    b.pending.set(`${t}:${audited}`, { t, slot: audited, auditor, committed: toHex(digests[audited]) });
     recordPass(run, run.roster[audited], run.roster[auditor], t + 1);
   }
   keepState(run);
@@ -952,6 +962,44 @@ export function checkDeparture(ctl, run, id) {
     b.departing.delete(id);
     ctl.judged(run);
   })().catch((err) => console.warn('daisy: checking a departure failed:', err));
+}
+
+// ---- a run's end is a barrier too (docs/PROTOCOL.md "Audited gradients"; loop.js finishBarrier)
+// Every member ran the audits it owes (flush) and sent FIN; then this device recomputes every other
+// member's contributions since its last settled pass (a pass whose auditor sent its FIN of this
+// epoch and step is settled: that auditor ran every audit it owed, and its evidence came first on
+// the same ordered link), earliest step first, slots in order at a step, against the bytes and
+// loss it received; the first that does not reproduce convicts its sender with an audit's
+// rollback (the reference's AuditedRun.finish). Cost: one local step per contribution since its
+// sender's last settled pass (about (P - 1)/q at rate q), at each end. -> true when all reproduced
+export async function checkEnd(ctl, run) {
+  const b = run.book;
+  if (!b) return true;
+  const epoch = run.epoch, void_ = () => run.ended || run.book !== b || run.epoch !== epoch || run.recovery !== null;
+  // this device's judgements first (evidence it holds, a conviction's earlier audits)
+  const judging = () => b.accused.size > 0 || b.checking !== null || b.evidence.some(({ ev }) => ev.step <= b.done);
+  while (judging() && !void_()) await waitUntil(() => !judging() || void_(), GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+  if (void_()) return false;
+  const finished = (slot) => {
+    const f = run.fins.get(run.roster[slot]);
+    return slot === run.slot || (f && f.epoch === run.epoch && f.step === run.completed);
+  };
+  for (const [key, p] of [...b.pending]) if (finished(p.auditor)) b.pending.delete(key);
+  const others = run.roster.map((id, slot) => ({ id, slot, from: checkedFrom(run, id) })).filter(({ slot }) => slot !== run.slot);
+  for (let u = Math.min(run.completed, ...others.map((x) => x.from)); u < run.completed; u++) {
+    const got = b.received.get(u);
+    for (const { id, slot, from } of others) {
+      if (u < from) continue;
+      if (!got || !b.states.has(u)) { ctl.host.note(`Cannot check step ${u + 1} of ${ctl.host.nameOf(id)} at the run's end: its state is no longer kept here.`); continue; }
+      const mine = await recompute(ctl, run, u, slot, null, null, true);
+      if (mine === null || void_()) return false;
+      if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked at the run's end; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        return false;
+      }
+    }
+  }
+  return !void_();
 }
 
 // the first step of `id`'s contributions not covered by a settled pass: after its latest pass by an

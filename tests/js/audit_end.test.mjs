@@ -4,6 +4,9 @@
 // tested equal to python -m daisy.train --attack):
 //   1. an honest member's relay of EVIDENCE is no bad frame; a forged relay (an accusation in
 //      another member's name that does not hold) is one, and convicts nobody
+//   2. a run's end is a barrier: a member forges at step K and a user stops the run right after
+//      (at K + 1); every honest page convicts it before the Stop takes effect and ends at the
+//      reference's state of that removal (python -m daisy.train --attack ... --stop-after S)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -63,5 +66,30 @@ test('an honest relay of EVIDENCE is no bad frame; a forged relay (a false accus
     assert.deepEqual(fromHonest, [], 'no EVIDENCE of an honest member is a bad frame');
     const forged = drops.get(liar.id).filter((l) => new RegExp(`a relayed EVIDENCE of step ${t + 1} whose gradient reproduced`).test(l));
     assert.equal(forged.length, honest.filter((n) => n.id !== `p${auditor}` && n.id !== `p${accused}`).length, `each page the liar relayed to counted it (but the accused): ${drops.get(liar.id).join(' | ')}`);
+  } finally { await g.close(); }
+});
+
+test('a Stop is a barrier: a member forges at step K, a user stops the run right after; every honest page removes it and ends at the reference of that removal (P = 3)', async () => {
+  const K = 9;
+  const { g, nodes } = await audited(3, { 1: { forge: { from: K, kind: 'scale', factor: -1000 } } });
+  try {
+    const [a, , c] = nodes;
+    // a's user presses Stop once a sent its gradient of step K: the run ends after K + 1 steps
+    // (a step or two later on a loaded machine: the reference is run to where it ended)
+    await g.until(() => a.ctl.run && a.ctl.run.lastSent >= K, `p0 sent step ${K + 1}`, 30_000);
+    a.ctl.stop();
+    const S = a.run.stopAfter;
+    await g.ended([a, c], 60_000);
+    const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000`, {}, S);
+    assert.deepEqual(ref.removals.map((r) => [r.peer, r.step]), [[1, K + 1]], `the reference (stop after ${S}) removes p1 at step ${K + 1}: ${JSON.stringify(ref.removals)}`);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'stopped', `${n.id}: ${n.ended.message}`);
+      assert.equal(n.ended.error || '', '', `${n.id} stopped without an alarm: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      const got = convictions(n).map((x) => [x.peer, x.step, x.back]);
+      assert.deepEqual(got, [['p1', K + 1, ref.removals[0].back]], `${n.id}: convicted ${JSON.stringify(got)}, the reference ${JSON.stringify(ref.removals)}`);
+      assertKept(n, ref, S);
+    }
+    console.log(`stopped after ${S} (forged at ${K + 1}): ${convictions(a)[0].why}`);
   } finally { await g.close(); }
 });
