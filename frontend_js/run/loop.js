@@ -312,6 +312,8 @@ export function setStop(ctl, run, stopAfter, by, reason, alarmed = '') {
 export function onStop(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { ctl.mesh.drop(from, m, 'STOP for no run of ours'); return; }
+  // at the end's barrier this device's steps are final: a STOP before them comes too late
+  if (run.finishing && d.stopAfter < run.completed) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}: this device's run ends at step ${run.completed} (its end's barrier)`); return; }
   const low = run.cfg.local_steps > 1 ? Math.min(run.undo?.step ?? run.completed, run.completed) : run.completed - 1;
   if (d.stopAfter < low || d.stopAfter > run.lastSent + 1 + run.cfg.local_steps) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
   const reason = String(d.reason || '').slice(0, 400);
