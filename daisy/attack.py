@@ -5,6 +5,8 @@
     --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
     --attack "slot=1,from=150,kind=scale:-1000,leave=151"   peer 1 forges at 150, withholds its
                                                     commitments from 150 on and leaves before 151
+    --attack "slot=1,from=150,kind=scale:-1000" --stop-after 151   peer 1 forges at 150, then a Stop:
+                                                    the end's barrier recomputes it and removes it
     --audit-rate 0.5                                each slot's contribution audited with chance 0.5 per
                                                     step (default 0.1; 0 = none; 1 = every slot, every step)
 
@@ -27,7 +29,8 @@ A step: every slot's messages and commitment; cheap checks; the seeded audits, e
 its auditor; a failed audit judged by recomputation removes the audited peer or its accuser; a
 removal rolls the group back to the state after that peer's last passed audit and recomputes
 from there without it (steps recomputed print again; the last line printed for a step is the
-run's). At the end, stderr names the kept timeline's roster: `python -m daisy.train --roster R`
+run's). A departure (leave=) and the run's end (its last step, --stop-after) are barriers: every
+contribution not covered by a passed audit is recomputed first (depart, finish). At the end, stderr names the kept timeline's roster: `python -m daisy.train --roster R`
 prints the same last line for every step.
 """
 import hashlib

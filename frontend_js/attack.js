@@ -6,7 +6,9 @@
 // slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
 // commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
-// state after that peer's last passed audit and recomputes from there without it.
+// state after that peer's last passed audit and recomputes from there without it. A departure
+// (leave=STEP) and the run's end (its last step, --stop-after) are barriers: every contribution not
+// covered by a passed audit is recomputed first (depart, finish).
 import { PURPOSE_ATTACK, draw, key, uniform } from './prng.js';
 import { paramShapes } from './model.js';
 import { flattenGrads, unflatten } from './collective.js';
