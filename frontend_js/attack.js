@@ -303,8 +303,10 @@ export class AuditedRun {
   // A run's end (its last step, or a Stop: --stop-after) is a barrier: every contribution since its
   // sender's last passed audit (or the roster's last change) is recomputed, earliest step first,
   // slots in order at a step; the first that does not reproduce convicts its sender (an audit's
-  // removal and rollback; the caller computes the steps from there again). -> whether it removed a peer
+  // removal and rollback; the caller computes the steps from there again); audits off (rate 0): none.
+  // -> whether it removed a peer
   async finish(end, emit) {
+    if (this.rate === 0) return false;                 // audits off: nothing is checked
     const start = this.checkedFrom();
     for (let u = Math.min(...start.values()); u < end; u++) {
       const [state, digests] = this.before.get(u);
