@@ -238,6 +238,9 @@ async function finishBarrier(ctl, run) {
 }
 
 async function barrier(ctl, run) {
+  // a conviction whose recovery a Stop cut short goes on first: the end keeps no lie
+  for (const id of audits.convictedIds(run)) if (!run.recovery) ctl.convicted(run, id, `${ctl.host.nameOf(id)} was convicted before the run ended`);
+  if (run.recovery) return false;
   if (!(await audits.flush(ctl, run))) return false;
   const others = run.roster.filter((id) => id !== ctl.selfId);
   const fin = { runId: run.desc.runId, epoch: run.epoch, step: run.completed, hash: run.hash };

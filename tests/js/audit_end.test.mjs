@@ -7,6 +7,8 @@
 //   2. a run's end is a barrier: a member forges at step K and a user stops the run right after
 //      (at K + 1); every honest page convicts it before the Stop takes effect and ends at the
 //      reference's state of that removal (python -m daisy.train --attack ... --stop-after S)
+//   3. a Stop while a conviction's recovery is under way (the Stop cuts the recovery short): the
+//      conviction still takes effect at the end's barrier, every honest page = the reference
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -91,5 +93,28 @@ test('a Stop is a barrier: a member forges at step K, a user stops the run right
       assertKept(n, ref, S);
     }
     console.log(`stopped after ${S} (forged at ${K + 1}): ${convictions(a)[0].why}`);
+  } finally { await g.close(); }
+});
+
+test('a Stop that cuts a conviction\'s recovery short: the removal still takes effect before the end, every honest page = the reference of that removal (P = 3)', async () => {
+  const K = 5;
+  const { g, nodes } = await audited(3, { 1: { forge: { from: K, kind: 'scale', factor: -1000 } } });
+  try {
+    const [a, , c] = nodes;
+    // a's user presses Stop the moment a convicts the forger (its recovery is under way)
+    const seen = a.onEvent.bind(a);
+    let stopped = false;
+    a.onEvent = (event, payload) => { seen(event, payload); if (event === 'convicted' && !stopped) { stopped = true; a.ctl.stop(); } };
+    await g.ended([a, c], 60_000);
+    assert.ok(stopped, 'a convicted the forger');
+    const S = a.run.stopAfter;
+    const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000`, {}, S);
+    assert.equal(ref.removals.length, 1, JSON.stringify(ref.removals));
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'stopped', `${n.id}: ${n.ended.message}`);
+      assert.equal(n.ended.error || '', '', `${n.id} stopped without an alarm: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      assertKept(n, ref, S);
+    }
   } finally { await g.close(); }
 });
