@@ -621,6 +621,7 @@ function pruneFrames(run) {
 export function onEvidence(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
   const sender = run.roster.indexOf(from);
+  if (b && d.runId === run.desc.runId && Number.isInteger(d.epoch) && d.epoch < run.epoch) return;   // a late frame of an epoch this device left
   if (!b || d.runId !== run.desc.runId || sender < 0 || !Number.isInteger(d.accuser) || d.accuser < 0 || d.accuser >= run.roster.length
       || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
       || !isHash(d.committed) || !isHash(d.recomputed) || d.epoch !== run.epoch || (d.kind !== undefined && d.kind !== 'reduce')) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
