@@ -700,6 +700,8 @@ async function drainEvidence(ctl, run) {
     const i = b.evidence.findIndex(({ ev }) => ev.step <= b.done);
     if (i < 0) break;
     const [{ from, ev }] = b.evidence.splice(i, 1);
+    // its slots are those of its epoch's roster: after a roster change they name other peers
+    if (ev.epoch !== run.epoch) { ctl.mesh.dropStale(); continue; }
     const key = evidenceKey(run.epoch, ev);
     if (b.evidenceSeen.has(key)) continue;
     const relayed = run.roster.indexOf(from) !== ev.accuser;
@@ -710,8 +712,11 @@ async function drainEvidence(ctl, run) {
       ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} that names no audit of that step or another commitment`);
       continue;
     }
+    const epoch = run.epoch;
     const reproduced = b.reproduced.get(key) ?? await recompute(ctl, run, ev.step, ev.slot);
-    if (reproduced === null || run.book !== b || run.ended) return false;
+    // a roster change while it recomputed (a conviction's rollback applied) voids the evidence: read
+    // against the new roster, its slots would convict a peer it never named
+    if (reproduced === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
     const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
     const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
     if (verdict !== 'audited' && relayed) {
@@ -747,8 +752,9 @@ async function judgeOwner(ctl, run, b, from, ev, pairs, relayed) {
     // others once its reduce did not reproduce
     if (owner !== ctl.selfId && owner !== from && owner !== accuser) ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, [owner]);
   }
+  const epoch = run.epoch;
   const transcript = cleared ? null : await askTranscript(ctl, run, b, ev.step, ev.slot);
-  if (run.book !== b || run.ended) return false;
+  if (run.book !== b || run.ended || run.epoch !== epoch) return false;     // (a roster change meanwhile: void, as above)
   if (!cleared && transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
   const { reason } = cleared ? { reason: null } : ownerVerdict(run, b, ev.step, ev.slot, transcript);
   if (reason === null && relayed) {

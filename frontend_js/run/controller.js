@@ -74,7 +74,6 @@ const HANDLERS = {
 // frames that are simply not for this device in some phases (no drop: they are expected there)
 const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
   [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
-  [TYPES.FIN, new Set(['idle'])],            // a member slower than finWaitMs at the run's end (loop.js finishBarrier)
   [TYPES.TRANSCRIPT_ASK, new Set(['joining'])]]);
 
 // What one link may still deliver of a run that ended (bytes on the wire): a peer's messages of the
