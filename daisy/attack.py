@@ -5,6 +5,8 @@
     --attack "slot=1+3,from=39,kind=scale:-1000"   peers 1 and 3 collude (each passes the other's audit)
     --attack "slot=1,from=150,kind=scale:-1000,leave=151"   peer 1 forges at 150, withholds its
                                                     commitments from 150 on and leaves before 151
+    --attack "slot=1,from=150,kind=scale:-1000" --stop-after 151   peer 1 forges at 150, then a Stop:
+                                                    the end's barrier recomputes it and removes it
     --audit-rate 0.5                                each slot's contribution audited with chance 0.5 per
                                                     step (default 0.1; 0 = none; 1 = every slot, every step)
 
@@ -27,7 +29,8 @@ A step: every slot's messages and commitment; cheap checks; the seeded audits, e
 its auditor; a failed audit judged by recomputation removes the audited peer or its accuser; a
 removal rolls the group back to the state after that peer's last passed audit and recomputes
 from there without it (steps recomputed print again; the last line printed for a step is the
-run's). At the end, stderr names the kept timeline's roster: `python -m daisy.train --roster R`
+run's). A departure (leave=) and the run's end (its last step, --stop-after) are barriers: every
+contribution not covered by a passed audit is recomputed first (depart, finish). At the end, stderr names the kept timeline's roster: `python -m daisy.train --roster R`
 prints the same last line for every step.
 """
 import hashlib
@@ -176,7 +179,7 @@ class AuditedRun:
                                                               # roster's last change: audit_load)
         self.changed = 0                                      # the step of the roster's last change
         self.before = {}                                      # step -> (state after it, its digests): what a
-                                                              # departure's barrier checks (attack.leave)
+                                                              # departure's or the end's barrier checks
         self.audits = 0
         self.recomputed = 0
 
@@ -226,8 +229,7 @@ class AuditedRun:
         leavers = [pid for pid in self.ids if self.attack is not None and self.attack.leave == s and pid in self.attack.peers]
         if leavers:
             return self.depart(leavers, s, emit)
-        if self.attack is not None and self.attack.leave is not None:
-            self.before[s] = copy_replica(self.group.replicas[self.honest_slot(s)])
+        self.before[s] = copy_replica(self.group.replicas[self.honest_slot(s)])
         sent = [self.contribute(s, slot) for slot in range(P)]
         messages = [self.messages(flat, P, s, slot) for slot, (_, flat) in enumerate(sent)]
         digests = [slot_digest(s, slot, loss, message_hashes(m))
@@ -240,11 +242,8 @@ class AuditedRun:
                                             f"{s + 1}: removed", emit)
         nonces = [reference_nonce(cfg.seed, s, slot) for slot in range(P)]
         passed = []
-        if self.attack is not None and self.attack.leave is not None:
-            self.before[s] = (self.before[s], digests)
-            floor = min([max(self.changed, audit_trusted(self.passes[p], set(self.excluded_from)))
-                         for p in self.attack.peers if p in self.ids] or [s])
-            self.before = {t: x for t, x in self.before.items() if t >= floor}
+        self.before[s] = (self.before[s], digests)
+        self.before = {t: x for t, x in self.before.items() if t >= min(self.checked_from().values())}
         pairs = [] if self.withheld(s) else audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces),
                                                        audit_load(self.assigned, s, P))
         self.assigned[s] = [auditor for auditor, _ in pairs]
@@ -301,6 +300,34 @@ class AuditedRun:
         self.group = Group(self.cfg, len(self.ids), g.batches, g.mm, replicas=[copy_replica(state) for _ in self.ids])
         self.assigned, self.changed = {}, s
         self.before = {}
+
+    def checked_from(self) -> dict:
+        """peer -> the first step of its contributions not covered by a passed audit: after its
+        latest pass by an auditor never convicted, or the roster's last change."""
+        excluded = set(self.excluded_from)
+        return {pid: max(self.changed, audit_trusted(self.passes[pid], excluded)) for pid in self.ids}
+
+    def finish(self, end: int, emit) -> bool:
+        """A run's end (its last step, or a Stop: --stop-after) is a barrier: every contribution
+        since its sender's last passed audit (or the roster's last change) is recomputed, earliest
+        step first, slots in order at a step; the first that does not reproduce convicts its
+        sender (an audit's removal and rollback; the caller computes the steps from there again).
+        Audits off (rate 0): none. -> whether it removed a peer."""
+        if self.rate == 0:
+            return False
+        start = self.checked_from()
+        for u in range(min(start.values()), end):
+            state, digests = self.before[u]
+            for slot, pid in enumerate(self.ids):
+                if u < start[pid]:
+                    continue
+                loss, flat = self.honest(Trainer(self.cfg, copy_replica(state), self.group.batches, self.group.mm), u, slot)
+                if contribution_digest(flat, loss, len(self.ids), self.cfg.seed, u, slot, self.codec) != digests[slot]:
+                    why = (f"gradient from peer {pid} did not reproduce at step {u + 1}: removed "
+                           f"(checked at the run's end)")
+                    self.remove(slot, u, why, emit)
+                    return True
+        return False
 
     def reduced_message(self, s: int, k: int, messages, N: int) -> bytes:
         """The REDUCED message the owner of shard k sends at s (reduce-scatter): the codec's
@@ -433,11 +460,14 @@ def run_audited(args, cfg, group, out, err) -> int:
     run = AuditedRun(cfg, group, args.attack_spec, args.audit_rate)
     emit = Printer(args.json, out)
     end = cfg.steps if args.stop_after is None else args.stop_after
-    while run.group.replicas[0].step < end:
-        run.step(emit)
-        if not emit.agree:
-            print("error: replicas diverged; stopping (never fork)", file=err)
-            return 3
+    while True:
+        while run.group.replicas[0].step < end:
+            run.step(emit)
+            if not emit.agree:
+                print("error: replicas diverged; stopping (never fork)", file=err)
+                return 3
+        if not run.finish(end, emit):          # the end's barrier: a removal computes the steps again
+            break
     print(f"audit: {run.audits} audits, {run.recomputed} steps recomputed; the run's roster: "
           f"{run.roster()}", file=err)
     return 0

@@ -6,7 +6,9 @@
 // slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
 // commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
-// state after that peer's last passed audit and recomputes from there without it.
+// state after that peer's last passed audit and recomputes from there without it. A departure
+// (leave=STEP) and the run's end (its last step, --stop-after) are barriers: every contribution not
+// covered by a passed audit is recomputed first (depart, finish).
 import { PURPOSE_ATTACK, draw, key, uniform } from './prng.js';
 import { paramShapes } from './model.js';
 import { flattenGrads, unflatten } from './collective.js';
@@ -156,7 +158,7 @@ export class AuditedRun {
                                                                  // roster's last change: auditLoad)
     this.changed = 0;                                            // the step of the roster's last change
     this.before = new Map();                                     // step -> [state after it, its digests]: what a
-                                                                 // departure's barrier checks (attack.leave)
+                                                                 // departure's or the end's barrier checks
     this.audits = 0;
     this.recomputed = 0;
   }
@@ -247,7 +249,7 @@ export class AuditedRun {
     const leaving = this.attack !== null && this.attack.leave !== null;
     const leavers = this.ids.filter((pid) => leaving && this.attack.leave === s && this.attack.peers.includes(pid));
     if (leavers.length) return this.depart(leavers, s, emit);
-    if (leaving) this.before.set(s, cloneReplica(group.replicas[this.honestSlot(s)]));
+    this.before.set(s, cloneReplica(group.replicas[this.honestSlot(s)]));
     group.arena.reset();
     const sent = [];
     for (let slot = 0; slot < P; slot++) sent.push(await this.contribute(s, slot));
@@ -260,13 +262,9 @@ export class AuditedRun {
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, s, slot));
     const passed = [];
-    if (leaving) {
-      this.before.set(s, [this.before.get(s), digests]);
-      const starts = this.attack.peers.filter((p) => this.ids.includes(p))
-        .map((p) => Math.max(this.changed, trustedStep(this.passes.get(p), new Set(this.excludedFrom.keys()))));
-      const floor = starts.length ? Math.min(...starts) : s;
-      for (const t of [...this.before.keys()]) if (t < floor) this.before.delete(t);
-    }
+    this.before.set(s, [this.before.get(s), digests]);
+    const floor = Math.min(...this.checkedFrom().values());
+    for (const t of [...this.before.keys()]) if (t < floor) this.before.delete(t);
     const pairs = this.withheld(s) ? [] : auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces), auditLoad(this.assigned, s, P));
     this.assigned.set(s, pairs.map(([auditor]) => auditor));
     for (const [auditor, audited] of pairs) {
@@ -293,6 +291,37 @@ export class AuditedRun {
       return this.remove(auditor, s, why, emit);
     }
     return this.apply(s, sent, messages, passed, emit);
+  }
+
+  // peer -> the first step of its contributions not covered by a passed audit: after its latest pass
+  // by an auditor never convicted, or the roster's last change
+  checkedFrom() {
+    const excluded = new Set(this.excludedFrom.keys());
+    return new Map(this.ids.map((pid) => [pid, Math.max(this.changed, trustedStep(this.passes.get(pid), excluded))]));
+  }
+
+  // A run's end (its last step, or a Stop: --stop-after) is a barrier: every contribution since its
+  // sender's last passed audit (or the roster's last change) is recomputed, earliest step first,
+  // slots in order at a step; the first that does not reproduce convicts its sender (an audit's
+  // removal and rollback; the caller computes the steps from there again); audits off (rate 0): none.
+  // -> whether it removed a peer
+  async finish(end, emit) {
+    if (this.rate === 0) return false;                 // audits off: nothing is checked
+    const start = this.checkedFrom();
+    for (let u = Math.min(...start.values()); u < end; u++) {
+      const [state, digests] = this.before.get(u);
+      for (let slot = 0; slot < this.ids.length; slot++) {
+        const pid = this.ids[slot];
+        if (u < start.get(pid)) continue;
+        this.group.arena.reset();
+        const [loss, flat] = await this.honest(new Trainer(this.cfg, cloneReplica(state), this.group.batches, this.group.backend), u, slot);
+        if (toHex(contributionDigest(flat, loss, this.ids.length, this.cfg.seed, u, slot, this.codec)) !== toHex(digests[slot])) {
+          this.remove(slot, u, `gradient from peer ${pid} did not reproduce at step ${u + 1}: removed (checked at the run's end)`, emit);
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   // the REDUCED message the owner of shard k sends at s (reduce-scatter): the codec's reduce of the
@@ -422,9 +451,12 @@ export async function runAudited(args, cfg, group, out, err) {
   const run = new AuditedRun(cfg, group, args.attackSpec, args.audit_rate);
   const emit = new Printer(args.json, out);
   const end = args.stop_after === null ? cfg.steps : args.stop_after;
-  while (run.group.replicas[0].step < end) {
-    await run.step(emit);
-    if (!emit.agree) { err('error: replicas diverged; stopping (never fork)'); return 3; }
+  for (;;) {
+    while (run.group.replicas[0].step < end) {
+      await run.step(emit);
+      if (!emit.agree) { err('error: replicas diverged; stopping (never fork)'); return 3; }
+    }
+    if (!(await run.finish(end, emit))) break;        // the end's barrier: a removal computes the steps again
   }
   err(`audit: ${run.audits} audits, ${run.recomputed} steps recomputed; the run's roster: ${run.roster()}`);
   return 0;

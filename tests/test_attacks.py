@@ -43,6 +43,8 @@ CASES = {
                    "slot=2,from=5,kind=scale:-1000", *TINY],
     "int8-nan": ["--peers", "3", "--stop-after", "20", "--exchange", "int8", "--attack", "slot=1,from=5,kind=nan", *TINY],
     "forge-then-leave": ["--peers", "3", "--stop-after", "30", "--attack", "slot=1,from=20,kind=scale:-1000,leave=21", *TINY],
+    # a forge then a Stop at the next step (--stop-after): the end's barrier recomputes it
+    "forge-then-stop": ["--peers", "3", "--stop-after", "25", "--attack", "slot=1,from=24,kind=scale:-1000", *TINY],
     "rate-half": ["--peers", "3", "--stop-after", "30", "--audit-rate", "0.5", "--attack", "slot=1,from=5,kind=stale", *TINY],
 }
 TEXT_CASES = {"scale"}           # also compared in text form
@@ -114,7 +116,15 @@ def test_python_and_node_print_the_same_attack_run(results, name):
         assert diff is None, f"{name} (text): python and node differ at {diff}"
 
 
-@pytest.mark.parametrize("name", ["scale", "liar", "collude", "int8-scale", "noise-rsag", "forge-then-leave"])
+def test_a_forge_then_a_stop_is_caught_at_the_end(results):
+    """A run's end is a barrier (issue 27 §1): the forged last step, not drawn for an audit, is
+    recomputed before the Stop takes effect; the kept run is the reference without the forger."""
+    events = [json.loads(line) for line in results[("py", "forge-then-stop")].stdout.splitlines() if '"event"' in line]
+    assert [(e["peer"], e["step"]) for e in events] == [(1, 25)], events
+    assert "checked at the run's end" in events[0]["why"], events
+
+
+@pytest.mark.parametrize("name", ["scale", "liar", "collude", "int8-scale", "noise-rsag", "forge-then-leave", "forge-then-stop"])
 def test_the_kept_run_is_the_reference_with_the_removal(results, name):
     p = results[("py", name)]
     roster = roster_of(p.stderr)

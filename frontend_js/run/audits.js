@@ -163,10 +163,20 @@ async function catchUp(ctl, run, upTo) {
   const b = run.book;
   while (b.done < upTo && run.book === b && !run.ended && !run.recovery) {
     const t = b.done + 1;
-    const missing = () => missingFor(run, t);
+    // (at the run's end a member gone is not waited for: its steps are recomputed, checkEnd)
+    const missing = () => missingFor(run, t).filter((id) => !run.finishing || !run.gone.has(id));
     const ok = await waitUntil(() => !missing().length || run.ended || run.recovery || run.book !== b, run.collective.deadlineMs,
       (wake) => ctl.onPoke(wake));
     if (run.ended || run.recovery || run.book !== b) return false;
+    if (run.finishing && (!ok || missingFor(run, t).length)) {
+      // the run's end: that step's audits are not drawn, and a member whose frames did not come is
+      // not waited for again (its contributions are recomputed: checkEnd; it changes no roster)
+      const ids = missingFor(run, t).filter((id) => !run.gone.has(id));
+      if (ids.length) ctl.host.note(`Step ${t + 1} is not audited: no audit commitment of it from ${ids.map((id) => ctl.host.nameOf(id)).join(', ')} in time (checked at the run's end).`);
+      for (const id of ids) ctl.peerGone(id, `no audit commitment of step ${t + 1} in time`);
+      b.done = t;
+      continue;
+    }
     if (!ok) {
       const ids = missing();
       ctl.host.note(`No audit commitment of step ${t + 1} from ${ids.map((id) => ctl.host.nameOf(id)).join(', ')} in time.`);
@@ -237,7 +247,7 @@ async function auditStep(ctl, run, t) {
   }
   for (const [auditor, audited] of pairs) {
     // its verdict may come up to W steps later: until then the pass is pending here
-    b.pending.set(`${t}:${audited}`, { t, slot: audited, committed: toHex(digests[audited]) });
+    b.pending.set(`${t}:${audited}`, { t, slot: audited, auditor, committed: toHex(digests[audited]) });
     recordPass(run, run.roster[audited], run.roster[auditor], t + 1);
   }
   keepState(run);
@@ -594,18 +604,28 @@ function pruneFrames(run) {
   const keep = Math.min(b.done - VERDICT_STEPS, barrierFloor(run));              // a departure's barrier reads these
   for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);
   for (const map of [b.transcripts, b.asked]) for (const key of [...map.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) map.delete(key);   // epoch:step:owner
+  for (const key of [...b.reproduced.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) b.reproduced.delete(key);   // epoch:step:slot:accuser
   for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - VERDICT_STEPS) b.answered.delete(key);          // asker:epoch:step
   // a pending pass whose auditor's evidence would be here by now (sent by step t + W, before that
   // auditor's gradient of t + W + 1 on the same ordered link) is a pass
   for (const [key, p] of [...b.pending]) if (p.t < b.done - AUDIT_WINDOW - 1) b.pending.delete(key);
 }
 
-// a member's evidence: checked once this device ran that step's audits itself
+// a member's evidence: checked once this device ran that step's audits itself. Its sender is the
+// accuser (its own word) or relays another member's (docs/PROTOCOL.md "Audited gradients"): a
+// relay is checked against the same pairs and commitments this device holds, and convicts only
+// what this device recomputes itself (the accused, when its contribution does not reproduce); a
+// relayed accusation that reproduces convicts nobody (only the accuser's own frame names it) and
+// is a bad frame, as is one naming no audit. A relay of evidence judged here already is dropped
+// without counting (every honest member relays it once).
 export function onEvidence(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
-  const accuser = run.roster.indexOf(from);
-  if (!b || d.runId !== run.desc.runId || accuser < 0 || d.accuser !== accuser || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
+  const sender = run.roster.indexOf(from);
+  if (b && d.runId === run.desc.runId && Number.isInteger(d.epoch) && d.epoch < run.epoch) return;   // a late frame of an epoch this device left
+  if (!b || d.runId !== run.desc.runId || sender < 0 || !Number.isInteger(d.accuser) || d.accuser < 0 || d.accuser >= run.roster.length
+      || !Number.isInteger(d.step) || !Number.isInteger(d.slot)
       || !isHash(d.committed) || !isHash(d.recomputed) || d.epoch !== run.epoch || (d.kind !== undefined && d.kind !== 'reduce')) { ctl.mesh.drop(from, m, 'EVIDENCE for no audited run of ours'); return; }
+  if (d.accuser !== sender && b.evidenceSeen.has(evidenceKey(run.epoch, d))) return;      // a relay of evidence judged here
   if (b.evidence.length >= run.roster.length * 2) { ctl.mesh.drop(from, m, 'too much evidence at once'); return; }
   b.evidence.push({ from, ev: d });
   (run.recovery ? advance(ctl, run) : drainEvidence(ctl, run)).catch((err) => console.warn('daisy: checking evidence failed:', err));
@@ -641,7 +661,7 @@ export async function onTranscriptAsk(ctl, from, m) {
 // or this device was audited at t and an EVIDENCE naming it (accused or accuser) at a later step
 // within the verdict window is here: every member that convicts on it checks this device's audits
 // before that step whose verdicts may still come, its reduce included (checkingEarlier). Pending or
-// judged, or sent by this device: evidenceSeen's keys are epoch:step:slot:accuser
+// judged, or sent by this device: evidenceSeen's keys (and reproduced's) are epoch:step:slot:accuser
 function transcriptOwed(run, b, asker, epoch, t) {
   if (asker < 0) return false;
   const pairs = b.pairs.get(t);
@@ -651,7 +671,7 @@ function transcriptOwed(run, b, asker, epoch, t) {
     (reduce && step === t && slot === run.slot)
     || (audited && step > t && step - t <= VERDICT_STEPS && (slot === run.slot || accuser === run.slot)));
   if (b.evidence.some(({ ev }) => owes({ e: ev.epoch, step: ev.step, slot: ev.slot, accuser: ev.accuser, reduce: ev.kind === 'reduce' }))) return true;
-  for (const k of b.evidenceSeen) {
+  for (const k of [...b.evidenceSeen, ...b.reproduced.keys()]) {
     const [e, step, slot, accuser] = k.split(':').map(Number);
     if (owes({ e, step, slot, accuser, reduce: slot === run.slot && step === t })) return true;
   }
@@ -684,22 +704,30 @@ async function drainEvidence(ctl, run) {
     if (ev.epoch !== run.epoch) { ctl.mesh.dropStale(); continue; }
     const key = evidenceKey(run.epoch, ev);
     if (b.evidenceSeen.has(key)) continue;
-    b.evidenceSeen.add(key);
+    const relayed = run.roster.indexOf(from) !== ev.accuser;
     const pairs = b.pairs.get(ev.step);
-    if (ev.kind === 'reduce') return judgeOwner(ctl, run, b, from, ev, pairs);
+    if (ev.kind === 'reduce') return judgeOwner(ctl, run, b, from, ev, pairs, relayed);
     const committed = b.digests.get(ev.step)?.[ev.slot];
     if (!pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot) || committed !== ev.committed) {
       ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} that names no audit of that step or another commitment`);
       continue;
     }
     const epoch = run.epoch;
-    const reproduced = await recompute(ctl, run, ev.step, ev.slot);
+    const reproduced = b.reproduced.get(key) ?? await recompute(ctl, run, ev.step, ev.slot);
     // a roster change while it recomputed (a conviction's rollback applied) voids the evidence: read
     // against the new roster, its slots would convict a peer it never named
     if (reproduced === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
     const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
     const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
-    ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
+    if (verdict !== 'audited' && relayed) {
+      // a false accusation in another member's words: not the accuser's own (it may not have said it)
+      b.reproduced.set(key, reproduced);
+      if (ev.slot !== run.slot) ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `a relayed EVIDENCE of step ${ev.step + 1} whose gradient reproduced (only the accuser's own frame convicts it)`);
+      continue;
+    }
+    b.evidenceSeen.add(key);
+    // relayed once, so every honest member judges it even when the accuser told only one
+    if (verdict === 'audited') ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
     if (verdict === 'audited') convict(ctl, run, accused, ev.step, removalWords(ctl, run, accused, ev.step, ev));
     else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose gradient reproduced: ${ctl.host.nameOf(accuser)} removed`);
     return false;
@@ -709,20 +737,35 @@ async function drainEvidence(ctl, run) {
 
 // evidence against a shard owner's reduce: this device asks the owner for the transcript itself
 // (its own when it is that owner) and judges; no answer in time: the owner is gone. -> false
-async function judgeOwner(ctl, run, b, from, ev, pairs) {
-  const got = b.received.get(ev.step);
+async function judgeOwner(ctl, run, b, from, ev, pairs, relayed) {
+  const got = b.received.get(ev.step), key = evidenceKey(run.epoch, ev);
   if (run.collective.topology !== 'rsag' || !pairs || !pairs.some(([a, d]) => a === ev.accuser && d === ev.slot)
       || !got?.reduced || ev.committed !== sha256Hex(got.reduced[ev.slot])) {
     ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `EVIDENCE of step ${ev.step + 1} against a reduce that names no audit of it or another REDUCED`);
     return drainEvidence(ctl, run);
   }
   const owner = run.roster[ev.slot], accuser = run.roster[ev.accuser];
-  ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
+  const cleared = b.reproduced.has(key);            // a relay of it cleared the owner here already
+  if (!cleared) {
+    b.evidenceSeen.add(key);                         // (the owner answers the asks of its judges: transcriptOwed)
+    // the owner first (it answers this device's ask only once it holds evidence against it), the
+    // others once its reduce did not reproduce
+    if (owner !== ctl.selfId && owner !== from && owner !== accuser) ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, [owner]);
+  }
   const epoch = run.epoch;
-  const transcript = await askTranscript(ctl, run, b, ev.step, ev.slot);
+  const transcript = cleared ? null : await askTranscript(ctl, run, b, ev.step, ev.slot);
   if (run.book !== b || run.ended || run.epoch !== epoch) return false;     // (a roster change meanwhile: void, as above)
-  if (transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
-  const { reason } = ownerVerdict(run, b, ev.step, ev.slot, transcript);
+  if (!cleared && transcript === null) { noTranscript(ctl, run, owner, ev.step); return false; }
+  const { reason } = cleared ? { reason: null } : ownerVerdict(run, b, ev.step, ev.slot, transcript);
+  if (reason === null && relayed) {
+    // cleared, in another member's words: only the accuser's own frame convicts it
+    b.evidenceSeen.delete(key);
+    b.reproduced.set(key, 'cleared');
+    if (ev.slot !== run.slot) ctl.mesh.drop(from, { type: TYPES.EVIDENCE }, `a relayed EVIDENCE of step ${ev.step + 1} against a reduce that reproduced (only the accuser's own frame convicts it)`);
+    return drainEvidence(ctl, run);
+  }
+  b.evidenceSeen.add(key);
+  if (reason !== null) ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from && id !== owner));
   if (reason !== null) convict(ctl, run, owner, ev.step, ownerWords(ctl, run, owner, ev.step, reason, ev.accuser));
   else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused the reduced shard of ${ctl.host.nameOf(owner)} at step ${ev.step + 1}, which reproduced: ${ctl.host.nameOf(accuser)} removed`);
   return false;
@@ -928,6 +971,44 @@ export function checkDeparture(ctl, run, id) {
   })().catch((err) => console.warn('daisy: checking a departure failed:', err));
 }
 
+// ---- a run's end is a barrier too (docs/PROTOCOL.md "Audited gradients"; loop.js finishBarrier)
+// Every member ran the audits it owes (flush) and sent FIN; then this device recomputes every other
+// member's contributions since its last settled pass (a pass whose auditor sent its FIN of this
+// epoch and step is settled: that auditor ran every audit it owed, and its evidence came first on
+// the same ordered link), earliest step first, slots in order at a step, against the bytes and
+// loss it received; the first that does not reproduce convicts its sender with an audit's
+// rollback (the reference's AuditedRun.finish). Cost: one local step per contribution since its
+// sender's last settled pass (about (P - 1)/q at rate q), at each end. -> true when all reproduced
+export async function checkEnd(ctl, run) {
+  const b = run.book;
+  if (!b) return true;
+  const epoch = run.epoch, void_ = () => run.ended || run.book !== b || run.epoch !== epoch || run.recovery !== null;
+  // this device's judgements first (evidence it holds, a conviction's earlier audits)
+  const judging = () => b.accused.size > 0 || b.checking !== null || b.evidence.some(({ ev }) => ev.step <= b.done);
+  while (judging() && !void_()) await waitUntil(() => !judging() || void_(), GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+  if (void_()) return false;
+  const finished = (slot) => {
+    const f = run.fins.get(run.roster[slot]);
+    return slot === run.slot || (f && f.epoch === run.epoch && f.step === run.completed);
+  };
+  for (const [key, p] of [...b.pending]) if (finished(p.auditor)) b.pending.delete(key);
+  const others = run.roster.map((id, slot) => ({ id, slot, from: checkedFrom(run, id) })).filter(({ slot }) => slot !== run.slot);
+  for (let u = Math.min(run.completed, ...others.map((x) => x.from)); u < run.completed; u++) {
+    const got = b.received.get(u);
+    for (const { id, slot, from } of others) {
+      if (u < from) continue;
+      if (!got || !b.states.has(u)) { ctl.host.note(`Cannot check step ${u + 1} of ${ctl.host.nameOf(id)} at the run's end: its state is no longer kept here.`); continue; }
+      const mine = await recompute(ctl, run, u, slot, null, null, true);
+      if (mine === null || void_()) return false;
+      if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked at the run's end; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        return false;
+      }
+    }
+  }
+  return !void_();
+}
+
 // the first step of `id`'s contributions not covered by a settled pass: after its latest pass by an
 // auditor never convicted whose verdict is in, the book's floor or the last rollback
 function checkedFrom(run, id) {
@@ -985,6 +1066,7 @@ export function takeRollback(run, from, convicted) {
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
   b.done = Math.min(b.done, from - 1);
   b.evidence = [];
+  b.reproduced.clear();
   return st.hash;
 }
 

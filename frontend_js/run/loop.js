@@ -56,17 +56,38 @@ export function begin(ctl, desc, replica, cfg, opts) {
 
 async function loop(ctl, run) {
   const { cfg } = run, h = ctl.host;
+  for (;;) {
+    await steps(ctl, run);
+    if (run.ended) return;
+    // a STOP that arrived while this device applied the step past it: that step is undone
+    if (run.stopAfter !== null && run.completed === run.stopAfter + 1) restoreUndo(ctl, run);
+    else if (run.stopAfter !== null && cfg.local_steps > 1 && run.completed > run.stopAfter && run.undo?.step === run.stopAfter) restoreUndo(ctl, run);
+    const stopped = run.stopAfter !== null && run.completed < cfg.steps;
+    // the run's end (a Stop, its last step) is a barrier: nothing unaudited outlives it; a
+    // conviction there goes back, the loop computes the steps again and ends through it again
+    if ((run.book || !stopped) && !(await finishBarrier(ctl, run))) { if (run.ended) return; continue; }
+    if (stopped) {
+      // local steps stopped between exchanges: this page keeps the group's weights (the anchor), not its own
+      if (run.replica.anchor != null) run.replica.params = cloneParams(run.replica.anchor);
+      const by = run.stopBy && run.stopBy !== ctl.selfId ? ` by ${h.nameOf(run.stopBy)}` : '';
+      end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, run.stopAlarm);
+      return;
+    }
+    finishRun(ctl, run);
+    return;
+  }
+}
+
+// the steps until the run's end or its stop (returns then, or when it ended)
+async function steps(ctl, run) {
+  const { cfg } = run, h = ctl.host;
   let chunkStart = performance.now();
   for (;;) {
     if (run.ended) return;
     if (run.recovery && cfg.local_steps > 1) { leftLocalSteps(ctl, run); return; }
     if (run.recovery) { await recovery.awaitRecovery(ctl, run); continue; }
     const s = run.completed;
-    if (s >= cfg.steps) {
-      if (!(await audits.flush(ctl, run))) continue;       // the last steps' audits: a conviction goes back
-      if (run.ended) return;
-      break;
-    }
+    if (s >= cfg.steps) break;
     if (run.stopAfter !== null && s >= run.stopAfter) break;
     if (run.change && run.change.msg.from === s) {
       // a planned roster takes effect here, once committed (GO) everywhere
@@ -143,18 +164,6 @@ async function loop(ctl, run) {
     if (n > 2) run.collective.deadlineMs = Math.max(ctl.t.deadlineMs, ctl.t.deadlineSteps * (t[n - 1] - t[0]) / (n - 1));
     if (performance.now() - chunkStart > ctl.t.chunkMs) { await yieldToPage(); chunkStart = performance.now(); }
   }
-  if (run.ended) return;
-  // a STOP that arrived while this device applied the step past it: that step is undone
-  if (run.stopAfter !== null && run.completed === run.stopAfter + 1) restoreUndo(ctl, run);
-  else if (run.stopAfter !== null && cfg.local_steps > 1 && run.completed > run.stopAfter && run.undo?.step === run.stopAfter) restoreUndo(ctl, run);
-  if (run.stopAfter !== null && run.completed < cfg.steps) {
-    // local steps stopped between exchanges: this page keeps the group's weights (the anchor), not its own
-    if (run.replica.anchor != null) run.replica.params = cloneParams(run.replica.anchor);
-    const by = run.stopBy && run.stopBy !== ctl.selfId ? ` by ${h.nameOf(run.stopBy)}` : '';
-    end(ctl, run, 'stopped', `Stopped at step ${run.completed}${by}${run.stopReason ? ` (${run.stopReason})` : ''}.`, run.stopAlarm);
-    return;
-  }
-  await finishRun(ctl, run);
 }
 
 // step s is done: its hash (the weights', or with local steps the group's anchor), the panel
@@ -216,25 +225,53 @@ function report(ctl, run, step, loss) {
   h.emit('step', { step, loss, hash: run.hash, peers: P });
 }
 
-// after the last step: FIN with our hash to everyone; every final hash must agree. A FIN that
-// disagrees is an alarm on this page (it says whose), never a reason to drop anyone.
-async function finishRun(ctl, run) {
-  const h = ctl.host;
+// The run's end is a barrier (docs/PROTOCOL.md "Audited gradients"): this device runs every audit
+// it owes, then FIN {epoch, step, hash} tells every member it did (and where it ends); once every
+// member still here said so (or finWaitMs passed), every contribution not covered by a passed
+// audit is recomputed here (audits.js checkEnd). Meanwhile a departure changes no roster (the run
+// ends anyway; its steps are checked with the others'); only a conviction does: -> false then
+// (the recovery goes back, the loop computes the steps again and ends through here again)
+async function finishBarrier(ctl, run) {
   run.finishing = true;
+  const passed = await barrier(ctl, run);
+  if (!passed) run.finishing = false;
+  return passed && !run.ended;
+}
+
+async function barrier(ctl, run) {
+  // a conviction whose recovery a Stop cut short goes on first: the end keeps no lie
+  for (const id of audits.convictedIds(run)) if (!run.recovery) ctl.convicted(run, id, `${ctl.host.nameOf(id)} was convicted before the run ended`);
+  if (run.recovery) return false;
+  if (!(await audits.flush(ctl, run))) return false;
   const others = run.roster.filter((id) => id !== ctl.selfId);
-  run.fins.set(ctl.selfId, run.hash);
-  await Promise.all(others.map((id) => ctl.mesh.sendJson(id, TYPES.FIN, { runId: run.desc.runId, step: run.completed, hash: run.hash }, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
-  await waitUntil(() => run.ended || others.every((id) => run.fins.has(id)), ctl.t.finWaitMs,
-    (wake) => ctl.mesh.on(TYPES.FIN, wake), (wake) => ctl.onEnded(wake));
-  if (run.ended) return;
-  const missing = others.filter((id) => !run.fins.has(id));
-  const bad = others.filter((id) => run.fins.has(id) && run.fins.get(id) !== run.hash);
-  for (const [id, x] of run.fins) run.peerHashes.set(id, x);
+  const fin = { runId: run.desc.runId, epoch: run.epoch, step: run.completed, hash: run.hash };
+  run.fins.set(ctl.selfId, fin);
+  await Promise.all(others.map((id) => ctl.mesh.sendJson(id, TYPES.FIN, fin, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
+  await waitUntil(() => run.ended || run.recovery !== null || others.every((id) => finOf(run, id) !== null || run.gone.has(id)), ctl.t.finWaitMs,
+    (wake) => ctl.mesh.on(TYPES.FIN, wake), (wake) => ctl.onEnded(wake), (wake) => ctl.onPoke(wake));
+  if (run.ended || run.recovery) return false;
+  return audits.checkEnd(ctl, run);
+}
+
+// a member's FIN of this epoch and step: its final hash, or null
+export function finOf(run, id) {
+  const f = run.fins.get(id);
+  return f && f.epoch === run.epoch && f.step === run.completed ? f.hash : null;
+}
+
+// after the last step, the barrier passed: every final hash must agree. A FIN that disagrees is an
+// alarm on this page (it says whose), never a reason to drop anyone.
+function finishRun(ctl, run) {
+  const h = ctl.host;
+  const others = run.roster.filter((id) => id !== ctl.selfId);
+  const missing = others.filter((id) => finOf(run, id) === null);
+  const bad = others.filter((id) => finOf(run, id) !== null && finOf(run, id) !== run.hash);
+  for (const id of others) if (finOf(run, id) !== null) run.peerHashes.set(id, finOf(run, id));
   h.show({ peerHashes: Object.fromEntries(run.peerHashes),
            replicas: { count: run.roster.length, agree: !bad.length, agreeing: run.roster.length - bad.length - missing.length, step: run.completed } });
   if (bad.length) {
     // the sync guard already checked every hash up to the last step: a wrong FIN is one peer's word
-    end(ctl, run, 'done', `Run finished: ${run.completed} steps; ${bad.map((id) => `${h.nameOf(id)} reports the final hash ${short(run.fins.get(id))}`).join(', ')}, this device ${short(run.hash)} (every step before was checked by the sync guard).`, '');
+    end(ctl, run, 'done', `Run finished: ${run.completed} steps; ${bad.map((id) => `${h.nameOf(id)} reports the final hash ${short(finOf(run, id))}`).join(', ')}, this device ${short(run.hash)} (every step before was checked by the sync guard).`, '');
     return;
   }
   const note = missing.length ? ` (no final hash from ${missing.map((id) => h.nameOf(id)).join(', ')})` : '';
@@ -243,9 +280,11 @@ async function finishRun(ctl, run) {
 }
 
 export function onFin(ctl, from, m) {
-  const run = ctl.at;
-  if (m.json.runId !== run.desc.runId || !run.roster.includes(from) || !isHash(m.json.hash)) { ctl.mesh.drop(from, m, 'FIN for no run of ours'); return; }
-  if (!run.fins.has(from)) run.fins.set(from, m.json.hash);
+  const run = ctl.at, d = m.json;
+  if (d.runId !== run.desc.runId || !run.roster.includes(from) || !isHash(d.hash) || !Number.isInteger(d.epoch) || !Number.isInteger(d.step)) { ctl.mesh.drop(from, m, 'FIN for no run of ours'); return; }
+  // its first of an epoch and step (a rollback ends again, in a new epoch)
+  const had = run.fins.get(from);
+  if (!had || had.epoch !== d.epoch || had.step !== d.step) run.fins.set(from, { epoch: d.epoch, step: d.step, hash: d.hash });
 }
 
 // ---- stopping ---------------------------------------------------------------------------------
@@ -277,6 +316,8 @@ export function setStop(ctl, run, stopAfter, by, reason, alarmed = '') {
 export function onStop(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { ctl.mesh.drop(from, m, 'STOP for no run of ours'); return; }
+  // at the end's barrier this device's steps are final: a STOP before them comes too late
+  if (run.finishing && d.stopAfter < run.completed) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}: this device's run ends at step ${run.completed} (its end's barrier)`); return; }
   const low = run.cfg.local_steps > 1 ? Math.min(run.undo?.step ?? run.completed, run.completed) : run.completed - 1;
   if (d.stopAfter < low || d.stopAfter > run.lastSent + 1 + run.cfg.local_steps) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
   const reason = String(d.reason || '').slice(0, 400);

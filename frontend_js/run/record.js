@@ -185,7 +185,7 @@ export class AuditBook {
     this.beacons = new Map();    // step -> our beacon (hex)
     this.pairs = new Map();      // step -> [[auditor slot, audited slot]]
     this.assigned = new Map();   // step -> its audits' auditor slots, since the book opened or the last rollback (auditLoad)
-    this.pending = new Map();    // "step:slot" -> {t, slot, committed}: another auditor's audit whose verdict may still
+    this.pending = new Map();    // "step:slot" -> {t, slot, auditor, committed}: another auditor's audit whose verdict may still
                                  // come (its pass counts for a rollback once this device checked it, or W steps passed)
     this.digests = new Map();    // step -> each slot's digest (hex)
     this.passes = new Map();     // audited id -> auditor id -> the steps after its last few audits (ascending)
@@ -198,6 +198,8 @@ export class AuditBook {
     this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
     this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
+    this.reproduced = new Map(); // the same keys -> the digest recomputed for a relayed accusation that reproduced:
+                                 // only the accuser's own frame convicts it (no second recomputation then)
     this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight}]: this
                                  // device's audits to recompute, in deadline order (done: units of it run so far;
                                  // release: lets go of the backend; admitting: the gate being passed; inflight: units)
@@ -235,9 +237,10 @@ export class Run {
     this.extra = extra;         // what the model is trained on (kept in files)
     this.stopAfter = null; this.stopReason = ''; this.stopBy = null;   // a STOP: after which step, why, who
     this.stopAlarm = '';        // the alarm a STOP reported ('replica mismatch' | 'split alarm'), or ''
-    this.fins = new Map();      // id -> final hash
+    this.fins = new Map();      // id -> its FIN {epoch, step, hash} (its first of that epoch and step): it ran every audit it owes up to there
     this.undo = null;           // one step of undo {params, m, v, t, hash, step}
-    this.ended = false; this.finishing = false;
+    this.ended = false;
+    this.finishing = false;     // the end's barrier (a Stop, the last step): departures change no roster meanwhile
     this.gone = new Map();      // id -> why: THIS device's own evidence that the peer left
     this.confirmed = new Set(); // peers whose departure is confirmed (their own LEAVE)
     this.heard = new Map();     // id -> when this device last received a frame of this run from it

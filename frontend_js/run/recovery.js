@@ -32,19 +32,31 @@ const goneSet = (run) => new Set(run.gone.keys());
 // STATUS `gone`: the peers this device lost; the ones it convicted go in `convicted` (their own evidence)
 const lostClaims = (run) => { const c = new Set(convictedIds(run)); return [...run.gone.keys()].filter((id) => !c.has(id)); };
 const live = (run) => run.roster.filter((id) => !run.gone.has(id));
+// the run is at its end's barrier and this device convicted nobody: only a conviction changes the
+// roster now (a HALT, STATUS or plain ROSTER is not followed: a liar's must not remove anyone, and
+// an honest member's conviction is this device's own too once it judged the same evidence)
+const ending = (run) => run.finishing && !convictedIds(run).length;
 
 // ---- evidence ---------------------------------------------------------------------------------
 // This device's own evidence that `id` left (confirmed: the peer said so itself).
 export function evidence(ctl, run, id, why, confirmed = false) {
-  if (!run || run.ended || run.finishing || id === ctl.selfId) return;
+  if (!run || run.ended || id === ctl.selfId) return;
   if (confirmed) run.confirmed.add(id);
+  if (ending(run) && !convictedIds(run).includes(id)) {
+    // the run ends here (the end's barrier, loop.js): a departure changes no roster, its steps are
+    // checked with every member's (audits.js checkEnd) and nobody waits for its FIN
+    if (run.roster.includes(id) && !run.gone.has(id)) run.gone.set(id, why);
+    ctl.poke();
+    return;
+  }
   run.joiners.delete(id);
   if (!run.roster.includes(id)) {
     // a joiner named by a planned change: the change is void (it would wait for its answer)
     if (run.change && run.change.msg.roster.includes(id)) voidChange(ctl, run, `${ctl.host.nameOf(id)} left before it joined`);
     return;
   }
-  if (run.gone.has(id)) { tryFinish(ctl, run); return; }
+  // (gone with no recovery under way: it left while the run ended, or a Stop cut its recovery short)
+  if (run.gone.has(id)) { if (run.recovery) tryFinish(ctl, run); else beginRecovery(ctl, run); return; }
   run.gone.set(id, why);
   checkDeparture(ctl, run, id);   // a barrier: its unaudited steps are checked before the roster drops it
   beginRecovery(ctl, run);
@@ -267,7 +279,12 @@ function giveUp(ctl, run, rec, why, error = 'split alarm') {
   const stopAfter = Math.min(run.completed, ...at);
   const message = `The run stopped at step ${stopAfter}: ${why}.`;
   ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: message, by: ctl.selfId, alarm: error }, live(run));
-  if (stopAfter < run.completed) restoreUndo(ctl, run);
+  // at the run's end (a Stop, its last step) with a conviction of its own settled: nobody goes on,
+  // so this device keeps the state before the lie (its judgement's rollback), not the lie
+  const mine = convictions(run).filter(([, back, hash]) => back !== null && hash);
+  if (run.completed >= (run.stopAfter ?? run.cfg.steps) && mine.length && goBack(ctl, run, rollbackTo(mine), mine.map(([id]) => id))) {
+    ctl.host.note(`This device went back to step ${run.completed}, before the lie of ${mine.map(([id]) => ctl.host.nameOf(id)).join(', ')}.`);
+  } else if (stopAfter < run.completed) restoreUndo(ctl, run);
   end(ctl, run, 'stopped', `${message} This device keeps the state after step ${run.completed} (generate, download and resume still work).`, error);
 }
 
@@ -276,6 +293,9 @@ export function onHalt(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Array.isArray(d.gone) || !Number.isInteger(d.epoch)) { ctl.mesh.drop(from, m, 'HALT for no run of ours'); return; }
   if (d.epoch <= run.epoch) return;                   // a recovery that already ended
+  // the run's end: this device tells its position (so its judgement, still under way, is waited
+  // for) and follows no recovery until it convicts someone itself
+  if (ending(run)) { tellStatus(ctl, run, from); return; }
   const mine = run.recovery;
   if (mine && mine.leader === from) {
     // our leader's HALT (again: its keep-alive, heard in dispatch) asks for our position again:
@@ -295,7 +315,7 @@ export function onHalt(ctl, from, m) {
 export function onStatus(ctl, from, m) {
   const run = ctl.at, d = m.json, h = ctl.host;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.completed) || !isHash(d.hash) || !Number.isInteger(d.epoch) || !Array.isArray(d.gone)) { ctl.mesh.drop(from, m, 'STATUS for no run of ours'); return; }
-  if (d.epoch < run.epoch) return;                    // sent before the roster it asked for arrived
+  if (d.epoch < run.epoch || ending(run)) return;     // sent before the roster it asked for arrived; the run's end
   if (run.gone.has(from)) { ctl.mesh.drop(from, m, `STATUS from ${h.nameOf(from)}, which this device saw leave (${run.gone.get(from)})`); return; }
   if (actingLeader(run.roster, goneSet(run)) !== ctl.selfId && !adoptSilence(ctl, run, ctl.selfId, from)) {
     ctl.mesh.drop(from, m, `STATUS to a device that is not the acting leader (${h.nameOf(actingLeader(run.roster, goneSet(run)))} leads and still answers it)`);
@@ -350,6 +370,7 @@ export function onRoster(ctl, from, m, final = false) {
   const completed = mine.length ? rollbackTo(mine) : run.completed;
   if (!why && mine.length && d.from !== completed) why = `it goes back to step ${d.from}, this device's judgement to ${completed}`;
   if (!why && ctl.faults.refuseRosters) why = 'the fault plan refuses every roster';
+  if (!why && ending(run)) why = `this device ends the run at step ${run.completed} (only a conviction changes its roster now)`;
   if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId, keptOut: ctl.keptOut }, from);
   if (!why && (!validHistory(d.history, d.from, d.roster.length) || scheduleString(d.history) !== scheduleString(scheduleWith(run.history, d.from, d.roster.length)))) {
     why = 'its P schedule is not this run\'s';

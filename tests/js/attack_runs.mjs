@@ -40,7 +40,11 @@ export async function attackedRun({ settings, peers, attack, rate = DEFAULT_AUDI
   const group = new Group(cfg, peers, stream, backend);
   const run = new AuditedRun(cfg, group, attack === null ? null : parseAttack(attack), rate);
   const rec = new Recorder();
-  while (run.group.replicas[0].step < steps && !until(rec)) await run.step(rec);
+  // (a run that reaches `steps` ends through the end's barrier, AuditedRun.finish, as the CLI's does)
+  for (;;) {
+    while (run.group.replicas[0].step < steps && !until(rec)) await run.step(rec);
+    if (until(rec) || !(await run.finish(steps, rec))) break;
+  }
   return { rec, run, cfg };
 }
 

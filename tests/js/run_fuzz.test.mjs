@@ -9,6 +9,8 @@
 //      honest page's list of removed peers;
 //   3. leadership from the rules: every new roster is led by the most senior member of the one
 //      before that it keeps.
+// The liar's lies: forged STATUS, HALT, ROSTER, STOP, FIN, replays, JOIN floods, and a forged
+// gradient right before its own Stop (a run's end is a barrier: every honest page removes it).
 // FUZZ_SCHEDULES=N (default 200), DAISY_FUZZ_SEED=S reproduces a run (its seed is printed on
 // failure and at the start), FUZZ_ONLY=i runs its schedule i alone.
 import { test } from 'node:test';
@@ -34,7 +36,7 @@ const starts = (n) => n.events.filter(([e]) => e === 'run-started').map(([, p]) 
 // group's pace); they are never reached when all goes well, so they cost no time.
 
 // the liar's forged messages: its controller runs honestly otherwise (its gradients are real, so
-// every honest step still has a reference)
+// every honest step still has a reference), except when it stops the run (forgeStop)
 const LIES = {
   status(g, H, victim, target) {
     const send = H.mesh.sendJson.bind(H.mesh);
@@ -62,7 +64,7 @@ const LIES = {
   },
   fin(g, H, victim, target) {
     const run = H.ctl.run;
-    if (run) H.sendJson(target.id, TYPES.FIN, { runId: run.desc.runId, step: run.completed, hash: 'a'.repeat(64) }, { runId: run.desc.runId, slot: run.slot });
+    if (run) H.sendJson(target.id, TYPES.FIN, { runId: run.desc.runId, epoch: run.epoch, step: run.completed, hash: 'a'.repeat(64) }, { runId: run.desc.runId, slot: run.slot });
   },
   replay(g, H, victim, target) {
     // an old proposal of this run (the start's descriptor, a RUN) and a GO: refused or ignored
@@ -73,6 +75,20 @@ const LIES = {
     for (let i = 0; i < 20; i++) H.sendJson(target.id, TYPES.JOIN, { protocol: H.mesh.version, dataId: DATA_ID });
   },
 };
+
+// The liar's Stop: a gradient x -1000 at its next step, then its Stop right after (issue 27 §1).
+// Every honest page must remove it at the end's barrier (a forged step kept is off the reference:
+// check 1). (Drawn as the liar's 'stop', so the other schedules of a seed stay as they were.)
+let forgeStops = 0;                 // schedules where it happened (said at the end)
+function forgeStop(g, H) {
+  const run = H.ctl.run;
+  if (!run) return;
+  forgeStops++;
+  const from = run.lastSent + 1;
+  H.ctl.faults.forge = { from, kind: 'scale', factor: -1000 };
+  g.until(() => H.ctl.run !== run || run.lastSent >= from, 'the liar forged', 10_000)
+    .then(() => { if (H.ctl.run === run) H.ctl.stop('forged, then stopped'); }, () => {});
+}
 
 async function schedule(seed) {
   const r = rngOf(seed);
@@ -117,7 +133,8 @@ async function schedule(seed) {
         const victim = victims[r(victims.length)], target = victims[r(victims.length)];
         log.push(`  lie ${lie} about ${victim.id} to ${target.id}`);
         LIES[lie](g, liar, victim, target);
-      } else if (kind === 'stop') { pick.ctl.stop(); }
+      } else if (kind === 'stop' && pick === liar) { log.push('  forge, then stop'); forgeStop(g, liar); }
+      else if (kind === 'stop') { pick.ctl.stop(); }
     }
     await progress(1);
     for (const n of alive()) n.ctl.stop();
@@ -168,5 +185,11 @@ test(`fuzz: ${SCHEDULES} random schedules (base seed ${SEED}; DAISY_FUZZ_SEED=${
       throw err;
     }
   }
-  console.log(`fuzz: ${SCHEDULES} schedules in ${((Date.now() - t0) / 1000).toFixed(1)} s (seed ${SEED})`);
+  console.log(`fuzz: ${SCHEDULES} schedules in ${((Date.now() - t0) / 1000).toFixed(1)} s (seed ${SEED}; the liar forged and stopped in ${forgeStops})`);
 });
+
+// schedules that failed once, run every time: a user's Stop plus a liar's HALT (a Stop that was a
+// barrier let the HALT start a recovery the pages already ended did not answer: an honest page
+// removed); the liar's forge-then-Stop with the liar's link to the leader cut (a conviction of a
+// peer already gone started no recovery: the leader looped at the end's barrier)
+for (const seed of [449555049, 315974009]) test(`fuzz schedule ${seed}, a past failure`, () => schedule(seed));
