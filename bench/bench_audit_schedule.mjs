@@ -1,6 +1,6 @@
 // The audit schedule's cost in counts, not time (docs/VERIFICATION.md §13 "The schedule"): for
 // P = 2..8 and a few audit rates, the pages' schedule over --steps steps (the reference nonces,
-// auditPairs with the auditors' loads, and run/audits.js shareUnits, the function the pages run)
+// auditPairs with the auditors' loads, and run/audit_schedule.js shareUnits, the function the pages run)
 // with no idle time at all (the worst case: a CPU-bound LAN group whose exchange hides nothing).
 // Every page computes one local step (U units) per step plus its share of audit units; the
 // lockstep waits for the busiest page, so a group step costs 1 + max over pages (share / U) local
@@ -11,7 +11,8 @@
 // Deterministic: the same numbers on any machine.
 //   node bench/bench_audit_schedule.mjs [--steps 4000] [--layers 8] [--rates 0.05,0.1,0.125,0.2] [--uniform] [--json]
 import { AUDIT_WINDOW, auditLoad, auditPairs, beacon, detectionProbability, expectedSteps, medianSteps, referenceNonce } from '../frontend_js/audit.js';
-import { shareUnits, unitsPerStep } from '../frontend_js/run/audits.js';
+import { unitsPerStep } from '../frontend_js/run/audit_book.js';
+import { shareUnits } from '../frontend_js/run/audit_schedule.js';
 
 const argv = process.argv.slice(2);
 const opt = (name, d) => { const i = argv.indexOf(name); return i >= 0 ? argv[i + 1] : d; };

@@ -143,7 +143,7 @@ def assert_convicted(page, label: str, pattern: str, event: dict, peer_id: str) 
     hits = [m for n in notes if (m := re.search(pattern, n))]
     assert hits, f"{label}: no note matches {pattern!r}: {notes}"
     # a verdict may come up to W steps late: a later failing audit may be heard first, and the
-    # page then finds the earlier one itself (run/audits.js checkingEarlier); the settled
+    # page then finds the earlier one itself (run/verdicts.js checkingEarlier); the settled
     # conviction is at the reference's step
     assert any(int(m.group(1)) == event["step"] for m in hits), f"{label}: {[m.group(0) for m in hits]}, the reference: {event['why']}"
     convicted = page.evaluate("window.convictions")

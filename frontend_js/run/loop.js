@@ -228,7 +228,7 @@ function report(ctl, run, step, loss) {
 // The run's end is a barrier (docs/PROTOCOL.md "Audited gradients"): this device runs every audit
 // it owes, then FIN {epoch, step, hash} tells every member it did (and where it ends); once every
 // member still here said so (or finWaitMs passed), every contribution not covered by a passed
-// audit is recomputed here (audits.js checkEnd). Meanwhile a departure changes no roster (the run
+// audit is recomputed here (audit_barriers.js checkEnd). Meanwhile a departure changes no roster (the run
 // ends anyway; its steps are checked with the others'); only a conviction does: -> false then
 // (the recovery goes back, the loop computes the steps again and ends through here again)
 async function finishBarrier(ctl, run) {

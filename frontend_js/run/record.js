@@ -203,7 +203,7 @@ export class AuditBook {
     this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight}]: this
                                  // device's audits to recompute, in deadline order (done: units of it run so far;
                                  // release: lets go of the backend; admitting: the gate being passed; inflight: units)
-    this.working = null;         // the queue's worker while it runs (run/audits.js work)
+    this.working = null;         // the queue's worker while it runs (run/verdicts.js work)
     this.checking = null;        // an accused's earlier audits being checked here before its rollback settles
     this.departing = new Map();  // id -> {from, upTo}: a departed peer whose steps since its last settled pass this
                                  // device is checking before the roster drops it (the barrier, checkDeparture)
@@ -257,6 +257,6 @@ export class Run {
     this.book = null;           // the AuditBook (null: the run is not audited, auditRate 0)
     this.ownFinite = null;      // {step, finite}: whether this device's own last local step was finite
     this.lies = [];             // [{id, step, why}]: non-finite gradients waiting for our own step's verdict
-    this.computing = Promise.resolve();   // the compute backend's queue (run/audits.js exclusive)
+    this.computing = Promise.resolve();   // the compute backend's queue (run/audit_recompute.js exclusive)
   }
 }

@@ -1,0 +1,82 @@
+// Barriers: nothing unaudited outlives a departure or the run's end (docs/PROTOCOL.md "Audited
+// gradients"; run/audits.js has the overview). Before the roster drops a departing peer
+// (checkDeparture) and before a run ends (checkEnd), this device recomputes that peer's (every
+// other member's) contributions not covered by a settled pass and convicts the first that does
+// not reproduce.
+// Imports: audit_book.js (checkedFrom), audit_recompute.js, verdicts.js (convict). Exports:
+// checkDeparture (departures.js), checkEnd (loop.js, through audits.js).
+import { waitUntil } from '../page_clock.js';
+import { GATE_LOOK_MS, checkedFrom } from './audit_book.js';
+import { recompute } from './audit_recompute.js';
+import { convict } from './verdicts.js';
+
+// ---- a departure is a barrier (docs/PROTOCOL.md "Audited gradients": nothing unaudited outlives it)
+// Before the roster drops a departing peer (LEAVE, closed link, deadline, the server's word), this
+// device recomputes every contribution of its since its last settled pass (or the book's floor,
+// or the last rollback) from its own kept states, earliest first, and compares it with the bytes
+// and loss it received from that peer at that step (its own evidence, no commitment needed: a
+// peer that withholds its AUDIT frames is checked all the same). One that does not reproduce
+// convicts it (a rollback as an audit's); meanwhile STATUS names it unsettled, so the acting
+// leader waits. Cost: one local step per step since that pass, on every survivor.
+export function checkDeparture(ctl, run, id) {
+  const b = run.book;
+  if (!b || run.ended || id === ctl.selfId || !run.roster.includes(id) || b.departing.has(id) || b.accused.has(id) || b.convicted.has(id)) return;
+  const slot = run.roster.indexOf(id), epoch = run.epoch, from = checkedFrom(run, id), upTo = run.completed;
+  b.departing.set(id, { from, upTo });
+  const void_ = () => run.ended || run.book !== b || run.epoch !== epoch || !b.departing.has(id);
+  (async () => {
+    for (let u = from; u < upTo; u++) {
+      const got = b.received.get(u);
+      if (!got || !b.states.has(u)) { ctl.host.note(`Cannot check step ${u + 1} of ${ctl.host.nameOf(id)}, which left: its state is no longer kept here.`); continue; }
+      const mine = await recompute(ctl, run, u, slot, null, null, true);
+      if (mine === null || void_()) return;
+      if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
+        b.departing.delete(id);
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked when it left; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        return;
+      }
+      b.pending.delete(`${u}:${slot}`);
+    }
+    if (void_()) return;
+    b.departing.delete(id);
+    ctl.judged(run);
+  })().catch((err) => console.warn('daisy: checking a departure failed:', err));
+}
+
+// ---- a run's end is a barrier too (docs/PROTOCOL.md "Audited gradients"; loop.js finishBarrier)
+// Every member ran the audits it owes (flush) and sent FIN; then this device recomputes every other
+// member's contributions since its last settled pass (a pass whose auditor sent its FIN of this
+// epoch and step is settled: that auditor ran every audit it owed, and its evidence came first on
+// the same ordered link), earliest step first, slots in order at a step, against the bytes and
+// loss it received; the first that does not reproduce convicts its sender with an audit's
+// rollback (the reference's AuditedRun.finish). Cost: one local step per contribution since its
+// sender's last settled pass (about (P - 1)/q at rate q), at each end. -> true when all reproduced
+export async function checkEnd(ctl, run) {
+  const b = run.book;
+  if (!b) return true;
+  const epoch = run.epoch, void_ = () => run.ended || run.book !== b || run.epoch !== epoch || run.recovery !== null;
+  // this device's judgements first (evidence it holds, a conviction's earlier audits)
+  const judging = () => b.accused.size > 0 || b.checking !== null || b.evidence.some(({ ev }) => ev.step <= b.done);
+  while (judging() && !void_()) await waitUntil(() => !judging() || void_(), GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+  if (void_()) return false;
+  const finished = (slot) => {
+    const f = run.fins.get(run.roster[slot]);
+    return slot === run.slot || (f && f.epoch === run.epoch && f.step === run.completed);
+  };
+  for (const [key, p] of [...b.pending]) if (finished(p.auditor)) b.pending.delete(key);
+  const others = run.roster.map((id, slot) => ({ id, slot, from: checkedFrom(run, id) })).filter(({ slot }) => slot !== run.slot);
+  for (let u = Math.min(run.completed, ...others.map((x) => x.from)); u < run.completed; u++) {
+    const got = b.received.get(u);
+    for (const { id, slot, from } of others) {
+      if (u < from) continue;
+      if (!got || !b.states.has(u)) { ctl.host.note(`Cannot check step ${u + 1} of ${ctl.host.nameOf(id)} at the run's end: its state is no longer kept here.`); continue; }
+      const mine = await recompute(ctl, run, u, slot, null, null, true);
+      if (mine === null || void_()) return false;
+      if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked at the run's end; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        return false;
+      }
+    }
+  }
+  return !void_();
+}

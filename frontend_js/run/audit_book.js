@@ -1,0 +1,106 @@
+// The audit book of a page run (run/audits.js has the overview; record.js the AuditBook record):
+// one per run from its start, opened again at a join or a departure (the book's floor). It keeps
+// the states after the last steps (trusted points, the auditor's pre-step weights), the passes
+// each peer earned, and answers what the other audit modules ask of it: which AUDIT frames of a
+// step are missing, from which step a peer's contributions are not covered by a settled pass.
+// Imports only the rules (audit.js) and the records; every other audit module imports it.
+// Exports: openBook, restartBook, keepState, recordPass, checkedFrom, barrierFloor, missingFor,
+// unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
+import { AUDIT_WINDOW, MAX_AUDIT_RATE, trustedStep } from '../audit.js';
+import { jsSha } from '../hashing.js';
+import { AuditBook, KEPT_RING, MAX_KEPT_STATES } from './record.js';
+
+export const sha256Hex = (bytes) => jsSha.hexOf([bytes]);
+// the run's auditRate: the chance that a slot's contribution to a step is audited, 0..1
+export const validAuditRate = (r) => typeof r === 'number' && Number.isFinite(r) && r >= 0 && r <= MAX_AUDIT_RATE;
+// steps after its audited step an audit's verdict may still come (W, plus the two steps' lag of the
+// reveals): kept states, frames and transcripts live this long
+export const VERDICT_STEPS = AUDIT_WINDOW + 4;
+export const GATE_LOOK_MS = 250;
+
+// ---- the book: one per run, from its start (loop.begin) -----------------------------------------
+export function openBook(run, rate) {
+  run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg)) : null;
+  if (run.book) keepState(run);
+}
+
+// a join or a departure: audits start over at its first step (rollbacks never undo a roster change
+// other than a conviction)
+export function restartBook(run) {
+  if (!run.book) return;
+  run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep);
+  keepState(run);
+}
+
+// an estimate of a local step's units (INT8 matmuls): 6 per layer and the head forward, twice that
+// backward; replaced by the count of the first recomputation
+export const unitsPerStep = (cfg) => 18 * cfg.layers + 3;
+
+// the state after run.completed steps, kept (a trusted point, the auditor's pre-step weights)
+export function keepState(run) {
+  const b = run.book, c = run.completed;
+  if (!b || b.states.has(c)) return;
+  const r = run.replica, spare = b.spare.pop();
+  const copy = (from, into) => (into ? (Object.entries(from).forEach(([k, v]) => into[k].set(v)), into) : cloneArrays(from));
+  b.states.set(c, { params: copy(r.params, spare?.params), m: copy(r.adam.m, spare?.m), v: copy(r.adam.v, spare?.v), t: r.adam.t, hash: run.hash });
+  pruneStates(run);
+}
+const cloneArrays = (o) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, Float64Array.from(v)]));
+// a state no longer kept lends its arrays to the next (no allocation per step), unless a
+// recomputation is reading it
+function release(b, t) {
+  const st = b.states.get(t);
+  b.states.delete(t);
+  if (st && !b.reading.has(st) && b.spare.length < 2) b.spare.push(st);
+}
+
+// a pass of `audited` by `auditor` (the state after step `after`). Kept per auditor: the last 4
+// whose verdict is in and every pending one (a conviction filters passes by step: a pending pass
+// may be the failing audit itself, so the settled ones before it must still be here)
+export function recordPass(run, audited, auditor, after) {
+  const b = run.book, slot = run.roster.indexOf(audited);
+  let by = b.passes.get(audited);
+  if (!by) { by = new Map(); b.passes.set(audited, by); }
+  const steps = by.get(auditor) || [];
+  steps.push(after);
+  const settled = (xs) => xs.filter((x) => !b.pending.has(`${x - 1}:${slot}`)).length;
+  while (settled(steps.slice(1)) >= 4) steps.shift();
+  by.set(auditor, steps);
+}
+
+// the first step of `id`'s contributions not covered by a settled pass: after its latest pass by an
+// auditor never convicted whose verdict is in, the book's floor or the last rollback
+export function checkedFrom(run, id) {
+  const b = run.book, slot = run.roster.indexOf(id);
+  const settled = new Map([[null, b.floor]]);
+  for (const [auditor, steps] of b.passes.get(id) || []) {
+    const ok = steps.filter((x) => !b.pending.has(`${x - 1}:${slot}`));
+    if (ok.length) settled.set(auditor, ok[ok.length - 1]);
+  }
+  return Math.max(b.floor, b.since, trustedStep(settled, new Set(b.excludedFrom.keys())));
+}
+
+// the oldest step a departure's barrier may need (the states and received bytes kept from it on)
+export function barrierFloor(run) {
+  return Math.min(run.completed, ...run.roster.filter((_, slot) => slot !== run.slot).map((id) => checkedFrom(run, id)));
+}
+
+// keep: the last KEPT_RING states, the floor, and every pass a rollback may go back to; at most
+// MAX_KEPT_STATES (the oldest trusted points go first: a rollback past them stops the run)
+function pruneStates(run) {
+  const b = run.book, c = run.completed;
+  const needed = new Set([b.floor]);
+  for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
+  for (const { t } of b.pending.values()) needed.add(t);          // audits whose verdict may still come
+  for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
+  for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) release(b, t);
+  const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
+  while (b.states.size > MAX_KEPT_STATES && old.length) release(b, old.shift());
+}
+
+// the peers whose AUDIT of t (commitment) or of t+1 (the reveal of t) is not here yet
+export function missingFor(run, t) {
+  const b = run.book;
+  const commits = b.commits.get(`${run.epoch}:${t}`), reveals = b.reveals.get(`${run.epoch}:${t}`);
+  return run.roster.filter((id, slot) => slot !== run.slot && (!commits?.has(slot) || !reveals?.has(slot)));
+}

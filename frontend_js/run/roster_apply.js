@@ -1,0 +1,102 @@
+// A roster change taking effect (docs/ARCHITECTURE.md "Membership"; run/recovery.js has the
+// overview): committed once every member staying accepted (maybeCommit: GO), then applied (a
+// recovery's roster: a conviction's rollback or one step undone, the new collective, the new
+// roster), or void (voidChange: a planned change dropped).
+// Imports: ending.js, audit_book.js (restartBook), rollback.js (takeRollback). Exports:
+// voidChange, maybeCommit, switchCollective, applyRoster, goBack, setRoster.
+import { TYPES } from '../mesh/frames.js';
+import { end, restoreUndo, runView, wakeParked } from './ending.js';
+import { restartBook } from './audit_book.js';
+import { takeRollback } from './rollback.js';
+
+export function voidChange(ctl, run, why) {
+  const ch = run.change;
+  if (!ch) return;
+  clearTimeout(ch.timer);
+  ctl.dispose(ch.collective);
+  run.change = null;
+  for (const [, j] of run.joiners) j.admitted = null;
+  ctl.poke();
+  if (why) ctl.host.note(`The planned roster change was dropped: ${why}.`);
+}
+
+export function maybeCommit(ctl, run, change) {
+  if (change.committed || !change.msg.roster.every((id) => change.accepts.has(id))) return;
+  change.committed = true;
+  clearTimeout(change.timer);
+  ctl.tellAll(run, TYPES.GO, { runId: run.desc.runId, epoch: change.msg.epoch, digest: change.digest }, change.msg.roster);
+  if (change.kind === 'recovery') applyRoster(ctl, run, change);
+  ctl.poke();
+}
+
+export function switchCollective(ctl, run, change) {
+  run.sent.bytes += run.collective.bytesSent; run.sent.waitMs += run.collective.waitMs;
+  const deadlineMs = run.collective.deadlineMs;
+  ctl.dispose(run.collective);
+  run.collective = change.collective;
+  run.collective.deadlineMs = deadlineMs;
+}
+
+// the committed recovery roster: undo a step if this device is one ahead, then the new epoch
+export function applyRoster(ctl, run, change) {
+  const d = change.msg;
+  const convicted = Array.isArray(d.convicted) ? d.convicted.map(([id]) => id) : [];
+  if (convicted.length && !goBack(ctl, run, d.from, convicted)) {
+    end(ctl, run, 'stopped', `The run stopped: this device no longer keeps the state after step ${d.from} to go back to.`, 'cannot meet the group');
+    return;
+  }
+  if (run.completed === d.from + 1 && !restoreUndo(ctl, run)) {
+    end(ctl, run, 'stopped', `The run stopped: this device cannot step back to step ${d.from} to meet the group.`, 'cannot meet the group');
+    return;
+  }
+  if (run.completed !== d.from) {
+    end(ctl, run, 'stopped', `The run stopped: the group restarts at step ${d.from + 1}, this device is at ${run.completed + 1}.`,
+      'cannot meet the group');
+    return;
+  }
+  const left = run.roster.filter((id) => !d.roster.includes(id));
+  switchCollective(ctl, run, change);
+  run.gone.clear();
+  for (const id of left) run.heard.delete(id);
+  setRoster(ctl, run, d, [], left);
+  if (!convicted.length) restartBook(run);      // a departure: the audits start over from here
+  wakeParked(ctl, run);
+}
+
+// a conviction's rollback: every replica restores its kept state after `from` steps
+export function goBack(ctl, run, from, convicted) {
+  const hash = takeRollback(run, from, convicted);
+  if (!hash) return false;
+  run.completed = from; run.hash = hash;
+  for (const t of [...run.hashLog.keys()]) if (t > from) run.hashLog.delete(t);
+  run.hashLog.set(from, hash);
+  run.lastSent = Math.min(run.lastSent, from - 1);
+  run.undo = null;
+  run.curve = run.curve.filter(([st]) => st <= from);
+  ctl.host.models.step = from;
+  ctl.host.show({ step: from, hash, curve: run.curve });
+  ctl.host.emit('step-undone', { step: from, hash });
+  return true;
+}
+
+export function setRoster(ctl, run, d, joined, left) {
+  const h = ctl.host;
+  const wasLeader = run.roster[0];
+  run.roster = d.roster.slice();
+  run.epoch = d.epoch;
+  run.epochFrom.set(d.epoch, d.from);
+  run.slot = run.roster.indexOf(ctl.selfId);
+  run.history = d.history.map((e) => e.slice());
+  for (const id of left) run.peerHashes.delete(id);
+  for (const id of joined) run.peerHashes.set(id, run.hash);
+  const P = run.roster.length;
+  const what = [joined.length ? `${joined.map((id) => h.nameOf(id)).join(', ')} joined` : '',
+                left.length ? `${left.map((id) => h.nameOf(id)).join(', ')} left` : ''].filter(Boolean).join('; ');
+  const newLeader = run.roster[0] !== wasLeader ? ` ${h.nameOf(run.roster[0])} leads the run now.` : '';
+  h.show({ run: runView(run), leader: run.roster[0], peerHashes: Object.fromEntries(run.peerHashes),
+           replicas: { count: P, agree: true, agreeing: P, step: run.completed },
+           message: `${what}: ${P} device(s) train from step ${d.from + 1}`
+             + `${left.length ? ' (that step recomputed without them)' : ''}.${newLeader}` });
+  if (run.roster[0] !== wasLeader) h.announce();
+  h.emit('roster-changed', { epoch: run.epoch, from: d.from, roster: run.roster.slice(), joined, left, history: run.history.map((e) => e.slice()) });
+}
