@@ -39,8 +39,11 @@ def reference_hashes(peers: int, settings: dict, steps: int) -> list[str]:
 
 
 def record_steps(page) -> None:
+    """window.stepHashes {step: hash}: the last computation of each step; a step undone (a Stop
+    that landed while this page applied the step past it, a rollback) leaves it."""
     page.evaluate("""() => { window.stepHashes = {}; window.runEnded = null;
         window.daisy.on('step', (e) => { window.stepHashes[e.step] = e.hash; });
+        window.daisy.on('step-undone', (e) => { for (const k of Object.keys(window.stepHashes)) if (Number(k) > e.step) delete window.stepHashes[k]; });
         window.daisy.on('run-ended', (e) => { window.runEnded = e; }); }""")
 
 
