@@ -19,6 +19,7 @@ export function runHost(peer) {
     compute: () => peer.compute(),
     ready: () => peer.pathReady,
     backend: () => peer.backend(),
+    trainer: (cfg, replica, batches) => peer.trainer(cfg, replica, batches),
     get gpu() { return peer.gpu || null; },
     dataId: () => peer.dataId(),
     batches: (cfg, dataId) => new HttpBatches(cfg, { dataId, base: peer.server }),

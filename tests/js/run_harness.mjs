@@ -70,6 +70,7 @@ export class Node {
       compute: async () => COMPUTE,
       ready: async () => {},
       backend: () => BACKEND,
+      trainer: (cfg, replica, batches) => new train.Trainer(cfg, replica, batches, BACKEND),
       gpu: null,
       dataId: async () => DATA_ID,
       batches: (cfg) => new StreamBatches(stream, cfg),
