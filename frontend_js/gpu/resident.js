@@ -6,6 +6,8 @@
 // for bit, at boot and in the tests.
 //   ResidentKernels.create(device, opts) compiles them (opts.texts: file -> text, the bug corpus)
 //   k.f64(values) / k.zeros(n) / k.u32(words) / k.read(buffer, n)   buffers in and out
+//   k.scratch(bytes, enc) / k.recycle()   a step's temporaries from the pool (cleared in `enc`),
+//                         back into it once the step's read-back is done
 //   k.<piece>(..., enc?)  one dispatch on GPU buffers, encoded into `enc` (a GPUCommandEncoder)
 //                         or submitted at once
 // Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
@@ -47,6 +49,27 @@ export class ResidentKernels {
   constructor(device, pipes) {
     this.device = device; this.pipes = pipes;
     this.uniforms = [];              // the parameters of the dispatches since releaseUniforms()
+    this.pool = new Map();           // size (a power of two) -> free storage buffers of the step's temporaries
+    this.lent = [];                  // the temporaries taken since recycle()
+    this.reads = new Map();          // size -> free mappable buffers (read-backs)
+  }
+
+  // A temporary of at least `bytes`, zeroed by a clear encoded into `enc` (as a fresh buffer is):
+  // from the pool, so a step allocates nothing once the shapes have been seen (a buffer's creation
+  // and first clear cost more than the clear)
+  scratch(bytes, enc) {
+    const size = 2 ** Math.ceil(Math.log2(align(bytes)));
+    const b = this.pool.get(size)?.pop() || this.device.createBuffer({ size, usage: STORAGE() });
+    enc.clearBuffer(b);
+    this.lent.push(b);
+    return b;
+  }
+  // every temporary taken since the last recycle back into the pool (after the work that used them)
+  recycle() {
+    for (const b of this.lent.splice(0)) {
+      if (!this.pool.has(b.size)) this.pool.set(b.size, []);
+      this.pool.get(b.size).push(b);
+    }
   }
 
   // opts: kernelBase; texts: {file: WGSL text} replacing a kernel or library file (the bug corpus);
@@ -98,16 +121,21 @@ export class ResidentKernels {
     const d = this.device, at = [];
     let bytes = 0;
     for (const [, n] of list) { at.push(bytes); bytes += align(n * 8); }
-    const read = d.createBuffer({ size: Math.max(bytes, ALIGN), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const size = 2 ** Math.ceil(Math.log2(Math.max(bytes, ALIGN)));
+    const read = this.reads.get(size)?.pop() || d.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    let ok = false;
     try {
       const enc = d.createCommandEncoder();
       list.forEach(([buffer, n], i) => enc.copyBufferToBuffer(buffer, 0, read, at[i], align(n * 8)));
       d.queue.submit([enc.finish()]);
-      await read.mapAsync(GPUMapMode.READ);
-      const all = read.getMappedRange();
-      return list.map(([, n], i) => new Float64Array(all.slice(at[i], at[i] + n * 8)));
+      await read.mapAsync(GPUMapMode.READ, 0, bytes);
+      const all = read.getMappedRange(0, bytes);
+      const out = list.map(([, n], i) => new Float64Array(all.slice(at[i], at[i] + n * 8)));
+      read.unmap();
+      ok = true;
+      return out;
     } finally {
-      read.destroy();
+      if (ok) { if (!this.reads.has(size)) this.reads.set(size, []); this.reads.get(size).push(read); } else read.destroy();
     }
   }
 
@@ -201,13 +229,18 @@ export class ResidentKernels {
 export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, scale = 1.0 / Math.sqrt(D);
-  const d = k.device, temps = [], z = (n) => { const b = k.zeros(n); temps.push(b); return b; };
+  const d = k.device, temps = [];
   // an invalid command buffer runs nothing and reads back zeros: every error is caught and thrown
   for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
   const enc = d.createCommandEncoder();
+  const z = (n) => k.scratch(n * 8, enc);          // every activation and gradient: the pool's, zeroed
   const flags = k.u32([0, 0, 0, 0]), idxBuf = k.u32(idx), targetBuf = k.u32(targets);
   temps.push(flags, idxBuf, targetBuf);
-  const mm = (a, ta, b, tb, nb, M, K, Nn) => { const out = z(nb * M * Nn); temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags)); return out; };
+  const mm = (a, ta, b, tb, nb, M, K, Nn) => {
+    const out = z(nb * M * Nn);
+    temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => k.scratch(bytes, enc)));
+    return out;
+  };
   const norm = (x, g) => { const y = z(N * C), cache = { xhat: z(N * C), r: z(N) }; k.rmsnorm(x, g, y, cache.xhat, cache.r, N, C, NORM_EPS, enc); return [y, cache]; };
   const x = z(N * C);
   k.embed(params['wte.weight'], params['wpe.weight'], idxBuf, x, N, T, C, enc);
@@ -239,12 +272,13 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
   if (withGrads) grads = residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale, V });
   d.queue.submit([enc.finish()]);
   const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
-  if (errors.length) { for (const b of temps) b.destroy(); k.releaseUniforms(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
+  if (errors.length) { for (const b of temps) b.destroy(); k.releaseUniforms(); k.recycle(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
   // one read-back: the per-row losses, the flag, and the gradients (training) or the logits
   const named = grads ? Object.entries(grads) : [];
   const got = await k.readMany([[lossN, N], [flags, 1], ...(grads ? named.map(([, bn]) => bn) : [[logits, N * V]])]);
   for (const b of temps) b.destroy();
   k.releaseUniforms();
+  k.recycle();
   const [ln, fl] = got;
   const out = { loss: treeSum(ln, 0, N) / N, logits: grads ? null : got[2], lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
   if (grads) out.grads = Object.fromEntries(named.map(([name], i) => [name, got[2 + i]]));
@@ -322,6 +356,7 @@ export class ResidentTrainer {
     this.backend = cpu;                  // the CPU backend (engines.js interface)
     this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads}
     this.w = {}; this.m = {}; this.v = {};
+    this.g = {};                         // the reduced gradient's buffers (rewritten every step)
     this.heldT = -1; this.heldParams = null;   // the host state the GPU buffers hold (adam.t, the params object)
     this.cpuSteps = 0;                   // local steps computed on the CPU (a flagged operand, a fault)
     this.fault = null;                   // the GPU error that moved this trainer to the CPU, or null
@@ -385,17 +420,15 @@ export class ResidentTrainer {
     const { optim, weightHash } = this.lib, r = this.replica, t = r.adam.t + 1, d = this.k.device;
     for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
     const bc1 = 1.0 - optim.powInt(optim.B1, t), bc2 = 1.0 - optim.powInt(optim.B2, t);
-    const enc = d.createCommandEncoder(), grads = [], names = Object.keys(this.w);
+    const enc = d.createCommandEncoder(), names = Object.keys(this.w);
     for (const name of names) {
-      const g = this.k.f64(G[name]);
-      grads.push(g);
-      this.k.adam(this.w[name], g, this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
+      if (this.g[name]) d.queue.writeBuffer(this.g[name], 0, G[name]); else this.g[name] = this.k.f64(G[name]);
+      this.k.adam(this.w[name], this.g[name], this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
     }
     d.queue.submit([enc.finish()]);
     const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
-    if (errors.length) { for (const g of grads) g.destroy(); throw new Error(`GPU error in the resident Adam step: ${errors.map((e) => e.message).join('; ')}`); }
+    if (errors.length) { this.k.releaseUniforms(); throw new Error(`GPU error in the resident Adam step: ${errors.map((e) => e.message).join('; ')}`); }
     const back = await this.k.readMany(names.flatMap((name) => [this.w[name], this.m[name], this.v[name]].map((b) => [b, r.params[name].length])));
-    for (const g of grads) g.destroy();
     this.k.releaseUniforms();
     names.forEach((name, i) => { r.params[name].set(back[3 * i]); r.adam.m[name].set(back[3 * i + 1]); r.adam.v[name].set(back[3 * i + 2]); });
     r.adam.t = t;
@@ -405,5 +438,5 @@ export class ResidentTrainer {
   }
 
   // the GPU buffers freed (the trainer is not used after)
-  destroy() { for (const set of [this.w, this.m, this.v]) for (const b of Object.values(set)) b.destroy(); }
+  destroy() { for (const set of [this.w, this.m, this.v, this.g]) for (const b of Object.values(set)) b.destroy(); }
 }
