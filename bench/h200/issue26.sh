@@ -17,11 +17,11 @@ if [ -f tfjs_nm.tar.xz ] && [ ! -d bench/tfjs/node_modules ]; then
 fi
 LARGEST="--width 128 --seq-len 128 --batch 32 --layers 8 --heads 8"
 t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; }
-OUT=$OUT/rs DAISY_SECTIONS=residentStep timeout 180 $NODE bench/h200/pick_and_resident.mjs > "$OUT/rs.log" 2>&1; stamp residentStep
-timeout 40 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$OUT/cli_default.jsonl" 2> "$OUT/cli_default.err"; stamp cli_default
+OUT=$OUT/rs DAISY_SECTIONS=residentStep timeout 150 $NODE bench/h200/pick_and_resident.mjs > "$OUT/rs.log" 2>&1; stamp residentStep
+timeout 30 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$OUT/cli_default.jsonl" 2> "$OUT/cli_default.err"; stamp cli_default
 timeout 40 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 3 $LARGEST > "$OUT/cli_largest.jsonl" 2> "$OUT/cli_largest.err"; stamp cli_largest
 if [ -d bench/tfjs/node_modules ]; then
-  timeout 40 $NODE bench/bench_tfjs.mjs --steps 10 --webgpu > "$OUT/tfjs_default.jsonl" 2>&1; stamp tfjs_default
-  timeout 70 $NODE bench/bench_tfjs.mjs --steps 5 --warmup 2 --webgpu $LARGEST > "$OUT/tfjs_largest.jsonl" 2>&1; stamp tfjs_largest
+  timeout 30 $NODE bench/bench_tfjs.mjs --steps 10 --webgpu > "$OUT/tfjs_default.jsonl" 2>&1; stamp tfjs_default
+  timeout 60 $NODE bench/bench_tfjs.mjs --steps 5 --warmup 2 --webgpu $LARGEST > "$OUT/tfjs_largest.jsonl" 2>&1; stamp tfjs_largest
 fi
-OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 120 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; stamp pick
+OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 100 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; stamp pick
