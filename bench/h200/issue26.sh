@@ -22,6 +22,6 @@ timeout 30 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$O
 timeout 40 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 3 $LARGEST > "$OUT/cli_largest.jsonl" 2> "$OUT/cli_largest.err"; stamp cli_largest
 if [ -d bench/tfjs/node_modules ]; then
   timeout 30 $NODE bench/bench_tfjs.mjs --steps 10 --webgpu > "$OUT/tfjs_default.jsonl" 2>&1; stamp tfjs_default
-  timeout 60 $NODE bench/bench_tfjs.mjs --steps 5 --warmup 2 --webgpu $LARGEST > "$OUT/tfjs_largest.jsonl" 2>&1; stamp tfjs_largest
+  timeout 50 $NODE bench/bench_tfjs.mjs --steps 5 --warmup 2 --webgpu $LARGEST > "$OUT/tfjs_largest.jsonl" 2>&1; stamp tfjs_largest
 fi
-OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 100 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; stamp pick
+OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 80 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; stamp pick
