@@ -1,6 +1,6 @@
 // Issue 26 on the lent H200, one device call (Node `webgpu` = Dawn on the NVIDIA Vulkan driver):
 //   source .gpu/setup.sh && $NODE bench/h200/pick_and_resident.mjs        (carry: .gpu)
-// Results: TEST_RESULTS.md "GPU path: the registry and the resident kernels". Sections, each written to $OUT/pick_resident.json as
+// Not run on a GPU yet (TEST_RESULTS.md "The resident step in the run": no device could be started). Sections, each written to $OUT/pick_resident.json as
 // soon as it is done:
 //   pick       the registry (frontend_js/backends.js pickBackend, route 'measure') at the default and
 //              the largest settings: what it picks, the per-shape medians, the summary (speedup over
