@@ -13,11 +13,20 @@
 // A candidate whose module the server does not have (`has(path)` false: the page imports only
 // what exists) or whose start fails is passed over, and the reason says why.
 // Modes (the page's ?gpu=, the CLI's --gpu): 'auto' (measured), 'all' (every GEMM on the GPU:
-// checking a GPU), 'off' (the CPU backend only).
+// checking a GPU), 'resident' (the whole step on the GPU: gpu/resident.js; the run's trainer is a
+// ResidentTrainer, made by PickedBackend.trainer), 'off' (the CPU backend only).
+// The run loop and the CLI get their trainer from PickedBackend.trainer(cfg, replica, batches):
+// they never know which one they hold.
 import { bestBackend, withEngine } from './engines.js';
 import { defaultThreads } from './cpu/workers.js';
+import { Trainer } from './train.js';
+import { lossAndGrads, NORM_EPS } from './model.js';
+import * as optim from './optim.js';
+import { treeSum } from './detmath.js';
+import { VOCAB_SIZE } from './tokenizer.js';
+import { weightHash } from './hashing.js';
 
-export const GPU_MODES = Object.freeze(['auto', 'all', 'off']);
+export const GPU_MODES = Object.freeze(['auto', 'all', 'resident', 'off']);
 
 // --- the rule in words: pure -------------------------------------------------------------------
 
@@ -35,7 +44,8 @@ const times = (x) => `${x >= 10 ? x.toFixed(0) : x.toFixed(1)}×`;
 //   gpu      null (no WebGPU), or {state, reason}: state 'off' (mode off), 'missing' (no engine in
 //            this build), 'failed' (the engine threw at start), 'unusable' (no kernel passed its
 //            gate), 'software' (a software adapter: nothing routed there), 'fault' (disabled after
-//            a fault), 'gpu' (booted; measure: the engine's summary once decided, gpu/route.js)
+//            a fault), 'gpu' (booted; measure: the engine's summary once decided, gpu/route.js),
+//            'resident' (the resident step's kernels passed their gates; adapter: its words)
 // path is where the GEMMs run: 'gpu' only when some of them run there.
 export function describeChoice({ mode, cpu, threads = null, gpu }) {
   const t = threads;
@@ -50,6 +60,11 @@ export function describeChoice({ mode, cpu, threads = null, gpu }) {
   if (state === 'failed') return onCpu('GPU engine failed to start', `GPU engine failed to start: ${reason}`);
   if (state === 'unusable') return onCpu('GPU unusable', `GPU unusable: ${reason || 'no reason given'}`);
   if (state === 'fault') return onCpu('GPU disabled after a fault', `GPU disabled: ${reason}`);
+  if (state === 'resident') {
+    return { path: 'gpu', pathLabel: 'GPU (WebGPU, the whole step resident)', pathReason: withThreads(`the resident step on ${gpu.adapter || 'the WebGPU adapter'}: `
+      + 'weights, moments and activations on the GPU, every kernel gated against the CPU mirror; the exchange and the checks on the CPU backend'),
+    engine: `webgpu resident step (else ${cpu})` };
+  }
   const booted = `WebGPU ${kernel} kernel, gates passed; ${routing}`;
   if (state === 'software') return onCpu('WebGPU adapter is software', booted);
   if (mode === 'all') {
@@ -121,14 +136,32 @@ export async function pickCpuBackend({ threads = 'auto', has = () => true } = {}
 // change after the pick (a fault, a measurement): the page sets its state and announces it, so
 // the peer table and the compute line agree.
 export class PickedBackend {
-  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null }) {
+  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null, resident = null }) {
     this.mode = mode; this.cpu = cpu; this.threads = threads;
     this.gpuModule = gpuModule; this.engine = engine; this.gpuBackend = gpuBackend;
     this.gpu = gpu;                       // describeChoice's gpu argument when there is no engine
+    this.resident = resident;             // gpu/resident.js createResidentStep's parts (mode 'resident'), until a fault
     this.changeCallbacks = [];
   }
 
   get backend() { return this.gpuBackend && this.engine.status.path === 'gpu' ? this.gpuBackend : this.cpu; }
+
+  // The trainer of a replica (train.js Trainer's interface): a ResidentTrainer in mode
+  // 'resident' (not for local steps), else a Trainer on `backend`
+  trainer(cfg, replica, batches) {
+    if (!this.resident || cfg.local_steps > 1) return new Trainer(cfg, replica, batches, this.backend);
+    const { kernels, unit, ResidentTrainer } = this.resident;
+    return new ResidentTrainer({ kernels, unit, cfg, replica, batches, cpu: this.cpu, onFault: (reason) => this.residentFault(reason),
+      lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads } });
+  }
+
+  // the resident step failed (a GPU error): every trainer made after is the CPU's, the panel says why
+  residentFault(reason) {
+    if (!this.resident) return;
+    this.resident = null;
+    this.gpu = { state: 'fault', reason };
+    this.changed();
+  }
 
   describe() {
     return describeChoice({ mode: this.mode, cpu: cpuName(this.cpu, this.threads), threads: this.threads,
@@ -157,7 +190,17 @@ export async function pickBackend({ gpu = null, threads = 'auto', mode = 'auto',
   if (mode === 'off') picked = new PickedBackend({ ...base, gpu: { state: 'off' } });
   else if (!gpu) picked = new PickedBackend({ ...base, gpu: null });
   else if (!has('gpu/gpu.js')) picked = new PickedBackend({ ...base, gpu: { state: 'missing' } });
-  else {
+  else if (mode === 'resident') {
+    try {
+      const gpuModule = await import('./gpu/gpu.js');
+      const step = await gpuModule.createResidentStep(gpu, { kernelBase: engineOpts.kernelBase });
+      const a = step.info;
+      const adapter = `${[a.vendor, a.device || a.description].filter(Boolean).join(' ') || 'an adapter'}${a.isFallbackAdapter ? ' (a software adapter)' : ''}`;
+      picked = new PickedBackend({ ...base, gpu: { state: 'resident', adapter }, resident: { ...step, ResidentTrainer: gpuModule.ResidentTrainer } });
+    } catch (err) {
+      picked = new PickedBackend({ ...base, gpu: { state: 'unusable', reason: `the resident step: ${err.message || err}` } });
+    }
+  } else {
     try {
       const gpuModule = await import('./gpu/gpu.js');
       const engine = await gpuModule.createGpuEngine({ gpu, route: mode === 'all' ? 'all' : 'measure', cpu: cpu.engine, ...engineOpts });

@@ -46,7 +46,8 @@ const FLAGS = {
   '--threads': ['threads', `run each step's kernels on this many threads, 1..${MAX_THREADS} (frontend_js/cpu/threads.js; `
     + 'the same bits for every count). Not a flag of daisy.train. Default: the single-threaded wasm-simd backend'],
   '--gpu': ['gpu', 'off (default), auto (the GEMMs on WebGPU where, timed at these settings, it is faster than the CPU), '
-    + 'or all (every GEMM on WebGPU); needs the npm package webgpu (NODE_PATH). Same bits. Not a flag of daisy.train', 'MODE'],
+    + 'all (every GEMM on WebGPU), or resident (the whole step on WebGPU: weights, moments, activations stay there); '
+    + 'needs the npm package webgpu (NODE_PATH). Same bits. Not a flag of daisy.train', 'MODE'],
   '--save': ['save', 'not in the JS CLI (checkpoints: python -m daisy.train --save)'],
   '--resume': ['resume', 'not in the JS CLI (checkpoints: python -m daisy.train --resume)'],
   '--attack': ['attack', 'an audited run in which peer S forges its gradient from step index STEP on '
@@ -258,7 +259,7 @@ export async function main(argv) {
   }
   // the GPU's backend holds its engine, which computes on the CPU by itself after a fault; a
   // wrong result caught by an audit (GpuFault) redoes the step (nothing was applied yet)
-  const group = new Group(cfg, peersAt(args.schedule, 0), stream, picked.backend);
+  const group = new Group(cfg, peersAt(args.schedule, 0), stream, picked.backend, null, (c, r, b) => picked.trainer(c, r, b));
   const step = picked.gpuModule ? () => picked.gpuModule.withGpuFallback(picked.engine, () => group.step()) : () => group.step();
   if (args.audit_rate !== null) {
     return runAudited(args, cfg, group, (line) => process.stdout.write(line + '\n'), (line) => process.stderr.write(line + '\n'));

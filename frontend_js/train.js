@@ -97,9 +97,11 @@ export function checkLoss(loss, step) {
   }
 }
 
-// P replicas training in lockstep on one token stream (Uint16Array) or a BatchSource
+// P replicas training in lockstep on one token stream (Uint16Array) or a BatchSource.
+// trainer(cfg, replica, batches): makes each replica's trainer (backends.js PickedBackend.trainer:
+// the resident step's); default a Trainer on `backend`
 export class Group {
-  constructor(cfg, peers, stream, backend = referenceBackend, replicas = null) {
+  constructor(cfg, peers, stream, backend = referenceBackend, replicas = null, trainer = null) {
     this.cfg = cfg; this.backend = checkBackend(backend, 'Group');
     this.batches = stream && typeof stream.get === 'function' ? stream : new StreamBatches(stream, cfg);
     if (replicas === null) {
@@ -108,7 +110,8 @@ export class Group {
     }
     if (cfg.local_steps > 1) replicas = replicas.map(withLocalState);
     this.replicas = replicas;
-    this.trainers = replicas.map((r) => new Trainer(cfg, r, this.batches, backend));
+    this.makeTrainer = trainer || ((c, r, b) => new Trainer(c, r, b, backend));
+    this.trainers = replicas.map((r) => this.makeTrainer(cfg, r, this.batches));
     this.collective = new SimulatedCollective(paramShapes(cfg), { seed: cfg.seed, exchange: cfg.exchange });
     this.arena = this.backend.newArena();   // every array of a step; reused by the next step
   }
@@ -119,7 +122,7 @@ export class Group {
     while (this.replicas.length < peers) {
       const r = cloneReplica(this.replicas[0]);
       this.replicas.push(r);
-      this.trainers.push(new Trainer(this.cfg, r, this.batches, this.backend));
+      this.trainers.push(this.makeTrainer(this.cfg, r, this.batches));
     }
   }
 

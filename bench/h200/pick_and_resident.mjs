@@ -1,15 +1,14 @@
 // Issue 26 on the lent H200, one device call (Node `webgpu` = Dawn on the NVIDIA Vulkan driver):
 //   source .gpu/setup.sh && $NODE bench/h200/pick_and_resident.mjs        (carry: .gpu)
-// NOT RUN YET: written in a session whose device machine was paused (TEST_RESULTS.md, "GPU path:
-// the registry and the resident kernels"). Sections, each written to $OUT/pick_resident.json as
+// Not run on a GPU yet (TEST_RESULTS.md "The resident step in the run": no device could be started). Sections, each written to $OUT/pick_resident.json as
 // soon as it is done:
 //   pick       the registry (frontend_js/backends.js pickBackend, route 'measure') at the default and
 //              the largest settings: what it picks, the per-shape medians, the summary (speedup over
 //              the CPU path, the GPU path alone vs the CPU), and 2-peer Group steps (ms, medians) on
 //              the picked backend, the CPU backend on every core, and route 'all'; hashes equal
-//   residentStep  a 2-peer Group trained through the resident step (ResidentTrainer) at the default
-//              and largest settings: ms per step vs the CPU backend on every core, hashes equal
-//              (issue 26's target: >= 4x at the largest settings)
+//   residentStep  a 2-peer Group trained through the resident step (the registry's mode 'resident':
+//              ResidentTrainer) at the default and largest settings: ms per step vs the CPU backend
+//              on every core, the hash of every step equal (issue 26's target: >= 4x at the largest)
 //   resident   every resident kernel (frontend_js/gpu/resident.js) gated against its JS twin on
 //              the H200 (gateResident), then timed at the largest settings' shapes (N = 4096 rows,
 //              C = 128, T = 128, G = 128, V = 257): ms per dispatch, medians of 10 after a warm-up,
@@ -120,36 +119,33 @@ await section('resident', async () => {
   return out;
 });
 
-// the resident step (ResidentTrainer: forward, backward, Adam on the GPU; the exchange on the
-// host) in a 2-peer Group vs the CPU backend on every core: ms per step (medians) and hashes equal
+// the resident step (the registry's mode 'resident': ResidentTrainer, forward, backward, Adam on the
+// GPU; the exchange on the host) in a 2-peer Group vs the CPU backend on every core: ms per step
+// (medians; the first step, with its compile and upload, left out) and the hashes of every step equal
 await section('residentStep', async () => {
-  const { ResidentTrainer } = await import('../../frontend_js/gpu/resident.js');
-  const { GpuF64Unit } = await import('../../frontend_js/gpu/f64.js');
-  const model = await import('../../frontend_js/model.js');
-  const { treeSum } = await import('../../frontend_js/detmath.js');
-  const { VOCAB_SIZE } = await import('../../frontend_js/tokenizer.js');
-  const { weightHash } = await import('../../frontend_js/hashing.js');
-  const { referenceBackend } = await import('../../frontend_js/engines.js');
-  const { device, info } = await openDevice(create([]));
-  const k = await ResidentKernels.create(device);
-  const langs = new Set(info.wgslLanguageFeatures || []);
-  const unit = await GpuF64Unit.create(device, { gemm: langs.has('packed_4x8_integer_dot_product') ? 'dot4_packed.wgsl' : 'dot4_portable.wgsl' });
-  const cpu = await pickCpuBackend({ threads: 'auto' });
-  const lib = { treeSum, NORM_EPS: model.NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads: model.lossAndGrads };
-  const out = { adapter: info };
+  const picked = await pickBackend({ gpu: create([]), mode: 'resident', threads: 'auto' });
+  const out = { picked: picked.describe(), cpuThreads: picked.threads };
+  if (!picked.resident) return out;
+  out.adapter = picked.resident.info;
   for (const [name, st] of Object.entries(SETTINGS)) {
     const cfg = makeConfig(st);
-    const g = new Group(cfg, 2, stream, referenceBackend);
-    g.trainers = g.replicas.map((replica) => new ResidentTrainer({ kernels: k, unit, cfg, replica, batches: g.batches, cpu: cpu.backend, lib }));
-    const onCpu = await steps(cfg, cpu.backend);
-    const ms = [], hashes = [];
-    for (let s = 0; s < STEPS; s++) { const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]); }
-    out[name] = { residentMs: median(ms.slice(1)), cpuMs: onCpu.ms, residentVsCpu: onCpu.ms / median(ms.slice(1)), all: ms,
-      hashesEqual: JSON.stringify(hashes) === JSON.stringify(onCpu.hashes), cpuSteps: g.trainers.map((t) => t.cpuSteps) };
+    const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => picked.trainer(c, r, b));
+    const ms = [], hashes = [], losses = [];
+    for (let s = 0; s < STEPS; s++) { const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]); losses.push(r.loss); }
+    const onCpu = await steps(cfg, picked.cpu);
+    // where a resident step's time goes: one replica's local step, and its Adam + read-back + hash
+    const t = g.trainers[0], split = { localStep: [], apply: [] };
+    for (let s = 0; s < 3; s++) {
+      let t0 = performance.now(); const r = await t.localStep(STEPS + s, 0); split.localStep.push(performance.now() - t0);
+      t0 = performance.now(); await t.apply(r.grads); split.apply.push(performance.now() - t0);
+    }
+    const firstBad = hashes.findIndex((h, i) => h !== onCpu.hashes[i]);
+    out[name] = { residentMs: median(ms.slice(1)), cpuMs: onCpu.ms, residentVsCpu: onCpu.ms / median(ms.slice(1)), all: ms, cpuAll: onCpu.all,
+      hashesEqual: firstBad < 0, firstBad, steps: STEPS, cpuSteps: g.trainers.map((tr) => tr.cpuSteps), fault: g.trainers[0].fault,
+      oneReplicaMs: { localStep: median(split.localStep), apply: median(split.apply) } };
     save();
   }
-  cpu.backend.close?.();
-  device.destroy();
+  picked.cpu.close?.();
   return out;
 });
 

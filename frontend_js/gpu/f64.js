@@ -225,14 +225,15 @@ export class GpuF64Unit {
   // the operands read from `xa` and `xb` (float64 storage buffers, each operand at offset 0, laid
   // out as qmatmulT's a and b) and the result written into `out` (batch, M, N); encoded into `enc`
   // (no submit, nothing read back). Non-finite operands set flags[0] (a storage buffer of one
-  // u32 the caller zeroed and reads once per step: then the step is the CPU's). -> the call's
-  // temporary buffers (codes, scales, accumulators, parameters), for the caller to destroy once its
-  // submit is done (the resident step's driver will keep them per shape instead).
-  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags) {
+  // u32 the caller zeroed and reads once per step: then the step is the CPU's). scratch(bytes):
+  // where the codes, scales and accumulators come from (the resident step's pool, zeroed; default
+  // fresh buffers, returned). -> the call's other temporary buffers (fresh ones, the parameters),
+  // for the caller to destroy once its submit is done.
+  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const k4 = Math.ceil(kk / 4), d = this.device, p = this.pipes;
     const temps = [];
-    const own = (bytes) => { const b = this.buffer(bytes); temps.push(b); return b; };
+    const own = scratch || ((bytes) => { const b = this.buffer(bytes); temps.push(b); return b; });
     const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(nb * m * n * 4);
     const uni = (words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return b; };
     const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];

@@ -11,7 +11,7 @@
 //                   and spot audit (docs/VERIFICATION.md §9.1); the engine uses it on real GPUs
 //   resident.js     the resident step: the rest of the step's pieces as kernels, the forward and
 //                   backward passes in one submit, ResidentTrainer (docs/VERIFICATION.md §9.2)
-//   resident_gates.js  their gate against the JS twins
+//   resident_gates.js  their gate against the JS twins; createResidentStep (the device, the kernels, gated)
 export { loadText, openDevice, compileKernel, submitChecked, storageBuffer, uniformBuffer, readBack } from './device.js';
 export { KERNEL_BASE, PACKED_FEATURE, GEMM_KERNELS, DEFAULT_TUNING, GemmKernel, packRowsI8, packColsI8 } from './gemm_kernel.js';
 export { WasmUnitHost, gateWasmHost } from './wasm_host.js';
@@ -19,4 +19,4 @@ export { ROUTE, gpuPays } from './route.js';
 export { GpuFault, GpuEngine, createGpuEngine, withGpuFallback } from './engine.js';
 export { GpuF64Unit, gateF64, spotAudit } from './f64.js';
 export { ResidentKernels, ResidentTrainer, residentForward } from './resident.js';
-export { gateResident } from './resident_gates.js';
+export { gateResident, createResidentStep } from './resident_gates.js';

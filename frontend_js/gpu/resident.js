@@ -6,6 +6,8 @@
 // for bit, at boot and in the tests.
 //   ResidentKernels.create(device, opts) compiles them (opts.texts: file -> text, the bug corpus)
 //   k.f64(values) / k.zeros(n) / k.u32(words) / k.read(buffer, n)   buffers in and out
+//   k.scratch(bytes, enc) / k.recycle()   a step's temporaries from the pool (cleared in `enc`),
+//                         back into it once the step's read-back is done
 //   k.<piece>(..., enc?)  one dispatch on GPU buffers, encoded into `enc` (a GPUCommandEncoder)
 //                         or submitted at once
 // Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
@@ -44,7 +46,31 @@ const words = (x) => new Uint32Array(new Float64Array([x]).buffer);
 export const int8MessageWords = (n) => Math.ceil((4 * Math.ceil(n / 256) + n) / 4);
 
 export class ResidentKernels {
-  constructor(device, pipes) { this.device = device; this.pipes = pipes; }
+  constructor(device, pipes) {
+    this.device = device; this.pipes = pipes;
+    this.uniforms = [];              // the parameters of the dispatches since releaseUniforms()
+    this.pool = new Map();           // size (a power of two) -> free storage buffers of the step's temporaries
+    this.lent = [];                  // the temporaries taken since recycle()
+    this.reads = new Map();          // size -> free mappable buffers (read-backs)
+  }
+
+  // A temporary of at least `bytes`, zeroed by a clear encoded into `enc` (as a fresh buffer is):
+  // from the pool, so a step allocates nothing once the shapes have been seen (a buffer's creation
+  // and first clear cost more than the clear)
+  scratch(bytes, enc) {
+    const size = 2 ** Math.ceil(Math.log2(align(bytes)));
+    const b = this.pool.get(size)?.pop() || this.device.createBuffer({ size, usage: STORAGE() });
+    enc.clearBuffer(b);
+    this.lent.push(b);
+    return b;
+  }
+  // every temporary taken since the last recycle back into the pool (after the work that used them)
+  recycle() {
+    for (const b of this.lent.splice(0)) {
+      if (!this.pool.has(b.size)) this.pool.set(b.size, []);
+      this.pool.get(b.size).push(b);
+    }
+  }
 
   // opts: kernelBase; texts: {file: WGSL text} replacing a kernel or library file (the bug corpus);
   // only: the pieces to compile (default: every one in RESIDENT_KERNELS)
@@ -68,8 +94,11 @@ export class ResidentKernels {
     const data = new Uint32Array(Math.ceil(u32s.length / 4) * 4); data.set(u32s);
     const b = this.device.createBuffer({ size: align(data.byteLength), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     this.device.queue.writeBuffer(b, 0, data);
+    this.uniforms.push(b);
     return b;
   }
+  // after the work that used them is done (a step's read-back)
+  releaseUniforms() { for (const b of this.uniforms.splice(0)) b.destroy(); }
 
   // buffer -> Float64Array of its first n values (after the queued work)
   async read(buffer, n) {
@@ -83,6 +112,30 @@ export class ResidentKernels {
       return new Float64Array(read.getMappedRange(0, bytes).slice(0, n * 8));
     } finally {
       read.destroy();
+    }
+  }
+
+  // [[buffer, n], ...] -> [Float64Array of each buffer's first n values]: one copy into one
+  // staging buffer, one submit, one map (a step's read-backs in one round trip)
+  async readMany(list) {
+    const d = this.device, at = [];
+    let bytes = 0;
+    for (const [, n] of list) { at.push(bytes); bytes += align(n * 8); }
+    const size = 2 ** Math.ceil(Math.log2(Math.max(bytes, ALIGN)));
+    const read = this.reads.get(size)?.pop() || d.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    let ok = false;
+    try {
+      const enc = d.createCommandEncoder();
+      list.forEach(([buffer, n], i) => enc.copyBufferToBuffer(buffer, 0, read, at[i], align(n * 8)));
+      d.queue.submit([enc.finish()]);
+      await read.mapAsync(GPUMapMode.READ, 0, bytes);
+      const all = read.getMappedRange(0, bytes);
+      const out = list.map(([, n], i) => new Float64Array(all.slice(at[i], at[i] + n * 8)));
+      read.unmap();
+      ok = true;
+      return out;
+    } finally {
+      if (ok) { if (!this.reads.has(size)) this.reads.set(size, []); this.reads.get(size).push(read); } else read.destroy();
     }
   }
 
@@ -176,17 +229,22 @@ export class ResidentKernels {
 export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, scale = 1.0 / Math.sqrt(D);
-  const d = k.device, temps = [], z = (n) => { const b = k.zeros(n); temps.push(b); return b; };
+  const d = k.device, temps = [];
   // an invalid command buffer runs nothing and reads back zeros: every error is caught and thrown
   for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
   const enc = d.createCommandEncoder();
-  const flags = k.u32([0, 0, 0, 0]);
-  const mm = (a, ta, b, tb, nb, M, K, Nn) => { const out = z(nb * M * Nn); temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags)); return out; };
+  const z = (n) => k.scratch(n * 8, enc);          // every activation and gradient: the pool's, zeroed
+  const flags = k.u32([0, 0, 0, 0]), idxBuf = k.u32(idx), targetBuf = k.u32(targets);
+  temps.push(flags, idxBuf, targetBuf);
+  const mm = (a, ta, b, tb, nb, M, K, Nn) => {
+    const out = z(nb * M * Nn);
+    temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => k.scratch(bytes, enc)));
+    return out;
+  };
   const norm = (x, g) => { const y = z(N * C), cache = { xhat: z(N * C), r: z(N) }; k.rmsnorm(x, g, y, cache.xhat, cache.r, N, C, NORM_EPS, enc); return [y, cache]; };
   const x = z(N * C);
-  k.embed(params['wte.weight'], params['wpe.weight'], k.u32(idx), x, N, T, C, enc);
-  const caches = [], idxBuf = k.u32(idx);
-  temps.push(idxBuf);
+  k.embed(params['wte.weight'], params['wpe.weight'], idxBuf, x, N, T, C, enc);
+  const caches = [];
   for (let l = 0; l < L; l++) {
     const p = `blocks.${l}.`;
     const [xn1, n1] = norm(x, params[p + 'norm1.weight']);
@@ -209,16 +267,21 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
   const [xf, nf] = norm(x, params['norm_f.weight']);
   const logits = mm(xf, false, params['head.weight'], true, 1, N, C, V);
   const dl = z(N * V), lossN = z(N);
-  k.crossEntropy(logits, k.u32(targets), dl, lossN, N, V, enc);
+  k.crossEntropy(logits, targetBuf, dl, lossN, N, V, enc);
   let grads = null;
   if (withGrads) grads = residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale, V });
   d.queue.submit([enc.finish()]);
   const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
-  if (errors.length) { for (const b of temps) b.destroy(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
-  const [ln, lg, fl] = await Promise.all([k.read(lossN, N), k.read(logits, N * V), k.read(flags, 1)]);
-  const out = { loss: treeSum(ln, 0, N) / N, logits: lg, lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
-  if (grads) out.grads = Object.fromEntries(await Promise.all(Object.entries(grads).map(async ([name, [buf, n]]) => [name, await k.read(buf, n)])));
+  if (errors.length) { for (const b of temps) b.destroy(); k.releaseUniforms(); k.recycle(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
+  // one read-back: the per-row losses, the flag, and the gradients (training) or the logits
+  const named = grads ? Object.entries(grads) : [];
+  const got = await k.readMany([[lossN, N], [flags, 1], ...(grads ? named.map(([, bn]) => bn) : [[logits, N * V]])]);
   for (const b of temps) b.destroy();
+  k.releaseUniforms();
+  k.recycle();
+  const [ln, fl] = got;
+  const out = { loss: treeSum(ln, 0, N) / N, logits: grads ? null : got[2], lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
+  if (grads) out.grads = Object.fromEntries(named.map(([name], i) => [name, got[2 + i]]));
   return out;
 }
 
@@ -273,56 +336,107 @@ function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxB
 }
 
 // A replica trained through the resident step, behind train.js Trainer's interface (Group and the
-// run loop call localStep and apply), so a Group of them is the reference's run. Weights and Adam's
-// moments live on the GPU (one buffer per tensor); per step the host sends the tokens, reads the
-// loss and gradients (for the exchange: the host's codec and reduce), sends the reduced gradient,
-// and reads the weights back for the hash (replica.params stays the host copy; the moments stay
-// on the GPU: readMoments() for a checkpoint). A unit operand that held ±inf or NaN (the GPU
-// flags it) makes that local step the CPU's, from the same host weights: the same bits.
-//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu})   cpu: a backend (engines.js)
+// run loop call localStep and apply; `backend` is the CPU backend, for whoever recomputes a step
+// on the host: audits, a joiner's checks), so a Group of them is the reference's run. Weights and
+// Adam's moments live on the GPU (one buffer per tensor); per step the host sends the tokens and
+// reads the loss and the gradients (one read-back: the exchange's codec and reduce are the
+// host's), sends the reduced gradient, and reads the weights and moments back (one read-back):
+// replica.params and replica.adam stay the whole host copy that the run's undo, audits, joins and
+// checkpoints read. A host copy changed under the trainer (an undo, a rollback: adam.t or the
+// arrays differ from what the GPU holds) is sent up again before the next step. A unit operand
+// that held ±inf or NaN (the GPU flags it) makes that local step the CPU's, from the same host
+// weights: the same bits. Local steps (cfg.local_steps > 1) are not resident: the registry makes
+// a train.js Trainer for them.
+// A GPU error (a failed dispatch, a lost device) moves this trainer to the CPU backend for good,
+// from the host copy (whole after every step): onFault(reason) tells the registry.
+//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, onFault})   cpu: a backend (engines.js)
 export class ResidentTrainer {
-  constructor({ kernels, unit, cfg, replica, batches, cpu, lib }) {
-    this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches; this.cpu = cpu;
+  constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null }) {
+    this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
+    this.backend = cpu;                  // the CPU backend (engines.js interface)
     this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads}
     this.w = {}; this.m = {}; this.v = {};
-    for (const [name, w] of Object.entries(replica.params)) {
-      this.w[name] = kernels.f64(w); this.m[name] = kernels.f64(replica.adam.m[name]); this.v[name] = kernels.f64(replica.adam.v[name]);
+    this.g = {};                         // the reduced gradient's buffers (rewritten every step)
+    this.heldT = -1; this.heldParams = null;   // the host state the GPU buffers hold (adam.t, the params object)
+    this.cpuSteps = 0;                   // local steps computed on the CPU (a flagged operand, a fault)
+    this.fault = null;                   // the GPU error that moved this trainer to the CPU, or null
+    this.onFault = onFault;
+    this.upload();
+  }
+
+  failed(err) {
+    this.fault = `${err.message || err}`;
+    console.error(`daisy: the resident step failed, the CPU backend goes on: ${this.fault}`);
+    this.onFault?.(this.fault);
+  }
+
+  // the host replica -> the GPU buffers (made once, rewritten after)
+  upload() {
+    const r = this.replica, q = this.k.device.queue;
+    for (const [name, w] of Object.entries(r.params)) {
+      for (const [into, from] of [[this.w, w], [this.m, r.adam.m[name]], [this.v, r.adam.v[name]]]) {
+        if (into[name]) q.writeBuffer(into[name], 0, from); else into[name] = this.k.f64(from);
+      }
     }
-    this.cpuSteps = 0;
+    this.heldT = r.adam.t; this.heldParams = r.params;
   }
 
-  async localStep(step, slot) {
+  sync() { if (this.replica.adam.t !== this.heldT || this.replica.params !== this.heldParams) this.upload(); }
+
+  // (loss, grads) of this replica on the batch of (seed, step, slot); sink (the streamed
+  // exchange) is not fed: the gradients arrive together and the collective sends them whole
+  async localStep(step, slot, arena = undefined) {
     const cfg = this.cfg, { x, y } = await this.batches.get(step, slot), L = this.lib;
-    const r = await residentForward(this.k, this.unit, this.w, cfg, x, y, L, true);
-    if (!r.nonFinite) return { loss: r.loss, grads: r.grads };
+    if (!this.fault) {
+      try {
+        this.sync();
+        const r = await residentForward(this.k, this.unit, this.w, cfg, x, y, L, true);
+        if (!r.nonFinite) return { loss: r.loss, grads: r.grads };
+      } catch (e) {
+        this.failed(e);
+      }
+    }
     this.cpuSteps++;
-    return L.lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.cpu);
+    return L.lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena);
   }
 
-  // Adam with the group's G on the GPU (one encoder), the weights back -> {step, hash}
+  // Adam with the group's G on the GPU (one encoder), the weights and moments back -> {step, hash}
   async apply(G) {
-    const { optim, weightHash } = this.lib, adam = this.replica.adam, t = adam.t + 1, d = this.k.device;
+    const r = this.replica;
+    if (this.fault) {
+      this.backend.adamStep(r.params, G, r.adam, this.cfg.lr);
+      return { step: r.step, hash: await this.backend.weightHashAsync(r.params) };
+    }
+    try {
+      return await this.applyOnGpu(G);
+    } catch (e) {
+      this.failed(e);                   // the host copy is untouched until the read-back is done
+      return this.apply(G);
+    }
+  }
+
+  async applyOnGpu(G) {
+    this.sync();
+    const { optim, weightHash } = this.lib, r = this.replica, t = r.adam.t + 1, d = this.k.device;
+    for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
     const bc1 = 1.0 - optim.powInt(optim.B1, t), bc2 = 1.0 - optim.powInt(optim.B2, t);
-    const enc = d.createCommandEncoder(), grads = [];
-    for (const name of Object.keys(this.w)) {
-      const g = this.k.f64(G[name]);
-      grads.push(g);
-      this.k.adam(this.w[name], g, this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
+    const enc = d.createCommandEncoder(), names = Object.keys(this.w);
+    for (const name of names) {
+      if (this.g[name]) d.queue.writeBuffer(this.g[name], 0, G[name]); else this.g[name] = this.k.f64(G[name]);
+      this.k.adam(this.w[name], this.g[name], this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
     }
     d.queue.submit([enc.finish()]);
-    const back = await Promise.all(Object.entries(this.w).map(async ([name, buf]) => [name, await this.k.read(buf, this.replica.params[name].length)]));
-    for (const g of grads) g.destroy();
-    for (const [name, w] of back) this.replica.params[name].set(w);
-    adam.t = t;
-    return { step: this.replica.step, hash: weightHash(this.replica.params) };
+    const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
+    if (errors.length) { this.k.releaseUniforms(); throw new Error(`GPU error in the resident Adam step: ${errors.map((e) => e.message).join('; ')}`); }
+    const back = await this.k.readMany(names.flatMap((name) => [this.w[name], this.m[name], this.v[name]].map((b) => [b, r.params[name].length])));
+    this.k.releaseUniforms();
+    names.forEach((name, i) => { r.params[name].set(back[3 * i]); r.adam.m[name].set(back[3 * i + 1]); r.adam.v[name].set(back[3 * i + 2]); });
+    r.adam.t = t;
+    this.heldT = t;
+    const hash = this.backend?.weightHashAsync ? await this.backend.weightHashAsync(r.params) : weightHash(r.params);
+    return { step: r.step, hash };
   }
 
-  // the moments' host copies (a checkpoint, a join's state)
-  async readMoments() {
-    for (const name of Object.keys(this.m)) {
-      this.replica.adam.m[name].set(await this.k.read(this.m[name], this.replica.adam.m[name].length));
-      this.replica.adam.v[name].set(await this.k.read(this.v[name], this.replica.adam.v[name].length));
-    }
-    return this.replica.adam;
-  }
+  // the GPU buffers freed (the trainer is not used after)
+  destroy() { for (const set of [this.w, this.m, this.v, this.g]) for (const b of Object.values(set)) b.destroy(); }
 }

@@ -7,7 +7,10 @@ import * as model from '../model.js';
 import * as optim from '../optim.js';
 import { CODECS } from '../exchange_codec.js';
 import { key, PURPOSE_EXCHANGE } from '../prng.js';
-import { int8MessageWords } from './resident.js';
+import { int8MessageWords, ResidentKernels } from './resident.js';
+import { GpuF64Unit, gateF64 } from './f64.js';
+import { openDevice } from './device.js';
+import { KERNEL_BASE } from './gemm_kernel.js';
 
 // a counter-based LCG: the same values on every boot
 function values(n, seed, specials) {
@@ -211,4 +214,27 @@ export async function gateResident(kernels, { only = Object.keys(CHECKS), seed =
   }
   const bad = cases.find((c) => !c.ok);
   return { ok: !bad, reason: bad ? `${bad.name}: ${bad.reason}` : null, cases };
+}
+
+// The resident step's parts on `gpu` (navigator.gpu, or the `webgpu` package's GPU), gated: the
+// device, every resident kernel (gateResident: each against its JS twin) and the f64 unit (gateF64:
+// every emulated operation, then the unit against units.js). -> {device, info, kernels, unit};
+// throws with the reason when there is no adapter or a gate fails (the registry then stays on the
+// CPU and says why). opts: kernelBase
+export async function createResidentStep(gpu, { kernelBase = KERNEL_BASE } = {}) {
+  const { device, info } = await openDevice(gpu);
+  try {
+    const langs = new Set(info.wgslLanguageFeatures || []);
+    const [kernels, unit] = await Promise.all([ResidentKernels.create(device, { kernelBase }),
+      GpuF64Unit.create(device, { kernelBase, gemm: langs.has('packed_4x8_integer_dot_product') ? 'dot4_packed.wgsl' : 'dot4_portable.wgsl' })]);
+    const gu = await gateF64(unit);
+    if (!gu.ok) throw new Error(`the f64 unit failed its gate: ${gu.reason}`);
+    const gr = await gateResident(kernels);
+    kernels.releaseUniforms();
+    if (!gr.ok) throw new Error(`a resident kernel failed its gate: ${gr.reason}`);
+    return { device, info, kernels, unit };
+  } catch (e) {
+    device.destroy();
+    throw e;
+  }
 }

@@ -178,6 +178,12 @@ export class Peer {
     return this.picked?.backend;
   }
 
+  // the trainer of this device's replica in a run (the registry's: the resident step's with
+  // ?gpu=resident; the run loop never knows which)
+  trainer(cfg, replica, batches) {
+    return this.picked ? this.picked.trainer(cfg, replica, batches) : new COMPUTE.train.Trainer(cfg, replica, batches);
+  }
+
   // the training data the Space serves (runs compare it: one data id per run)
   async dataId() {
     if (!this.s.dataSource || !this.s.dataSource.dataId) await this.loadDataInfo();

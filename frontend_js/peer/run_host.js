@@ -18,6 +18,7 @@ export function runHost(peer) {
     announce: () => peer.announce(),
     ready: () => peer.pathReady,
     backend: () => peer.backend(),
+    trainer: (cfg, replica, batches) => peer.trainer(cfg, replica, batches),
     get gpu() { return peer.gpu || null; },
     dataId: () => peer.dataId(),
     batches: (cfg, dataId) => new HttpBatches(cfg, { dataId, base: peer.server }),

@@ -14,7 +14,6 @@
 import { validAuditRate } from './audits.js';
 import { TYPES } from '../mesh/frames.js';
 import { unflatten } from '../collective.js';
-import { Trainer } from '../train.js';
 import { encodeState, stateLimit, MAX_STATE_BYTES } from '../state_codec.js';
 import { makeConfig, configToDict } from '../config.js';
 import { paramShapes } from '../model.js';
@@ -297,7 +296,7 @@ export function onJoinState(ctl, from, m) {
     new BigUint64Array(w.buffer, w.byteOffset, 1)[0] ^= 1n;
   }
   jn.batches = ctl.host.batches(jn.cfg, jn.desc.dataId);
-  jn.trainer = new Trainer(jn.cfg, jn.replica, jn.batches, ctl.host.backend());
+  jn.trainer = ctl.host.trainer(jn.cfg, jn.replica, jn.batches);
   jn.completed = jn.snap;
   // from now on the leader's silence is the stall: each forwarded step re-arms the wait
   armJoinTimer(ctl, jn, 'the leader went silent while this device caught up');

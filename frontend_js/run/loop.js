@@ -5,7 +5,7 @@
 // and relays it once, so the whole run stops at one step; the panel names who stopped it.
 import { TYPES } from '../mesh/frames.js';
 import { ExchangeError } from '../mesh/mesh_collective.js';
-import { Trainer, checkLoss, isExchangeStep, withLocalState, cloneParams } from '../train.js';
+import { checkLoss, isExchangeStep, withLocalState, cloneParams } from '../train.js';
 import { flattenGrads, unflatten } from '../collective.js';
 import { paramShapes } from '../model.js';
 import { forge } from '../attack.js';
@@ -29,7 +29,7 @@ export function begin(ctl, desc, replica, cfg, opts) {
   if (cfg.local_steps > 1) withLocalState(replica);      // the anchor: the group's weights at the start
   const run = new Run({
     desc, cfg, batches, replica, collective: opts.collective, roster, epoch: opts.epoch || 0,
-    trainer: opts.trainer || new Trainer(cfg, replica, batches, h.backend()), arena: h.backend()?.newArena() ?? new StepArena(),
+    trainer: opts.trainer || h.trainer(cfg, replica, batches), arena: h.backend()?.newArena() ?? new StepArena(),
     history: opts.history || [[desc.startStep, roster.length]], completed, hash,
     extra: desc.extra && typeof desc.extra === 'object' ? desc.extra : { data: desc.dataId.startsWith('builtin') ? 'builtin' : 'fineweb-edu', data_id: desc.dataId },
   });

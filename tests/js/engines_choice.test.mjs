@@ -6,6 +6,10 @@ import assert from 'node:assert/strict';
 
 import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute } from '../../frontend_js/gpu/route.js';
 import { describeChoice, cpuName, pickBackend, GPU_MODES } from '../../frontend_js/backends.js';
+import { makeConfig } from '../../frontend_js/config.js';
+import { initParams } from '../../frontend_js/model.js';
+import { adamInit } from '../../frontend_js/optim.js';
+import { Replica, Trainer } from '../../frontend_js/train.js';
 
 const entry = (cpu, gpu, calls = cpu.length + gpu.length) => ({ ...newShapeTimes(), cpu, gpu, calls });
 
@@ -88,7 +92,7 @@ test('the compute line for every choice: where the GEMMs run, and by how much', 
 });
 
 test('pickBackend without a GPU or with the GPU off: the CPU backend, said so; an unknown mode refused', async () => {
-  assert.deepEqual(GPU_MODES, ['auto', 'all', 'off']);
+  assert.deepEqual(GPU_MODES, ['auto', 'all', 'resident', 'off']);
   const none = await pickBackend({ gpu: null, threads: 1 });
   assert.equal(none.backend, none.cpu);
   assert.equal(none.backend.name, 'wasm-simd');
@@ -98,4 +102,20 @@ test('pickBackend without a GPU or with the GPU off: the CPU backend, said so; a
   const missing = await pickBackend({ gpu: {}, threads: 1, has: (p) => p !== 'gpu/gpu.js' });
   assert.equal(missing.describe().pathLabel, 'CPU (wasm-simd) — no GPU engine in this build');
   await assert.rejects(pickBackend({ mode: 'resident?' }), /unknown GPU mode/);
+});
+
+test("mode 'resident': said so when booted; without an adapter the CPU, saying why; the trainer is the registry's", async () => {
+  const d = describeChoice({ mode: 'resident', cpu: 'wasm-simd', gpu: { state: 'resident', adapter: 'nvidia nvidia-h200' } });
+  assert.deepEqual([d.path, d.pathLabel], ['gpu', 'GPU (WebGPU, the whole step resident)']);
+  assert.match(d.pathReason, /^the resident step on nvidia nvidia-h200: weights, moments and activations on the GPU/);
+  assert.equal(d.engine, 'webgpu resident step (else wasm-simd)');
+  const noAdapter = await pickBackend({ gpu: { requestAdapter: async () => null }, mode: 'resident', threads: 1 });
+  assert.equal(noAdapter.resident, null);
+  assert.deepEqual([noAdapter.describe().path, noAdapter.describe().pathLabel], ['cpu', 'CPU (wasm-simd) — GPU unusable']);
+  assert.match(noAdapter.describe().pathReason, /the resident step: WebGPU has no adapter/);
+  // the trainer of a run: a train.js Trainer on the picked backend when nothing is resident
+  const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 2, steps: 100 });
+  const params = initParams(cfg), replica = new Replica(params, adamInit(params));
+  const t = noAdapter.trainer(cfg, replica, null);
+  assert.ok(t instanceof Trainer && t.backend === noAdapter.backend && t.replica === replica);
 });

@@ -17,7 +17,7 @@ import { RunController } from '../../frontend_js/run/controller.js';
 import { ExchangeError } from '../../frontend_js/mesh/mesh_collective.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { StreamBatches } from '../../frontend_js/batch_source.js';
-import { Group as RefGroup, peersAt } from '../../frontend_js/train.js';
+import { Group as RefGroup, Trainer, peersAt } from '../../frontend_js/train.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { stream } from './group_runs.mjs';
 import { bestBackend } from '../../frontend_js/engines.js';
@@ -63,6 +63,7 @@ export class Node {
       announce() {},
       ready: async () => {},
       backend: () => BACKEND,
+      trainer: (cfg, replica, batches) => new Trainer(cfg, replica, batches, BACKEND),
       gpu: null,
       dataId: async () => DATA_ID,
       batches: (cfg) => new StreamBatches(stream, cfg),
