@@ -25,6 +25,7 @@ import { OutageWatch } from './outage.js';
 import { SIGNAL_HANDLERS, keepOut, decide } from './membership.js';
 import { Links } from './links.js';
 import { runHost } from './run_host.js';
+import { Trainer } from '../train.js';
 
 const MAX_NOTES = 6;
 
@@ -181,7 +182,7 @@ export class Peer {
   // the trainer of this device's replica in a run (the registry's: the resident step's with
   // ?gpu=resident; the run loop never knows which)
   trainer(cfg, replica, batches) {
-    return this.picked ? this.picked.trainer(cfg, replica, batches) : new COMPUTE.train.Trainer(cfg, replica, batches);
+    return this.picked ? this.picked.trainer(cfg, replica, batches) : new Trainer(cfg, replica, batches);
   }
 
   // the training data the Space serves (runs compare it: one data id per run)
