@@ -251,17 +251,22 @@ test('STOP {mismatch} to one page stops the run everywhere, named, nobody remove
 });
 
 test('a STOP naming another member shows its sender as the stopper and the name as its claim (issue 27, property 5)', async () => {
-  const { g, nodes } = await startGroup(3, 37);
+  // no deadline while H holds its gradients (below; g.until bounds the hold at 30 s): the honest
+  // pages wait on them, and a 3 s deadline on a loaded box declared the others lost and stopped the
+  // run for want of a quorum, not by the STOP this test is about
+  const { g, nodes } = await startGroup(3, 37, {}, { ...TIMING, deadlineMs: 120_000 });
   const [L, P1, H] = nodes;
   await g.until(() => L.completed >= 4, '4 steps');
   const run = H.ctl.run, stopAfter = run.completed;
-  // H's gradients past the step it names wait until P1 has taken the STOP: frames are reordered in
-  // flight, and a STOP that reaches P1 two steps past its stopAfter is stale and dropped (loop.js
-  // onStop) — H, which keeps training, would have let the run go on to its end
+  // H's gradients past the step it names wait until P1 and L have taken the STOP (P1 from H, L from
+  // P1's relay): frames are reordered in flight, and a STOP that reaches a page two steps past its
+  // stopAfter is stale and dropped (loop.js onStop). H keeps training: released when P1 alone had
+  // it, its gradients let L finish step stopAfter + 1 before P1's relay came, L dropped the relay
+  // and waited for P1 at the next step until its deadline
   const send = H.mesh.send.bind(H.mesh);
   H.mesh.send = async (to, msg) => {
     if ((msg.type === TYPES.GRAD || msg.type === TYPES.GRAD_PART) && msg.step > stopAfter) {
-      await g.until(() => P1.run.stopAfter !== null || P1.ended, 'P1 to take the STOP');
+      await g.until(() => [P1, L].every((n) => n.run.stopAfter !== null || n.ended), 'P1 and L to take the STOP');
     }
     return send(to, msg);
   };
