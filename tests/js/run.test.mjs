@@ -321,26 +321,52 @@ test('a liar that refuses every roster stops the run when a member leaves; kept 
 });
 
 test('a liar echoes each side its own gradient: the sync guard stops every honest page with the alarm, no fork', async () => {
-  const { g, nodes } = await startGroup(3, 36);
+  // from step index LIE on, H's GRAD to each peer is that peer's own of the same step: the hooks are
+  // in place before the start and H waits for the peer's GRAD (a promise, no polling budget that a
+  // loaded box outlasts), so the lie lands at LIE exactly and the replicas differ after step LIE + 1
+  const LIE = 3;
+  const g = new Group({ seed: 36, timing: { ...TIMING, streamGrads: false, deadlineMs: 120_000 } });   // whole GRADs to echo
+  const nodes = g.add(3);
   const [L, P1, H] = nodes;
-  await g.until(() => L.completed >= 3, '3 steps');
-  // from now on H's gradient to each peer is that peer's own (received by H for the same step)
-  const mine = new Map();
-  for (const n of [L, P1, H]) n.ctl.t.streamGrads = false;   // whole GRADs to echo (honest pages take either)
-  H.mesh.on(TYPES.GRAD, (from, m) => mine.set(`${from}:${m.step}`, m.payload));
-  const send = H.mesh.send.bind(H.mesh);
+  const mine = new Map(), waiting = new Map();     // `${from}:${step}` -> the GRAD's payload / its waiter
+  H.mesh.on(TYPES.GRAD, (from, m) => {
+    mine.set(`${from}:${m.step}`, m.payload);
+    waiting.get(`${from}:${m.step}`)?.();
+  });
+  const peerGrad = (key) => (mine.has(key) ? null : new Promise((r) => waiting.set(key, r)));
+  const sendOf = (n) => n.mesh.send.bind(n.mesh);
+  const send = { [L.id]: sendOf(L), [P1.id]: sendOf(P1), [H.id]: sendOf(H) };
   H.mesh.send = async (to, msg) => {
-    if (msg.type === TYPES.GRAD) {
-      for (let i = 0; i < 200 && !mine.has(`${to}:${msg.step}`); i++) await sleep(1);
-      const theirs = mine.get(`${to}:${msg.step}`);
-      if (theirs) msg = { ...msg, payload: Uint8Array.from(theirs) };
+    if (msg.type === TYPES.GRAD && msg.step >= LIE) {
+      await peerGrad(`${to}:${msg.step}`);
+      msg = { ...msg, payload: Uint8Array.from(mine.get(`${to}:${msg.step}`)) };
     }
-    return send(to, msg);
+    return send[H.id](to, msg);
   };
+  // the alarms' STOPs to an honest page stay in flight until it ended: each page's own guard must
+  // catch the lie (a page that took the first alarm before its own exchange completed ends through
+  // the end barrier instead, convicting H and going back before the lie: a different path, and a
+  // different step)
+  const byId = new Map(nodes.map((n) => [n.id, n]));
+  for (const n of nodes) {
+    const own = n === H ? H.mesh.send : send[n.id];
+    n.mesh.send = async (to, msg) => {
+      if (msg.type === TYPES.STOP && to !== H.id) await g.until(() => byId.get(to).ended, `${to} to end`);
+      return own(to, msg);
+    };
+  }
+  await g.linked();
+  await L.ctl.start(SETTINGS);
   const ends = await g.ended([L, P1]);
-  for (const n of [L, P1]) assert.match(n.ended.error, /replica mismatch|split alarm/, g.describe());
-  assert.ok([L, P1].some((n) => /Replicas disagree after step \d+/.test(n.ended.message)), g.describe());
-  assert.equal(ends[0].step, ends[1].step, 'both stop at the step the guard caught');
+  for (const n of [L, P1]) {
+    assert.equal(n.ended.error, 'replica mismatch', g.describe());
+    assert.match(n.ended.message, new RegExp(`^Replicas disagree after step ${LIE + 1}: `), g.describe());
+    assert.equal(n.ended.step, LIE + 1, 'it stops at the step the guard caught');
+    // every step before the lie is the reference's; the one with it is not
+    assert.match(await firstOffReference(n), new RegExp(`^${n.id}: step ${LIE + 1} `));
+  }
+  assert.notEqual(L.steps.get(LIE + 1), P1.steps.get(LIE + 1), 'the echo split them (what the guard caught)');
+  assert.equal(ends[0].step, ends[1].step);
   await g.close();
 });
 
