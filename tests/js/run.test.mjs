@@ -418,7 +418,7 @@ test('a joiner that stalls (asks, never reads) gets a window of forwarded steps 
   await g.linked();
   J.mesh.receive = () => {};                          // it asks, then never reads what it is sent
   let fwd = 0;
-  const transfers = [];                               // when the leader sent it a state
+  const transfers = [];                               // when the leader decided to send it a state (join.js sendSync's clock)
   // per transfer, the group's steps from its state's step to firstAckMs after the state was sent
   // (a timer started then, which a loaded machine only makes later: a looser bound, never a false one)
   const firstWait = [];
@@ -427,7 +427,9 @@ test('a joiner that stalls (asks, never reads) gets a window of forwarded steps 
     if (to === J.id && msg.type === TYPES.FWD) fwd++;
     const sent = send(to, msg);
     if (to === J.id && msg.type === TYPES.STATE) {
-      transfers.push(performance.now());
+      // the time the rule compared (run.transfers), not this send's: the send comes after the state's
+      // encoding and the SYNC, later by an amount a loaded machine varies (a gap 1 ms short was seen)
+      transfers.push(L.ctl.run.transfers.get(J.id));
       sent.then(() => setTimeout(() => firstWait.push(L.completed - msg.step), TIMING.firstAckMs), () => {});
     }
     return sent;
@@ -448,7 +450,7 @@ test('a joiner that stalls (asks, never reads) gets a window of forwarded steps 
     `(group steps to the end of each first confirmation's wait ${firstWait.join(', ')}; gaps ${gaps.map((x) => x.toFixed(0)).join(', ')} ms)`);
   assert.equal(transfers.length, 3);
   // each transfer waited STALL_FACTOR (4) times longer than the one before
-  gaps.forEach((gap, i) => assert.ok(gap >= TIMING.resyncIntervalMs * 4 ** (i + 1) - 20, `transfer ${i + 2} came ${gap.toFixed(0)} ms after the one before`));
+  gaps.forEach((gap, i) => assert.ok(gap >= TIMING.resyncIntervalMs * 4 ** (i + 1), `transfer ${i + 2} came ${gap.toFixed(0)} ms after the one before`));
   // per transfer a window of forwarded steps, or the steps of the first confirmation's wait (counted
   // in group steps, not guessed from an average rate: that bound failed on a loaded machine), where a
   // forwarded step per group step went out before, until the sync deadline
