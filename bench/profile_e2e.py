@@ -33,7 +33,7 @@ def self_times(profile: dict) -> tuple[collections.Counter, float]:
     for sample, dt in zip(profile.get("samples", []), deltas[1:] + [0]):
         f = nodes[sample]["callFrame"]
         url = f["url"].rsplit("/", 1)[-1]
-        ms[(f["functionName"] or "(anonymous)", f"{url}:{f['lineNumber'] + 1}")] += dt / 1000
+        ms[(f["functionName"] or "(anonymous)", f"{url}:{f['lineNumber'] + 1}" if url else "")] += dt / 1000
     return ms, (profile["endTime"] - profile["startTime"]) / 1000
 
 

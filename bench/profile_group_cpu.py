@@ -54,6 +54,7 @@ from tools.netlab import Netlab, profile                                   # noq
 from tests.app_server import state                                         # noqa: E402
 from tests.netlab_pages import LabPages, lab_app, room_group, room_url      # noqa: E402
 from bench_mesh import DEFAULT, LARGE, RECORD, load                        # noqa: E402
+from profile_e2e import self_times                                         # noqa: E402
 
 SETTINGS = {"default": DEFAULT, "large": LARGE}
 TICK = os.sysconf("SC_CLK_TCK")
@@ -384,18 +385,6 @@ def table(alone: dict, group: dict, top: int) -> str:
         a, g = A["threads"].get(k, [0, 0, 0]), G["threads"].get(k, [0, 0, 0])
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {a[0]:.1f} | {a[2]:.1f} | {g[0]:.1f} | {g[2]:.1f} | {g[0] - a[0]:+.1f} |")
     return "\n".join(lines)
-
-
-def self_times(profile: dict) -> tuple[collections.Counter, float]:
-    """{(function, url:line): ms of self time} and the profiled span in ms (profile_e2e.py's)."""
-    nodes = {n["id"]: n for n in profile["nodes"]}
-    ms = collections.Counter()
-    deltas = profile.get("timeDeltas", [])
-    for sample, dt in zip(profile.get("samples", []), deltas[1:] + [0]):
-        f = nodes[sample]["callFrame"]
-        url = f["url"].rsplit("/", 1)[-1]
-        ms[(f["functionName"] or "(anonymous)", f"{url}:{f['lineNumber'] + 1}" if url else "")] += dt / 1000
-    return ms, (profile["endTime"] - profile["startTime"]) / 1000
 
 
 def v8_table(alone: dict, group: dict, top: int) -> str:
