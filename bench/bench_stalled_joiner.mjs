@@ -5,7 +5,8 @@
 // the leader drops its stalled sync (a liar doing its worst). The leader's steps are counted in
 // windows of --window-s seconds, alternating no joiner / the stalled joiner, --reps times each;
 // reported: the medians and their ratio (stalled / quiet: at least 0.9 is the property). Run it
-// on a quiet machine: every page shares this one thread.
+// on a quiet machine: every page shares this one thread. The run is capped at 10,000 steps (the
+// settings' bound): keep 2 x reps x window within it (at width 16 the group makes ~175 steps/s).
 //   node bench/bench_stalled_joiner.mjs [--width 64] [--layers 2] [--window-s 60] [--reps 3] [--json]
 import { Group, SETTINGS, TYPES } from '../tests/js/run_harness.mjs';
 import { TIMING } from '../frontend_js/run/record.js';
