@@ -711,6 +711,16 @@ async function waitingOnDeadline(run, cs) {
   }
 }
 
+// moves the mocked clock to 1 ms before the deadline (nothing may end), then onto it (`want` end)
+async function endsAtDeadline(t, run, deadlineMs, settled, want, label = '') {
+  t.mock.timers.tick(deadlineMs - 1);
+  await run.net.settle();
+  assert.equal(settled(), 0, `${label}an exchange ended before its deadline`);
+  t.mock.timers.tick(1);
+  await run.net.settle();
+  assert.equal(settled(), want, `${label}the exchanges did not end at their deadline`);
+}
+
 // the deadline's timer on node:test's mocked setTimeout (the in-memory net and the mesh run on
 // setImmediate and promises): it fires when the test moves the clock, so "at the deadline, not
 // before" holds on any machine, where a wall-time bound (< deadline + 800 ms) did not on a loaded one
@@ -726,12 +736,7 @@ test('a peer that never sends: exchange rejects with an ExchangeError naming it 
       const outs = run.cs.slice(0, P - 1).map((c, s) => c.exchange(0, run.roster, s, inp.losses[s], inp.grads[s], inp.hashes[s])
         .catch((e) => e).finally(() => { settled++; }));
       await waitingOnDeadline(run, run.cs.slice(0, P - 1));
-      t.mock.timers.tick(deadlineMs - 1);
-      await run.net.settle();
-      assert.equal(settled, 0, `${topology}: an exchange ended before its deadline`);
-      t.mock.timers.tick(1);
-      await run.net.settle();
-      assert.equal(settled, P - 1, `${topology}: the exchanges did not end at their deadline`);
+      await endsAtDeadline(t, run, deadlineMs, () => settled, P - 1, `${topology}: `);
       const silent = run.roster[P - 1];
       for (const err of await Promise.all(outs)) {
         assert.ok(err instanceof ExchangeError, `${topology}: not an ExchangeError: ${err}`);
@@ -764,12 +769,7 @@ test('holdUntil: a peer late past the deadline is waited for during a hold, and 
     let settled = 0;
     const pending = run.cs[0].exchange(1, run.roster, 0, next.losses[0], next.grads[0], next.hashes[0]).catch((e) => e).finally(() => { settled++; });
     await waitingOnDeadline(run, [run.cs[0]]);
-    t.mock.timers.tick(deadlineMs - 1);
-    await run.net.settle();
-    assert.equal(settled, 0, 'the exchange ended before its deadline');
-    t.mock.timers.tick(1);
-    await run.net.settle();
-    assert.equal(settled, 1, 'the exchange did not end at its deadline');
+    await endsAtDeadline(t, run, deadlineMs, () => settled, 1);
     const err = await pending;
     assert.ok(err instanceof ExchangeError, `not an ExchangeError: ${err}`);
     assert.equal(err.peer, 'p1');
@@ -794,12 +794,7 @@ test('a link that closes while the exchange waits: ExchangeError naming the peer
     }
     p0.removeLink('p2', 'test: channel closed');
     await waitingOnDeadline(run, [run.cs[0], run.cs[1]]);
-    t.mock.timers.tick(deadlineMs - 1);
-    await run.net.settle();
-    assert.equal(settled, 0, 'the exchange ended before its deadline');
-    t.mock.timers.tick(1);
-    await run.net.settle();
-    assert.equal(settled, 1, 'the exchange did not end at its deadline');
+    await endsAtDeadline(t, run, deadlineMs, () => settled, 1);
     const err = await pending;
     assert.ok(err instanceof ExchangeError, `not an ExchangeError: ${err}`);
     assert.equal(err.peer, 'p2');
