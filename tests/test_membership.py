@@ -215,10 +215,16 @@ def test_a_member_that_tells_each_side_the_other_is_gone_forks_nothing(app_url, 
         for s in finals:
             assert s["runState"] == "stopped" and s["error"] in ("split alarm", "replica mismatch"), s["message"]
         assert any(sh["peerId"] in s["message"] for s in finals), [s["message"] for s in finals]
-        assert finals[0]["step"] == finals[1]["step"] and finals[0]["hash"] == finals[1]["hash"], finals
-        want = reference_hashes(SETTINGS, finals[0]["step"], roster=schedule(finals[0]["run"]["history"]))
-        for page, label in ((a, "a"), (b, "b")):
+        # the liar's STATUS claims a position it read a moment before (one step behind, a claim an
+        # honest member could make): a page that gives up on it stops there, one its own alarm ended
+        # may be a step or two on (CI once: 6 and 8). No fork is what holds: every step either
+        # page completed, and the state each ended on, is the reference's
+        steps = [s["step"] for s in finals]
+        assert abs(steps[0] - steps[1]) <= 2, finals
+        want = reference_hashes(SETTINGS, max(steps), roster=schedule(finals[0]["run"]["history"]))
+        for page, label, s in ((a, "a", finals[0]), (b, "b", finals[1])):
             assert_reference(label, final_hashes(page, label), want)
+            assert s["hash"] == want[s["step"] - 1], f"{label} ended on {s['hash']} at step {s['step']}, the reference has {want[s['step'] - 1]}"
     for s in finals:
         assert [p for _, p in s["run"]["history"]] == [3], s["run"]["history"]
 

@@ -72,13 +72,15 @@ const HANDLERS = {
   [TYPES.SYNCED]: { running: joinP.onSynced },
   [TYPES.AUDIT]: { running: auditsP.onAudit },
   [TYPES.EVIDENCE]: { running: auditsP.onEvidence },
-  [TYPES.TRANSCRIPT_ASK]: { running: auditsP.onTranscriptAsk, idle: auditsP.onTranscriptAsk },
+  [TYPES.TRANSCRIPT_ASK]: { running: auditsP.onTranscriptAsk, idle: auditsP.onTranscriptAsk, ending: auditsP.onTranscriptAsk },
   [TYPES.TRANSCRIPT]: { running: auditsP.onTranscript },
 };
 // frames that are simply not for this device in some phases (no drop: they are expected there)
-const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining'])],
-  [TYPES.AUDIT, new Set(['idle', 'joining'])], [TYPES.EVIDENCE, new Set(['idle', 'joining'])],
-  [TYPES.TRANSCRIPT_ASK, new Set(['joining'])]]);
+// ('ending': the run's members may still send this device its frames while it checks what it keeps)
+const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining', 'ending'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining', 'ending'])],
+  [TYPES.AUDIT, new Set(['idle', 'joining', 'ending'])], [TYPES.EVIDENCE, new Set(['idle', 'joining', 'ending'])],
+  [TYPES.TRANSCRIPT_ASK, new Set(['joining'])], [TYPES.RUN, new Set(['ending'])], [TYPES.STATUS, new Set(['ending'])],
+  [TYPES.HALT, new Set(['ending'])], [TYPES.ROSTER, new Set(['ending'])], [TYPES.GO, new Set(['ending'])], [TYPES.SYNCED, new Set(['ending'])]]);
 const LATE_OF_ENDED = new Set([TYPES.STOP, TYPES.FIN]);
 
 // What one link may still deliver of a run that ended (bytes on the wire): a peer's messages of the
@@ -99,8 +101,8 @@ export class RunController {
     this.mesh = host.mesh;
     this.t = { ...TIMING, ...timing };
     this.faults = { ...NO_FAULTS, ...faults };
-    this.phase = 'idle';         // 'idle' | 'proposing' | 'accepted' | 'running' | 'joining'
-    this.at = null;              // the phase's record: Proposal | Acceptance | Run | JoinAttempt
+    this.phase = 'idle';         // 'idle' | 'proposing' | 'accepted' | 'running' | 'joining' | 'ending' (ending.js end)
+    this.at = null;              // the phase's record: Proposal | Acceptance | Run | JoinAttempt | Run
     this.lastRun = null;         // the last run that ended (stats, the outage's re-admission)
     this.joinBackoffUntil = 0;
     this.joinWantSince = 0;      // when this idle device first saw a group it could join (0: none)

@@ -13,10 +13,10 @@ import { actingLeader, mayGoOn, scheduleWith, rosterDigest } from '../mesh/roste
 import { Recovery, RosterChange, isHash } from './record.js';
 import { end, restoreUndo } from './ending.js';
 import { checkDeparture } from './audit_barriers.js';
-import { convictions, convictionsKey, convictedIds, rollbackTo } from './rollback.js';
+import { convictions, convictionsKey, convictedIds, rollbackTo, goBack } from './rollback.js';
 import { revealLast } from './commitments.js';
 import { judgeHalted } from './evidence.js';
-import { voidChange, maybeCommit, applyRoster, goBack } from './roster_apply.js';
+import { voidChange, maybeCommit, applyRoster } from './roster_apply.js';
 
 const goneSet = (run) => new Set(run.gone.keys());
 // STATUS `gone`: the peers this device lost; the ones it convicted go in `convicted` (their own evidence)
@@ -264,7 +264,7 @@ export function giveUp(ctl, run, rec, why, error = 'split alarm') {
   if (run.completed >= (run.stopAfter ?? run.cfg.steps) && mine.length && goBack(ctl, run, rollbackTo(mine), mine.map(([id]) => id))) {
     ctl.host.note(`This device went back to step ${run.completed}, before the lie of ${mine.map(([id]) => ctl.host.nameOf(id)).join(', ')}.`);
   } else if (stopAfter < run.completed) restoreUndo(ctl, run);
-  end(ctl, run, 'stopped', `${message} This device keeps the state after step ${run.completed} (generate, download and resume still work).`, error);
+  end(ctl, run, 'stopped', `${message} Generate, download and resume still work on the state this device keeps.`, error);
 }
 
 // ---- frames: HALT, STATUS, LEAVE --------------------------------------------------------------

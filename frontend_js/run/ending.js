@@ -3,6 +3,7 @@
 import { TYPES } from '../mesh/frames.js';
 import { ExchangeError } from '../mesh/mesh_collective.js';
 import { cloneParams } from '../train.js';
+import { keepChecked } from './kept_check.js';
 
 export function runView(run) {
   return { id: run.desc.runId, roster: run.roster.slice(), topology: run.collective.topology, leader: run.roster[0],
@@ -55,6 +56,10 @@ export function restoreUndo(ctl, run) {
   return true;
 }
 
+// The run ends here now (nothing more is sent or applied); the state it keeps is checked first
+// unless the end's barrier passed (kept_check.js: an end before it may hold an unaudited forged
+// step), meanwhile the phase is 'ending' and the panel says so; then the panel, the model store and
+// the stored run see the state kept.
 export function end(ctl, run, runState, message, error) {
   if (run.ended) return;
   const h = ctl.host;
@@ -65,9 +70,20 @@ export function end(ctl, run, runState, message, error) {
   if (run.change) ctl.dispose(run.change.collective);
   if (run.recovery?.promised) ctl.dispose(run.recovery.promised.collective);
   if (run.recovery) wakeParked(ctl, run);
-  if (ctl.at === run) ctl.enter('idle', null);
   ctl.lastRun = run;
   ctl.joinBackoffUntil = performance.now() + 3000;    // peers still finishing this run look 'training' a moment
+  const check = run.book !== null && !run.barrierPassed;
+  if (!check) { kept(ctl, run, runState, message, error); return; }
+  if (ctl.at === run) ctl.enter('ending', run);
+  h.show({ running: false, runState: 'checking', message: `${message} Checking the steps since the last audit before keeping them…` });
+  keepChecked(ctl, run).then(
+    (undone) => kept(ctl, run, runState, undone ? `${message} Checked before keeping: ${undone}.` : message, error),
+    (err) => { console.warn('daisy: checking the kept steps failed:', err); kept(ctl, run, runState, `${message} (its last steps could not be checked: ${err.message || err})`, error); });
+}
+
+function kept(ctl, run, runState, message, error) {
+  const h = ctl.host;
+  if (ctl.at === run) ctl.enter('idle', null);
   h.models.step = run.completed;
   h.models.runEnded(run.replica, runState, error);
   h.show({ running: false, runState, message, error, step: run.completed, hash: run.hash,

@@ -235,7 +235,8 @@ async function finishBarrier(ctl, run) {
   run.finishing = true;
   const passed = await barrier(ctl, run);
   if (!passed) run.finishing = false;
-  return passed && !run.ended;
+  run.barrierPassed = passed && !run.ended;
+  return run.barrierPassed;
 }
 
 async function barrier(ctl, run) {

@@ -241,6 +241,7 @@ export class Run {
     this.undo = null;           // one step of undo {params, m, v, t, hash, step}
     this.ended = false;
     this.finishing = false;     // the end's barrier (a Stop, the last step): departures change no roster meanwhile
+    this.barrierPassed = false; // every contribution it keeps is checked (else kept_check.js checks them at its end)
     this.gone = new Map();      // id -> why: THIS device's own evidence that the peer left
     this.confirmed = new Set(); // peers whose departure is confirmed (their own LEAVE)
     this.heard = new Map();     // id -> when this device last received a frame of this run from it

@@ -1,9 +1,10 @@
 // A conviction's rollback (docs/VERIFICATION.md §13; run/audits.js has the overview): the step the
 // group goes back to (rollbackFor: rollbackStep over this device's passes), the convictions as
 // STATUS and ROSTER name them (departures.js, roster_change.js compare them), and the committed
-// rollback itself (takeRollback: the kept state restored, the audits of the steps undone void).
+// rollback itself (takeRollback: the kept state restored, the audits of the steps undone void;
+// goBack: the run's step, hash and curve with it).
 // Imports: the rules (audit.js rollbackStep). Exports: rollbackFor, convictions, convictionsKey,
-// convictedIds, rollbackTo, takeRollback.
+// convictedIds, rollbackTo, takeRollback, goBack.
 import { rollbackStep } from '../audit.js';
 
 // rollbackStep over this device's passes as the reference keeps them at the conviction: only the
@@ -66,4 +67,21 @@ export function takeRollback(run, from, convicted) {
   b.evidence = [];
   b.reproduced.clear();
   return st.hash;
+}
+
+// a conviction's rollback: every replica restores its kept state after `from` steps (also the state
+// an unchecked end keeps: kept_check.js)
+export function goBack(ctl, run, from, convicted) {
+  const hash = takeRollback(run, from, convicted);
+  if (!hash) return false;
+  run.completed = from; run.hash = hash;
+  for (const t of [...run.hashLog.keys()]) if (t > from) run.hashLog.delete(t);
+  run.hashLog.set(from, hash);
+  run.lastSent = Math.min(run.lastSent, from - 1);
+  run.undo = null;
+  run.curve = run.curve.filter(([st]) => st <= from);
+  ctl.host.models.step = from;
+  ctl.host.show({ step: from, hash, curve: run.curve });
+  ctl.host.emit('step-undone', { step: from, hash });
+  return true;
 }

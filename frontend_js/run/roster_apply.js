@@ -2,12 +2,12 @@
 // overview): committed once every member staying accepted (maybeCommit: GO), then applied (a
 // recovery's roster: a conviction's rollback or one step undone, the new collective, the new
 // roster), or void (voidChange: a planned change dropped).
-// Imports: ending.js, audit_book.js (restartBook), rollback.js (takeRollback). Exports:
-// voidChange, maybeCommit, switchCollective, applyRoster, goBack, setRoster.
+// Imports: ending.js, audit_book.js (restartBook), rollback.js (goBack). Exports:
+// voidChange, maybeCommit, switchCollective, applyRoster, setRoster.
 import { TYPES } from '../mesh/frames.js';
 import { end, restoreUndo, runView, wakeParked } from './ending.js';
 import { restartBook } from './audit_book.js';
-import { takeRollback } from './rollback.js';
+import { goBack } from './rollback.js';
 
 export function voidChange(ctl, run, why) {
   const ch = run.change;
@@ -63,21 +63,6 @@ export function applyRoster(ctl, run, change) {
   wakeParked(ctl, run);
 }
 
-// a conviction's rollback: every replica restores its kept state after `from` steps
-export function goBack(ctl, run, from, convicted) {
-  const hash = takeRollback(run, from, convicted);
-  if (!hash) return false;
-  run.completed = from; run.hash = hash;
-  for (const t of [...run.hashLog.keys()]) if (t > from) run.hashLog.delete(t);
-  run.hashLog.set(from, hash);
-  run.lastSent = Math.min(run.lastSent, from - 1);
-  run.undo = null;
-  run.curve = run.curve.filter(([st]) => st <= from);
-  ctl.host.models.step = from;
-  ctl.host.show({ step: from, hash, curve: run.curve });
-  ctl.host.emit('step-undone', { step: from, hash });
-  return true;
-}
 
 export function setRoster(ctl, run, d, joined, left) {
   const h = ctl.host;

@@ -119,3 +119,29 @@ test('a Stop that cuts a conviction\'s recovery short: the removal still takes e
     }
   } finally { await g.close(); }
 });
+
+// 4. an end before the barrier (issue 27 §1, the fuzz's seed 707992039): a member forges at step
+// K + 1 and crashes right after, and the link between the two honest pages is cut, the server
+// away: neither can go on (no quorum) nor reach the end's barrier. Each checks what it keeps
+// (run/kept_check.js): no honest page keeps the forged step; every step it keeps is the honest run's.
+test('an end without the barrier keeps no forged step: a member forges, then crashes while the honest two lose their link (P = 3, the server away)', async () => {
+  const K = 7;
+  const { g, nodes } = await audited(3, { 1: { forge: { from: K, kind: 'scale', factor: -1000 } } });
+  try {
+    const [a, liar, c] = nodes;
+    g.serverDown = true;
+    await g.until(() => a.completed >= K + 1 || c.completed >= K + 1, `an honest page applied step ${K + 1}`, 30_000);
+    g.crash(liar);
+    g.cut(a, c);
+    await g.ended([a, c], 60_000);
+    const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000`, {}, K);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'stopped', `${n.id}: ${n.ended.message}`);
+      const kept = Math.max(...n.steps.keys());
+      assert.ok(kept <= K, `${n.id} kept step ${kept}, past the forged step ${K + 1}: ${n.ended.message}`);
+      for (const [s, x] of n.steps) assert.equal(x, ref.hashes.get(s), `${n.id}: first mismatch at step ${s}`);
+      assert.equal(n.ended.hash, ref.hashes.get(n.ended.step), `${n.id}: the state kept is the honest run's`);
+    }
+    console.log(`kept after the forger's crash: ${a.ended.message}`);
+  } finally { await g.close(); }
+});
