@@ -23,8 +23,8 @@ import { HEADER_BYTES, parseHeader, typeName } from '../../frontend_js/mesh/fram
 const STEPS = 100;          // the shortest run a config allows
 
 // -> {nodes, g}: a group of `peers`, the one in slot `liar` with `faults`, all with the reference's nonces
-async function audited(peers, liar, faults, settings) {
-  const g = new Group({ seed: 11 });
+async function audited(peers, liar, faults, settings, timing = TIMING) {
+  const g = new Group({ seed: 11, timing });
   const nodes = [];
   for (let i = 0; i < peers; i++) nodes.push(...g.add(1, { faults: { referenceNonces: true, ...(i === liar ? faults : {}) } }));
   await g.linked();
@@ -89,7 +89,8 @@ test('a lying auditor (P = 3): its false accusation is checked by recomputation 
 
 test('a NaN gradient (f64 exchange): the cheap check convicts at once', async () => {
   const { honest } = await attackCase(3, 1, { forge: { from: 6, kind: 'nan' } }, 'slot=1,from=6,kind=nan', { exchange: 'f64' });
-  for (const n of honest) assert.match(convictions(n)[0].why, /gradient from p1 is not finite at step 7: removed/);
+  // (step 7's lie, or step 8's frames when the lie came with them on a loaded machine: attackCase)
+  for (const n of honest) assert.match(convictions(n)[0].why, /gradient from p1 is not finite at step [78]: removed/);
 });
 
 test('two colluders in a group of five (reduce-scatter) forge and pass each other: both caught in turn, every honest page = the reference', async () => {
@@ -129,7 +130,10 @@ test('a departure is a barrier: a member forges at step 9, withholds its AUDIT f
   const K = 9;
   const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000,leave=${K + 1}`, {});
   assert.deepEqual(ref.removals.map((r) => [r.peer, r.step]), [[1, K + 1]], `the reference's barrier convicts at step ${K + 1}: ${JSON.stringify(ref.removals)}`);
-  const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } });
+  // (a long exchange deadline: nobody here is lost by one, and each survivor's recomputation at the
+  // barrier shares this process's one event loop with the others': on a loaded 2-core machine a
+  // survivor went unheard for the 3 s default, its peer reported it lost, and the run stopped)
+  const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } }, {}, { ...TIMING, deadlineMs: 15_000 });
   try {
     const [a, forger, c] = nodes;
     await g.until(() => forger.completed >= K + 1, `the forger applied step ${K + 1}`, 30_000);

@@ -222,7 +222,10 @@ test('STOP {mismatch} to one page stops the run everywhere, named, nobody remove
     const [L, P1, H] = nodes;
     await g.until(() => L.completed >= 4, '4 steps');
     const run = H.ctl.run;
-    H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter: run.completed, reason: 'Replicas disagree (forged)', mismatch: true }, { runId: run.desc.runId, slot: 2 });
+    // (stopAfter a step ahead of both: H's own position may lag P1's by two on a loaded machine,
+    // and a STOP P1 cannot step back to ends it with 'cannot meet the group' instead)
+    const stopAfter = Math.max(run.completed, P1.completed) + 1;
+    H.sendJson(P1.id, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: 'Replicas disagree (forged)', mismatch: true }, { runId: run.desc.runId, slot: 2 });
     // both stop; a forged stopAfter may leave them a step or two apart, each on the reference
     const ends = await g.ended([L, P1]);
     for (const e of ends) assert.equal(e.state, 'stopped');
