@@ -59,11 +59,13 @@ export async function checkEnd(ctl, run) {
   const judging = () => b.accused.size > 0 || b.checking !== null || b.evidence.some(({ ev }) => ev.step <= b.done);
   while (judging() && !void_()) await waitUntil(() => !judging() || void_(), GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
   if (void_()) return false;
-  const finished = (slot) => {
+  // an auditor's FIN settles its passes, except at the steps it says it could not draw (a member's
+  // commitment it lacked: it never ran that audit; CI's fuzz seed 300257098 kept a forged step so)
+  const settledBy = (slot, t) => {
     const f = run.fins.get(run.roster[slot]);
-    return slot === run.slot || (f && f.epoch === run.epoch && f.step === run.completed);
+    return slot === run.slot || (f && f.epoch === run.epoch && f.step === run.completed && !f.undrawn.includes(t));
   };
-  for (const [key, p] of [...b.pending]) if (finished(p.auditor)) b.pending.delete(key);
+  for (const [key, p] of [...b.pending]) if (settledBy(p.auditor, p.t)) b.pending.delete(key);
   const others = run.roster.map((id, slot) => ({ id, slot, from: checkedFrom(run, id) })).filter(({ slot }) => slot !== run.slot);
   for (let u = Math.min(run.completed, ...others.map((x) => x.from)); u < run.completed; u++) {
     const got = b.received.get(u);

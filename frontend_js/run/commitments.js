@@ -90,6 +90,7 @@ async function catchUp(ctl, run, upTo) {
       const ids = missingFor(run, t).filter((id) => !run.gone.has(id));
       if (ids.length) ctl.host.note(`Step ${t + 1} is not audited: no audit commitment of it from ${ids.map((id) => ctl.host.nameOf(id)).join(', ')} in time (checked at the run's end).`);
       for (const id of ids) ctl.peerGone(id, `no audit commitment of step ${t + 1} in time`);
+      b.undrawn.add(t);
       b.done = t;
       continue;
     }

@@ -11,7 +11,7 @@ import { paramShapes } from '../model.js';
 import { forge } from '../attack.js';
 import { StepArena } from '../arena.js';
 import { yieldToPage, waitUntil } from '../page_clock.js';
-import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, short, isHash } from './record.js';
+import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, MAX_UNDRAWN, short, isHash } from './record.js';
 import * as recovery from './recovery.js';
 import * as join from './join.js';
 import * as audits from './audits.js';
@@ -245,7 +245,10 @@ async function barrier(ctl, run) {
   if (run.recovery) return false;
   if (!(await audits.flush(ctl, run))) return false;
   const others = run.roster.filter((id) => id !== ctl.selfId);
-  const fin = { runId: run.desc.runId, epoch: run.epoch, step: run.completed, hash: run.hash };
+  // (undrawn: the steps whose audits this device could not draw: a pass of them it was drawn for
+  // elsewhere is no pass, checkEnd)
+  const undrawn = run.book ? [...run.book.undrawn].filter((t) => t > run.completed - MAX_UNDRAWN).sort((x, y) => x - y) : [];
+  const fin = { runId: run.desc.runId, epoch: run.epoch, step: run.completed, hash: run.hash, undrawn };
   run.fins.set(ctl.selfId, fin);
   await Promise.all(others.map((id) => ctl.mesh.sendJson(id, TYPES.FIN, fin, { runId: run.desc.runId, slot: run.slot }).catch(() => {})));
   await waitUntil(() => run.ended || run.recovery !== null || others.every((id) => finOf(run, id) !== null || run.gone.has(id)), ctl.t.finWaitMs,
@@ -283,9 +286,10 @@ function finishRun(ctl, run) {
 export function onFin(ctl, from, m) {
   const run = ctl.at, d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !isHash(d.hash) || !Number.isInteger(d.epoch) || !Number.isInteger(d.step)) { ctl.mesh.drop(from, m, 'FIN for no run of ours'); return; }
+  if (!Array.isArray(d.undrawn) || d.undrawn.length > MAX_UNDRAWN || !d.undrawn.every(Number.isInteger)) { ctl.mesh.drop(from, m, `FIN without its undrawn steps (at most ${MAX_UNDRAWN} integers)`); return; }
   // its first of an epoch and step (a rollback ends again, in a new epoch)
   const had = run.fins.get(from);
-  if (!had || had.epoch !== d.epoch || had.step !== d.step) run.fins.set(from, { epoch: d.epoch, step: d.step, hash: d.hash });
+  if (!had || had.epoch !== d.epoch || had.step !== d.step) run.fins.set(from, { epoch: d.epoch, step: d.step, hash: d.hash, undrawn: d.undrawn.slice() });
 }
 
 // ---- stopping ---------------------------------------------------------------------------------

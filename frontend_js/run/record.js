@@ -44,6 +44,7 @@ export const HASH_LOG = 64;         // the leader's recent hashes, to check join
 export const MAX_RESYNCS = 3;       // a joiner that reports a wrong hash this often is refused
 export const RATE_WINDOW = 20;      // steps in the tokens/s window
 export const MAX_CURVE = 2000;      // loss points kept for the plot (older ones thinned)
+export const MAX_UNDRAWN = 64;     // steps a FIN may name as undrawn (its last steps, the end's missing commitments)
 export const MAX_FWD_QUEUED = 64;   // forwarded gradients queued to one joiner before it is dropped
 export const FWD_WINDOW = 8;        // forwarded steps a joiner may be behind on its SYNCED reports (and TIMING's ack waits)
 export const STALL_FACTOR = 4;      // each stalled sync of a device multiplies its wait for the next transfer by this,
@@ -170,6 +171,8 @@ export class AuditBook {
     this.rate = rate;            // the chance that a slot's contribution to a step is audited (auditRate, 0..1]
     this.floor = floor;          // the first step audited: the run's start or its last join or departure
     this.done = floor - 1;       // the last step whose audits ran here
+    this.undrawn = new Set();    // steps at the run's end whose pairs this device could not draw (a member's
+                                 // commitment missing): its FIN names them, so no one counts its pass there
     this.nonces = new Map();     // step -> this device's secret nonce of it (32 bytes)
     this.received = new Map();   // step -> {inHashes, losses, transcript, reduced}: what this device got in that
                                  // exchange (the last two: reduce-scatter's, MeshCollective.exchange; kept KEPT_RING steps)

@@ -64,6 +64,7 @@ export function takeRollback(run, from, convicted) {
   for (const t of [...b.states.keys()]) if (t > from) b.states.delete(t);
   for (const map of [b.nonces, b.received, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const t of [...map.keys()]) if (t >= from) map.delete(t);
   b.done = Math.min(b.done, from - 1);
+  for (const t of [...b.undrawn]) if (t >= from) b.undrawn.delete(t);
   b.evidence = [];
   b.reproduced.clear();
   return st.hash;

@@ -243,7 +243,7 @@ test('STOP {mismatch} to one page stops the run everywhere, named, nobody remove
     await L.ctl.start({ ...SETTINGS, steps: 100 });
     await g.until(() => H.ctl.phase === 'running', 'running');
     const run = H.ctl.run;
-    for (const to of [L, P1]) H.sendJson(to.id, TYPES.FIN, { runId: run.desc.runId, epoch: 0, step: 100, hash: 'e'.repeat(64) }, { runId: run.desc.runId, slot: 2 });
+    for (const to of [L, P1]) H.sendJson(to.id, TYPES.FIN, { runId: run.desc.runId, epoch: 0, step: 100, hash: 'e'.repeat(64), undrawn: [] }, { runId: run.desc.runId, slot: 2 });
     const ends = await g.ended([L, P1], 60_000);
     for (const e of ends) assert.equal(e.state, 'done', g.describe());
     assert.equal(ends[0].hash, ends[1].hash);

@@ -159,7 +159,8 @@ export class Group {
   }
 
   describe() {
-    return this.nodes.map((n) => `${n.id}${n.alive ? '' : '(dead)'} ${n.ctl.phase} step ${n.completed} ${n.ended ? `ended ${n.ended.state}: ${n.ended.message}` : n.state.message || ''}`).join(' | ');
+    return this.nodes.map((n) => `${n.id}${n.alive ? '' : '(dead)'} ${n.ctl.phase} step ${n.ended?.step ?? n.completed} ${n.ended ? `ended ${n.ended.state}: ${n.ended.message}` : n.state.message || ''}`
+      + (n.notes.length ? ` [notes: ${n.notes.slice(-4).join(' / ')}]` : '')).join(' | ');
   }
 
   // stop timers of everything still running (end of a test)
