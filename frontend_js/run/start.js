@@ -42,6 +42,7 @@ export async function start(ctl, config) {
   if (ctl.phase === 'running') throw new Error('a run is already going: stop it first');
   if (ctl.phase === 'proposing' || ctl.phase === 'accepted') throw new Error('a run is being set up in this group: wait a moment');
   if (ctl.phase === 'joining') throw new Error('this device is being synced into the group\'s run');
+  if (ctl.phase === 'ending') throw new Error('the last run is ending: this device checks the steps it keeps (a moment)');
   const other = h.members().find((q) => q.id !== ctl.selfId && /^training/.test(q.state || ''));
   if (other) throw new Error(`a run is already going in this group (${other.name} is training): one run per group; this device joins it once linked`);
   // resume: true continues the model this tab holds (a loaded checkpoint or a stopped run) from
