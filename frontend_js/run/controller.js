@@ -102,7 +102,7 @@ export class RunController {
     this.t = { ...TIMING, ...timing };
     this.faults = { ...NO_FAULTS, ...faults };
     this.phase = 'idle';         // 'idle' | 'proposing' | 'accepted' | 'running' | 'joining' | 'ending' (ending.js end)
-    this.at = null;              // the phase's record: Proposal | Acceptance | Run | JoinAttempt | Run
+    this.at = null;              // the phase's record: Proposal | Acceptance | Run | JoinAttempt (the ended Run while 'ending')
     this.lastRun = null;         // the last run that ended (stats, the outage's re-admission)
     this.joinBackoffUntil = 0;
     this.joinWantSince = 0;      // when this idle device first saw a group it could join (0: none)
