@@ -157,10 +157,13 @@ async function schedule(seed) {
       if (starts(a)[0]?.runId !== starts(b)[0]?.runId) continue;
       for (const [s, x] of a.steps) if (b.steps.has(s)) assert.equal(b.steps.get(s), x, `${a.id} and ${b.id} differ at step ${s}: a fork`);
     }
-    // 2. no eviction on hearsay
+    // 2. no eviction on hearsay (a page whose run had ended before the step the group dropped it
+    // from stopped on its own, e.g. on the liar's STOP, relayed too late for the others to step
+    // back to: it left, nobody evicted it; seed 867456074, under CI's load)
+    const stoppedBefore = (who, ch) => who.ended && who.ended.step < ch.from;
     for (const n of hs) for (const ch of changes(n)) for (const id of ch.left) {
       const who = g.nodes.find((x) => x.id === id);
-      assert.ok(who === liar || hurt.has(who), `${n.id} removed ${id}, an honest page with every link up`);
+      assert.ok(who === liar || hurt.has(who) || stoppedBefore(who, ch), `${n.id} removed ${id}, an honest page with every link up`);
     }
     // 3. leadership from the rules
     for (const n of hs) {
