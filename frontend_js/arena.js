@@ -10,13 +10,13 @@
 // Chunks are plain ArrayBuffers (never detached), so arrays stay valid until the next reset even
 // when a step outgrows the arena. A growing arena adds a chunk of a quarter of what is handed out
 // at that moment (or the array, if larger), so the first step overshoots the peak by ~25% at most
-// (doubling overshot by up to 100%: TEST_RESULTS "Memory"), and the next steps reuse the same
-// chunks in the same order; reset() merges them into one of the peak size only when they hold
-// more than 1.5x the peak.
+// (doubling overshot by up to 100%: TEST_RESULTS "Memory"); reset() then makes them one chunk of
+// the peak, which every later step of the same shapes reuses (a single chunk is a stack: offset =
+// used), and remakes a single chunk holding more than 1.5x the peak.
 // A backend may place the chunks elsewhere (cpu/threads.js: in the worker pool's shared memory, so its
 // kernels read and write the arrays in place): new StepArena({ chunk(n), drop(chunk) }).
 const MIN_CHUNK = 1 << 16;                         // doubles (512 KB)
-const MERGE_ABOVE = 1.5;                           // reset() merges chunks holding more than this x the peak
+const MERGE_ABOVE = 1.5;                           // reset() remakes a single chunk holding more than this x the peak
 
 export class StepArena {
   constructor({ chunk = (n) => new Float64Array(n), drop = () => {} } = {}) {
@@ -29,11 +29,12 @@ export class StepArena {
   }
 
   reset() {
-    // merge only an arena that holds much more than its peak: a merge allocates the peak anew
-    // while the old chunks are still held (plain buffers until the GC runs; in cpu/threads.js's shared
-    // memory, a block that may not fit where the old ones were), so it would raise the high-water
-    // mark that it is meant to lower
-    if (this.chunks.length > 1 && this.capacity > MERGE_ABOVE * this.peak) {
+    // one chunk of the peak from the second step on: chunks added in a step that rewinds (model.js's
+    // backward) are not replayed in the same order by the next step, which then adds more (at the
+    // largest settings step 2 added ~1 GB to step 1's 1.2 GB); one chunk is a stack that the same
+    // step never outgrows. A single chunk far above the peak (a smaller step) is also remade. The
+    // old chunks are dropped before the new one is made (cpu/threads.js's shared memory reuses them).
+    if (this.chunks.length > 1 || (this.chunks.length === 1 && this.capacity > MERGE_ABOVE * Math.max(this.peak, MIN_CHUNK))) {
       const peak = Math.max(this.peak, MIN_CHUNK);
       for (const c of this.chunks) this.dropChunk(c);
       this.chunks.splice(0, this.chunks.length, this.newChunk(peak));   // the same array (cpu/threads.js holds it)

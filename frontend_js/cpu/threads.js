@@ -66,6 +66,10 @@ class SharedHeap {
       const last = merged[merged.length - 1];
       if (last && last[0] + last[1] === blk[0]) last[1] += blk[1]; else merged.push([...blk]);
     }
+    // a free block that ends at the top lowers the top: the next large block (an arena's merged
+    // chunk, a grown scratch) is made there instead of above it
+    const last = merged[merged.length - 1];
+    if (last && last[0] + last[1] === this.top) { this.top = last[0]; merged.pop(); }
     this.free = merged;
   }
 
