@@ -19,8 +19,15 @@ export async function loadText(url) {
 }
 
 // -> { adapter, device, info }; throws Error with a human reason when there is no usable GPU.
+// Under Node's `webgpu` the GPU object (create()) owns the instance its devices live in: collected
+// by the GC while a device is in use, the process crashed (segfaults and aborts on the H100 at the
+// first collection, TEST_RESULTS "The resident step on the lent H100"). A page's navigator.gpu lives
+// as long as the page; here every GPU object a device was opened from is held for the process.
+const openedFrom = new Set();
+
 export async function openDevice(gpu, { features = [] } = {}) {
   if (!gpu) throw new Error('WebGPU is missing (navigator.gpu is undefined)');
+  openedFrom.add(gpu);
   const adapter = await gpu.requestAdapter();
   if (!adapter) throw new Error('WebGPU has no adapter (requestAdapter returned null)');
   const lim = adapter.limits;
