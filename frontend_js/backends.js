@@ -74,9 +74,13 @@ export function describeChoice({ mode, cpu, threads = null, gpu }) {
     return { path: 'gpu', pathLabel: 'GPU (WebGPU) — timing it against the CPU', pathReason: withThreads(booted),
       engine: `webgpu (GEMM shapes being timed against ${cpu})` };
   }
-  const m = measure;
+  const m = measure, w = m.wholeSteps;
   const detail = `${booted}: over the calls timed, the CPU path ${m.cpuMs.toFixed(1)} ms, the GPU path ${m.gpuMs.toFixed(1)} ms, `
-    + `${m.gpuShapes} of ${m.shapes} GEMM shapes on the GPU`;
+    + `${m.gpuShapes} of ${m.shapes} GEMM shapes on the GPU`
+    + (w ? `; whole steps: the CPU path ${w.cpuMs.toFixed(1)} ms, the measured route ${w.pickedMs.toFixed(1)} ms` : '');
+  if (w && w.side === 'cpu') {
+    return onCpu(`GPU route ${(w.cpuMs / w.pickedMs).toFixed(2)}× this device's CPU here (whole steps)`, `${detail} (the CPU is faster in whole steps at these settings)`);
+  }
   if (m.gpuShapes === 0) return onCpu(`GPU ${m.gpuVsCpu.toFixed(2)}× this device's CPU here`, `${detail} (the CPU is faster at these settings)`);
   return { path: 'gpu', pathLabel: `GPU: ${times(m.speedup)} this device's CPU at these settings`, pathReason: withThreads(detail),
     engine: `webgpu (${m.gpuShapes} of ${m.shapes} GEMM shapes; else ${cpu})` };
@@ -141,6 +145,7 @@ export class PickedBackend {
     this.gpuModule = gpuModule; this.engine = engine; this.gpuBackend = gpuBackend;
     this.gpu = gpu;                       // describeChoice's gpu argument when there is no engine
     this.resident = resident;             // gpu/resident.js createResidentStep's parts (mode 'resident'), until a fault
+    this.settledFor = new Set();          // the settings (shape keys) whose paths prepare() timed
     this.changeCallbacks = [];
   }
 
@@ -153,6 +158,17 @@ export class PickedBackend {
     const { kernels, unit, ResidentTrainer } = this.resident;
     return new ResidentTrainer({ kernels, unit, cfg, replica, batches, cpu: this.cpu, onFault: (reason) => this.residentFault(reason),
       lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads } });
+  }
+
+  // Before a run's first step (a page's start, a member's accept; the CLI's pickBackend with
+  // settings): a measured GPU route is timed at the run's settings, shapes then whole steps
+  // (settle), once per settings. Nothing else to do on the CPU, a fixed route or the resident step.
+  async prepare(cfg) {
+    if (!this.engine?.route?.measure || this.engine.status.path !== 'gpu') return;
+    const key = JSON.stringify([cfg.width, cfg.seq_len, cfg.batch, cfg.layers, cfg.heads]);
+    if (this.settledFor.has(key)) return;
+    this.settledFor.add(key);
+    await settle(this, cfg);
   }
 
   // the resident step failed (a GPU error): every trainer made after is the CPU's, the panel says why
@@ -213,19 +229,39 @@ export async function pickBackend({ gpu = null, threads = 'auto', mode = 'auto',
     }
   }
   if (onChange) picked.onChange(onChange);
-  if (settings && picked.engine?.route?.measure && picked.engine.status.path === 'gpu') await settle(picked, settings);
+  if (settings) await picked.prepare(settings);
   return picked;
 }
 
 // Times the paths at `settings` now: local steps of a seeded model on fixed tokens through the
-// picked backend until every GEMM shape is decided (gpu/route.js MEASURE; at most maxSteps). The
-// weights are thrown away; nothing a run computes depends on it.
-export async function settle(picked, settings, maxSteps = 8) {
-  const [{ initParams, lossAndGrads }, { VOCAB_SIZE }] = await Promise.all([import('./model.js'), import('./tokenizer.js')]);
-  const cfg = settings, B = cfg.batch, T = cfg.seq_len, params = initParams(cfg);
+// picked backend until every GEMM shape is decided (gpu/route.js MEASURE; at most maxSteps); then,
+// when the shapes put any call on the GPU, whole local steps on the measured route and on the CPU
+// backend, alternately (`wholeSteps` each after a warm-up of each; engine.wholeStepsTimed keeps the
+// route only where whole steps are faster). The weights are thrown away; nothing a run computes
+// depends on it.
+export async function settle(picked, settings, maxSteps = 8, wholeSteps = 3) {
+  const [{ initParams, lossAndGrads }, { VOCAB_SIZE }, { measureSummary }] = await Promise.all([import('./model.js'), import('./tokenizer.js'), import('./gpu/route.js')]);
+  const cfg = settings, B = cfg.batch, T = cfg.seq_len, params = initParams(cfg), engine = picked.engine;
   const idx = Int32Array.from({ length: B * T }, (_, i) => (i * 7919) % VOCAB_SIZE);
   const targets = Int32Array.from({ length: B * T }, (_, i) => (i * 104729 + 1) % VOCAB_SIZE);
-  for (let s = 0; s < maxSteps && !picked.engine.status.measure && picked.engine.status.path === 'gpu'; s++) {
-    await picked.gpuModule.withGpuFallback(picked.engine, () => lossAndGrads(params, cfg, idx, targets, B, T, picked.backend));
+  const onGpu = () => engine.status.path === 'gpu';
+  const step = (backend) => picked.gpuModule.withGpuFallback(engine, () => lossAndGrads(params, cfg, idx, targets, B, T, backend));
+  const shapes = () => measureSummary(engine.shapeTimes);        // the shapes' verdict alone (no whole steps)
+  for (let s = 0; s < maxSteps && onGpu(); s++) {
+    await step(picked.backend);
+    if (shapes().decided) break;                                  // every shape of these settings decided
   }
+  if (!onGpu() || !shapes().decided || shapes().gpuShapes === 0) return;
+  engine.wholeSteps = null;                                       // the route as the shapes chose it, timed
+  const cpu = [], route = [];
+  for (let r = 0; r <= wholeSteps && onGpu(); r++) {
+    for (const [backend, times] of [[picked.backend, route], [picked.cpu, cpu]]) {
+      const t0 = performance.now();
+      await step(backend);
+      if (r > 0) times.push(performance.now() - t0);          // r = 0: the warm-up of each
+    }
+  }
+  if (onGpu() && cpu.length === wholeSteps && route.length === wholeSteps) engine.wholeStepsTimed({ cpuMs: median(cpu), pickedMs: median(route) });
 }
+
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b), h = s.length >> 1; return s.length % 2 ? s[h] : (s[h - 1] + s[h]) / 2; };

@@ -57,19 +57,28 @@ export function measuredSide(entry, samples = MEASURE.samples) {
   return { side: median(gpu) < median(cpu) ? 'gpu' : 'cpu', decided: true };
 }
 
-// {key: entry} -> {decided, shapes, gpuShapes, cpuMs, gpuMs, pickedMs, speedup, gpuVsCpu}:
+// {key: entry} -> {decided, shapes, gpuShapes, cpuMs, gpuMs, pickedMs, speedup, gpuVsCpu, wholeSteps}:
 // every shape's median on each path times its calls, summed (ms over the calls seen); speedup =
 // cpuMs / pickedMs (>= 1: what the pick gains over the CPU path), gpuVsCpu = cpuMs / gpuMs (the
 // GPU path alone against this device's CPU). Undecided shapes count in neither (decided false).
-export function measureSummary(shapes, samples = MEASURE.samples) {
+// wholeSteps ({cpuMs, pickedMs, side} or null): whole steps timed on both paths; side 'cpu' puts
+// every shape on the CPU (gpuShapes 0) and the speedup is the whole steps' (cpuMs / pickedMs).
+export function measureSummary(shapes, samples = MEASURE.samples, wholeSteps = null) {
   let cpuMs = 0, gpuMs = 0, pickedMs = 0, n = 0, onGpu = 0, decided = true;
+  const allCpu = wholeSteps?.side === 'cpu';
   for (const e of Object.values(shapes)) {
     const { side, decided: d } = measuredSide(e, samples);
     if (!d) { decided = false; continue; }
     const c = median(e.cpu) * e.calls, g = median(e.gpu) * e.calls;
-    cpuMs += c; gpuMs += g; pickedMs += side === 'gpu' ? g : c; n++;
-    if (side === 'gpu') onGpu++;
+    cpuMs += c; gpuMs += g; pickedMs += side === 'gpu' && !allCpu ? g : c; n++;
+    if (side === 'gpu' && !allCpu) onGpu++;
   }
+  const speedup = wholeSteps ? wholeSteps.cpuMs / (allCpu ? wholeSteps.cpuMs : wholeSteps.pickedMs) : pickedMs > 0 ? cpuMs / pickedMs : 1;
   return { decided: decided && n > 0, shapes: n, gpuShapes: onGpu, cpuMs, gpuMs, pickedMs,
-    speedup: pickedMs > 0 ? cpuMs / pickedMs : 1, gpuVsCpu: gpuMs > 0 ? cpuMs / gpuMs : 0 };
+    speedup, gpuVsCpu: gpuMs > 0 ? cpuMs / gpuMs : 0, wholeSteps };
 }
+
+// whole steps' medians on the CPU path and on the measured route -> the side that keeps them: the
+// route only when it is faster by more than the timing's noise (WHOLE_STEP_MARGIN)
+export const WHOLE_STEP_MARGIN = 1.05;
+export const wholeStepSide = (cpuMs, pickedMs) => (pickedMs * WHOLE_STEP_MARGIN < cpuMs ? 'gpu' : 'cpu');

@@ -17,6 +17,7 @@ export function runHost(peer) {
     emit: (event, payload) => peer.bus.emit(event, payload),
     announce: () => peer.announce(),
     ready: () => peer.pathReady,
+    prepare: async (cfg) => { await peer.pathReady; await peer.picked?.prepare(cfg); },
     backend: () => peer.backend(),
     trainer: (cfg, replica, batches) => peer.trainer(cfg, replica, batches),
     get gpu() { return peer.gpu || null; },

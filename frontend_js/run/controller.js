@@ -28,6 +28,7 @@
 //   host.show(patch)           panel state; host.note(text) a line worth telling; host.emit(event, payload)
 //   host.announce()            tell the server this device's run state
 //   host.ready(), host.backend(), host.gpu    the compute path, the step backend
+//   host.prepare(cfg)          the compute path timed at a run's settings before its first step (backends.js prepare)
 //   host.trainer(cfg, replica, batches)                       this device's trainer of a run (train.js Trainer's interface)
 //   host.dataId(), host.batches(cfg, dataId)                  the run's data
 //   host.models                the model store (adopt, runEnded, step, resumePoint, model, extra, resumable)

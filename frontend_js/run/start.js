@@ -64,6 +64,7 @@ export async function start(ctl, config) {
   const cfg = resume ? resume.cfg : makeConfig(settings);
   const auditRate = givenRate ?? (cfg.local_steps > 1 ? 0 : DEFAULT_AUDIT_RATE);
   checkLocalSteps(cfg, auditRate);
+  await h.prepare(cfg);                               // a measured GPU route timed at these settings (backends.js)
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
   const keptOut = h.members().filter((q) => ctl.keptOut.has(q.id));
   if (keptOut.length) h.note(`Starting without ${keptOut.map((q) => q.name || q.id).join(', ')}: kept out on this device.`);
@@ -180,6 +181,7 @@ export async function onRun(ctl, from, m) {
     if (!validAuditRate(d.auditRate)) throw new Error(`bad audit rate ${JSON.stringify(d.auditRate)}`);
     const mine = await ctl.host.dataId();
     if (d.dataId !== mine) throw new Error(`different training data: the leader's is ${String(d.dataId).slice(0, 120)}, this device's ${mine}`);
+    await ctl.host.prepare(cfg);                      // before ACCEPT: the leader waits for it (acceptWaitMs)
   } catch (err) {
     if (ctl.at !== acc) return;                       // superseded meanwhile
     refuse(ctl, from, runId, err.message);

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { nodeGpu } from './node_gpu.mjs';
-import { pickBackend } from '../../frontend_js/backends.js';
+import { pickBackend, settle } from '../../frontend_js/backends.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group } from '../../frontend_js/train.js';
 import { textStream } from '../../frontend_js/data.js';
@@ -25,7 +25,21 @@ test('the pick is measured at the run settings, reported, bit-identical, and a f
   for (const [key, t] of Object.entries(e.shapeTimes)) assert.ok(t.cpu.length >= 3 && t.gpu.length >= 3, `${key} undecided: ${JSON.stringify(t)}`);
   const d = picked.describe();
   assert.ok(heard.length >= 1 && heard.at(-1).pathLabel === d.pathLabel, 'the measurement was not reported through onChange');
-  assert.match(d.pathLabel, m.gpuShapes > 0 ? /^GPU: [\d.]+× this device's CPU at these settings$/ : /^CPU \(wasm-simd\) — GPU [\d.]+× this device's CPU here$/);
+  // shapes that went to the GPU were confirmed by whole steps on both paths (on SwiftShader the CPU wins them)
+  const w = m.wholeSteps;
+  if (w) {
+    assert.ok(w.cpuMs > 0 && w.pickedMs > 0 && ['cpu', 'gpu'].includes(w.side), JSON.stringify(w));
+    if (w.side === 'cpu') {
+      assert.equal(m.gpuShapes, 0);
+      assert.match(d.pathLabel, /^CPU \(wasm-simd\) — GPU route [\d.]+× this device's CPU here \(whole steps\)$/);
+      const before = e.stats.gpuCalls;
+      await new Group(cfg, 1, stream, picked.backend).step();
+      assert.equal(e.stats.gpuCalls, before, 'a shape decided for the GPU still went there after whole steps chose the CPU');
+    }
+  } else {
+    assert.equal(m.gpuShapes, 0, 'shapes on the GPU without whole steps timed');
+    assert.match(d.pathLabel, /^CPU \(wasm-simd\) — GPU [\d.]+× this device's CPU here$/);
+  }
   assert.equal(d.path, m.gpuShapes > 0 ? 'gpu' : 'cpu');
   // the measured backend trains with the CPU backend's bits
   const onPick = new Group(cfg, 2, stream, picked.backend), onCpu = new Group(cfg, 2, stream, picked.cpu);
@@ -40,6 +54,34 @@ test('the pick is measured at the run settings, reported, bit-identical, and a f
   assert.deepEqual([heard.at(-1).path, heard.at(-1).pathLabel], ['cpu', 'CPU (wasm-simd) — GPU disabled after a fault']);
   assert.match(heard.at(-1).pathReason, /^GPU disabled: a test fault/);
   assert.equal(picked.backend, picked.cpu);
+  e.destroy();
+});
+
+// The shapes' medians can promise what whole steps do not give (on the H100: 1.08x by the shapes,
+// 0.69x in whole steps, TEST_RESULTS "The resident step on the lent H100"). Here the shapes are
+// told the GPU won every one of them; settle then times whole steps on both real paths, SwiftShader
+// loses them, and every shape stays on the CPU, said so on the compute line.
+test('whole steps overrule the shapes: a route slower in whole steps is not kept', async () => {
+  const cfg = makeConfig(TINY), heard = [];
+  const picked = await pickBackend({ gpu: nodeGpu(), mode: 'auto', threads: 1, settings: cfg, onChange: (d) => heard.push(d),
+    engineOpts: { routeRule: { measure: true }, log: { log: () => {} } } });
+  const e = picked.engine;
+  for (const t of Object.values(e.shapeTimes)) t.gpu = t.cpu.map((ms) => ms / 100);   // "the GPU won every shape"
+  e.measured();
+  assert.equal(e.status.measure.gpuShapes, e.status.measure.shapes);
+  await settle(picked, cfg);
+  const w = e.status.measure.wholeSteps;
+  assert.ok(w && w.cpuMs > 0 && w.pickedMs > 0, `no whole steps timed: ${JSON.stringify(e.status.measure)}`);
+  assert.equal(w.side, 'cpu', `SwiftShader won whole steps: ${JSON.stringify(w)}`);
+  assert.equal(e.status.measure.gpuShapes, 0);
+  const d = picked.describe();
+  assert.equal(d.path, 'cpu');
+  assert.match(d.pathLabel, /^CPU \(wasm-simd\) — GPU route [\d.]+× this device's CPU here \(whole steps\)$/);
+  assert.equal(heard.at(-1).pathLabel, d.pathLabel, 'the whole steps\' verdict was not reported through onChange');
+  const before = e.stats.gpuCalls;
+  const a = await new Group(cfg, 2, stream, picked.backend).step(), b = await new Group(cfg, 2, stream, picked.cpu).step();
+  assert.equal(e.stats.gpuCalls, before, 'a shape went to the GPU after whole steps chose the CPU');
+  assert.deepEqual(a.hashes, b.hashes);
   e.destroy();
 });
 

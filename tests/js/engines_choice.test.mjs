@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute } from '../../frontend_js/gpu/route.js';
+import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute, wholeStepSide, WHOLE_STEP_MARGIN } from '../../frontend_js/gpu/route.js';
 import { describeChoice, cpuName, pickBackend, GPU_MODES } from '../../frontend_js/backends.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { initParams } from '../../frontend_js/model.js';
@@ -45,6 +45,21 @@ test('the summary weighs each shape by its calls; undecided shapes leave it unde
   assert.equal(measureSummary({}).decided, false, 'nothing timed: nothing to say');
 });
 
+// the H100 case (TEST_RESULTS "The resident step on the lent H100"): the shapes' medians promised
+// 1.08x, whole steps ran at 0.69x; whole steps decide
+test('whole steps decide: the route is kept only where whole steps are faster by more than the margin', () => {
+  assert.equal(wholeStepSide(511, 741), 'cpu');
+  assert.equal(wholeStepSide(511, 511), 'cpu', 'a tie stays on the CPU');
+  assert.equal(wholeStepSide(511, 511 / WHOLE_STEP_MARGIN), 'cpu', 'within the margin: the CPU');
+  assert.equal(wholeStepSide(511, 400), 'gpu');
+  const shapes = { big: entry([30, 30, 30], [10, 10, 10], 8), small: entry([1, 1, 1], [4, 4, 4], 8) };
+  const slow = measureSummary(shapes, MEASURE.samples, { cpuMs: 511, pickedMs: 741, side: 'cpu' });
+  assert.deepEqual([slow.decided, slow.shapes, slow.gpuShapes, slow.pickedMs, slow.speedup], [true, 2, 0, 8 * 30 + 8 * 1, 1]);
+  assert.equal(slow.gpuVsCpu, 248 / 112, 'the GPU path alone is still reported');
+  const fast = measureSummary(shapes, MEASURE.samples, { cpuMs: 500, pickedMs: 250, side: 'gpu' });
+  assert.deepEqual([fast.gpuShapes, fast.pickedMs, fast.speedup], [1, 8 * 10 + 8 * 1, 2], 'the whole steps\' speedup, not the shapes\'');
+});
+
 test('route measure is its own rule; a software adapter is not measured unless a rule was given', () => {
   assert.deepEqual(routeRule({ route: 'measure' }), { measure: true });
   assert.equal(ruleForAdapter({ measure: true }, { isFallbackAdapter: true }, undefined).minMacs, Infinity);
@@ -66,6 +81,11 @@ test('the compute line for every choice: where the GEMMs run, and by how much', 
   assert.equal(slow.path, 'cpu');
   assert.equal(slow.pathLabel, `CPU (${cpu}) — GPU 0.36× this device's CPU here`);
   assert.equal(slow.engine, cpu);
+  const routeSlow = describeChoice({ ...base, gpu: { ...booted, measure: m({ gpuShapes: 0, speedup: 1, wholeSteps: { cpuMs: 511, pickedMs: 741, side: 'cpu' } }) } });
+  assert.deepEqual([routeSlow.path, routeSlow.pathLabel], ['cpu', `CPU (${cpu}) — GPU route 0.69× this device's CPU here (whole steps)`]);
+  assert.match(routeSlow.pathReason, /whole steps: the CPU path 511\.0 ms, the measured route 741\.0 ms \(the CPU is faster in whole steps at these settings\); the CPU backend/);
+  const routeFast = describeChoice({ ...base, gpu: { ...booted, measure: m({ speedup: 2, wholeSteps: { cpuMs: 500, pickedMs: 250, side: 'gpu' } }) } });
+  assert.deepEqual([routeFast.path, routeFast.pathLabel], ['gpu', "GPU: 2.0× this device's CPU at these settings"]);
   const timing = describeChoice({ ...base, gpu: booted });
   assert.deepEqual([timing.path, timing.pathLabel], ['gpu', 'GPU (WebGPU) — timing it against the CPU']);
   const all = describeChoice({ ...base, mode: 'all', gpu: booted });

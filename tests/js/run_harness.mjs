@@ -62,6 +62,7 @@ export class Node {
       emit: (event, payload) => node.onEvent(event, payload),
       announce() {},
       ready: async () => {},
+      prepare: async () => {},
       backend: () => BACKEND,
       trainer: (cfg, replica, batches) => new Trainer(cfg, replica, batches, BACKEND),
       gpu: null,
