@@ -50,8 +50,30 @@ export function scheduleWith(history, from, P) {
   return h;
 }
 
+// A run of local steps (docs/VERIFICATION.md "Local steps"): the P schedule after the slots `left`
+// of the current roster (P peers) leave at round start `from`. Each replica's Adam state is its
+// own, so the entry names the slots that left ([from, P', slots]: --roster STEP:PEERS:SLOTS). A
+// change at that same round start that is redone (a second departure before the round's exchange)
+// is folded in: its slots and these, counted in the roster before it. At the run's start every
+// replica holds the same state: no slots.
+export function scheduleLeaving(history, from, P, left) {
+  const h = history.filter(([f]) => f < from).map((e) => e.slice());
+  if (!h.length) return [[from, P - left.length]];
+  const at = history.find(([f]) => f === from);
+  const redone = at && at.length === 3 ? at[2] : [];
+  const before = redone.length ? h[h.length - 1][1] : P;       // the roster the slots are counted in
+  const stayed = [...Array(before).keys()].filter((i) => !redone.includes(i));
+  const slots = [...redone, ...left.map((j) => stayed[j])].sort((a, b) => a - b);
+  if (slots.length) h.push([from, before - slots.length, slots]);
+  else if (h[h.length - 1][1] !== P) h.push([from, P]);
+  return h;
+}
+
+// the slots of `roster` whose ids `next` drops
+export const leftSlots = (roster, next) => roster.map((id, i) => (next.includes(id) ? -1 : i)).filter((i) => i >= 0);
+
 // the --roster argument of python -m daisy.train for a history
-export const scheduleString = (history) => history.map(([f, P]) => `${f}:${P}`).join(',');
+export const scheduleString = (history) => history.map((e) => (e.length === 3 ? `${e[0]}:${e[1]}:${e[2].join('.')}` : `${e[0]}:${e[1]}`)).join(',');
 
 // Whether a roster names a device this device keeps out (keptOut: id -> why) -> null or why not:
 // a page whose user said "don't train with this device" (or whose room host removed it) neither
@@ -62,11 +84,12 @@ export function keptOutOf(roster, keptOut, nameOf = (id) => id) {
 }
 
 // Checks a ROSTER message {epoch, from, roster} against what this peer knows; -> null or why not.
-//   current: {roster, epoch, completed, selfId, keptOut?}; sender: the peer it came from.
+//   current: {roster, epoch, completed, selfId, keptOut?, back?}; sender: the peer it came from.
 // A planned change (joiners admitted) keeps every current member and appends; it starts one to
 // three steps after this peer's completed count (announced two steps ahead, so that every member
 // has accepted it and seen the GO before it applies). A recovery removes departed peers only and restarts at completed or completed - 1
-// (this peer then undoes its last step).
+// (this peer then undoes its last step); with local steps `completed` is the round start this peer
+// holds and `back` the one before it (a peer one round ahead goes back a round).
 export function checkRoster(msg, current, sender) {
   const { roster, epoch, from } = msg;
   if (!Array.isArray(roster) || !roster.length || roster.length > 64 || !roster.every((x) => typeof x === 'string' && x.length <= 64)
@@ -87,7 +110,7 @@ export function checkRoster(msg, current, sender) {
   if (added.length && kept.length !== current.roster.length) return 'a roster both adds and removes peers';
   if (added.length) {
     if (from < current.completed + 1 || from > current.completed + 3) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
-  } else if (from !== current.completed && from !== current.completed - 1) {
+  } else if (from !== current.completed && from !== (current.back ?? current.completed - 1)) {
     return `a recovery from step ${from + 1}, this peer is at ${current.completed}`;
   }
   return null;
