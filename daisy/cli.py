@@ -16,8 +16,9 @@ step on; steps strictly increasing, the first at or before the run's start step;
 the steps are the run's absolute step indices). Where P grows, each new replica is a copy of
 replica 0 (weights, Adam m, v, t), what a joining device receives; where P shrinks, the highest
 slots are dropped, or the slots an entry STEP:PEERS:SLOTS names ("0:3,8:2:1": slot 1 leaves at
-step 8; the others keep their order and their own state). With --local-steps H every entry after
-the start is at a round's start (a multiple of H). --peers N is the schedule "0:N"
+step 8; the others keep their order and their own state; PEERS above the ones that stay appends
+joiners). With --local-steps H every entry after the start is at a round's start (a multiple of
+H) and a joiner takes the group's weights with a fresh Adam state. --peers N is the schedule "0:N"
 (docs/VERIFICATION.md, "Roster schedule").
 
 With --local-steps H > 1 each replica takes H Adam steps on its own batches between exchanges,

@@ -39,20 +39,28 @@ class Replica:
     """One peer's state: weights and Adam moments; in a run of local steps (Config.local_steps
     H > 1) also the group's weights at the last exchange (`anchor`; None otherwise). Between
     exchanges `params` and `adam` are this replica's own; at an exchange every replica's params
-    become the new anchor (docs/VERIFICATION.md "Local steps")."""
+    become the new anchor (docs/VERIFICATION.md "Local steps"). t0: the step its Adam state
+    started at (0; a joiner of a run of local steps starts a fresh one at a round's start)."""
 
-    def __init__(self, params, adam, anchor=None):
-        self.params, self.adam, self.anchor = params, adam, anchor
+    def __init__(self, params, adam, anchor=None, t0=0):
+        self.params, self.adam, self.anchor, self.t0 = params, adam, anchor, t0
 
     @property
     def step(self) -> int:
-        return self.adam["t"]
+        return self.t0 + self.adam["t"]
 
 
 def copy_replica(r: Replica) -> Replica:
     """The replica's whole state, copied: what a joining device receives, what an audit's
     rollback restores (the one snapshot rule; frontend_js/train.js cloneReplica is its twin)."""
-    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor))
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor), r.t0)
+
+
+def local_joiner(r: Replica) -> Replica:
+    """A joiner of a run of local steps, at a round's start (r: any replica there): the group's
+    weights (W = A, which a joiner checks against the group's hash) and a fresh Adam state
+    (m = v = 0, t = 0: nothing another device's own moments would have to be trusted for)."""
+    return Replica(copy.deepcopy(r.anchor), adam_init(r.anchor), copy.deepcopy(r.anchor), r.step)
 
 
 def is_exchange_step(cfg: Config, s: int) -> bool:
@@ -128,15 +136,18 @@ class Group:
         self.collective = SimulatedCollective(param_shapes(cfg), seed=cfg.seed, exchange=cfg.exchange)
 
     def resize(self, peers: int, left=()) -> None:
-        """Slots 0..peers-1 from now on: a new slot gets a copy of replica 0 (weights, Adam m, v,
-        t), what a joining device receives; shrinking drops the slots `left` names (the others
-        keep their order and their own state under their new slot numbers), else the highest.
-        (With local steps each replica's Adam state is its own: which slot left matters.)"""
-        if left and len(self.replicas) > peers:
+        """Slots 0..peers-1 from now on: the slots `left` names leave first (the others keep
+        their order and their own state under their new slot numbers), then a new slot gets a
+        copy of replica 0 (weights, Adam m, v, t), what a joining device receives (with local
+        steps: the anchor and a fresh Adam state, `local_joiner`); shrinking without `left`
+        drops the highest slots. (With local steps each replica's Adam state is its own: which
+        slot left matters.)"""
+        if left:
             kept = [i for i in range(len(self.replicas)) if i not in left]
             self.replicas = [self.replicas[i] for i in kept]
             self.trainers = [self.trainers[i] for i in kept]
-        grown = [copy_replica(self.replicas[0]) for _ in range(peers - len(self.replicas))]
+        join = local_joiner if self.cfg.local_steps > 1 else copy_replica
+        grown = [join(self.replicas[0]) for _ in range(peers - len(self.replicas))]
         self.replicas = self.replicas[:peers] + grown
         self.trainers = self.trainers[:peers] + [Trainer(self.cfg, r, self.batches, self.mm) for r in grown]
 
@@ -183,9 +194,10 @@ class Group:
 # -- the roster schedule: how many peers compute each step -----------------------------------
 def parse_roster(text: str) -> list[tuple]:
     """"0:2,10:3" -> [(0, 2), (10, 3)]: from 0-based step index 0 on 2 peers, from 10 on 3. An
-    entry that shrinks the roster may name the slots that leave (STEP:PEERS:SLOTS, the slots of
-    the roster before it joined by '.'): "0:3,8:1:0.2" -> [(0, 3), (8, 1, (0, 2))], slots 0 and 2
-    leave at step 8 and slot 1 goes on as slot 0; without it the highest slots leave. Raises
+    entry may name the slots that leave (STEP:PEERS:SLOTS, the slots of the roster before it
+    joined by '.'): "0:3,8:1:0.2" -> [(0, 3), (8, 1, (0, 2))], slots 0 and 2 leave at step 8 and
+    slot 1 goes on as slot 0; PEERS above the ones that stay appends joiners after them; a
+    shrink without SLOTS drops the highest slots. Raises
     ValueError naming the bad entry (the messages are mirrored by frontend_js/train.js)."""
     entries, schedule = text.split(","), []
     for i, entry in enumerate(entries):
@@ -206,9 +218,9 @@ def parse_roster(text: str) -> list[tuple]:
             if any(b <= a for a, b in zip(left, left[1:])) or left[-1] >= before:
                 raise ValueError(f"--roster entry '{entry}': the slots that leave must be increasing "
                                  f"slots of the {before} peers before it")
-            if before - len(left) != peers:
-                raise ValueError(f"--roster entry '{entry}': {before} peers less {len(left)} leaving "
-                                 f"are {before - len(left)}, not {peers}")
+            if before - len(left) > peers:
+                raise ValueError(f"--roster entry '{entry}': {before - len(left)} of the {before} "
+                                 f"peers stay, more than {peers}")
             schedule.append((step, peers, left))
         else:
             schedule.append((step, peers))

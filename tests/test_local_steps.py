@@ -16,8 +16,8 @@ import pytest
 from daisy import data
 from daisy.config import Config, ConfigError
 from daisy.hashing import weight_hash
-from daisy.optim import adam_step
-from daisy.train import Group, copy_replica
+from daisy.optim import adam_init, adam_step
+from daisy.train import Group, Replica, Trainer, copy_replica
 from tests.reference import REPO_ROOT, assert_refused, first_diff, setting_args, train_cli, train_json
 
 TINY = {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 4, "steps": 100}
@@ -25,10 +25,11 @@ TINY_ARGS = setting_args(TINY)
 NODE = shutil.which("node")
 
 
-def by_hand(cfg: Config, peers: int, steps: int, leave=None) -> list[str]:
+def by_hand(cfg: Config, peers: int, steps: int, leave=None, join=None) -> list[str]:
     """The rule, written out over an H = 1 Group: the anchor's hash after each step. leave:
     {round start: [slots that leave there]}: the other trainers keep their order and their own
-    state, under their new slot numbers (their position in the list)."""
+    state, under their new slot numbers (their position in the list); join: {round start: how
+    many join there}: appended, each with the anchor as its weights and a fresh Adam state."""
     g = Group(Config(**{**cfg.to_dict(), "local_steps": 1}), peers, data.builtin_stream())
     H = cfg.local_steps
     trainers = list(g.trainers)
@@ -37,6 +38,8 @@ def by_hand(cfg: Config, peers: int, steps: int, leave=None) -> list[str]:
     for s in range(steps):
         gone = (leave or {}).get(s, [])
         trainers = [t for i, t in enumerate(trainers) if i not in gone]
+        trainers += [Trainer(g.cfg, Replica(copy.deepcopy(anchor), adam_init(anchor)), g.batches)
+                     for _ in range((join or {}).get(s, 0))]
         roster = list(range(len(trainers)))
         for slot, t in enumerate(trainers):
             _, grads = t.local_step(s, slot)
@@ -85,7 +88,7 @@ def test_a_departure_at_a_round_start_keeps_each_survivors_own_state():
 ROSTER_REFUSALS = [
     ("0:3,8:2:3", "--roster entry '8:2:3': the slots that leave must be increasing slots of the 3 peers before it"),
     ("0:3,8:1:2.0", "--roster entry '8:1:2.0': the slots that leave must be increasing slots of the 3 peers before it"),
-    ("0:3,8:1:1", "--roster entry '8:1:1': 3 peers less 1 leaving are 2, not 1"),
+    ("0:3,8:1:1", "--roster entry '8:1:1': 2 of the 3 peers stay, more than 1"),
     ("0:1:0", "--roster entry '0:1:0': the slots that leave must be increasing slots of the 0 peers before it"),
     ("0:3,8:2:a", "--roster entry '8:2:a' is not STEP:PEERS (a 0-based step index and a peer count, e.g. 0:2,10:3) "
                   "or STEP:PEERS:SLOTS (the slots that leave, e.g. 8:1:0.2)"),
@@ -105,6 +108,25 @@ def test_bad_rosters_of_local_steps_are_refused_by_name_in_both_clis(roster, nee
     assert js.returncode == 2 and js.stderr.strip().splitlines()[-1].endswith(f"error: {needle}"), js.stderr
 
 
+def test_a_joiner_at_a_round_start_takes_the_anchor_and_a_fresh_adam_state():
+    """A roster that grows in a run of local steps: each joiner starts at the anchor (the group's
+    weights, which it can check) with m = v = 0, t = 0 (nothing another device's own moments
+    would have to be trusted for); "8:3:0" = slot 0 leaves and two join, at one round start."""
+    cfg = Config(**TINY, local_steps=4)
+    got = train_json(*TINY_ARGS, "--local-steps", "4", "--roster", "0:2,8:3,16:3:0", "--stop-after", "24")
+    assert [len(line["hashes"]) for line in got] == [2] * 8 + [3] * 16
+    want = by_hand(cfg, 2, 24, leave={16: [0]}, join={8: 1, 16: 1})
+    for line, h in zip(got, want):
+        assert line["hashes"][0] == h, f"first mismatch at step {line['step']}: {line['hashes'][0]} != {h}"
+    g = Group(cfg, 2, data.builtin_stream())
+    for _ in range(4):
+        g.step()
+    g.resize(3)
+    j = g.replicas[2]
+    assert j.step == 4 and j.adam["t"] == 0 and all((j.adam["m"][k] == 0).all() for k in j.adam["m"])
+    assert weight_hash(j.params) == weight_hash(g.replicas[0].anchor)
+
+
 def test_replica_state_and_the_one_snapshot_rule():
     g = Group(Config(**TINY, local_steps=4), 2, data.builtin_stream())
     for _ in range(2):
@@ -115,7 +137,7 @@ def test_replica_state_and_the_one_snapshot_rule():
     assert snap.anchor is not r.anchor and all((snap.anchor[k] == r.anchor[k]).all() for k in r.anchor)
     for _ in range(2):
         g.step()
-    g.resize(3)                                   # a joiner at a round's start copies replica 0's whole state
+    g.resize(3)                                   # a joiner at a round's start: the anchor, a fresh Adam state
     for _ in range(4):
         step, _, hashes = g.step()
     assert step == 8 and len(set(hashes)) == 1    # step 8 exchanged: every replica the same weights

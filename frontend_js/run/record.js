@@ -66,8 +66,8 @@ export function newRunId() {
 }
 
 // a replicated P schedule [[fromStep, P], ...]: strictly increasing steps, P in 1..64; an entry of a
-// run of local steps that shrinks names the slots that left, [fromStep, P, slots] (increasing
-// slots of the P before it, as many as it shrinks: the --roster form STEP:PEERS:SLOTS)
+// run of local steps may name the slots that left, [fromStep, P, slots] (increasing slots of the
+// P before it; P above the ones that stay: joiners after them; the --roster form STEP:PEERS:SLOTS)
 export function validHistory(h, from, P) {
   if (!Array.isArray(h) || !h.length || h.length > 4096) return false;
   let last = -1, lastP = 0;
@@ -80,7 +80,7 @@ export function validHistory(h, from, P) {
   return from === undefined || (tail[0] <= from && tail[1] === P);
 }
 
-const validSlots = (slots, before, P) => Array.isArray(slots) && slots.length === before - P && slots.length > 0
+const validSlots = (slots, before, P) => Array.isArray(slots) && slots.length >= before - P && slots.length > 0
   && slots.every((x, i) => Number.isInteger(x) && x >= 0 && x < before && (i === 0 || x > slots[i - 1]));
 
 // Leader, start: the proposal waiting for every member's ACCEPT.
