@@ -9,7 +9,7 @@
 // sendStatus, tryFinish, answersTimeout, giveUp, onHalt, onStatus, onLeave.
 import { TYPES } from '../mesh/frames.js';
 import { ExchangeError } from '../mesh/mesh_collective.js';
-import { actingLeader, mayGoOn, scheduleWith, scheduleLeaving, leftSlots, rosterDigest } from '../mesh/roster.js';
+import { actingLeader, mayGoOn, scheduleWith, scheduleLocal, leftSlots, rosterDigest } from '../mesh/roster.js';
 import { Recovery, RosterChange, isHash } from './record.js';
 import { end, restoreUndo, position, positionHash, roundEnd, toRoundStart } from './ending.js';
 import { checkDeparture } from './audit_barriers.js';
@@ -228,7 +228,7 @@ export function tryFinish(ctl, run) {
   }
   const left = run.roster.filter((id) => run.gone.has(id));
   const msg = { runId: run.desc.runId, epoch: rec.epoch, base: run.epoch, from, roster: survivors, left, joined: [],
-                history: local ? scheduleLeaving(run.history, from, run.roster.length, leftSlots(run.roster, survivors))
+                history: local ? scheduleLocal(run.history, from, run.roster.length, leftSlots(run.roster, survivors))
                   : scheduleWith(run.history, from, survivors.length),
                 convicted: convicted.map(([id, back]) => [id, back]),
                 reason: left.map((id) => `${h.nameOf(id)}: ${run.gone.get(id) || 'gone'}`).join('; ').slice(0, 400) };

@@ -167,6 +167,7 @@ export class JoinAttempt {
     this.fwd = new Map();       // step -> the group's G of that step
     this.change = null;         // the RosterChange naming this device (accepted, then committed)
     this.draining = null;       // the running drain of fwd
+    this.early = null;          // a STATE that came before its SYNC ({from, m}: links deliver in order, the in-memory test transport does not)
   }
 }
 

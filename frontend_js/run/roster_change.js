@@ -7,7 +7,7 @@
 // Imports: departures.js, roster_apply.js, rollback.js, audit_book.js. Exports: onRoster,
 // onRosterAnswer, onCommit, awaitCommit, reportJudgement, onServerGone.
 import { TYPES } from '../mesh/frames.js';
-import { mayGoOn, scheduleWith, scheduleLeaving, leftSlots, checkRoster, rosterDigest, scheduleString } from '../mesh/roster.js';
+import { mayGoOn, scheduleWith, scheduleLocal, leftSlots, checkRoster, rosterDigest, scheduleString } from '../mesh/roster.js';
 import { waitUntil } from '../page_clock.js';
 import { RosterChange, validHistory } from './record.js';
 import { alarm, position, positionBack } from './ending.js';
@@ -46,9 +46,9 @@ export function onRoster(ctl, from, m, final = false) {
   if (!why && mine.length && d.from !== completed) why = `it goes back to step ${d.from}, this device's judgement to ${completed}`;
   if (!why && ctl.faults.refuseRosters) why = 'the fault plan refuses every roster';
   if (!why && ending(run)) why = `this device ends the run at step ${run.completed} (only a conviction changes its roster now)`;
-  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId, keptOut: ctl.keptOut, ...(local ? { back: positionBack(run) } : {}) }, from);
+  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId, keptOut: ctl.keptOut, ...(local ? { back: positionBack(run), round: run.cfg.local_steps } : {}) }, from);
   if (!why && (!validHistory(d.history, d.from, d.roster.length)
-      || scheduleString(d.history) !== scheduleString(local ? scheduleLeaving(run.history, d.from, run.roster.length, leftSlots(run.roster, d.roster))
+      || scheduleString(d.history) !== scheduleString(local ? scheduleLocal(run.history, d.from, run.roster.length, leftSlots(run.roster, d.roster), joined.length)
         : scheduleWith(run.history, d.from, d.roster.length)))) {
     why = 'its P schedule is not this run\'s';
   }

@@ -599,7 +599,10 @@ test('a member whose last delta reached one page only: that page goes back a rou
   await g.close();
 });
 
-test('a device that opens the page during a run of local steps is not synced in; the run goes on equal to the reference', async () => {
+// A joiner (docs/VERIFICATION.md "Local steps"): the leader's state at a round start (the anchor,
+// zero moments), then each exchange's D forwarded; it enters at a round start with a fresh Adam
+// state, and every page = the reference of the history [[0, 2], [R, 3]] to its Stop
+test('a device that opens the page during a run of local steps is synced in at a round start with a fresh Adam state; every step = the reference', async () => {
   const g = new Group({ seed: 29 });
   const nodes = g.add(2);
   await g.linked();
@@ -608,13 +611,19 @@ test('a device that opens the page during a run of local steps is not synced in;
   await g.until(() => nodes[0].completed >= 4, '4 steps');
   const [late] = g.add(1);
   await g.linked();
-  await g.until(() => nodes[0].completed >= 16, '16 steps');
-  assert.notEqual(late.ctl.phase, 'running', 'the late device was synced into a run of local steps');
-  assert.deepEqual(nodes[0].run.roster, ['p0', 'p1']);
-  nodes[0].ctl.stop();
-  const ends = await g.ended(nodes);
+  await g.until(() => late.ctl.phase === 'running', 'the late device synced in', 20_000);
+  await g.until(() => late.completed >= late.history[1][0] + 10, '10 steps with the joiner');
+  late.ctl.stop();
+  const all = [...nodes, late];
+  const ends = await g.ended(all, 60_000);
+  for (const e of ends) assert.equal(e.state, 'stopped', g.describe());
   assert.equal(new Set(ends.map((e) => `${e.step} ${e.hash}`)).size, 1, g.describe());
-  const { want } = await localStepsReference(2, ends[0].step);
-  for (const n of nodes) for (const [s, x] of n.steps) assert.equal(x, want[s - 1], `${n.id} step ${s}`);
+  const h = nodes[0].history;
+  assert.equal(h.length, 2, JSON.stringify(h));
+  assert.deepEqual([h[0], h[1][1], h[1].length], [[0, 2], 3, 2], JSON.stringify(h));
+  assert.equal(h[1][0] % 4, 0, `the joiner entered at step ${h[1][0]}, not at a round's start`);
+  for (const n of all) assert.deepEqual(n.history, h);
+  assert.equal(late.steps.size, ends[0].step - h[1][0], 'the joiner computed every step from its first round');
+  await assertHonest(all);
   await g.close();
 });
