@@ -164,10 +164,10 @@ def test_save_only_at_the_end_and_no_audits_yet(tmp_path):
 
 
 def test_python_and_node_print_the_same_run_of_local_steps():
-    """Churn at round starts (joiners copy replica 0's state, named slots leave), 4 peers (the
-    sharded reduce), a partial last round (100 = 14 rounds of 7, then 2)."""
+    """Churn at round starts (fresh joiners, named slots leave, one leaving as one joins at 70),
+    4 peers (the sharded reduce), a partial last round (100 = 14 rounds of 7, then 2)."""
     assert NODE, "node is required"
-    args = [*TINY_ARGS, "--local-steps", "7", "--roster", "0:2,28:4,63:2:0.2,70:1:0,77:3", "--json"]
+    args = [*TINY_ARGS, "--local-steps", "7", "--roster", "0:2,28:4,63:2:0.2,70:2:0,77:3", "--json"]
     run = lambda cmd: subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     py, js = run([sys.executable, "-m", "daisy.train", *args]), run([NODE, "frontend_js/cli.mjs", *args])
     py_out, js_out = py.communicate(timeout=300)[0], js.communicate(timeout=300)[0]
