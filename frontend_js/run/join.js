@@ -330,7 +330,13 @@ export function onJoinState(ctl, from, m) {
 
 export function onFwd(ctl, from, m) {
   const jn = ctl.at;
-  if (!jn.desc && !jn.from && jn.asked.includes(from)) { if (jn.earlyFwd.length < MAX_FWD_HELD) jn.earlyFwd.push({ from, m }); return; }
+  // a FWD before its SYNC, from a peer this device asked: kept for the SYNC (at most MAX_FWD_HELD
+  // of them and one state body's bytes together: bounded whatever a liar sends)
+  if (!jn.desc && !jn.from && jn.asked.includes(from)) {
+    const held = jn.earlyFwd.reduce((n, f) => n + f.m.payload.length, 0);
+    if (jn.earlyFwd.length < MAX_FWD_HELD && held + m.payload.length <= MAX_STATE_BYTES) jn.earlyFwd.push({ from, m });
+    return;
+  }
   if (from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step < jn.snap) { ctl.mesh.drop(from, m, 'FWD for no sync of ours'); return; }
   // the state (which comes before the first FWD) is this late, or this device cannot keep up: the
   // attempt cannot finish (a step past the buffer would be missing). Ask again now, rather than

@@ -168,7 +168,7 @@ export class JoinAttempt {
     this.change = null;         // the RosterChange naming this device (accepted, then committed)
     this.draining = null;       // the running drain of fwd
     this.early = null;          // a STATE that came before its SYNC ({from, m}: links deliver in order, the in-memory test transport does not)
-    this.earlyFwd = [];         // FWDs that came before its SYNC ([{from, m}], at most MAX_FWD_HELD), for the same reason
+    this.earlyFwd = [];         // FWDs that came before its SYNC ([{from, m}]: at most MAX_FWD_HELD, one state body's bytes), for the same reason
   }
 }
 
