@@ -15,7 +15,11 @@ same lines (--json byte for byte), the same messages for bad arguments.
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
 the steps are the run's absolute step indices). Where P grows, each new replica is a copy of
 replica 0 (weights, Adam m, v, t), what a joining device receives; where P shrinks, the highest
-slots are dropped. --peers N is the schedule "0:N" (docs/VERIFICATION.md, "Roster schedule").
+slots are dropped, or the slots an entry STEP:PEERS:SLOTS names ("0:3,8:2:1": slot 1 leaves at
+step 8; the others keep their order and their own state; PEERS above the ones that stay appends
+joiners). With --local-steps H every entry after the start is at a round's start (a multiple of
+H) and a joiner takes the group's weights with a fresh Adam state. --peers N is the schedule "0:N"
+(docs/VERIFICATION.md, "Roster schedule").
 
 With --local-steps H > 1 each replica takes H Adam steps on its own batches between exchanges,
 then the group averages the weight deltas through the codec and steps to their mean
@@ -35,7 +39,7 @@ from .audit import DEFAULT_AUDIT_RATE
 from .batch_source import BatchError, HttpBatches, StreamBatches, data_info
 from .config import Config, ConfigError
 from .files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .train import MAX_PEERS, Group, Replica, check_roster, copy_replica, parse_roster, peers_at
+from .train import MAX_PEERS, Group, Replica, check_roster, copy_replica, left_at, parse_roster, peers_at
 
 
 def parse_args(argv):
@@ -43,9 +47,10 @@ def parse_args(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     # model settings default to None so --resume can tell which were given explicitly
     ap.add_argument("--peers", type=int, default=None, help=f"simulated peers, 1..{MAX_PEERS} (2)")
-    ap.add_argument("--roster", default=None, metavar="STEP:PEERS,...",
+    ap.add_argument("--roster", default=None, metavar="STEP:PEERS[:SLOTS],...",
                     help='peers per step: "0:2,10:3" = steps 0..9 on 2 peers, from 10 on 3 (a new '
-                         "replica copies replica 0; shrinking drops the highest slots)")
+                         "replica copies replica 0; shrinking drops the highest slots, or the ones "
+                         '"8:2:1" names: slot 1 leaves at step 8)')
     ap.add_argument("--steps", type=int, default=None, help="steps of the run, 100..10000 (300)")
     ap.add_argument("--stop-after", type=int, default=None,
                     help="stop after this many steps of the run (fixtures, quick checks)")
@@ -116,7 +121,7 @@ def parse_args(argv):
         ap.error("--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
     if args.roster is not None:
         try:
-            check_roster(args.schedule, args.roster, 0, cfg.steps)
+            check_roster(args.schedule, args.roster, 0, cfg.steps, cfg.local_steps)
         except ValueError as e:
             ap.error(str(e))
     if args.attack_spec is not None:
@@ -180,7 +185,7 @@ def main(argv=None) -> int:
             group = resume_group(ck, cfg, 1, batches)                  # train() sets the roster's P
             if args.roster is not None:
                 try:
-                    check_roster(args.schedule, args.roster, group.replicas[0].step, cfg.steps)
+                    check_roster(args.schedule, args.roster, group.replicas[0].step, cfg.steps, cfg.local_steps)
                 except ValueError as e:
                     print(f"error: {e} (resuming {args.resume})", file=sys.stderr)
                     return 2
@@ -207,7 +212,8 @@ def train(args, cfg: Config, group: Group, label: str) -> int:
     left = cfg.steps - group.replicas[0].step
     n = left if args.stop_after is None else min(args.stop_after, left)
     for _ in range(n):
-        group.resize(peers_at(args.schedule, group.replicas[0].step))
+        s = group.replicas[0].step
+        group.resize(peers_at(args.schedule, s), left_at(args.schedule, s))
         step, loss, hashes = group.step()
         if args.json:
             print(json.dumps({"step": step, "loss": loss, "hashes": hashes}), flush=True)

@@ -14,7 +14,8 @@ deltas through the codec and steps to their mean (Group.local_step; docs/VERIFIC
 batch comes from is a BatchSource (daisy/batch_source.py): StreamBatches (a token stream in
 memory: the built-in corpus or --data) or HttpBatches (the Space's GET /data/batch, with a
 bounded prefetch of the next steps and the outage wait). The roster schedule (--roster
-STEP:PEERS,...: the peers of each step) is parse_roster, check_roster and peers_at below.
+STEP:PEERS[:SLOTS],...: the peers of each step, the slots that leave) is parse_roster,
+check_roster, peers_at and left_at below.
 """
 import copy
 import re
@@ -38,20 +39,28 @@ class Replica:
     """One peer's state: weights and Adam moments; in a run of local steps (Config.local_steps
     H > 1) also the group's weights at the last exchange (`anchor`; None otherwise). Between
     exchanges `params` and `adam` are this replica's own; at an exchange every replica's params
-    become the new anchor (docs/VERIFICATION.md "Local steps")."""
+    become the new anchor (docs/VERIFICATION.md "Local steps"). t0: the step its Adam state
+    started at (0; a joiner of a run of local steps starts a fresh one at a round's start)."""
 
-    def __init__(self, params, adam, anchor=None):
-        self.params, self.adam, self.anchor = params, adam, anchor
+    def __init__(self, params, adam, anchor=None, t0=0):
+        self.params, self.adam, self.anchor, self.t0 = params, adam, anchor, t0
 
     @property
     def step(self) -> int:
-        return self.adam["t"]
+        return self.t0 + self.adam["t"]
 
 
 def copy_replica(r: Replica) -> Replica:
     """The replica's whole state, copied: what a joining device receives, what an audit's
     rollback restores (the one snapshot rule; frontend_js/train.js cloneReplica is its twin)."""
-    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor))
+    return Replica(copy.deepcopy(r.params), copy.deepcopy(r.adam), copy.deepcopy(r.anchor), r.t0)
+
+
+def local_joiner(r: Replica) -> Replica:
+    """A joiner of a run of local steps, at a round's start (r: any replica there): the group's
+    weights (W = A, which a joiner checks against the group's hash) and a fresh Adam state
+    (m = v = 0, t = 0: nothing another device's own moments would have to be trusted for)."""
+    return Replica(copy.deepcopy(r.anchor), adam_init(r.anchor), copy.deepcopy(r.anchor), r.step)
 
 
 def is_exchange_step(cfg: Config, s: int) -> bool:
@@ -126,10 +135,19 @@ class Group:
         self.trainers = [Trainer(cfg, r, self.batches, mm) for r in replicas]
         self.collective = SimulatedCollective(param_shapes(cfg), seed=cfg.seed, exchange=cfg.exchange)
 
-    def resize(self, peers: int) -> None:
-        """Slots 0..peers-1 from now on: a new slot gets a copy of replica 0 (weights, Adam m, v,
-        t), what a joining device receives; shrinking drops the highest slots."""
-        grown = [copy_replica(self.replicas[0]) for _ in range(peers - len(self.replicas))]
+    def resize(self, peers: int, left=()) -> None:
+        """Slots 0..peers-1 from now on: the slots `left` names leave first (the others keep
+        their order and their own state under their new slot numbers), then a new slot gets a
+        copy of replica 0 (weights, Adam m, v, t), what a joining device receives (with local
+        steps: the anchor and a fresh Adam state, `local_joiner`); shrinking without `left`
+        drops the highest slots. (With local steps each replica's Adam state is its own: which
+        slot left matters.)"""
+        if left:
+            kept = [i for i in range(len(self.replicas)) if i not in left]
+            self.replicas = [self.replicas[i] for i in kept]
+            self.trainers = [self.trainers[i] for i in kept]
+        join = local_joiner if self.cfg.local_steps > 1 else copy_replica
+        grown = [join(self.replicas[0]) for _ in range(peers - len(self.replicas))]
         self.replicas = self.replicas[:peers] + grown
         self.trainers = self.trainers[:peers] + [Trainer(self.cfg, r, self.batches, self.mm) for r in grown]
 
@@ -174,26 +192,45 @@ class Group:
 
 
 # -- the roster schedule: how many peers compute each step -----------------------------------
-def parse_roster(text: str) -> list[tuple[int, int]]:
-    """"0:2,10:3" -> [(0, 2), (10, 3)]: from 0-based step index 0 on 2 peers, from 10 on 3.
-    Raises ValueError naming the bad entry (the messages are mirrored by frontend_js/train.js)."""
+def parse_roster(text: str) -> list[tuple]:
+    """"0:2,10:3" -> [(0, 2), (10, 3)]: from 0-based step index 0 on 2 peers, from 10 on 3. An
+    entry may name the slots that leave (STEP:PEERS:SLOTS, the slots of the roster before it
+    joined by '.'): "0:3,8:1:0.2" -> [(0, 3), (8, 1, (0, 2))], slots 0 and 2 leave at step 8 and
+    slot 1 goes on as slot 0; PEERS above the ones that stay appends joiners after them; a
+    shrink without SLOTS drops the highest slots. Raises
+    ValueError naming the bad entry (the messages are mirrored by frontend_js/train.js)."""
     entries, schedule = text.split(","), []
     for i, entry in enumerate(entries):
-        if re.fullmatch(r"[0-9]{1,9}:[0-9]{1,9}", entry) is None:
+        if re.fullmatch(r"[0-9]{1,9}:[0-9]{1,9}(:[0-9]{1,2}(\.[0-9]{1,2}){0,62})?", entry) is None:
             raise ValueError(f"--roster entry '{entry}' is not STEP:PEERS (a 0-based step index "
-                             f"and a peer count, e.g. 0:2,10:3)")
-        step, peers = (int(x) for x in entry.split(":"))
+                             f"and a peer count, e.g. 0:2,10:3) or STEP:PEERS:SLOTS (the slots "
+                             f"that leave, e.g. 8:1:0.2)")
+        fields = entry.split(":")
+        step, peers = int(fields[0]), int(fields[1])
         if not 1 <= peers <= MAX_PEERS:
             raise ValueError(f"--roster entry '{entry}': peers must be in 1..{MAX_PEERS}")
         if schedule and step <= schedule[-1][0]:
             raise ValueError(f"--roster entry '{entry}': steps must be strictly increasing "
                              f"(it follows '{entries[i - 1]}')")
-        schedule.append((step, peers))
+        if len(fields) == 3:
+            left = tuple(int(x) for x in fields[2].split("."))
+            before = schedule[-1][1] if schedule else 0
+            if any(b <= a for a, b in zip(left, left[1:])) or left[-1] >= before:
+                raise ValueError(f"--roster entry '{entry}': the slots that leave must be increasing "
+                                 f"slots of the {before} peers before it")
+            if before - len(left) > peers:
+                raise ValueError(f"--roster entry '{entry}': {before - len(left)} of the {before} "
+                                 f"peers stay, more than {peers}")
+            schedule.append((step, peers, left))
+        else:
+            schedule.append((step, peers))
     return schedule
 
 
-def check_roster(schedule, text: str, start: int, steps: int) -> None:
-    """The schedule covers a run of `steps` steps that starts (or resumes) at step index `start`."""
+def check_roster(schedule, text: str, start: int, steps: int, local_steps: int = 1) -> None:
+    """The schedule covers a run of `steps` steps that starts (or resumes) at step index `start`;
+    with local steps H > 1 the roster changes only at a round's start (a multiple of H: the
+    step after an exchange; docs/VERIFICATION.md "Local steps")."""
     entries = text.split(",")
     if schedule[0][0] > start:
         raise ValueError(f"--roster entry '{entries[0]}': the first entry must be at or before "
@@ -201,11 +238,21 @@ def check_roster(schedule, text: str, start: int, steps: int) -> None:
     if schedule[-1][0] >= steps:
         raise ValueError(f"--roster entry '{entries[-1]}' is past the run's last step index "
                          f"{steps - 1}")
+    for entry, e in zip(entries, schedule):
+        if local_steps > 1 and e[0] > start and e[0] % local_steps != 0:
+            raise ValueError(f"--roster entry '{entry}': with --local-steps {local_steps} the roster "
+                             f"changes only at a round's start (a step index that is a multiple "
+                             f"of {local_steps})")
 
 
 def peers_at(schedule, step: int) -> int:
     """P of 0-based step index `step`: the last entry at or before it."""
-    return [p for s, p in schedule if s <= step][-1]
+    return [e[1] for e in schedule if e[0] <= step][-1]
+
+
+def left_at(schedule, step: int) -> tuple:
+    """The slots that leave at 0-based step index `step` (an entry there naming them), else ()."""
+    return next((e[2] for e in schedule if e[0] == step and len(e) == 3), ())
 
 
 if __name__ == "__main__":          # python -m daisy.train, the documented command (daisy/cli.py)

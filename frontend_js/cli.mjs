@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { makeConfig, ConfigError, DEFAULTS } from './config.js';
 import { DataError, batchStarts, decodeText, textStream } from './data.js';
 import { VOCAB_SIZE } from './tokenizer.js';
-import { Group, MAX_PEERS, RosterError, checkRoster, parseRoster, peersAt, stepJsonLine } from './train.js';
+import { Group, MAX_PEERS, RosterError, checkRoster, leftAt, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { GPU_MODES, pickBackend } from './backends.js';
 import { MAX_THREADS } from './cpu/workers.js';
 import { AttackError, checkAttack, parseAttack, parseAuditRate, runAudited } from './attack.js';
@@ -26,7 +26,7 @@ const BUILTIN_CORPUS = fileURLToPath(new URL('../daisy/corpus/builtin.txt', impo
 const FLAGS = {
   '--peers': ['peers', `simulated peers, 1..${MAX_PEERS} (2)`],
   '--roster': ['roster', 'peers per step: "0:2,10:3" = steps 0..9 on 2 peers, from 10 on 3 (a new replica '
-    + 'copies replica 0; shrinking drops the highest slots)', 'STEP:PEERS,...'],
+    + 'copies replica 0; shrinking drops the highest slots, or the ones "8:2:1" names: slot 1 leaves at step 8)', 'STEP:PEERS[:SLOTS],...'],
   '--steps': ['steps', 'steps of the run, 100..10000 (300)'],
   '--stop-after': ['stop_after', 'stop after this many steps of the run (fixtures, quick checks)'],
   '--width': ['width', 'model width, 16..128 (32)'],
@@ -55,7 +55,7 @@ const FLAGS = {
   '--audit-rate': ['audit_rate', 'an audited run in which each slot\'s contribution to a step is audited with '
     + 'this chance, 0..1 (0.1 with --attack)'],
 };
-const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS,...] [--steps STEPS]
+const USAGE = `usage: ${PROG} [-h] [--peers PEERS] [--roster STEP:PEERS[:SLOTS],...] [--steps STEPS]
        [--stop-after STOP_AFTER] [--width WIDTH] [--seq-len SEQ_LEN] [--batch BATCH] [--lr LR]
        [--layers LAYERS] [--heads HEADS] [--seed SEED] [--exchange CODEC] [--local-steps LOCAL_STEPS] [--data DATA] [--json] [--save SAVE]
        [--resume RESUME] [--attack slot=S,from=STEP,kind=KIND] [--audit-rate AUDIT_RATE]
@@ -147,7 +147,7 @@ export function parseArgs(argv) {
   if (args.stop_after !== null && !(args.stop_after >= 1 && args.stop_after <= cfg.steps)) {
     throw new UsageError(`--stop-after must be in 1..${cfg.steps} (the run's steps), got ${args.stop_after}`);
   }
-  if (args.roster !== null) rosterOrUsage(() => checkRoster(args.schedule, args.roster, 0, cfg.steps));
+  if (args.roster !== null) rosterOrUsage(() => checkRoster(args.schedule, args.roster, 0, cfg.steps, cfg.local_steps));
   // (daisy.train's --save refusal for local steps stopped early: the JS CLI has no --save)
   if (cfg.local_steps > 1 && args.audit_rate !== null) {
     throw new UsageError('--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)');
@@ -267,7 +267,8 @@ export async function main(argv) {
   const n = args.stop_after === null ? cfg.steps : args.stop_after;
   for (let i = 0; i < n; i++) {
     let r;
-    group.resize(peersAt(args.schedule, group.replicas[0].step));
+    const s = group.replicas[0].step;
+    group.resize(peersAt(args.schedule, s), leftAt(args.schedule, s));
     try {
       r = await step();
     } catch (e) {

@@ -18,10 +18,11 @@ export const MAX_PEERS = 64;
 export const cloneParams = (params) => Object.fromEntries(Object.entries(params).map(([k, v]) => [k, Float64Array.from(v)]));
 
 // one peer's state: weights and Adam moments; in a run of local steps (cfg.local_steps H > 1) also
-// the group's weights at the last exchange (`anchor`; null otherwise; daisy/train.py Replica)
+// the group's weights at the last exchange (`anchor`; null otherwise; daisy/train.py Replica);
+// t0: the step its Adam state started at (0; a joiner of a run of local steps starts a fresh one)
 export class Replica {
-  constructor(params, adam, anchor = null) { this.params = params; this.adam = adam; this.anchor = anchor; }
-  get step() { return this.adam.t; }
+  constructor(params, adam, anchor = null, t0 = 0) { this.params = params; this.adam = adam; this.anchor = anchor; this.t0 = t0; }
+  get step() { return this.t0 + this.adam.t; }
 }
 
 const cloneOrNull = (x) => (x == null ? null : cloneParams(x));      // (a state read from a peer has no anchor)
@@ -29,7 +30,12 @@ const cloneOrNull = (x) => (x == null ? null : cloneParams(x));      // (a state
 // a replica's whole state, copied (weights, Adam m, v, t, the anchor): what a joining device
 // receives, what an audit's rollback restores (daisy/train.py copy_replica: the one snapshot rule)
 export const cloneReplica = (r) => new Replica(cloneParams(r.params),
-  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) }, cloneOrNull(r.anchor));
+  { t: r.adam.t, m: cloneParams(r.adam.m), v: cloneParams(r.adam.v) }, cloneOrNull(r.anchor), r.t0 ?? 0);
+
+// a joiner of a run of local steps, at a round's start (r: any replica there): the group's weights
+// (W = A, checked against the group's hash) and a fresh Adam state (m = v = 0, t = 0: nothing
+// another device's own moments would have to be trusted for; daisy/train.py local_joiner)
+export const localJoiner = (r) => new Replica(cloneParams(r.anchor), adamInit(r.anchor), cloneParams(r.anchor), r.step);
 
 // whether 0-based step s ends with an exchange: every step when H = 1; else the last step of each
 // round of H and the run's last step (daisy/train.py is_exchange_step)
@@ -116,11 +122,17 @@ export class Group {
     this.arena = this.backend.newArena();   // every array of a step; reused by the next step
   }
 
-  // slots 0..peers-1 from now on: a new slot gets a copy of replica 0; shrinking drops the highest
-  resize(peers) {
+  // slots 0..peers-1 from now on: the slots `left` names leave first (the others keep their order
+  // and their own state under their new slots), then a new slot gets a copy of replica 0 (local
+  // steps: localJoiner); shrinking without `left` drops the highest
+  resize(peers, left = []) {
+    if (left.length) {
+      this.replicas = this.replicas.filter((_, i) => !left.includes(i));
+      this.trainers = this.trainers.filter((_, i) => !left.includes(i));
+    }
     while (this.replicas.length > peers) { this.replicas.pop(); this.trainers.pop(); }
     while (this.replicas.length < peers) {
-      const r = cloneReplica(this.replicas[0]);
+      const r = this.cfg.local_steps > 1 ? localJoiner(this.replicas[0]) : cloneReplica(this.replicas[0]);
       this.replicas.push(r);
       this.trainers.push(this.makeTrainer(this.cfg, r, this.batches));
     }
@@ -175,29 +187,43 @@ export class Group {
   }
 }
 
-// ---- the roster schedule (daisy/train.py parse_roster, check_roster, peers_at; the same messages)
+// ---- the roster schedule (daisy/train.py parse_roster, check_roster, peers_at, left_at; the same messages)
 export class RosterError extends Error {}
 
-// "0:2,10:3" -> [[0, 2], [10, 3]]: from 0-based step index 0 on 2 peers, from 10 on 3
+// "0:2,10:3" -> [[0, 2], [10, 3]]: from 0-based step index 0 on 2 peers, from 10 on 3; an entry
+// may name the slots that leave: "0:3,8:1:0.2" -> [[0, 3], [8, 1, [0, 2]]] (PEERS above the ones
+// that stay appends joiners after them)
 export function parseRoster(text) {
   const entries = text.split(',');
   const schedule = [];
   entries.forEach((entry, i) => {
-    if (!/^[0-9]{1,9}:[0-9]{1,9}$/.test(entry)) {
-      throw new RosterError(`--roster entry '${entry}' is not STEP:PEERS (a 0-based step index and a peer count, e.g. 0:2,10:3)`);
+    if (!/^[0-9]{1,9}:[0-9]{1,9}(:[0-9]{1,2}(\.[0-9]{1,2}){0,62})?$/.test(entry)) {
+      throw new RosterError(`--roster entry '${entry}' is not STEP:PEERS (a 0-based step index and a peer count, e.g. 0:2,10:3) or STEP:PEERS:SLOTS (the slots that leave, e.g. 8:1:0.2)`);
     }
-    const [step, peers] = entry.split(':').map(Number);
+    const fields = entry.split(':');
+    const [step, peers] = fields.slice(0, 2).map(Number);
     if (!(peers >= 1 && peers <= MAX_PEERS)) throw new RosterError(`--roster entry '${entry}': peers must be in 1..${MAX_PEERS}`);
     if (schedule.length && step <= schedule[schedule.length - 1][0]) {
       throw new RosterError(`--roster entry '${entry}': steps must be strictly increasing (it follows '${entries[i - 1]}')`);
     }
-    schedule.push([step, peers]);
+    if (fields.length === 3) {
+      const left = fields[2].split('.').map(Number);
+      const before = schedule.length ? schedule[schedule.length - 1][1] : 0;
+      if (left.some((x, j) => j > 0 && x <= left[j - 1]) || left[left.length - 1] >= before) {
+        throw new RosterError(`--roster entry '${entry}': the slots that leave must be increasing slots of the ${before} peers before it`);
+      }
+      if (before - left.length > peers) {
+        throw new RosterError(`--roster entry '${entry}': ${before - left.length} of the ${before} peers stay, more than ${peers}`);
+      }
+      schedule.push([step, peers, left]);
+    } else schedule.push([step, peers]);
   });
   return schedule;
 }
 
-// the schedule covers a run of `steps` steps that starts (or resumes) at step index `start`
-export function checkRoster(schedule, text, start, steps) {
+// the schedule covers a run of `steps` steps that starts (or resumes) at step index `start`; with
+// local steps H > 1 the roster changes only at a round's start (a multiple of H)
+export function checkRoster(schedule, text, start, steps, localSteps = 1) {
   const entries = text.split(',');
   if (schedule[0][0] > start) {
     throw new RosterError(`--roster entry '${entries[0]}': the first entry must be at or before step ${start}, where this run starts`);
@@ -205,10 +231,18 @@ export function checkRoster(schedule, text, start, steps) {
   if (schedule[schedule.length - 1][0] >= steps) {
     throw new RosterError(`--roster entry '${entries[entries.length - 1]}' is past the run's last step index ${steps - 1}`);
   }
+  schedule.forEach((e, i) => {
+    if (localSteps > 1 && e[0] > start && e[0] % localSteps !== 0) {
+      throw new RosterError(`--roster entry '${entries[i]}': with --local-steps ${localSteps} the roster changes only at a round's start (a step index that is a multiple of ${localSteps})`);
+    }
+  });
 }
 
 // P of 0-based step index `step`: the last entry at or before it
 export const peersAt = (schedule, step) => schedule.filter(([s]) => s <= step).at(-1)[1];
+
+// the slots that leave at 0-based step index `step` (an entry there naming them), else []
+export const leftAt = (schedule, step) => schedule.find((e) => e[0] === step && e.length === 3)?.[2] ?? [];
 
 // Python's repr(float): shortest round-trip digits; scientific when the decimal exponent is
 // < -4 or >= 16 ('1e-05', '1.5e+16'); integral values keep '.0'; nan, inf, -inf.

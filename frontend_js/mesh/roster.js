@@ -50,8 +50,32 @@ export function scheduleWith(history, from, P) {
   return h;
 }
 
+// A run of local steps (docs/VERIFICATION.md "Local steps"): the P schedule after the slots `left`
+// of the current roster (P peers) leave and `joined` joiners are appended at round start `from`.
+// Each replica's Adam state is its own, so an entry names the slots that left ([from, P', slots]:
+// --roster STEP:PEERS:SLOTS; P' above the slots that stay: joiners after them). A change at that
+// same round start that is redone (a departure before the round's exchange) is folded in: its
+// slots and these, counted in the roster before it (a joiner of it that leaves is one joiner
+// less). At the run's start every replica holds the same state: no slots.
+export function scheduleLocal(history, from, P, left, joined = 0) {
+  const h = history.filter(([f]) => f < from).map((e) => e.slice());
+  const next = P - left.length + joined;
+  if (!h.length) return [[from, next]];
+  const at = history.find(([f]) => f === from);
+  const before = at ? h[h.length - 1][1] : P;                  // the roster the slots are counted in
+  const redone = at && at.length === 3 ? at[2] : [];
+  const stayed = [...Array(before).keys()].filter((i) => !redone.includes(i));   // then that change's joiners
+  const slots = [...redone, ...left.filter((j) => j < stayed.length).map((j) => stayed[j])].sort((x, y) => x - y);
+  if (slots.length) h.push([from, next, slots]);
+  else if (h[h.length - 1][1] !== next) h.push([from, next]);
+  return h;
+}
+
+// the slots of `roster` whose ids `next` drops
+export const leftSlots = (roster, next) => roster.map((id, i) => (next.includes(id) ? -1 : i)).filter((i) => i >= 0);
+
 // the --roster argument of python -m daisy.train for a history
-export const scheduleString = (history) => history.map(([f, P]) => `${f}:${P}`).join(',');
+export const scheduleString = (history) => history.map((e) => (e.length === 3 ? `${e[0]}:${e[1]}:${e[2].join('.')}` : `${e[0]}:${e[1]}`)).join(',');
 
 // Whether a roster names a device this device keeps out (keptOut: id -> why) -> null or why not:
 // a page whose user said "don't train with this device" (or whose room host removed it) neither
@@ -62,11 +86,13 @@ export function keptOutOf(roster, keptOut, nameOf = (id) => id) {
 }
 
 // Checks a ROSTER message {epoch, from, roster} against what this peer knows; -> null or why not.
-//   current: {roster, epoch, completed, selfId, keptOut?}; sender: the peer it came from.
+//   current: {roster, epoch, completed, selfId, keptOut?, back?, round?}; sender: the peer it came from.
 // A planned change (joiners admitted) keeps every current member and appends; it starts one to
 // three steps after this peer's completed count (announced two steps ahead, so that every member
 // has accepted it and seen the GO before it applies). A recovery removes departed peers only and restarts at completed or completed - 1
-// (this peer then undoes its last step).
+// (this peer then undoes its last step); with local steps `completed` is the round start this peer
+// holds and `back` the one before it (a peer one round ahead goes back a round), and joiners
+// enter at one of the next two round starts (`round` = H).
 export function checkRoster(msg, current, sender) {
   const { roster, epoch, from } = msg;
   if (!Array.isArray(roster) || !roster.length || roster.length > 64 || !roster.every((x) => typeof x === 'string' && x.length <= 64)
@@ -86,8 +112,12 @@ export function checkRoster(msg, current, sender) {
   }
   if (added.length && kept.length !== current.roster.length) return 'a roster both adds and removes peers';
   if (added.length) {
-    if (from < current.completed + 1 || from > current.completed + 3) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
-  } else if (from !== current.completed && from !== current.completed - 1) {
+    // (local steps, current.round = H: at a round start within the next two, this peer's position a round start)
+    const H = current.round ?? 1;
+    const early = H > 1 ? from % H !== 0 || from <= current.completed || from > current.completed + 2 * H
+      : from < current.completed + 1 || from > current.completed + 3;
+    if (early) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
+  } else if (from !== current.completed && from !== (current.back ?? current.completed - 1)) {
     return `a recovery from step ${from + 1}, this peer is at ${current.completed}`;
   }
   return null;

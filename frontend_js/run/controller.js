@@ -116,9 +116,9 @@ export class RunController {
     this.endedWaiters = new Set();
     this.earlyState = null;      // idle: a STATE that came before its RUN ({from, m}; the latest one only)
     this.lateOfEnded = { run: null, seen: new Set() };   // the last run's late STOP/FIN taken uncounted: 'from:type', one each
-    // what a STATE may weigh while no run expects one: one state body, kept for the RUN that may
-    // follow (links deliver in order, the in-memory test transport does not)
-    this.idleStateLimit = (hd) => (this.phase === 'idle' ? MAX_STATE_BYTES : 'STATE while no run expects it');
+    // what a STATE may weigh while no run expects one: one state body, kept for the RUN (or, joining,
+    // the SYNC) that may follow (links deliver in order, the in-memory test transport does not)
+    this.idleStateLimit = (hd) => (this.phase === 'idle' || this.phase === 'joining' ? MAX_STATE_BYTES : 'STATE while no run expects it');
     this.mesh.setLimit(TYPES.STATE, this.idleStateLimit);
     for (const [type, byPhase] of Object.entries(HANDLERS)) {
       this.mesh.on(Number(type), (from, m) => this.dispatch(Number(type), byPhase, from, m));

@@ -9,9 +9,9 @@
 // sendStatus, tryFinish, answersTimeout, giveUp, onHalt, onStatus, onLeave.
 import { TYPES } from '../mesh/frames.js';
 import { ExchangeError } from '../mesh/mesh_collective.js';
-import { actingLeader, mayGoOn, scheduleWith, rosterDigest } from '../mesh/roster.js';
+import { actingLeader, mayGoOn, scheduleWith, scheduleLocal, leftSlots, rosterDigest } from '../mesh/roster.js';
 import { Recovery, RosterChange, isHash } from './record.js';
-import { end, restoreUndo } from './ending.js';
+import { end, restoreUndo, position, positionHash, roundEnd, toRoundStart } from './ending.js';
 import { checkDeparture } from './audit_barriers.js';
 import { convictions, convictionsKey, convictedIds, rollbackTo, goBack } from './rollback.js';
 import { revealLast } from './commitments.js';
@@ -91,8 +91,9 @@ export function beginRecovery(ctl, run) {
     rec.promised = null;
   }
   const names = [...run.gone].map(([id, why]) => `${h.nameOf(id)} (${why})`).join(', ');
+  const local = run.cfg.local_steps > 1;       // (local steps: the round is redone from its start, docs/VERIFICATION.md "Local steps")
   h.show({ message: names
-    ? `${names} left at step ${run.completed + 1}; the group recomputes that step without ${run.gone.size > 1 ? 'them' : 'it'}…`
+    ? `${names} left at step ${run.completed + 1}; the group recomputes ${local ? `the round from step ${position(run) + 1}` : 'that step'} without ${run.gone.size > 1 ? 'them' : 'it'}…`
     : `The group halted step ${run.completed + 1} to check its roster…` });
   if (rec.leader === ctl.selfId) halt(ctl, run, rec);
   else if (rec.parked) sendStatus(ctl, run);
@@ -140,7 +141,7 @@ function statusTimeout(ctl, run, rec) {
 
 // this device's position (STATUS) to `to`
 function tellStatus(ctl, run, to) {
-  ctl.mesh.sendJson(to, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: run.completed, hash: run.hash,
+  ctl.mesh.sendJson(to, TYPES.STATUS, { runId: run.desc.runId, epoch: run.epoch, completed: position(run), hash: positionHash(run),
                                          gone: lostClaims(run), convicted: convictions(run) },
     { runId: run.desc.runId, slot: run.slot }).catch(() => {});
 }
@@ -167,7 +168,7 @@ export function tryFinish(ctl, run) {
   if (!rec || rec.leader !== ctl.selfId || !rec.parked || rec.promised || run.ended) return;
   const h = ctl.host, survivors = live(run);
   const convicted = convictions(run);
-  rec.statuses.set(ctl.selfId, { completed: run.completed, hash: run.hash, epoch: run.epoch, convicted: convictionsKey(convicted) });
+  rec.statuses.set(ctl.selfId, { completed: position(run), hash: positionHash(run), epoch: run.epoch, convicted: convictionsKey(convicted) });
   if (!survivors.every((id) => rec.statuses.has(id))) return;
   // a member that says it lost a peer which answers this device: a partial partition or a lie.
   // Nobody is dropped on a member's word; the run stops with the alarm.
@@ -199,7 +200,9 @@ export function tryFinish(ctl, run) {
     return;
   }
   let from = Math.min(...at.map((x) => x.completed));
-  if (at.some((x) => x.completed > from + 1)) { giveUp(ctl, run, rec, 'the survivors are more than one step apart'); return; }
+  const local = run.cfg.local_steps > 1;      // positions are round starts, at most one round apart
+  if (!local && at.some((x) => x.completed > from + 1)) { giveUp(ctl, run, rec, 'the survivors are more than one step apart'); return; }
+  if (local && at.some((x) => x.completed > roundEnd(run.cfg, from))) { giveUp(ctl, run, rec, 'the survivors are more than one round apart'); return; }
   // convictions: every survivor judged the same peers with the same rollback, from the same state
   // (one that judged otherwise, or this device before its own judgement: wait, then stop)
   const key = convictionsKey(convicted);
@@ -219,12 +222,14 @@ export function tryFinish(ctl, run) {
     from = rollbackTo(convicted);
   } else {
     const atFrom = new Set(survivors.filter((id) => rec.statuses.get(id).completed === from).map((id) => rec.statuses.get(id).hash));
-    if (run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
+    if (!local && run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
+    if (local && position(run) > from) atFrom.add(run.undoPrev && run.undoPrev.step === from ? run.undoPrev.hash : 'none');
     if (atFrom.size > 1) { giveUp(ctl, run, rec, `replicas disagree at step ${from}`, 'replica mismatch'); return; }
   }
   const left = run.roster.filter((id) => run.gone.has(id));
   const msg = { runId: run.desc.runId, epoch: rec.epoch, base: run.epoch, from, roster: survivors, left, joined: [],
-                history: scheduleWith(run.history, from, survivors.length),
+                history: local ? scheduleLocal(run.history, from, run.roster.length, leftSlots(run.roster, survivors))
+                  : scheduleWith(run.history, from, survivors.length),
                 convicted: convicted.map(([id, back]) => [id, back]),
                 reason: left.map((id) => `${h.nameOf(id)}: ${run.gone.get(id) || 'gone'}`).join('; ').slice(0, 400) };
   rec.epoch += 1;                 // a later proposal (after more evidence) needs a new epoch
@@ -254,8 +259,10 @@ export function giveUp(ctl, run, rec, why, error = 'split alarm') {
   if (run.recovery !== rec || run.ended) return;
   // members' positions within one step of this device's (honest ones are; a claimed position
   // further away is a lie and must not pull the stop out of everyone's reach)
-  const at = [...rec.statuses.values()].map((x) => x.completed).filter((c) => Math.abs(c - run.completed) <= 1);
-  const stopAfter = Math.min(run.completed, ...at);
+  // (local steps: round starts within a round of this device's)
+  const local = run.cfg.local_steps > 1, here = position(run);
+  const at = [...rec.statuses.values()].map((x) => x.completed).filter((c) => Math.abs(c - here) <= (local ? run.cfg.local_steps : 1));
+  const stopAfter = Math.min(here, ...at);
   const message = `The run stopped at step ${stopAfter}: ${why}.`;
   ctl.tellAll(run, TYPES.STOP, { runId: run.desc.runId, stopAfter, reason: message, by: ctl.selfId, alarm: error }, live(run));
   // at the run's end (a Stop, its last step) with a conviction of its own settled: nobody goes on,
@@ -263,7 +270,8 @@ export function giveUp(ctl, run, rec, why, error = 'split alarm') {
   const mine = convictions(run).filter(([, back, hash]) => back !== null && hash);
   if (run.completed >= (run.stopAfter ?? run.cfg.steps) && mine.length && goBack(ctl, run, rollbackTo(mine), mine.map(([id]) => id))) {
     ctl.host.note(`This device went back to step ${run.completed}, before the lie of ${mine.map(([id]) => ctl.host.nameOf(id)).join(', ')}.`);
-  } else if (stopAfter < run.completed) restoreUndo(ctl, run);
+  } else if (local && stopAfter < run.completed) toRoundStart(ctl, run, stopAfter);
+  else if (stopAfter < run.completed) restoreUndo(ctl, run);
   end(ctl, run, 'stopped', `${message} Generate, download and resume still work on the state this device keeps.`, error);
 }
 

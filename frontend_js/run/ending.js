@@ -2,7 +2,7 @@
 // only call these): end, the alarm, one step of undo, waking the parked loop, the panel's view.
 import { TYPES } from '../mesh/frames.js';
 import { ExchangeError } from '../mesh/mesh_collective.js';
-import { cloneParams } from '../train.js';
+import { cloneParams, isExchangeStep } from '../train.js';
 import { keepChecked } from './kept_check.js';
 
 export function runView(run) {
@@ -28,8 +28,12 @@ export function wakeParked(ctl, run) {
 }
 
 // ---- one step of undo -------------------------------------------------------------------------
+// (local steps keep the states of this page's last two exchanges instead, run.undo and
+// run.undoPrev: a member that left during an exchange may have reached some pages and not others,
+// and the group meets again at the earlier round's start; docs/VERIFICATION.md "Local steps")
 export function saveUndo(run) {
   const r = run.replica;
+  if (r.anchor != null) { run.undoPrev = run.undo; run.undo = null; }     // local steps: a new snapshot, the last one kept
   if (!run.undo) run.undo = { params: cloneParams(r.params), m: cloneParams(r.adam.m), v: cloneParams(r.adam.v), t: r.adam.t, hash: run.hash, step: run.completed, anchor: null };
   else {
     for (const k of Object.keys(r.params)) { run.undo.params[k].set(r.params[k]); run.undo.m[k].set(r.adam.m[k]); run.undo.v[k].set(r.adam.v[k]); }
@@ -54,6 +58,28 @@ export function restoreUndo(ctl, run) {
   ctl.host.show({ step: u.step, hash: u.hash, curve: run.curve });
   ctl.host.emit('step-undone', { step: u.step, hash: u.hash });
   return true;
+}
+
+// ---- local steps: positions are round starts ----------------------------------------------------
+// the steps completed once the first exchange at or after step index s is done (the next round start)
+export function roundEnd(cfg, s) {
+  let e = s;
+  while (!isExchangeStep(cfg, e)) e++;
+  return e + 1;
+}
+
+// where this device stands in a roster change: the steps it completed, or with local steps the
+// last round start it holds (its last exchange: the state it goes back to), and the hash there
+export const position = (run) => (run.cfg.local_steps > 1 && run.undo ? run.undo.step : run.completed);
+export const positionHash = (run) => (run.cfg.local_steps > 1 && run.undo ? run.undo.hash : run.hash);
+// the earlier round start it can still go back to (its exchange before the last), or -1
+export const positionBack = (run) => run.undoPrev?.step ?? -1;
+
+// local steps: back to the state at round start `step` (the last exchange's or the one before) -> whether it could
+export function toRoundStart(ctl, run, step) {
+  if (run.undoPrev && run.undoPrev.step === step && run.undo?.step !== step) { run.undo = run.undoPrev; run.undoPrev = null; }
+  if (!run.undo || run.undo.step !== step) return false;
+  return restoreUndo(ctl, run);
 }
 
 // The run ends here now (nothing more is sent or applied); the state it keeps is checked first

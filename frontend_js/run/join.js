@@ -17,7 +17,10 @@ import { unflatten } from '../collective.js';
 import { encodeState, stateLimit, MAX_STATE_BYTES } from '../state_codec.js';
 import { makeConfig, configToDict } from '../config.js';
 import { paramShapes } from '../model.js';
-import { scheduleWith, checkRoster, rosterDigest } from '../mesh/roster.js';
+import { scheduleWith, scheduleLocal, checkRoster, rosterDigest } from '../mesh/roster.js';
+import { adamInit } from '../optim.js';
+import { cloneParams, localJoiner } from '../train.js';
+import { roundEnd } from './ending.js';
 import { Joiner, JoinAttempt, RosterChange, MAX_JOINERS, MAX_RESYNCS, MAX_FWD_QUEUED, MAX_FWD_HELD, FWD_WINDOW,
   STALL_FACTOR, MAX_STALL_WAITS, validHistory, isHash, isRunId, short } from './record.js';
 import { readPeerState, gradientBytes } from '../peer_state.js';
@@ -64,7 +67,8 @@ export function forwardToJoiners(ctl, run, s, flat) {
       if (last === undefined || now - last >= wait) sendSync(ctl, run, id, j, now);
       continue;
     }
-    if (j.admitted === null && s - Math.max(j.stateStep, j.verified ?? 0) >= FWD_WINDOW
+    // (local steps forward one exchange per round: the window is counted in rounds)
+    if (j.admitted === null && s - Math.max(j.stateStep, j.verified ?? 0) >= FWD_WINDOW * run.cfg.local_steps
         && now - j.ackedAt >= (j.verified === null ? ctl.t.firstAckMs : ctl.t.ackMs)) {
       dropJoiner(run, id);
       run.stalls.set(id, (run.stalls.get(id) || 0) + 1);
@@ -98,21 +102,24 @@ function dropJoiner(run, id) {
 }
 
 function sendSync(ctl, run, id, j, now) {
-  const r = run.replica;
+  const r = run.replica, step = run.completed;    // (the STATE goes out later: its header names this boundary, not the step then)
   j.stage = 'syncing';
   j.sentAt = now;
   j.stateStep = run.completed;
   j.ackedAt = Infinity;                        // until its state's send completed (below)
   j.verified = null;
   run.transfers.set(id, now);
-  // encodeState copies the weights now: the state of this boundary, whatever the loop does next
+  // encodeState copies the weights now: the state of this boundary, whatever the loop does next.
+  // Local steps: a round start (W = the anchor); a joiner starts a fresh Adam state there, so zero
+  // moments travel, never this device's own (docs/VERIFICATION.md "Local steps")
+  const fresh = run.cfg.local_steps > 1 ? adamInit(r.params) : null;
   const body = new Uint8Array(encodeState(paramShapes(run.cfg), {
-    config: run.desc.config, step: run.completed, adamT: r.adam.t, params: r.params, m: r.adam.m, v: r.adam.v,
-    weightHash: run.hash, extra: run.extra }));
+    config: run.desc.config, step: run.completed, adamT: fresh ? run.completed : r.adam.t, params: r.params,
+    m: fresh ? fresh.m : r.adam.m, v: fresh ? fresh.v : r.adam.v, weightHash: run.hash, extra: run.extra }));
   const sync = { runId: run.desc.runId, desc: run.desc, roster: run.roster, epoch: run.epoch, history: run.history,
                  step: run.completed, hash: run.hash, bytes: body.length };
   queueTo(j, () => ctl.mesh.sendJson(id, TYPES.SYNC, sync, { runId: run.desc.runId }));
-  queueTo(j, () => ctl.mesh.send(id, { type: TYPES.STATE, runId: run.desc.runId, step: run.completed, payload: body }));
+  queueTo(j, () => ctl.mesh.send(id, { type: TYPES.STATE, runId: run.desc.runId, step, payload: body }));
   queueTo(j, () => { j.ackedAt = performance.now(); });
 }
 
@@ -137,17 +144,22 @@ export function onSynced(ctl, from, m) {
 }
 
 // before this device's gradient of step s leaves: propose joiners current within one step for a
-// roster from step s + 2 (sent, and awaited, first: every member has it before it can finish s)
+// roster from step s + 2 (sent, and awaited, first: every member has it before it can finish s).
+// Local steps (s an exchange step): joiners that confirmed a round start within the last four
+// rounds (what they lack is one outer step a round, no compute: they catch up before their first
+// exchange), from the round start after the next (docs/VERIFICATION.md "Local steps": a joiner
+// enters at a round's start)
 export async function admitJoiners(ctl, run, s) {
-  // a run of local steps admits nobody: a joiner would need a replica's own round (docs/VERIFICATION.md "Local steps")
-  if (run.recovery || run.change || run.stopAfter !== null || s + 3 >= run.cfg.steps || run.cfg.local_steps > 1) return;
-  const ready = [...run.joiners].filter(([id, j]) => j.stage === 'syncing' && j.verified !== null && j.verified >= s - 1 && ctl.mesh.isReady(id))
+  const local = run.cfg.local_steps > 1;
+  const from = local ? roundEnd(run.cfg, s + 1) : s + 2;
+  if (run.recovery || run.change || run.stopAfter !== null || s + 3 >= run.cfg.steps || from >= run.cfg.steps) return;
+  const current = local ? run.undo.step - 4 * run.cfg.local_steps : s - 1;
+  const ready = [...run.joiners].filter(([id, j]) => j.stage === 'syncing' && j.verified !== null && j.verified >= current && ctl.mesh.isReady(id))
     .map(([id]) => id).slice(0, 64 - run.roster.length);
   if (!ready.length) return;
   const roster = run.roster.concat(ready);
-  const from = s + 2;
   const msg = { runId: run.desc.runId, epoch: run.epoch + 1, base: run.epoch, from, roster, joined: ready, left: [],
-                history: scheduleWith(run.history, from, roster.length), reason: 'joined' };
+                history: local ? scheduleLocal(run.history, from, run.roster.length, [], ready.length) : scheduleWith(run.history, from, roster.length), reason: 'joined' };
   const change = new RosterChange(msg, rosterDigest(msg), 'join',
     ctl.newCollective(run.desc.runId, msg.epoch, roster, from, run.cfg, run.collective.deadlineMs));
   change.accepts.add(ctl.selfId);
@@ -184,6 +196,9 @@ export function maybeJoin(ctl) {
 async function askToJoin(ctl, ids) {
   const jn = new JoinAttempt(ids);
   ctl.enter('joining', jn);
+  // a FWD may come before the SYNC it follows (links deliver in order, the in-memory test transport
+  // does not): admitted at the size onSync admits before its checks, kept for the SYNC
+  ctl.mesh.setLimit(TYPES.FWD, () => Math.floor(MAX_STATE_BYTES / 3));
   let dataId;
   try {
     dataId = await ctl.host.dataId();
@@ -245,7 +260,6 @@ export async function onSync(ctl, from, m) {
     if (!desc || typeof desc !== 'object' || desc.runId !== d.runId || !isRunId(d.runId)) throw new Error('bad run id');
     if (desc.protocol !== ctl.mesh.version) throw new Error(`protocol v${desc.protocol}`);
     cfg = makeConfig(desc.config);
-    if (cfg.local_steps > 1) throw new Error('a run of local steps takes no joiners (docs/VERIFICATION.md "Local steps")');
     if (desc.dataId !== await h.dataId()) throw new Error('different training data');
     if (!Array.isArray(d.roster) || d.roster[0] !== from || d.roster.includes(ctl.selfId) || d.roster.length > 64) throw new Error('bad roster');
     if (!Number.isInteger(d.step) || d.step < 0 || d.step >= cfg.steps || !isHash(d.hash) || !Number.isInteger(d.epoch) || d.epoch < 0) throw new Error('bad position');
@@ -265,6 +279,10 @@ export async function onSync(ctl, from, m) {
   ctl.mesh.setLimit(TYPES.FWD, (hd) => (hd.runId === d.runId ? gradientBytes(cfg) : 'FWD for another run'));
   armJoinTimer(ctl, jn, 'the state transfer stalled');
   h.show({ runState: 'syncing', sync: { pct: 0, step: d.step }, message: `syncing (0 %): the state at step ${d.step} from ${h.nameOf(from)}…` });
+  const early = jn.early, earlyFwd = jn.earlyFwd;
+  jn.early = null; jn.earlyFwd = [];
+  if (early && early.from === from && early.m.step === d.step) onJoinState(ctl, from, early.m);
+  for (const f of earlyFwd) if (f.from === from && ctl.at === jn) onFwd(ctl, from, f.m);
 }
 
 export function onProgress(ctl, e) {
@@ -283,12 +301,18 @@ export function onDropped(ctl, e) {
 
 export function onJoinState(ctl, from, m) {
   const jn = ctl.at;
+  // a STATE before its SYNC, from a peer this device asked: kept for the SYNC (one, the first)
+  if (!jn.desc && !jn.from && jn.asked.includes(from)) { if (!jn.early) jn.early = { from, m }; return; }
   if (from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step !== jn.snap || jn.replica) { ctl.mesh.drop(from, m, 'STATE for no sync of ours'); return; }
   try {
     jn.replica = readPeerState(m.payload, { config: configToDict(jn.cfg), step: jn.snap, hash: jn.hash }).replica;
   } catch (err) {
     abandonJoin(ctl, `the state was refused: ${err.message}`, 500);
     return;
+  }
+  if (jn.cfg.local_steps > 1) {               // local steps: the anchor, and a fresh Adam state (docs/VERIFICATION.md "Local steps")
+    jn.replica.anchor = cloneParams(jn.replica.params);
+    jn.replica = localJoiner(jn.replica);
   }
   if (ctl.faults.corruptNextSync) {           // test hook: a joiner whose state goes wrong after its checks
     ctl.faults.corruptNextSync = false;
@@ -306,6 +330,13 @@ export function onJoinState(ctl, from, m) {
 
 export function onFwd(ctl, from, m) {
   const jn = ctl.at;
+  // a FWD before its SYNC, from a peer this device asked: kept for the SYNC (at most MAX_FWD_HELD
+  // of them and one state body's bytes together: bounded whatever a liar sends)
+  if (!jn.desc && !jn.from && jn.asked.includes(from)) {
+    const held = jn.earlyFwd.reduce((n, f) => n + f.m.payload.length, 0);
+    if (jn.earlyFwd.length < MAX_FWD_HELD && held + m.payload.length <= MAX_STATE_BYTES) jn.earlyFwd.push({ from, m });
+    return;
+  }
   if (from !== jn.from || !jn.desc || m.runId !== jn.desc.runId || m.step < jn.snap) { ctl.mesh.drop(from, m, 'FWD for no sync of ours'); return; }
   // the state (which comes before the first FWD) is this late, or this device cannot keep up: the
   // attempt cannot finish (a step past the buffer would be missing). Ask again now, rather than
@@ -316,17 +347,22 @@ export function onFwd(ctl, from, m) {
   drainFwd(ctl, jn);
 }
 
-// apply the forwarded gradients in step order (Adam only: no forward or backward pass)
+// the forwarded step this joiner applies next: its next step, or with local steps its round's exchange
+const nextFwd = (jn) => (jn.cfg.local_steps > 1 ? roundEnd(jn.cfg, jn.completed) - 1 : jn.completed);
+
+// apply the forwarded gradients in step order (Adam only: no forward or backward pass; local
+// steps: the outer step with each exchange's D, from round start to round start)
 function drainFwd(ctl, jn) {
   if (jn.draining || !jn.trainer) return;
   jn.draining = (async () => {
     const shapes = paramShapes(jn.cfg);
-    while (ctl.at === jn && jn.fwd.has(jn.completed) && !(jn.change && jn.completed >= jn.change.msg.from)) {
-      const G = jn.fwd.get(jn.completed);
-      jn.fwd.delete(jn.completed);
-      const applied = await jn.trainer.apply(unflatten(G, shapes));
+    while (ctl.at === jn && jn.fwd.has(nextFwd(jn)) && !(jn.change && jn.completed >= jn.change.msg.from)) {
+      const at = nextFwd(jn);
+      const G = jn.fwd.get(at);
+      jn.fwd.delete(at);
+      const applied = await (jn.cfg.local_steps > 1 ? jn.trainer.outer(unflatten(G, shapes)) : jn.trainer.apply(unflatten(G, shapes)));
       if (ctl.at !== jn) return;
-      jn.completed += 1;
+      jn.completed = at + 1;
       jn.hashNow = applied.hash;
       armJoinTimer(ctl, jn, 'the leader went silent while this device caught up');
       ctl.mesh.sendJson(jn.from, TYPES.SYNCED, { runId: jn.desc.runId, step: jn.completed, hash: applied.hash }).catch(() => {});
@@ -335,7 +371,7 @@ function drainFwd(ctl, jn) {
   })().finally(() => {
     jn.draining = null;
     if (ctl.at !== jn) return;
-    if (jn.fwd.has(jn.completed) && !(jn.change && jn.completed >= jn.change.msg.from)) drainFwd(ctl, jn);
+    if (jn.fwd.has(nextFwd(jn)) && !(jn.change && jn.completed >= jn.change.msg.from)) drainFwd(ctl, jn);
     else maybeEnter(ctl, jn);
   });
 }
@@ -345,7 +381,7 @@ export function onJoinRoster(ctl, from, m) {
   const jn = ctl.at, d = m.json;
   if (!jn.desc || from !== jn.from || d.runId !== jn.desc.runId) { ctl.mesh.drop(from, m, 'ROSTER from outside the run'); return; }
   if (!Array.isArray(d.roster) || !d.roster.includes(ctl.selfId)) { ctl.mesh.drop(from, m, 'a roster change that does not name this device'); return; }
-  const why = checkRoster(d, { roster: d.roster.filter((id) => id !== ctl.selfId), epoch: Math.min(jn.epoch, d.epoch - 1), completed: d.from - 1, selfId: ctl.selfId, keptOut: ctl.keptOut }, from);
+  const why = checkRoster(d, { roster: d.roster.filter((id) => id !== ctl.selfId), epoch: Math.min(jn.epoch, d.epoch - 1), completed: d.from - 1, selfId: ctl.selfId, keptOut: ctl.keptOut, round: jn.cfg.local_steps }, from);
   if (why || !validHistory(d.history, d.from, d.roster.length) || !Number.isInteger(d.base) || d.base < jn.epoch || d.from < jn.snap) {
     ctl.mesh.drop(from, m, `ROSTER refused: ${why || 'bad schedule'}`);
     ctl.mesh.sendJson(from, TYPES.REFUSE, { runId: jn.desc.runId, epoch: d.epoch, reason: why || 'bad schedule' }, { runId: jn.desc.runId }).catch(() => {});
@@ -370,6 +406,7 @@ function maybeEnter(ctl, jn) {
   clearTimeout(jn.timer);
   ctl.mesh.setLimit(TYPES.STATE, ctl.idleStateLimit); ctl.mesh.setLimit(TYPES.FWD, null);
   const d = jn.change.msg;
+  if (jn.cfg.local_steps > 1) jn.replica.t0 = d.from;      // its fresh Adam state starts at its first round
   ctl.begin(jn.desc, jn.replica, jn.cfg, { collective: jn.change.collective, roster: d.roster, epoch: d.epoch, history: d.history,
     completed: d.from, hash: jn.hashNow || jn.hash, trainer: jn.trainer, batches: jn.batches, joined: true });
 }

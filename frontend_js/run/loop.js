@@ -15,7 +15,7 @@ import { Run, HASH_LOG, RATE_WINDOW, MAX_CURVE, MAX_UNDRAWN, short, isHash } fro
 import * as recovery from './recovery.js';
 import * as join from './join.js';
 import * as audits from './audits.js';
-import { end, alarm, saveUndo, restoreUndo, runView, wakeParked } from './ending.js';
+import { end, alarm, saveUndo, restoreUndo, runView, wakeParked, roundEnd, toRoundStart, position } from './ending.js';
 import { groupSpeed } from './speed.js';
 
 // opts: {resumed, collective} for a run that starts; a joiner also passes {roster, epoch,
@@ -61,7 +61,7 @@ async function loop(ctl, run) {
     if (run.ended) return;
     // a STOP that arrived while this device applied the step past it: that step is undone
     if (run.stopAfter !== null && run.completed === run.stopAfter + 1) restoreUndo(ctl, run);
-    else if (run.stopAfter !== null && cfg.local_steps > 1 && run.completed > run.stopAfter && run.undo?.step === run.stopAfter) restoreUndo(ctl, run);
+    else if (run.stopAfter !== null && cfg.local_steps > 1 && run.completed > run.stopAfter) toRoundStart(ctl, run, run.stopAfter);
     const stopped = run.stopAfter !== null && run.completed < cfg.steps;
     // the run's end (a Stop, its last step) is a barrier: nothing unaudited outlives it; a
     // conviction there goes back, the loop computes the steps again and ends through it again
@@ -84,7 +84,8 @@ async function steps(ctl, run) {
   let chunkStart = performance.now();
   for (;;) {
     if (run.ended) return;
-    if (run.recovery && cfg.local_steps > 1) { leftLocalSteps(ctl, run); return; }
+    // local steps: a roster changes at a round's start; this page waits at its last one (docs/VERIFICATION.md "Local steps")
+    if (run.recovery && cfg.local_steps > 1 && run.completed > run.undo.step) restoreUndo(ctl, run);
     if (run.recovery) { await recovery.awaitRecovery(ctl, run); continue; }
     const s = run.completed;
     if (s >= cfg.steps) break;
@@ -132,7 +133,6 @@ async function steps(ctl, run) {
       if (!run.recovery && run.stopAfter !== null && s >= run.stopAfter) break;   // stopped by a peer mid-exchange
       if (err.peer) recovery.evidence(ctl, run, err.peer, err.message);
       if (!run.recovery) throw err;
-      if (cfg.local_steps > 1) { leftLocalSteps(ctl, run); return; }
       continue;                                       // parks in awaitRecovery, then recomputes
     }
     if (run.ended) return;
@@ -179,15 +179,6 @@ function stepDone(ctl, run, s, loss, hash, ownMs) {
   if (run.ownMs.length > RATE_WINDOW) run.ownMs.shift();
   report(ctl, run, s + 1, loss);
   ctl.host.stored?.afterStep(run);          // the leader stores the group's run (stored_run.js)
-}
-
-// a member left a run of local steps: its round cannot be recomputed without it (each replica's
-// own Adam state), so the run stops on this page, back at the last exchange this page completed
-// (a member that left during an exchange may have reached some pages and not others: each keeps
-// a state of the group's run, at its last exchange; docs/VERIFICATION.md "Local steps")
-function leftLocalSteps(ctl, run) {
-  if (run.undo && run.undo.step < run.completed) restoreUndo(ctl, run);
-  end(ctl, run, 'stopped', `A member left this run of local steps: the run stops at step ${run.completed}, its last exchange (a round is not recomputed without a member).`, 'member left');
 }
 
 // f() timed: its milliseconds to done(ms), then its result
@@ -298,7 +289,7 @@ export function stop(ctl, reason = '') {
   const run = ctl.run;
   if (!run || run.ended) return false;
   // (local steps: after the round's exchange, which no page has passed yet; every page stops on the group's weights)
-  const stopAfter = run.recovery ? run.completed : run.cfg.local_steps > 1 ? roundEnd(run.cfg, run.completed) : run.lastSent + 1;
+  const stopAfter = run.recovery ? position(run) : run.cfg.local_steps > 1 ? roundEnd(run.cfg, run.completed) : run.lastSent + 1;
   setStop(ctl, run, stopAfter, ctl.selfId, reason || `stopped on ${ctl.host.nameOf(ctl.selfId)}`);
   ctl.host.show({ message: 'Stopping after the current step…' });
   return true;
@@ -323,14 +314,15 @@ export function onStop(ctl, from, m) {
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !Number.isInteger(d.stopAfter)) { ctl.mesh.drop(from, m, 'STOP for no run of ours'); return; }
   // at the end's barrier this device's steps are final: a STOP before them comes too late
   if (run.finishing && d.stopAfter < run.completed) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}: this device's run ends at step ${run.completed} (its end's barrier)`); return; }
-  const low = run.cfg.local_steps > 1 ? Math.min(run.undo?.step ?? run.completed, run.completed) : run.completed - 1;
+  const local = run.cfg.local_steps > 1;
+  const low = local ? Math.min(run.undoPrev?.step ?? run.undo?.step ?? run.completed, run.completed) : run.completed - 1;
   if (d.stopAfter < low || d.stopAfter > run.lastSent + 1 + run.cfg.local_steps) { ctl.mesh.drop(from, m, `STOP after step ${d.stopAfter}, this device is at ${run.completed}`); return; }
   const reason = String(d.reason || '').slice(0, 400);
   // who stopped it is what this device saw: the frame's sender. A member it names (`by`, a
   // relay's) is the sender's claim and is shown as one; the reason is the sender's words too
   const claimed = typeof d.by === 'string' && d.by !== from && run.roster.includes(d.by) ? d.by : null;
   const says = claimed ? `which says ${ctl.host.nameOf(claimed)} asked: ` : '';
-  if (d.stopAfter < run.completed && (!restoreUndo(ctl, run) || run.completed !== d.stopAfter)) {
+  if (d.stopAfter < run.completed && (!(local ? toRoundStart(ctl, run, d.stopAfter) : restoreUndo(ctl, run)) || run.completed !== d.stopAfter)) {
     end(ctl, run, 'stopped', `${reason} — stopped by ${ctl.host.nameOf(from)}${claimed ? `, ${says.slice(0, -2)}` : ''}; this device could not step back to ${d.stopAfter}`, 'cannot meet the group');
     return;
   }
@@ -340,11 +332,3 @@ export function onStop(ctl, from, m) {
 }
 
 const ALARMS = new Set(['replica mismatch', 'split alarm']);
-
-// local steps: the steps completed once the first exchange at or after step index s is done
-function roundEnd(cfg, s) {
-  let e = s;
-  while (!isExchangeStep(cfg, e)) e++;
-  return e + 1;
-}
-

@@ -65,17 +65,23 @@ export function newRunId() {
   return a[0] & MAX_RUN_ID;               // below 2^31 - 1e5: run id + epoch never wraps (roster.js)
 }
 
-// a replicated P schedule [[fromStep, P], ...]: strictly increasing steps, P in 1..64
+// a replicated P schedule [[fromStep, P], ...]: strictly increasing steps, P in 1..64; an entry of a
+// run of local steps may name the slots that left, [fromStep, P, slots] (increasing slots of the
+// P before it; P above the ones that stay: joiners after them; the --roster form STEP:PEERS:SLOTS)
 export function validHistory(h, from, P) {
   if (!Array.isArray(h) || !h.length || h.length > 4096) return false;
-  let last = -1;
+  let last = -1, lastP = 0;
   for (const e of h) {
-    if (!Array.isArray(e) || e.length !== 2 || !Number.isInteger(e[0]) || !Number.isInteger(e[1]) || e[0] <= last || e[1] < 1 || e[1] > 64) return false;
-    last = e[0];
+    if (!Array.isArray(e) || (e.length !== 2 && e.length !== 3) || !Number.isInteger(e[0]) || !Number.isInteger(e[1]) || e[0] <= last || e[1] < 1 || e[1] > 64) return false;
+    if (e.length === 3 && !validSlots(e[2], lastP, e[1])) return false;
+    last = e[0]; lastP = e[1];
   }
   const tail = h[h.length - 1];
   return from === undefined || (tail[0] <= from && tail[1] === P);
 }
+
+const validSlots = (slots, before, P) => Array.isArray(slots) && slots.length >= before - P && slots.length > 0
+  && slots.every((x, i) => Number.isInteger(x) && x >= 0 && x < before && (i === 0 || x > slots[i - 1]));
 
 // Leader, start: the proposal waiting for every member's ACCEPT.
 export class Proposal {
@@ -161,6 +167,8 @@ export class JoinAttempt {
     this.fwd = new Map();       // step -> the group's G of that step
     this.change = null;         // the RosterChange naming this device (accepted, then committed)
     this.draining = null;       // the running drain of fwd
+    this.early = null;          // a STATE that came before its SYNC ({from, m}: links deliver in order, the in-memory test transport does not)
+    this.earlyFwd = [];         // FWDs that came before its SYNC ([{from, m}]: at most MAX_FWD_HELD, one state body's bytes), for the same reason
   }
 }
 
@@ -231,7 +239,7 @@ export class Run {
     this.epoch = epoch;
     this.epochFrom = new Map([[epoch, completed]]);   // epoch -> its first step (split checks on late frames)
     this.slot = -1;             // this device's slot (set by the controller)
-    this.history = history.map((e) => e.slice());     // the P schedule [[fromStep, P], ...]
+    this.history = history.map((e) => e.slice());     // the P schedule [[fromStep, P], ...] ([fromStep, P, slots that left] with local steps)
     this.completed = completed; // steps completed
     this.lastSent = completed - 1;              // the last step whose gradient this device sent
     this.hash = hash;           // weight hash after `completed` steps
@@ -242,6 +250,7 @@ export class Run {
     this.stopAlarm = '';        // the alarm a STOP reported ('replica mismatch' | 'split alarm'), or ''
     this.fins = new Map();      // id -> its FIN {epoch, step, hash} (its first of that epoch and step): it ran every audit it owes up to there
     this.undo = null;           // one step of undo {params, m, v, t, hash, step}
+    this.undoPrev = null;       // local steps: the state at the exchange before undo's (a page one round ahead goes back to it)
     this.ended = false;
     this.finishing = false;     // the end's barrier (a Stop, the last step): departures change no roster meanwhile
     this.barrierPassed = false; // every contribution it keeps is checked (else kept_check.js checks them at its end)

@@ -5,7 +5,7 @@
 // Imports: ending.js, audit_book.js (restartBook), rollback.js (goBack). Exports:
 // voidChange, maybeCommit, switchCollective, applyRoster, setRoster.
 import { TYPES } from '../mesh/frames.js';
-import { end, restoreUndo, runView, wakeParked } from './ending.js';
+import { end, restoreUndo, runView, wakeParked, toRoundStart } from './ending.js';
 import { restartBook } from './audit_book.js';
 import { goBack } from './rollback.js';
 
@@ -37,7 +37,8 @@ export function switchCollective(ctl, run, change) {
   run.collective.deadlineMs = deadlineMs;
 }
 
-// the committed recovery roster: undo a step if this device is one ahead, then the new epoch
+// the committed recovery roster: undo a step if this device is one ahead (local steps: back to the
+// round's start), then the new epoch
 export function applyRoster(ctl, run, change) {
   const d = change.msg;
   const convicted = Array.isArray(d.convicted) ? d.convicted.map(([id]) => id) : [];
@@ -45,7 +46,14 @@ export function applyRoster(ctl, run, change) {
     end(ctl, run, 'stopped', `The run stopped: this device no longer keeps the state after step ${d.from} to go back to.`, 'cannot meet the group');
     return;
   }
-  if (run.completed === d.from + 1 && !restoreUndo(ctl, run)) {
+  // local steps: back to the round start it names (this device's last exchange, or the one before)
+  if (run.cfg.local_steps > 1) {
+    if (!toRoundStart(ctl, run, d.from)) {
+      end(ctl, run, 'stopped', `The run stopped: this device cannot go back to step ${d.from} to meet the group.`, 'cannot meet the group');
+      return;
+    }
+    run.undoPrev = null;                      // (the new roster's rounds start here)
+  } else if (run.completed === d.from + 1 && !restoreUndo(ctl, run)) {
     end(ctl, run, 'stopped', `The run stopped: this device cannot step back to step ${d.from} to meet the group.`, 'cannot meet the group');
     return;
   }

@@ -7,10 +7,10 @@
 // Imports: departures.js, roster_apply.js, rollback.js, audit_book.js. Exports: onRoster,
 // onRosterAnswer, onCommit, awaitCommit, reportJudgement, onServerGone.
 import { TYPES } from '../mesh/frames.js';
-import { mayGoOn, scheduleWith, checkRoster, rosterDigest, scheduleString } from '../mesh/roster.js';
+import { mayGoOn, scheduleWith, scheduleLocal, leftSlots, checkRoster, rosterDigest, scheduleString } from '../mesh/roster.js';
 import { waitUntil } from '../page_clock.js';
 import { RosterChange, validHistory } from './record.js';
-import { alarm } from './ending.js';
+import { alarm, position, positionBack } from './ending.js';
 import { restartBook } from './audit_book.js';
 import { convictions, convictionsKey, convictedIds, rollbackTo } from './rollback.js';
 import { ending, evidence, reachMs, reaches, beginRecovery, sendStatus, tryFinish, answersTimeout, giveUp } from './departures.js';
@@ -40,13 +40,16 @@ export function onRoster(ctl, from, m, final = false) {
     why = `its convictions (${says(Array.isArray(d.convicted) ? d.convicted : [])}) are not this device's own judgement (${says(mine)})`;
     wait = run.collective.deadlineMs + ctl.t.confirmWaitMs;     // this device's own judgement may be on its way (verdicts.js settle)
   }
-  const completed = mine.length ? rollbackTo(mine) : run.completed;
+  // (local steps: the round start this device holds, and the one before it: docs/VERIFICATION.md "Local steps")
+  const local = run.cfg.local_steps > 1;
+  const completed = mine.length ? rollbackTo(mine) : local ? position(run) : run.completed;
   if (!why && mine.length && d.from !== completed) why = `it goes back to step ${d.from}, this device's judgement to ${completed}`;
   if (!why && ctl.faults.refuseRosters) why = 'the fault plan refuses every roster';
   if (!why && ending(run)) why = `this device ends the run at step ${run.completed} (only a conviction changes its roster now)`;
-  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId, keptOut: ctl.keptOut }, from);
+  if (!why) why = checkRoster(d, { roster: run.roster, epoch: run.epoch, completed, selfId: ctl.selfId, keptOut: ctl.keptOut, ...(local ? { back: positionBack(run), round: run.cfg.local_steps } : {}) }, from);
   if (!why && (!validHistory(d.history, d.from, d.roster.length)
-      || scheduleString(d.history) !== scheduleString(scheduleWith(run.history, d.from, d.roster.length)))) {
+      || scheduleString(d.history) !== scheduleString(local ? scheduleLocal(run.history, d.from, run.roster.length, leftSlots(run.roster, d.roster), joined.length)
+        : scheduleWith(run.history, d.from, d.roster.length)))) {
     why = 'its P schedule is not this run\'s';
   }
   if (!why && joined.length && from !== run.roster[0]) why = 'only the run\'s leader admits joiners';

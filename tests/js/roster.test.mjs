@@ -2,7 +2,9 @@
 // survivors may go on without a split, the P schedule, and which ROSTER messages a peer takes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleString, checkRoster, rosterDigest, MAX_RUN_ID } from '../../frontend_js/mesh/roster.js';
+import { epochKey, actingLeader, mayGoOn, scheduleWith, scheduleLocal, leftSlots, scheduleString, checkRoster, rosterDigest, MAX_RUN_ID } from '../../frontend_js/mesh/roster.js';
+import { validHistory } from '../../frontend_js/run/record.js';
+import { parseRoster } from '../../frontend_js/train.js';
 
 test('epoch keys: distinct per epoch, never 0, no wrap below the largest run id', () => {
   assert.equal(epochKey(7, 0), 7);
@@ -52,6 +54,44 @@ test('the P schedule: a change at `from` undoes later entries and replaces one a
   assert.deepEqual(scheduleWith([[0, 2], [10, 3]], 9, 1), [[0, 2], [9, 1]]);
   assert.deepEqual(scheduleWith([[0, 3]], 5, 3), [[0, 3]], 'same P: unchanged');
   assert.equal(scheduleString([[0, 2], [10, 3], [15, 2]]), '0:2,10:3,15:2');
+});
+
+test('local steps: the schedule names the slots that leave at a round start; a redone change is folded in', () => {
+  assert.deepEqual(leftSlots(['a', 'b', 'c', 'd'], ['a', 'c']), [1, 3]);
+  assert.deepEqual(scheduleLocal([[0, 4]], 8, 4, [1]), [[0, 4], [8, 3, [1]]]);
+  assert.deepEqual(scheduleLocal([[0, 4]], 0, 4, [1]), [[0, 3]], 'the run\'s start: every replica the same, no slots');
+  // [a, b, c, d] -> b left at 8 -> [a, c, d]; d (slot 2 now) leaves before the round's exchange: at 8, slots 1 and 3 of 4
+  assert.deepEqual(scheduleLocal([[0, 4], [8, 3, [1]]], 8, 3, [2]), [[0, 4], [8, 2, [1, 3]]]);
+  assert.deepEqual(scheduleLocal([[0, 4], [8, 3, [1]]], 8, 3, [0]), [[0, 4], [8, 2, [0, 1]]]);
+  assert.deepEqual(scheduleLocal([[0, 4], [8, 3, [1]]], 8, 3, []), [[0, 4], [8, 3, [1]]], 'a redone round, nobody more left: unchanged');
+  assert.deepEqual(scheduleLocal([[0, 4], [8, 3, [1]]], 12, 3, [0]), [[0, 4], [8, 3, [1]], [12, 2, [0]]]);
+  assert.deepEqual(scheduleLocal([[0, 3]], 8, 3, []), [[0, 3]]);
+  // joiners: appended ([8, 4]); a member that leaves in the joiners' first round is folded into that entry
+  assert.deepEqual(scheduleLocal([[0, 3]], 8, 3, [], 1), [[0, 3], [8, 4]]);
+  assert.deepEqual(scheduleLocal([[0, 2], [8, 3]], 8, 3, [0]), [[0, 2], [8, 2, [0]]], 'slot 0 left, the joiner stays: 8:2:0');
+  assert.deepEqual(scheduleLocal([[0, 2], [8, 3]], 8, 3, [2]), [[0, 2]], 'the joiner itself left: no change at 8');
+  assert.deepEqual(scheduleLocal([[0, 3], [8, 3, [0]]], 8, 3, [1]), [[0, 3], [8, 2, [0, 2]]], '[a,b,c] -> [b,c,j]; c leaves: 8:2:0.2');
+  assert.equal(scheduleString(scheduleLocal([[0, 3], [8, 3, [0]]], 8, 3, [2])), '0:3,8:2:0', 'the joiner of 8:3:0 leaves');
+  const h = scheduleLocal([[0, 4], [8, 3, [1]]], 8, 3, [2]);
+  assert.equal(scheduleString(h), '0:4,8:2:1.3');
+  assert.deepEqual(parseRoster(scheduleString(h)), h, 'the string is the --roster of python -m daisy.train');
+  assert.ok(validHistory(h, 8, 2) && validHistory([[0, 2], [10, 3]], 10, 3));
+  for (const bad of [[[0, 4], [8, 3, [4]]], [[0, 4], [8, 2, [1]]], [[0, 4], [8, 2, [3, 1]]], [[0, 4], [8, 4, []]], [[0, 4], [8, 3, 'x']], [[0, 4], [8, 3, [1], 0]]]) {
+    assert.equal(validHistory(bad), false, JSON.stringify(bad));
+  }
+});
+
+test('ROSTER checks, local steps: a recovery from the round start this peer holds or the one before', () => {
+  const cur = { roster: ['a', 'b', 'c'], epoch: 2, completed: 20, selfId: 'b', back: 16 };
+  assert.equal(checkRoster({ roster: ['a', 'b'], epoch: 3, from: 20 }, cur, 'a'), null);
+  assert.equal(checkRoster({ roster: ['a', 'b'], epoch: 3, from: 16 }, cur, 'a'), null);
+  assert.match(String(checkRoster({ roster: ['a', 'b'], epoch: 3, from: 19 }, cur, 'a')), /recovery from step 20/);
+  assert.match(String(checkRoster({ roster: ['a', 'b'], epoch: 3, from: 16 }, { ...cur, back: -1 }, 'a')), /recovery from step 17/);
+  // joiners at one of the next two round starts (H = 4)
+  const at = { ...cur, round: 4 };
+  assert.equal(checkRoster({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 24 }, at, 'a'), null);
+  assert.equal(checkRoster({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from: 28 }, at, 'a'), null);
+  for (const from of [21, 20, 32, 26]) assert.match(String(checkRoster({ roster: ['a', 'b', 'c', 'd'], epoch: 3, from }, at, 'a')), /joiners from step/, `from ${from}`);
 });
 
 test('ROSTER checks: planned joins, recoveries, and what is refused', () => {

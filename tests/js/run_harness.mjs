@@ -17,7 +17,7 @@ import { RunController } from '../../frontend_js/run/controller.js';
 import { ExchangeError } from '../../frontend_js/mesh/mesh_collective.js';
 import { ModelStore } from '../../frontend_js/peer/model_store.js';
 import { StreamBatches } from '../../frontend_js/batch_source.js';
-import { Group as RefGroup, Trainer, peersAt } from '../../frontend_js/train.js';
+import { Group as RefGroup, Trainer, peersAt, leftAt } from '../../frontend_js/train.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { stream } from './group_runs.mjs';
 import { bestBackend } from '../../frontend_js/engines.js';
@@ -177,16 +177,17 @@ export class Group {
 }
 
 // The JS Group (frontend_js/train.js, itself tested equal to python -m daisy.train) run on a P
-// schedule: hashes[s - 1] = the hash after step s. Cached per schedule.
+// schedule: hashes[s - 1] = the hash after step s. Cached per schedule. settings: what SETTINGS
+// lacks (local_steps, steps); a schedule entry of local steps names the slots that left.
 const refCache = new Map();
-export async function referenceHashes(history, steps) {
-  const key = JSON.stringify(history);
+export async function referenceHashes(history, steps, settings = {}) {
+  const key = JSON.stringify([history, settings]);
   let ref = refCache.get(key);
   if (!ref) { ref = { hashes: [], group: null }; refCache.set(key, ref); }
-  if (!ref.group) ref.group = new RefGroup(makeConfig(SETTINGS), peersAt(history, 0), stream, BACKEND);
+  if (!ref.group) ref.group = new RefGroup(makeConfig({ ...SETTINGS, ...settings }), peersAt(history, 0), stream, BACKEND);
   while (ref.hashes.length < steps) {
     const s = ref.hashes.length;
-    ref.group.resize(peersAt(history, s));
+    ref.group.resize(peersAt(history, s), leftAt(history, s));
     ref.hashes.push((await ref.group.step()).hashes[0]);
   }
   return ref.hashes;
@@ -197,7 +198,8 @@ export async function firstOffReference(node) {
   const h = node.history;
   if (!h || !node.steps.size) return null;
   const last = Math.max(...node.steps.keys());
-  const want = await referenceHashes(h, last);
+  const cfg = node.run.cfg;
+  const want = await referenceHashes(h, last, cfg.local_steps > 1 ? { local_steps: cfg.local_steps, steps: cfg.steps } : {});
   for (const [s, x] of [...node.steps].sort((a, b) => a[0] - b[0])) {
     if (x !== want[s - 1]) return `${node.id}: step ${s} hash ${x.slice(0, 12)}, the reference of history ${JSON.stringify(h)} has ${want[s - 1].slice(0, 12)}`;
   }
