@@ -5,23 +5,32 @@
 # TensorFlow.js ratios, bench/tfjs/node_modules (npm ci there; or a tfjs_nm.tar.xz of it in the
 # root, unpacked here):   bash bench/h200/issue26.sh      (writes under $OUT, default ./out)
 #   rs/       the resident step vs the CPU backend on every core (pick_and_resident.mjs residentStep)
-#   cli_*     node frontend_js/cli.mjs --gpu resident --json (compare with python -m daisy.train --json)
 #   pick/     the registry's measured pick and the resident kernels' times (sections pick, resident)
-#   tfjs_*    bench/bench_tfjs.mjs at the default and the largest settings (wasm, and WebGPU)
+#   cli_*     node frontend_js/cli.mjs --gpu resident --json (compare with python -m daisy.train --json)
+#   tfjs_*    bench/bench_tfjs.mjs at the largest settings (and the default with TFJS_DEFAULT=1)
+#   split/    one replica's local step and Adam step timed apart (default settings, one thread)
+# Each part is bounded by `timeout` so that the whole fits one 10-minute call.
 set -u
-OUT=${OUT:-out}; mkdir -p "$OUT"
+# Everything is written under $RUN_DIR and packed into $OUT/issue26.tgz at the end (the device
+# tool brings back at most 8 files; the tarball is one).
+FINAL_OUT=${OUT:-out}; mkdir -p "$FINAL_OUT"
+OUT=${RUN_DIR:-/tmp/issue26}; rm -rf "$OUT"; mkdir -p "$OUT"
 source .gpu/setup.sh > "$OUT/setup.txt" 2>&1
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; echo "cores: $(nproc)"; $NODE --version; } > "$OUT/machine.txt" 2>&1
 if [ -f tfjs_nm.tar.xz ] && [ ! -d bench/tfjs/node_modules ]; then
   python3 -c "import tarfile; tarfile.open('tfjs_nm.tar.xz').extractall('bench/tfjs')"
 fi
-LARGEST="--width 128 --seq-len 128 --batch 32 --layers 8 --heads 8"
-t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; }
-OUT=$OUT/rs DAISY_SECTIONS=residentStep timeout 150 $NODE bench/h200/pick_and_resident.mjs > "$OUT/rs.log" 2>&1; stamp residentStep
-timeout 30 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$OUT/cli_default.jsonl" 2> "$OUT/cli_default.err"; stamp cli_default
-timeout 40 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 3 $LARGEST > "$OUT/cli_largest.jsonl" 2> "$OUT/cli_largest.err"; stamp cli_largest
+LARGEST="--width 128 --seq-len 128 --batch 32"     # the five settings at their most
+t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; pkill -9 -f pick_and_resident; pkill -9 -f bench_tfjs; pkill -9 -f cli.mjs; sleep 1; }
+OUT=$OUT/rs DAISY_SPLIT=0 DAISY_SECTIONS=residentStep timeout 150 $NODE bench/h200/pick_and_resident.mjs > "$OUT/rs.log" 2>&1; echo "exit $?" >> "$OUT/rs.log"; stamp residentStep
+OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 120 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; echo "exit $?" >> "$OUT/pick.log"; stamp pick
+timeout 60 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$OUT/cli_default.jsonl" 2> "$OUT/cli_default.err"; stamp cli_default
 if [ -d bench/tfjs/node_modules ]; then
-  timeout 30 $NODE bench/bench_tfjs.mjs --steps 10 --webgpu > "$OUT/tfjs_default.jsonl" 2>&1; stamp tfjs_default
-  timeout 50 $NODE bench/bench_tfjs.mjs --steps 5 --warmup 2 --webgpu $LARGEST > "$OUT/tfjs_largest.jsonl" 2>&1; stamp tfjs_largest
+  timeout 60 $NODE bench/bench_tfjs.mjs --steps 5 --warmup 2 --webgpu $LARGEST > "$OUT/tfjs_largest.jsonl" 2>&1; stamp tfjs_largest
+  [ -n "${TFJS_DEFAULT:-}" ] && { timeout 30 $NODE bench/bench_tfjs.mjs --steps 10 --webgpu > "$OUT/tfjs_default.jsonl" 2>&1; stamp tfjs_default; }
 fi
-OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 80 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; stamp pick
+timeout 50 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 2 $LARGEST > "$OUT/cli_largest.jsonl" 2> "$OUT/cli_largest.err"; stamp cli_largest
+# one replica's local step and Adam timed apart, default settings, one thread (segfaulted on the H100)
+OUT=$OUT/split DAISY_THREADS=1 DAISY_SETTINGS=default DAISY_SECTIONS=residentStep timeout 40 $NODE bench/h200/pick_and_resident.mjs > "$OUT/split.log" 2>&1; echo "exit $?" >> "$OUT/split.log"; stamp split
+tar czf "$FINAL_OUT/issue26.tgz" -C "$OUT" .
+cat "$OUT/times.txt"; tail -n 30 "$OUT"/rs.log "$OUT"/split.log; tail -n 4 "$OUT"/pick.log

@@ -41,6 +41,7 @@ const save = () => writeFileSync(join(OUT, 'pick_resident.json'), JSON.stringify
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b), h = s.length >> 1; return s.length % 2 ? s[h] : (s[h - 1] + s[h]) / 2; };
 const quiet = { log() {} };
 const stream = textStream('the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. '.repeat(2000));
+const progress = (...words) => process.stderr.write(`${new Date().toISOString().slice(11, 23)} ${words.join(' ')}\n`);
 const ONLY = process.env.DAISY_SECTIONS ? new Set(process.env.DAISY_SECTIONS.split(',')) : null;
 async function section(name, fn) {
   if (ONLY && !ONLY.has(name)) return;
@@ -51,8 +52,10 @@ async function section(name, fn) {
 }
 
 const SETTINGS = SMALL ? { tiny: { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 2, steps: 100 } }
-  : { default: { steps: 100 }, largest: { width: 128, seq_len: 128, batch: 32, layers: 8, heads: 8, steps: 100 } };
+  : { default: { steps: 100 }, largest: { width: 128, seq_len: 128, batch: 32, steps: 100 } };   // the five settings at their most (layers, heads: the defaults)
 const STEPS = SMALL ? 3 : 10;
+// DAISY_SETTINGS=largest (or default): only those settings
+if (process.env.DAISY_SETTINGS) for (const name of Object.keys(SETTINGS)) if (!process.env.DAISY_SETTINGS.split(',').includes(name)) delete SETTINGS[name];
 
 // 2-peer Group steps on `backend` -> {ms (median), hashes}
 async function steps(cfg, backend, gpuModule = null, engine = null) {
@@ -62,6 +65,7 @@ async function steps(cfg, backend, gpuModule = null, engine = null) {
     const r = gpuModule ? await gpuModule.withGpuFallback(engine, () => g.step()) : await g.step();
     ms.push(performance.now() - t0);
     hashes.push(r.hashes[0]);
+    progress('  step', s, Math.round(ms[s]), 'ms');
   }
   return { ms: median(ms.slice(1)), all: ms, hashes };
 }
@@ -122,8 +126,12 @@ await section('resident', async () => {
 // the resident step (the registry's mode 'resident': ResidentTrainer, forward, backward, Adam on the
 // GPU; the exchange on the host) in a 2-peer Group vs the CPU backend on every core: ms per step
 // (medians; the first step, with its compile and upload, left out) and the hashes of every step equal
+// DAISY_THREADS: the CPU backend's threads (default 'auto': every core); progress goes to stderr
+const THREADS = process.env.DAISY_THREADS ? Number(process.env.DAISY_THREADS) : 'auto';
 await section('residentStep', async () => {
-  const picked = await pickBackend({ gpu: create([]), mode: 'resident', threads: 'auto' });
+  progress('residentStep: booting, threads', THREADS);
+  const picked = await pickBackend({ gpu: create([]), mode: 'resident', threads: THREADS });
+  progress('residentStep: booted:', picked.describe().pathLabel ?? '');
   const out = { picked: picked.describe(), cpuThreads: picked.threads };
   if (!picked.resident) return out;
   out.adapter = picked.resident.info;
@@ -131,19 +139,33 @@ await section('residentStep', async () => {
     const cfg = makeConfig(st);
     const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => picked.trainer(c, r, b));
     const ms = [], hashes = [], losses = [];
-    for (let s = 0; s < STEPS; s++) { const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]); losses.push(r.loss); }
-    const onCpu = await steps(cfg, picked.cpu);
-    // where a resident step's time goes: one replica's local step, and its Adam + read-back + hash
-    const t = g.trainers[0], split = { localStep: [], apply: [] };
-    for (let s = 0; s < 3; s++) {
-      let t0 = performance.now(); const r = await t.localStep(STEPS + s, 0); split.localStep.push(performance.now() - t0);
-      t0 = performance.now(); await t.apply(r.grads); split.apply.push(performance.now() - t0);
+    for (let s = 0; s < STEPS; s++) {
+      const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]); losses.push(r.loss);
+      progress(name, 'resident step', s, Math.round(ms[s]), 'ms');
+      if (process.env.DAISY_GC_EACH_STEP === '1') { globalThis.gc(); progress(name, 'gc done'); }   // node --expose-gc: is a collection what ends the process?
     }
+    out[name] = { residentMs: median(ms.slice(1)), all: ms };
+    save();
+    const onCpu = await steps(cfg, picked.cpu);
+    progress(name, 'cpu steps', Math.round(onCpu.ms), 'ms (median)');
     const firstBad = hashes.findIndex((h, i) => h !== onCpu.hashes[i]);
     out[name] = { residentMs: median(ms.slice(1)), cpuMs: onCpu.ms, residentVsCpu: onCpu.ms / median(ms.slice(1)), all: ms, cpuAll: onCpu.all,
-      hashesEqual: firstBad < 0, firstBad, steps: STEPS, cpuSteps: g.trainers.map((tr) => tr.cpuSteps), fault: g.trainers[0].fault,
-      oneReplicaMs: { localStep: median(split.localStep), apply: median(split.apply) } };
+      hashesEqual: firstBad < 0, firstBad, steps: STEPS, cpuSteps: g.trainers.map((tr) => tr.cpuSteps), fault: g.trainers[0].fault, oneReplicaMs: null };
     save();
+    // where a resident step's time goes: one replica's local step, and its Adam + read-back + hash
+    // (DAISY_SPLIT=0 leaves it out: on the H100 it ended the process with a segfault, see TEST_RESULTS)
+    if (process.env.DAISY_SPLIT !== '0') {
+      const t = g.trainers[0], split = { localStep: [], apply: [] };
+      progress(name, 'one replica, split');
+      for (let s = 0; s < 3; s++) {
+        progress(name, 'split', s, 'localStep');
+        let t0 = performance.now(); const r = await t.localStep(STEPS + s, 0); split.localStep.push(performance.now() - t0);
+        progress(name, 'split', s, 'apply');
+        t0 = performance.now(); await t.apply(r.grads); split.apply.push(performance.now() - t0);
+      }
+      out[name].oneReplicaMs = { localStep: median(split.localStep), apply: median(split.apply) };
+      save();
+    }
   }
   picked.cpu.close?.();
   return out;
