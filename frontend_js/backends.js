@@ -12,15 +12,17 @@
 //          page runs the faster path at the run's own settings and says by how much
 // A candidate whose module the server does not have (`has(path)` false: the page imports only
 // what exists) or whose start fails is passed over, and the reason says why.
-// Modes (the page's ?gpu=, the CLI's --gpu): 'auto' (measured), 'all' (every GEMM on the GPU:
-// checking a GPU), 'resident' (the whole step on the GPU: gpu/resident.js; the run's trainer is a
-// ResidentTrainer, made by PickedBackend.trainer), 'off' (the CPU backend only).
+// Modes (the page's ?gpu=, the CLI's --gpu): 'auto' (measured: the GEMM route confirmed by whole
+// steps, and on a hardware adapter the resident step timed against the CPU in whole replica steps
+// at each run's settings, PickedBackend.prepare), 'all' (every GEMM on the GPU: checking a GPU),
+// 'resident' (the whole step on the GPU: gpu/resident.js; the run's trainer is a ResidentTrainer,
+// made by PickedBackend.trainer), 'off' (the CPU backend only).
 // The run loop and the CLI get their trainer from PickedBackend.trainer(cfg, replica, batches):
 // they never know which one they hold.
 import { bestBackend, withEngine } from './engines.js';
 import { defaultThreads } from './cpu/workers.js';
-import { Trainer } from './train.js';
-import { lossAndGrads, NORM_EPS } from './model.js';
+import { Trainer, Replica } from './train.js';
+import { lossAndGrads, NORM_EPS, initParams } from './model.js';
 import * as optim from './optim.js';
 import { treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
@@ -140,12 +142,15 @@ export async function pickCpuBackend({ threads = 'auto', has = () => true } = {}
 // change after the pick (a fault, a measurement): the page sets its state and announces it, so
 // the peer table and the compute line agree.
 export class PickedBackend {
-  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null, resident = null }) {
+  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null, resident = null, residentCandidate = null }) {
     this.mode = mode; this.cpu = cpu; this.threads = threads;
     this.gpuModule = gpuModule; this.engine = engine; this.gpuBackend = gpuBackend;
     this.gpu = gpu;                       // describeChoice's gpu argument when there is no engine
     this.resident = resident;             // gpu/resident.js createResidentStep's parts (mode 'resident'), until a fault
     this.settledFor = new Set();          // the settings (shape keys) whose paths prepare() timed
+    this.residentCandidate = residentCandidate;   // mode 'auto' on a hardware adapter: the resident step, timed per settings
+    this.residentTimes = new Map();       // settings key -> {residentMs, cpuMs, chosen}: whole steps timed at those settings
+    this.prepared = null;                 // the last prepare()'s verdict on the resident step, for describe()
     this.changeCallbacks = [];
   }
 
@@ -154,8 +159,12 @@ export class PickedBackend {
   // The trainer of a replica (train.js Trainer's interface): a ResidentTrainer in mode
   // 'resident' (not for local steps), else a Trainer on `backend`
   trainer(cfg, replica, batches) {
-    if (!this.resident || cfg.local_steps > 1) return new Trainer(cfg, replica, batches, this.backend);
-    const { kernels, unit, ResidentTrainer } = this.resident;
+    const resident = this.resident || (this.residentTimes.get(settingsKey(cfg))?.chosen ? this.residentCandidate : null);
+    if (!resident || cfg.local_steps > 1) return new Trainer(cfg, replica, batches, this.backend);
+    return this.residentTrainer(resident, cfg, replica, batches);
+  }
+
+  residentTrainer({ kernels, unit, ResidentTrainer }, cfg, replica, batches) {
     return new ResidentTrainer({ kernels, unit, cfg, replica, batches, cpu: this.cpu, onFault: (reason) => this.residentFault(reason),
       lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads } });
   }
@@ -163,25 +172,49 @@ export class PickedBackend {
   // Before a run's first step (a page's start, a member's accept; the CLI's pickBackend with
   // settings): a measured GPU route is timed at the run's settings, shapes then whole steps
   // (settle), once per settings. Nothing else to do on the CPU, a fixed route or the resident step.
+  // In mode 'auto' on a hardware adapter the resident step is then timed too, whole replica steps
+  // against the faster of the CPU and the route (timeTrainers), and runs at these settings only
+  // where it wins by more than route.js's margin (a run of local steps keeps a Trainer).
   async prepare(cfg) {
-    if (!this.engine?.route?.measure || this.engine.status.path !== 'gpu') return;
-    const key = JSON.stringify([cfg.width, cfg.seq_len, cfg.batch, cfg.layers, cfg.heads]);
-    if (this.settledFor.has(key)) return;
+    const key = settingsKey(cfg);
+    if (this.settledFor.has(key)) { this.prepared = this.residentTimes.get(key) ?? null; this.changed(); return; }
     this.settledFor.add(key);
-    await settle(this, cfg);
+    if (this.engine?.route?.measure && this.engine.status.path === 'gpu') await settle(this, cfg);
+    this.prepared = null;
+    if (!this.residentCandidate || cfg.local_steps > 1) return;
+    const { wholeStepSide } = await import('./gpu/route.js');
+    const candidate = this.residentCandidate;
+    try {
+      const [cpuMs, residentMs] = await timeTrainers([(c, r, b) => new Trainer(c, r, b, this.backend),
+        (c, r, b) => this.residentTrainer(candidate, c, r, b)], cfg);
+      if (!this.residentCandidate) return;            // it faulted while timed (residentFault said so)
+      this.prepared = { residentMs, cpuMs, chosen: wholeStepSide(cpuMs, residentMs) === 'gpu' };
+      this.residentTimes.set(key, this.prepared);
+    } catch (err) {
+      this.residentFault(`the resident step failed while timed: ${err.message || err}`);
+      return;
+    }
+    this.changed();
   }
 
   // the resident step failed (a GPU error): every trainer made after is the CPU's, the panel says why
+  // (mode 'auto': the candidate is dropped, the rest of the GPU path stays as measured)
   residentFault(reason) {
-    if (!this.resident) return;
-    this.resident = null;
-    this.gpu = { state: 'fault', reason };
+    if (this.resident) {
+      this.resident = null;
+      this.gpu = { state: 'fault', reason };
+    } else if (this.residentCandidate) {
+      this.residentCandidate = null;
+      this.residentTimes.clear();
+      this.prepared = { fault: reason };
+    } else return;
     this.changed();
   }
 
   describe() {
-    return describeChoice({ mode: this.mode, cpu: cpuName(this.cpu, this.threads), threads: this.threads,
+    const d = describeChoice({ mode: this.mode, cpu: cpuName(this.cpu, this.threads), threads: this.threads,
       gpu: this.engine ? gpuState(this.engine) : this.gpu });
+    return this.prepared ? withResidentTimed(d, this.prepared) : d;
   }
 
   onChange(cb) { this.changeCallbacks.push(cb); }
@@ -221,7 +254,14 @@ export async function pickBackend({ gpu = null, threads = 'auto', mode = 'auto',
       const gpuModule = await import('./gpu/gpu.js');
       const engine = await gpuModule.createGpuEngine({ gpu, route: mode === 'all' ? 'all' : 'measure', cpu: cpu.engine, ...engineOpts });
       engine.booted = true;                 // from here on, leaving the GPU is a fault (gpuState)
-      picked = new PickedBackend({ ...base, gpuModule, engine, gpuBackend: withEngine(cpu, engine) });
+      // mode 'auto' on a hardware adapter: the resident step too, timed against the others at a
+      // run's settings (prepare); a software adapter runs on this CPU and would only lose
+      let residentCandidate = null;
+      if (mode === 'auto' && engine.status.path === 'gpu' && !engine.status.adapter?.isFallbackAdapter) {
+        residentCandidate = await gpuModule.createResidentStep(gpu, { kernelBase: engineOpts.kernelBase })
+          .then((step) => ({ ...step, ResidentTrainer: gpuModule.ResidentTrainer }), () => null);
+      }
+      picked = new PickedBackend({ ...base, gpuModule, engine, gpuBackend: withEngine(cpu, engine), residentCandidate });
       engine.onFault(() => picked.changed());
       engine.onMeasured(() => picked.changed());
     } catch (err) {
@@ -231,6 +271,46 @@ export async function pickBackend({ gpu = null, threads = 'auto', mode = 'auto',
   if (onChange) picked.onChange(onChange);
   if (settings) await picked.prepare(settings);
   return picked;
+}
+
+const settingsKey = (cfg) => JSON.stringify([cfg.width, cfg.seq_len, cfg.batch, cfg.layers, cfg.heads]);
+
+// The compute line once prepare() timed the resident step at a run's settings
+function withResidentTimed(d, { residentMs, cpuMs, chosen, fault = null }) {
+  if (fault) return { ...d, pathReason: `${d.pathReason}; the resident step is off: ${fault}` };
+  const timed = `whole steps at these settings: the resident step ${residentMs.toFixed(1)} ms, the other path ${cpuMs.toFixed(1)} ms`;
+  if (!chosen) return { ...d, pathReason: `${d.pathReason}; ${timed} (the resident step is slower here)` };
+  return { path: 'gpu', pathLabel: `GPU (WebGPU, the whole step resident): ${times(cpuMs / residentMs)} this device's CPU at these settings`,
+    pathReason: `${timed}; ${d.pathReason}`, engine: `webgpu resident step (else ${d.engine})` };
+}
+
+// Whole replica steps (a local step, then Adam with its own gradient) of each candidate trainer
+// at `cfg`, made by makers[i](cfg, replica, batches), alternately on fixed tokens: a warm-up each,
+// then `reps` each -> the medians (ms). The replicas are thrown away.
+export async function timeTrainers(makers, cfg, reps = 3) {
+  const B = cfg.batch, T = cfg.seq_len;
+  const x = Int32Array.from({ length: B * T }, (_, i) => (i * 7919) % VOCAB_SIZE);
+  const y = Int32Array.from({ length: B * T }, (_, i) => (i * 104729 + 1) % VOCAB_SIZE);
+  const batches = { get: async () => ({ x, y }) };
+  const trainers = makers.map((make) => {
+    const params = initParams(cfg);
+    return make(cfg, new Replica(params, optim.adamInit(params)), batches);
+  });
+  const ms = makers.map(() => []);
+  try {
+    for (let r = 0; r <= reps; r++) {
+      for (const [i, t] of trainers.entries()) {
+        const arena = t.backend?.newArena?.();
+        const t0 = performance.now();
+        const { grads } = await t.localStep(r, 0, arena);
+        await t.apply(grads);
+        if (r > 0) ms[i].push(performance.now() - t0);
+      }
+    }
+  } finally {
+    for (const t of trainers) t.destroy?.();
+  }
+  return ms.map(median);
 }
 
 // Times the paths at `settings` now: local steps of a seeded model on fixed tokens through the

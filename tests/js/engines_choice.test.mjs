@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute, wholeStepSide, WHOLE_STEP_MARGIN } from '../../frontend_js/gpu/route.js';
-import { describeChoice, cpuName, pickBackend, GPU_MODES } from '../../frontend_js/backends.js';
+import { describeChoice, cpuName, pickBackend, GPU_MODES, PickedBackend, timeTrainers } from '../../frontend_js/backends.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { initParams } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
@@ -138,4 +138,37 @@ test("mode 'resident': said so when booted; without an adapter the CPU, saying w
   const params = initParams(cfg), replica = new Replica(params, adamInit(params));
   const t = noAdapter.trainer(cfg, replica, null);
   assert.ok(t instanceof Trainer && t.backend === noAdapter.backend && t.replica === replica);
+});
+
+// mode 'auto' on a hardware adapter times the resident step against the CPU in whole replica steps
+// at a run's settings (PickedBackend.prepare); here the timing on two real CPU trainers, and the
+// compute line for each verdict
+test('whole replica steps are timed for each candidate trainer; the compute line says what they chose', async () => {
+  const { Trainer } = await import('../../frontend_js/train.js');
+  const { makeConfig } = await import('../../frontend_js/config.js');
+  const { bestBackend, referenceBackend } = await import('../../frontend_js/engines.js');
+  const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 2, steps: 100 });
+  const made = [];
+  const maker = (backend) => (c, r, b) => { const t = new Trainer(c, r, b, backend); made.push(t); return t; };
+  const ms = await timeTrainers([maker(referenceBackend), maker(await bestBackend())], cfg, 2);
+  assert.equal(ms.length, 2);
+  for (const x of ms) assert.ok(Number.isFinite(x) && x > 0, `ms ${ms}`);
+  assert.deepEqual(made.map((t) => t.replica.step), [3, 3], 'a warm-up and 2 timed steps each');
+  const cpu = await bestBackend();
+  const picked = new PickedBackend({ mode: 'auto', cpu, threads: { count: 1, shared: false, reason: 'one thread asked for' }, gpu: { state: 'off' } });
+  picked.prepared = { residentMs: 195, cpuMs: 515, chosen: true };
+  const on = picked.describe();
+  assert.deepEqual([on.path, on.pathLabel], ['gpu', "GPU (WebGPU, the whole step resident): 2.6× this device's CPU at these settings"]);
+  assert.match(on.pathReason, /^whole steps at these settings: the resident step 195\.0 ms, the other path 515\.0 ms; /);
+  picked.prepared = { residentMs: 59, cpuMs: 30, chosen: false };
+  const off = picked.describe();
+  assert.equal(off.path, 'cpu');
+  assert.match(off.pathReason, /the resident step 59\.0 ms, the other path 30\.0 ms \(the resident step is slower here\)$/);
+  picked.prepared = { fault: 'device lost' };
+  assert.match(picked.describe().pathReason, /; the resident step is off: device lost$/);
+  // without a resident candidate, prepare() at settings with nothing to time says nothing new
+  picked.prepared = null;
+  await picked.prepare(cfg);
+  assert.equal(picked.prepared, null);
+  assert.ok(picked.trainer(cfg, made[0].replica, null) instanceof Trainer);
 });
