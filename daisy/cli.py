@@ -117,8 +117,10 @@ def parse_args(argv):
     if cfg.local_steps > 1 and args.save is not None and args.stop_after not in (None, cfg.steps):
         ap.error("--save with --local-steps only at the run's end: between exchanges every replica has "
                  "its own weights and Adam state, which a checkpoint of one replica does not hold")
-    if cfg.local_steps > 1 and args.audit_rate is not None:
-        ap.error("--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
+    if (cfg.local_steps > 1 and args.audit_rate is not None and args.stop_after not in (None, cfg.steps)
+            and args.stop_after % cfg.local_steps != 0):
+        ap.error(f"--stop-after with --local-steps {cfg.local_steps} and audits ends at a round's exchange "
+                 f"(a multiple of {cfg.local_steps}, or the run's steps), got {args.stop_after}")
     if args.roster is not None:
         try:
             check_roster(args.schedule, args.roster, 0, cfg.steps, cfg.local_steps)
@@ -126,7 +128,7 @@ def parse_args(argv):
             ap.error(str(e))
     if args.attack_spec is not None:
         try:
-            check_attack(args.attack_spec, args.schedule[0][1], cfg.steps)
+            check_attack(args.attack_spec, args.schedule[0][1], cfg.steps, cfg.local_steps)
         except ValueError as e:
             ap.error(str(e))
     return args, cfg

@@ -21,7 +21,8 @@ import {
 } from './audit.js';
 import { Sha256, short, toHex } from './hashing.js';
 
-export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
+export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner',
+  'moments'];     // moments: runs of local steps only (attack_rounds.js)
 
 // ---- the attack setting ---------------------------------------------------------------------------
 export class AttackError extends Error {}
@@ -78,11 +79,18 @@ export function parseAuditRate(text) {
 }
 
 // the attack fits a run of P peers and `steps` steps; at least one peer stays honest
-export function checkAttack(attack, P, steps) {
+export function checkAttack(attack, P, steps, localSteps = 1) {
   for (const s of attack.peers) if (s >= P) throw new AttackError(`--attack slot ${s} is outside the group of ${P} peers`);
   if (attack.peers.length >= P) throw new AttackError(`--attack names every one of the ${P} peers; at least one must be honest`);
   if (attack.start >= steps) throw new AttackError(`--attack from ${attack.start} is past the run's last step index ${steps - 1}`);
   if (attack.leave !== null && attack.leave >= steps) throw new AttackError(`--attack leave ${attack.leave} is past the run's last step index ${steps - 1}`);
+  if (attack.kind === 'moments' && localSteps === 1) {
+    throw new AttackError("--attack kind 'moments' forges a round's Adam state: only with --local-steps above 1");
+  }
+  if (attack.leave !== null && localSteps > 1 && attack.leave % localSteps !== 0) {
+    throw new AttackError(`--attack leave ${attack.leave}: with --local-steps ${localSteps} a peer leaves at a `
+      + `round's start (a multiple of ${localSteps})`);
+  }
 }
 
 // ---- forged gradients ------------------------------------------------------------------------------

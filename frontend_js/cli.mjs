@@ -152,7 +152,7 @@ export function parseArgs(argv) {
   if (cfg.local_steps > 1 && args.audit_rate !== null) {
     throw new UsageError('--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)');
   }
-  if (args.attackSpec !== null) attackOrUsage(() => checkAttack(args.attackSpec, args.schedule[0][1], cfg.steps));
+  if (args.attackSpec !== null) attackOrUsage(() => checkAttack(args.attackSpec, args.schedule[0][1], cfg.steps, cfg.local_steps));
   return { args, cfg };
 }
 

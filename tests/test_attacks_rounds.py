@@ -1,0 +1,121 @@
+"""Audited rounds of local steps, the Python reference (daisy/attack_rounds.py, daisy/audit.py;
+docs/VERIFICATION.md §13 "Rounds of local steps"):
+
+1. an honest audited run of local steps prints the plain run's lines, byte for byte;
+2. each attack kind (the delta forged, the Adam state forged, a lying auditor, a lying owner,
+   colluders, a forge then a departure, a forge then a Stop) removes exactly its attackers, and
+   the kept timeline (the last line printed for each step) equals `python -m daisy.train
+   --local-steps H --roster R` for the roster R it names (the slots that left named);
+3. the pure rules: the Adam state's hash, the chain check, the round's end, the transcript's size;
+4. the refusals (a Stop mid-round, `moments` without local steps, a leave mid-round)."""
+import json
+
+import numpy as np
+import pytest
+
+from daisy import audit
+from daisy.optim import adam_init
+from tests.test_attacks import TINY, kept, py, roster_of, strip_flags
+
+LOCAL = ["--local-steps", "4", "--stop-after", "60", *TINY]
+CASES = {
+    "scale": ["--peers", "4", "--audit-rate", "0.5", "--attack", "slot=1,from=30,kind=scale:-1000", *LOCAL],
+    "nan": ["--peers", "3", "--attack", "slot=2,from=5,kind=nan", *LOCAL],
+    "moments": ["--peers", "3", "--audit-rate", "0.5", "--attack", "slot=1,from=30,kind=moments", *LOCAL],
+    "stale": ["--peers", "3", "--audit-rate", "0.5", "--attack", "slot=1,from=20,kind=stale", *LOCAL],
+    "otherbatch": ["--peers", "2", "--audit-rate", "0.5", "--attack", "slot=1,from=20,kind=otherbatch", *LOCAL],
+    "mismatch-f64": ["--peers", "3", "--exchange", "f64", "--audit-rate", "0.5", "--attack",
+                     "slot=1,from=5,kind=mismatch", *LOCAL],
+    "liar": ["--peers", "3", "--audit-rate", "0.5", "--attack", "slot=1,from=5,kind=liar-auditor", *LOCAL],
+    "liar-owner": ["--peers", "4", "--attack", "slot=1,from=5,kind=liar-owner", *LOCAL],
+    "collude-moments": ["--peers", "5", "--audit-rate", "0.5", "--attack", "slot=1+3,from=30,kind=moments", *LOCAL],
+    "forge-then-leave": ["--peers", "3", "--attack", "slot=1,from=20,kind=scale:-1000,leave=24", *LOCAL],
+    "forge-then-stop": ["--peers", "3", "--attack", "slot=1,from=56,kind=scale:-1000", *LOCAL],
+}
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {name: py([*args, "--json"]) for name, args in CASES.items()}
+
+
+def test_an_honest_audited_run_of_local_steps_is_the_plain_run():
+    a = py(["--peers", "4", "--audit-rate", "0.5", "--local-steps", "4", "--stop-after", "24", *TINY, "--json"])
+    b = py(["--peers", "4", "--local-steps", "4", "--stop-after", "24", *TINY, "--json"])
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    assert a.stdout == b.stdout and len(a.stdout.splitlines()) == 24
+    # 6 rounds of 4 slots at rate 0.5: the audits drawn, none failed
+    assert a.stderr.strip().endswith("13 audits, 0 steps recomputed; the run's roster: 0:4"), a.stderr
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_attack_on_rounds_removes_its_attackers_and_keeps_the_reference(results, name):
+    p = results[name]
+    assert p.returncode == 0, p.stderr
+    args = CASES[name]
+    attackers = args[args.index("--attack") + 1].split(",")[0][5:].split("+")
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    events = [d for d in lines if "event" in d]
+    assert sorted(str(e["peer"]) for e in events) == sorted(attackers), events
+    for d in lines:
+        assert "event" in d or len(set(d["hashes"])) == 1, f"{name}: replicas differ at step {d['step']}"
+    assert all(e["rollback_to"] % 4 == 0 for e in events), events          # a round's start
+    roster = roster_of(p.stderr)
+    ref = py(["--roster", roster, *strip_flags(args), "--json"])
+    assert ref.returncode == 0, ref.stderr
+    got, want = kept(p.stdout), ref.stdout.splitlines()
+    assert len(got) == 60
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{name}: the kept run and daisy.train --roster {roster} differ at step {i + 1}:\n{g}\n{w}"
+
+
+def test_the_cases_reach_what_they_name(results):
+    """Each case shows its mechanism: a rollback that names a slot, a cheap check, the moments
+    caught, the end's and the departure's barriers, a false accusation, a lying owner."""
+    why = {name: [json.loads(line) for line in r.stdout.splitlines() if '"event"' in line] for name, r in results.items()}
+    assert roster_of(results["scale"].stderr) == "0:4,12:3:1"
+    assert "is 92800 bytes where 11784 are due" in why["nan"][0]["why"]
+    assert why["moments"][0]["rollback_to"] > 0 and "round of peer 1 did not reproduce" in why["moments"][0]["why"]
+    assert roster_of(results["collude-moments"].stderr) == "0:5,24:3:1.3"
+    assert "checked when it left" in why["forge-then-leave"][0]["why"]
+    assert "checked at the run's end" in why["forge-then-stop"][0]["why"]
+    assert "accused peer" in why["liar"][0]["why"]
+    assert why["liar-owner"][0]["why"].startswith("reduced shard from peer 1 did not reproduce")
+
+
+# -- the pure rules -----------------------------------------------------------------------------
+def test_the_adam_state_hash_the_chain_and_the_round():
+    params = {"a": np.zeros((2, 3)), "b": np.zeros(4)}
+    fresh = adam_init(params)
+    h = audit.adam_state_hash(fresh)
+    assert audit.check_start_state(fresh, h) is None
+    for change in ("m", "v", "t"):
+        other = adam_init(params)
+        if change == "t":
+            other["t"] = 1
+        else:
+            other[change]["b"][3] = np.nextafter(0.0, 1.0)
+        assert audit.adam_state_hash(other) != h, change
+        assert audit.check_start_state(other, h) == "its Adam state at the round's start is not the one it committed to"
+    # the same bytes for m and v swapped are another state
+    swapped = adam_init(params)
+    swapped["m"]["a"][0, 0], swapped["v"]["b"][0] = 1.0, 1.0
+    crossed = adam_init(params)
+    crossed["v"]["a"][0, 0], crossed["m"]["b"][0] = 1.0, 1.0
+    assert audit.adam_state_hash(swapped) != audit.adam_state_hash(crossed)
+    assert [audit.round_end(s, 4, 10) for s in range(10)] == [3, 3, 3, 3, 7, 7, 7, 7, 9, 9]
+    assert audit.state_transcript_bytes(1000) == 16004
+    d = audit.round_digest(7, 1, 2.5, [b"\x01" * 32], h)
+    assert d == audit.slot_digest(7, 1, 2.5, [b"\x01" * 32, h]) != audit.round_digest(7, 1, 2.5, [b"\x01" * 32], bytes(32))
+
+
+def test_refusals():
+    for args, needle in (
+            (["--local-steps", "4", "--stop-after", "61", "--attack", "slot=1,kind=nan"],
+             "--stop-after with --local-steps 4 and audits ends at a round's exchange (a multiple of 4, or the run's steps), got 61"),
+            (["--attack", "slot=1,kind=moments"],
+             "--attack kind 'moments' forges a round's Adam state: only with --local-steps above 1"),
+            (["--local-steps", "4", "--attack", "slot=1,from=5,kind=nan,leave=10"],
+             "--attack leave 10: with --local-steps 4 a peer leaves at a round's start (a multiple of 4)")):
+        r = py(args)
+        assert r.returncode == 2 and r.stderr.strip().endswith(f"error: {needle}"), r.stderr
