@@ -464,13 +464,10 @@ class Printer:
         print(line, file=self.out, flush=True)
 
 
-def run_audited(args, cfg, group, out, err) -> int:
-    """python -m daisy.train --attack/--audit-rate: train to the run's end (or --stop-after)."""
-    if cfg.local_steps > 1:
-        from .attack_rounds import RoundAuditedRun
-        run = RoundAuditedRun(cfg, group, args.attack_spec, args.audit_rate)
-    else:
-        run = AuditedRun(cfg, group, args.attack_spec, args.audit_rate)
+def run_audited(args, cfg, group, out, err, runner=AuditedRun) -> int:
+    """python -m daisy.train --attack/--audit-rate: train to the run's end (or --stop-after).
+    runner: AuditedRun, or with local steps daisy/attack_rounds.py's RoundAuditedRun (cli.py picks)."""
+    run = runner(cfg, group, args.attack_spec, args.audit_rate)
     emit = Printer(args.json, out)
     end = cfg.steps if args.stop_after is None else args.stop_after
     while True:

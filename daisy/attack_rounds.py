@@ -1,6 +1,6 @@
 """The audited run of local steps: python -m daisy.train --local-steps H --attack SPEC
 [--audit-rate R] (docs/VERIFICATION.md §13 "Rounds of local steps"). frontend_js/attack_rounds.js
-is to be its twin.
+is the twin; the two print the same lines.
 
 The audited unit is a slot's round: its H inner steps from the anchor and its own Adam state,
 and the delta D_i = anchor - W_i it sends at the round's exchange (step e). A round is a pure

@@ -34,7 +34,8 @@ import sys
 from pathlib import Path
 
 from . import data
-from .attack import check_attack, parse_attack, parse_audit_rate, run_audited
+from .attack import AuditedRun, check_attack, parse_attack, parse_audit_rate, run_audited
+from .attack_rounds import RoundAuditedRun
 from .audit import DEFAULT_AUDIT_RATE
 from .batch_source import BatchError, HttpBatches, StreamBatches, data_info
 from .config import Config, ConfigError
@@ -197,7 +198,8 @@ def main(argv=None) -> int:
         else:
             group = Group(cfg, peers_at(args.schedule, 0), batches)
         if args.audit_rate is not None:
-            return run_audited(args, cfg, group, sys.stdout, sys.stderr)
+            runner = RoundAuditedRun if cfg.local_steps > 1 else AuditedRun      # local steps: rounds are audited
+            return run_audited(args, cfg, group, sys.stdout, sys.stderr, runner)
         rc = train(args, cfg, group, label)
         if isinstance(batches, HttpBatches):
             print(f"data: {batches.wait_summary()}", file=sys.stderr)

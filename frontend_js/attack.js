@@ -2,7 +2,8 @@
 //   node frontend_js/cli.mjs --peers P --attack "slot=1,from=39,kind=scale:-1000" [--audit-rate R]
 // prints the lines of python -m daisy.train with the same flags. The attacking peers are named by
 // their slot at the run's start and keep their ids when slots renumber. Kinds: scale:F, nan,
-// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner (daisy/attack.py says what each sends);
+// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner, moments (local steps only:
+// attack_rounds.js) (daisy/attack.py says what each sends);
 // slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
 // commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
@@ -455,8 +456,9 @@ export class Printer {
 }
 
 // cli.mjs --attack/--audit-rate: train to the run's end (or --stop-after); out, err: line writers
-export async function runAudited(args, cfg, group, out, err) {
-  const run = new AuditedRun(cfg, group, args.attackSpec, args.audit_rate);
+// runner: AuditedRun, or with local steps attack_rounds.js's RoundAuditedRun (cli.mjs picks)
+export async function runAudited(args, cfg, group, out, err, runner = AuditedRun) {
+  const run = new runner(cfg, group, args.attackSpec, args.audit_rate);
   const emit = new Printer(args.json, out);
   const end = args.stop_after === null ? cfg.steps : args.stop_after;
   for (;;) {

@@ -1,6 +1,10 @@
-"""Audited rounds of local steps, the Python reference (daisy/attack_rounds.py, daisy/audit.py;
-docs/VERIFICATION.md §13 "Rounds of local steps"):
+"""Audited rounds of local steps, the Python reference and its Node twin (daisy/attack_rounds.py,
+daisy/audit.py; frontend_js/attack_rounds.js, frontend_js/audit.js; docs/VERIFICATION.md §13
+"Rounds of local steps"):
 
+0. `python -m daisy.train --local-steps H --attack ...` and `node frontend_js/cli.mjs` with the
+   same flags print the same lines, stdout and stderr, for every case below (--json, and text for
+   one), and the same refusals;
 1. an honest audited run of local steps prints the plain run's lines, byte for byte;
 2. each attack kind (the delta forged, the Adam state forged, a lying auditor, a lying owner,
    colluders, a forge then a departure, a forge then a Stop) removes exactly its attackers, and
@@ -9,13 +13,15 @@ docs/VERIFICATION.md §13 "Rounds of local steps"):
 3. the pure rules: the Adam state's hash, the chain check, the round's end, the transcript's size;
 4. the refusals (a Stop mid-round, `moments` without local steps, a leave mid-round)."""
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from daisy import audit
 from daisy.optim import adam_init
-from tests.test_attacks import TINY, kept, py, roster_of, strip_flags
+from tests.reference import first_diff
+from tests.test_attacks import NODE, TINY, js, kept, py, roster_of, strip_flags
 
 LOCAL = ["--local-steps", "4", "--stop-after", "60", *TINY]
 CASES = {
@@ -34,16 +40,50 @@ CASES = {
 }
 
 
+TEXT_CASES = {"scale"}
+
+
 @pytest.fixture(scope="module")
-def results():
-    return {name: py([*args, "--json"]) for name, args in CASES.items()}
+def both():
+    """{(cli, name): its run}: python and node, every case in --json, TEXT_CASES as text too."""
+    assert NODE, "node is required (install nodejs)"
+    jobs = {}
+    for name, args in CASES.items():
+        jobs[("py", name)] = lambda a=args: py([*a, "--json"])
+        jobs[("js", name)] = lambda a=args: js([*a, "--json"])
+    for name in TEXT_CASES:
+        jobs[("py-text", name)] = lambda a=CASES[name]: py(a)
+        jobs[("js-text", name)] = lambda a=CASES[name]: js(a)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {k: pool.submit(f) for k, f in jobs.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def results(both):
+    return {name: both[("py", name)] for name in CASES}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_python_and_node_print_the_same_audited_rounds(both, name):
+    p, j = both[("py", name)], both[("js", name)]
+    assert p.returncode == 0, p.stderr
+    assert j.returncode == 0, j.stderr
+    diff = first_diff(p.stdout + p.stderr, j.stdout + j.stderr)
+    assert diff is None, f"{name}: python and node differ at {diff}"
+    if name in TEXT_CASES:
+        pt, jt = both[("py-text", name)], both[("js-text", name)]
+        assert "audit: round of peer 1 did not reproduce at step " in pt.stdout, pt.stdout
+        diff = first_diff(pt.stdout + pt.stderr, jt.stdout + jt.stderr)
+        assert diff is None, f"{name} (text): python and node differ at {diff}"
 
 
 def test_an_honest_audited_run_of_local_steps_is_the_plain_run():
     a = py(["--peers", "4", "--audit-rate", "0.5", "--local-steps", "4", "--stop-after", "24", *TINY, "--json"])
     b = py(["--peers", "4", "--local-steps", "4", "--stop-after", "24", *TINY, "--json"])
-    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
-    assert a.stdout == b.stdout and len(a.stdout.splitlines()) == 24
+    j = js(["--peers", "4", "--audit-rate", "0.5", "--local-steps", "4", "--stop-after", "24", *TINY, "--json"])
+    assert a.returncode == 0 and b.returncode == 0 and j.returncode == 0, (a.stderr, b.stderr, j.stderr)
+    assert a.stdout == b.stdout == j.stdout and a.stderr == j.stderr and len(a.stdout.splitlines()) == 24
     # 6 rounds of 4 slots at rate 0.5: the audits drawn, none failed
     assert a.stderr.strip().endswith("13 audits, 0 steps recomputed; the run's roster: 0:4"), a.stderr
 
@@ -117,5 +157,5 @@ def test_refusals():
              "--attack kind 'moments' forges a round's Adam state: only with --local-steps above 1"),
             (["--local-steps", "4", "--attack", "slot=1,from=5,kind=nan,leave=10"],
              "--attack leave 10: with --local-steps 4 a peer leaves at a round's start (a multiple of 4)")):
-        r = py(args)
-        assert r.returncode == 2 and r.stderr.strip().endswith(f"error: {needle}"), r.stderr
+        for r in (py(args), js(args)):
+            assert r.returncode == 2 and r.stderr.strip().endswith(f"error: {needle}"), r.stderr
