@@ -159,3 +159,25 @@ def test_refusals():
              "--attack leave 10: with --local-steps 4 a peer leaves at a round's start (a multiple of 4)")):
         for r in (py(args), js(args)):
             assert r.returncode == 2 and r.stderr.strip().endswith(f"error: {needle}"), r.stderr
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_attack_on_rounds_caught_within_its_bound_in_rounds(results, name):
+    """p per round is §13's p per step with "round" for "step": every forger removed within the
+    rounds its p allows but once in 10^6 runs, counted from the first round it forged."""
+    args, H = CASES[name], 4
+    spec = dict(part.split("=", 1) for part in args[args.index("--attack") + 1].split(","))
+    P, first = int(args[args.index("--peers") + 1]), int(spec["from"]) // H
+    attackers = [int(a) for a in spec["slot"].split("+")]
+    rate = float(args[args.index("--audit-rate") + 1]) if "--audit-rate" in args else audit.DEFAULT_AUDIT_RATE
+    if spec["kind"] == "nan":
+        p_each = 1.0
+    elif len(attackers) == 1:
+        p_each = audit.detection_probability(P, rate, liar=spec["kind"] == "liar-auditor")
+    else:                                  # a colluder: audited, by an honest auditor
+        p_each = rate * (P - len(attackers)) / (P - 1)
+    cap = 1 if p_each == 1.0 else int(np.ceil(np.log(1e-6) / np.log(1 - p_each)))
+    events = [json.loads(line) for line in results[name].stdout.splitlines() if '"event"' in line]
+    rounds = {e["peer"]: (e["step"] - 1) // H - first + 1 for e in events}
+    assert sorted(rounds) == sorted(attackers), events
+    assert all(1 <= n <= cap for n in rounds.values()), f"{name}: rounds to detection {rounds}, bound {cap}"
