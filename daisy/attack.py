@@ -24,7 +24,7 @@ or a cheap check can catch it):
                    forged (forge_reduced: every value negated), the same to every peer, so the
                    replicas agree on poisoned weights; an audit of its slot also checks its reduce
                    (check_reduced_shard) and catches it. In an all-gather run it has no shard: honest.
-    moments        (--local-steps H > 1 only) its Adam state forged at each round's end: the
+    moments, unchained   (--local-steps H > 1 only) its Adam state forged at each round's end: the
                    runner of local steps, daisy/attack_rounds.py, audits rounds
 
 A step: every slot's messages and commitment; cheap checks; the seeded audits, each recomputed by
@@ -53,7 +53,7 @@ from .reduce import reduce_losses
 from .train import Group, Trainer, copy_replica
 
 KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor", "liar-owner",
-         "moments")      # moments: runs of local steps only (daisy/attack_rounds.py)
+         "moments", "unchained")      # the last two: runs of local steps only (daisy/attack_rounds.py)
 
 
 # -- the attack setting -----------------------------------------------------------------------
@@ -121,8 +121,8 @@ def check_attack(attack: Attack, P: int, steps: int, local_steps: int = 1) -> No
         raise ValueError(f"--attack from {attack.start} is past the run's last step index {steps - 1}")
     if attack.leave is not None and attack.leave >= steps:
         raise ValueError(f"--attack leave {attack.leave} is past the run's last step index {steps - 1}")
-    if attack.kind == "moments" and local_steps == 1:
-        raise ValueError("--attack kind 'moments' forges a round's Adam state: only with --local-steps above 1")
+    if attack.kind in ("moments", "unchained") and local_steps == 1:
+        raise ValueError(f"--attack kind '{attack.kind}' forges a round's Adam state: only with --local-steps above 1")
     if attack.leave is not None and local_steps > 1 and attack.leave % local_steps != 0:
         raise ValueError(f"--attack leave {attack.leave}: with --local-steps {local_steps} a peer leaves at a "
                          f"round's start (a multiple of {local_steps})")

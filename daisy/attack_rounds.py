@@ -15,6 +15,9 @@ delta (stale: its delta of the round before; otherbatch: its round on the batche
 slot)), and one more:
     moments        honest deltas; at each round's end its Adam m negated (its next round climbs),
                    committed to as it is: a lie of this round, caught when this round is audited
+    unchained      honest deltas and commitments; each next round starts from its m negated, not
+                   the state it committed to: caught when that next round is audited (its
+                   transcript does not hash to its commitment: evidence by itself)
 A removal rolls the group back to the round start after the convicted peer's last passed audit;
 each survivor restores its own state there and keeps its order, so the kept run is
 `python -m daisy.train --local-steps H --roster R` with R naming the slots that left.
@@ -33,6 +36,12 @@ from .reduce import reduce_losses
 from .train import Group, Trainer, copy_replica
 
 
+def negate_m(replica) -> None:
+    """The forgers' Adam state: m negated in place."""
+    for name in replica.adam["m"]:
+        replica.adam["m"][name] = -replica.adam["m"][name]
+
+
 class RoundAuditedRun(AuditedRun):
     """AuditedRun (daisy/attack.py) with a round of H local steps as the step: self.step(emit)
     computes, audits and applies (or rolls back) one round. Keys by step are round starts."""
@@ -42,6 +51,7 @@ class RoundAuditedRun(AuditedRun):
         self.snapshots = {0: {pid: copy_replica(r) for pid, r in zip(self.ids, group.replicas)}}
         self.schedule = {}                                    # round start -> its peers (ids), kept timeline
         self.committed = {pid: adam_state_hash(r.adam) for pid, r in zip(self.ids, group.replicas)}
+        self.unchain = set()                                  # peers that go on from a state they did not commit to
 
     def end_of(self, s: int) -> int:
         return round_end(s, self.cfg.local_steps, self.cfg.steps)
@@ -67,8 +77,10 @@ class RoundAuditedRun(AuditedRun):
         kind, previous = self.attack.kind, self.previous.get(pid, flat)
         self.previous[pid] = flat
         if kind == "moments":
-            for name in replica.adam["m"]:
-                replica.adam["m"][name] = -replica.adam["m"][name]
+            negate_m(replica)
+            return losses, flat
+        if kind == "unchained":          # committed to the honest state, then goes on from another
+            self.unchain.add(pid)
             return losses, flat
         if kind == "stale":
             return losses, previous
@@ -85,19 +97,27 @@ class RoundAuditedRun(AuditedRun):
         return round_digest(e, slot, losses[-1], message_hashes(self.messages(flat, P, e, slot)),
                             adam_state_hash(replica.adam))
 
-    def audit(self, u: int, auditor: int, audited: int, committed: bytes, P: int) -> bytes:
+    def broken_chain(self, u: int, slot: int):
+        """The slot's transcript (its state at round start u, as it holds it) against what it
+        committed to at its round before: None, or the reason (evidence by itself)."""
+        starts, _, chain = self.before[u]
+        return check_start_state(starts[slot].adam, chain[slot])
+
+    def audit(self, u: int, auditor: int, audited: int, committed: bytes, P: int):
+        """(the digest the auditor reports for the audited slot, or None with the reason its
+        transcript breaks the chain)."""
         self.audits += 1
         a_pid, d_pid = self.ids[auditor], self.ids[audited]
         e = self.end_of(u)
-        reason = check_start_state(self.before[u][0][audited].adam, self.committed[d_pid])
-        if reason is not None:     # the reference's slots hand over the state they hold and committed to
-            raise AssertionError(f"peer {d_pid}: {reason}")
         if self.attacking(a_pid, e):
             if self.attack.kind == "liar-auditor":
-                return hashlib.sha256(b"a false accusation" + committed).digest()
+                return hashlib.sha256(b"a false accusation" + committed).digest(), None
             if self.attacking(d_pid, e):
-                return committed                              # colluders pass each other
-        return self.recompute(u, audited, P)
+                return committed, None                        # colluders pass each other
+        reason = self.broken_chain(u, audited)
+        if reason is not None:
+            return None, reason
+        return self.recompute(u, audited, P), None
 
     def step(self, emit) -> None:
         """Compute the round from r0 = the replicas' step: apply it, or remove a peer and roll back."""
@@ -106,6 +126,10 @@ class RoundAuditedRun(AuditedRun):
         leavers = [pid for pid in self.ids if self.attack is not None and self.attack.leave == r0 and pid in self.attack.peers]
         if leavers:
             return self.depart(leavers, r0, emit)
+        for slot, pid in enumerate(self.ids):
+            if pid in self.unchain:          # (the attack kind unchained: not the state it committed to)
+                negate_m(self.group.replicas[slot])
+        self.unchain = set()
         self.before[r0] = [copy_replica(r) for r in self.group.replicas]
         sent = [self.contribute(r0, e, slot) for slot in range(P)]
         messages = [self.messages(flat, P, e, slot) for slot, (_, flat) in enumerate(sent)]
@@ -119,7 +143,7 @@ class RoundAuditedRun(AuditedRun):
                 return self.remove(slot, r0, f"delta from peer {self.ids[slot]} {reason} at step "
                                              f"{e + 1}: removed", emit)
         nonces = [reference_nonce(cfg.seed, e, slot) for slot in range(P)]
-        self.before[r0] = (self.before[r0], digests)
+        self.before[r0] = (self.before[r0], digests, [self.committed[pid] for pid in self.ids])
         self.before = {t: x for t, x in self.before.items() if t >= min(self.checked_from().values())}
         k = r0 // cfg.local_steps                         # the loads count rounds
         pairs = [] if self.withheld(e) else audit_pairs(cfg.seed, e, P, self.rate, beacon(digests, nonces),
@@ -127,7 +151,11 @@ class RoundAuditedRun(AuditedRun):
         self.assigned[k] = [auditor for auditor, _ in pairs]
         passed = []
         for auditor, audited in pairs:
-            reported = self.audit(r0, auditor, audited, digests[audited], P)
+            reported, broken = self.audit(r0, auditor, audited, digests[audited], P)
+            if broken is not None:
+                why = (f"round of peer {self.ids[audited]} did not reproduce at step {e + 1}: removed "
+                       f"({broken}; audited by peer {self.ids[auditor]})")
+                return self.remove(audited, r0, why, emit)
             if reported == digests[audited]:
                 reason = self.check_owner(e, audited, messages, N)
                 if reason is not None:
@@ -166,9 +194,10 @@ class RoundAuditedRun(AuditedRun):
             for slot, pid in enumerate(self.ids):
                 if slot not in slots_from or u < slots_from[slot]:
                     continue
-                if self.recompute(u, slot, len(self.ids)) != digests[slot]:
+                broken = self.broken_chain(u, slot)
+                if broken is not None or self.recompute(u, slot, len(self.ids)) != digests[slot]:
                     why = (f"round of peer {pid} did not reproduce at step {self.end_of(u) + 1}: removed "
-                           f"(checked {where})")
+                           f"({'' if broken is None else broken + '; '}checked {where})")
                     self.remove(slot, u, why, emit)
                     return True
         return False
@@ -201,6 +230,7 @@ class RoundAuditedRun(AuditedRun):
         self.group = Group(self.cfg, len(ids), g.batches, g.mm, replicas=[copy_replica(r) for r in replicas])
         self.committed = {pid: adam_state_hash(r.adam) for pid, r in zip(ids, replicas)}
         self.assigned = {}
+        self.unchain = set()                                  # (restored states are the committed ones)
 
     def apply(self, r0: int, e: int, sent, messages, states, passed, emit) -> None:
         """D from the checked messages (the codec's slot-ordered mean, as AuditedRun.apply does

@@ -2,8 +2,8 @@
 //   node frontend_js/cli.mjs --peers P --attack "slot=1,from=39,kind=scale:-1000" [--audit-rate R]
 // prints the lines of python -m daisy.train with the same flags. The attacking peers are named by
 // their slot at the run's start and keep their ids when slots renumber. Kinds: scale:F, nan,
-// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner, moments (local steps only:
-// attack_rounds.js) (daisy/attack.py says what each sends);
+// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner, moments and unchained (local
+// steps only: attack_rounds.js) (daisy/attack.py says what each sends);
 // slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
 // commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
@@ -23,7 +23,7 @@ import {
 import { Sha256, short, toHex } from './hashing.js';
 
 export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner',
-  'moments'];     // moments: runs of local steps only (attack_rounds.js)
+  'moments', 'unchained'];     // the last two: runs of local steps only (attack_rounds.js)
 
 // ---- the attack setting ---------------------------------------------------------------------------
 export class AttackError extends Error {}
@@ -85,8 +85,8 @@ export function checkAttack(attack, P, steps, localSteps = 1) {
   if (attack.peers.length >= P) throw new AttackError(`--attack names every one of the ${P} peers; at least one must be honest`);
   if (attack.start >= steps) throw new AttackError(`--attack from ${attack.start} is past the run's last step index ${steps - 1}`);
   if (attack.leave !== null && attack.leave >= steps) throw new AttackError(`--attack leave ${attack.leave} is past the run's last step index ${steps - 1}`);
-  if (attack.kind === 'moments' && localSteps === 1) {
-    throw new AttackError("--attack kind 'moments' forges a round's Adam state: only with --local-steps above 1");
+  if ((attack.kind === 'moments' || attack.kind === 'unchained') && localSteps === 1) {
+    throw new AttackError(`--attack kind '${attack.kind}' forges a round's Adam state: only with --local-steps above 1`);
   }
   if (attack.leave !== null && localSteps > 1 && attack.leave % localSteps !== 0) {
     throw new AttackError(`--attack leave ${attack.leave}: with --local-steps ${localSteps} a peer leaves at a `

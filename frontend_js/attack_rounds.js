@@ -6,8 +6,9 @@
 // round's end (roundDigest, adamStateHash); an auditor takes the slot's state at the round's start
 // (its transcript), checks it against the slot's commitment before (checkStartState), recomputes
 // the H steps and compares digests. Beacon, nonces, pairs and codec are keyed on e; the loads of
-// auditPairs count rounds. Kinds: attack.js's applied to the delta, and `moments` (honest deltas,
-// its Adam m negated at each round's end, committed to as it is). A removal rolls back to the round
+// auditPairs count rounds. Kinds: attack.js's applied to the delta, `moments` (honest deltas, its
+// Adam m negated at each round's end, committed to as it is) and `unchained` (honest deltas and
+// commitments; each next round starts from its m negated, not the state it committed to). A removal rolls back to the round
 // start after the convicted peer's last passed audit; each survivor restores its own state there
 // and keeps its order (the kept run: --local-steps H --roster R naming the slots that left).
 import { flattenGrads, unflatten } from './collective.js';
@@ -20,12 +21,18 @@ import {
 import { AuditedRun, forge } from './attack.js';
 import { Sha256, short, toHex } from './hashing.js';
 
+// the forgers' Adam state: m negated in place
+function negateM(replica) {
+  for (const k of Object.keys(replica.adam.m)) replica.adam.m[k] = replica.adam.m[k].map((x) => -x);
+}
+
 export class RoundAuditedRun extends AuditedRun {
   constructor(cfg, group, attack, rate) {
     super(cfg, group, attack, rate);
     this.snapshots = new Map([[0, new Map(this.ids.map((pid, slot) => [pid, cloneReplica(group.replicas[slot])]))]]);
     this.schedule = new Map();                                   // round start -> its peers (ids), kept timeline
     this.committed = new Map(this.ids.map((pid, slot) => [pid, adamStateHash(group.replicas[slot].adam)]));
+    this.unchain = new Set();                                    // peers that go on from a state they did not commit to
   }
 
   endOf(s) { return roundEnd(s, this.cfg.local_steps, this.cfg.steps); }
@@ -53,7 +60,11 @@ export class RoundAuditedRun extends AuditedRun {
     const kind = this.attack.kind, previous = this.previous.has(pid) ? this.previous.get(pid) : flat;
     this.previous.set(pid, flat);
     if (kind === 'moments') {
-      for (const k of Object.keys(replica.adam.m)) replica.adam.m[k] = replica.adam.m[k].map((x) => -x);
+      negateM(replica);
+      return [losses, flat];
+    }
+    if (kind === 'unchained') {          // committed to the honest state, then goes on from another
+      this.unchain.add(pid);
       return [losses, flat];
     }
     if (kind === 'stale') return [losses, previous];
@@ -70,21 +81,29 @@ export class RoundAuditedRun extends AuditedRun {
     return roundDigest(e, slot, losses[losses.length - 1], messageHashes(this.messages(flat, P, e, slot)), adamStateHash(replica.adam));
   }
 
+  // the slot's transcript (its state at round start u, as it holds it) against what it committed to
+  // at its round before: null, or the reason (evidence by itself)
+  brokenChain(u, slot) {
+    const [starts, , chain] = this.before.get(u);
+    return checkStartState(starts[slot].adam, chain[slot]);
+  }
+
+  // -> [the digest the auditor reports for the audited slot, or null with the reason its transcript breaks the chain]
   async audit(u, auditor, audited, committed, P) {
     this.audits++;
     const aPid = this.ids[auditor], dPid = this.ids[audited];
     const e = this.endOf(u);
-    const reason = checkStartState(this.before.get(u)[0][audited].adam, this.committed.get(dPid));
-    if (reason !== null) throw new Error(`peer ${dPid}: ${reason}`);   // the reference's slots hand over the state they committed to
     if (this.attacking(aPid, e)) {
       if (this.attack.kind === 'liar-auditor') {
         const h = new Sha256();
         h.update(Uint8Array.from('a false accusation', (c) => c.charCodeAt(0))); h.update(committed);
-        return h.digest();
+        return [h.digest(), null];
       }
-      if (this.attacking(dPid, e)) return committed;               // colluders pass each other
+      if (this.attacking(dPid, e)) return [committed, null];       // colluders pass each other
     }
-    return this.recompute(u, audited, P);
+    const reason = this.brokenChain(u, audited);
+    if (reason !== null) return [null, reason];
+    return [await this.recompute(u, audited, P), null];
   }
 
   // compute the round from r0 = the replicas' step: apply it, or remove a peer and roll back
@@ -95,6 +114,8 @@ export class RoundAuditedRun extends AuditedRun {
     const leaving = this.attack !== null && this.attack.leave !== null;
     const leavers = this.ids.filter((pid) => leaving && this.attack.leave === r0 && this.attack.peers.includes(pid));
     if (leavers.length) return this.depart(leavers, r0, emit);
+    this.ids.forEach((pid, slot) => { if (this.unchain.has(pid)) negateM(this.group.replicas[slot]); });   // (the kind unchained)
+    this.unchain = new Set();
     const starts = this.group.replicas.map(cloneReplica);
     this.before.set(r0, starts);
     const sent = [];
@@ -109,7 +130,7 @@ export class RoundAuditedRun extends AuditedRun {
       if (reason !== null) return this.remove(slot, r0, `delta from peer ${this.ids[slot]} ${reason} at step ${e + 1}: removed`, emit);
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, e, slot));
-    this.before.set(r0, [starts, digests]);
+    this.before.set(r0, [starts, digests, this.ids.map((pid) => this.committed.get(pid))]);
     const floor = Math.min(...this.checkedFrom().values());
     for (const t of [...this.before.keys()]) if (t < floor) this.before.delete(t);
     const k = Math.floor(r0 / cfg.local_steps);                // the loads count rounds
@@ -117,7 +138,12 @@ export class RoundAuditedRun extends AuditedRun {
     this.assigned.set(k, pairs.map(([auditor]) => auditor));
     const passed = [];
     for (const [auditor, audited] of pairs) {
-      const reported = toHex(await this.audit(r0, auditor, audited, digests[audited], P));
+      const [got, broken] = await this.audit(r0, auditor, audited, digests[audited], P);
+      if (broken !== null) {
+        const why = `round of peer ${this.ids[audited]} did not reproduce at step ${e + 1}: removed (${broken}; audited by peer ${this.ids[auditor]})`;
+        return this.remove(audited, r0, why, emit);
+      }
+      const reported = toHex(got);
       const committed = toHex(digests[audited]);
       if (reported === committed) {
         const reason = this.checkOwner(e, audited, messages, N);
@@ -157,8 +183,9 @@ export class RoundAuditedRun extends AuditedRun {
       const digests = this.before.get(u)[1];
       for (let slot = 0; slot < this.ids.length; slot++) {
         if (!slotsFrom.has(slot) || u < slotsFrom.get(slot)) continue;
-        if (toHex(await this.recompute(u, slot, this.ids.length)) !== toHex(digests[slot])) {
-          const why = `round of peer ${this.ids[slot]} did not reproduce at step ${this.endOf(u) + 1}: removed (checked ${where})`;
+        const broken = this.brokenChain(u, slot);
+        if (broken !== null || toHex(await this.recompute(u, slot, this.ids.length)) !== toHex(digests[slot])) {
+          const why = `round of peer ${this.ids[slot]} did not reproduce at step ${this.endOf(u) + 1}: removed (${broken === null ? '' : `${broken}; `}checked ${where})`;
           this.remove(slot, u, why, emit);
           return true;
         }
@@ -196,6 +223,7 @@ export class RoundAuditedRun extends AuditedRun {
     this.group = new Group(this.cfg, ids.length, g.batches, g.backend, replicas.map(cloneReplica));
     this.committed = new Map(ids.map((pid, i) => [pid, adamStateHash(replicas[i].adam)]));
     this.assigned = new Map();
+    this.unchain = new Set();                                    // (restored states are the committed ones)
   }
 
   // D from the checked messages (the codec's slot-ordered mean, as AuditedRun.apply does with G), the

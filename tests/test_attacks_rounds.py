@@ -6,8 +6,9 @@ daisy/audit.py; frontend_js/attack_rounds.js, frontend_js/audit.js; docs/VERIFIC
    same flags print the same lines, stdout and stderr, for every case below (--json, and text for
    one), and the same refusals;
 1. an honest audited run of local steps prints the plain run's lines, byte for byte;
-2. each attack kind (the delta forged, the Adam state forged, a lying auditor, a lying owner,
-   colluders, a forge then a departure, a forge then a Stop) removes exactly its attackers, and
+2. each attack kind (the delta forged, the Adam state forged, a round started from another state
+   than the one committed to, a lying auditor, a lying owner, colluders, a forge then a departure,
+   a forge then a Stop) removes exactly its attackers, and
    the kept timeline (the last line printed for each step) equals `python -m daisy.train
    --local-steps H --roster R` for the roster R it names (the slots that left named);
 3. the pure rules: the Adam state's hash, the chain check, the round's end, the transcript's size;
@@ -37,6 +38,9 @@ CASES = {
     "collude-moments": ["--peers", "5", "--audit-rate", "0.5", "--attack", "slot=1+3,from=30,kind=moments", *LOCAL],
     "forge-then-leave": ["--peers", "3", "--attack", "slot=1,from=20,kind=scale:-1000,leave=24", *LOCAL],
     "forge-then-stop": ["--peers", "3", "--attack", "slot=1,from=56,kind=scale:-1000", *LOCAL],
+    # a slot that starts a round from another state than it committed to: its transcript breaks the chain
+    "unchained": ["--peers", "3", "--audit-rate", "0.5", "--attack", "slot=1,from=30,kind=unchained", *LOCAL],
+    "unchained-then-stop": ["--peers", "3", "--attack", "slot=1,from=52,kind=unchained", *LOCAL],
 }
 
 
@@ -121,6 +125,9 @@ def test_the_cases_reach_what_they_name(results):
     assert "checked at the run's end" in why["forge-then-stop"][0]["why"]
     assert "accused peer" in why["liar"][0]["why"]
     assert why["liar-owner"][0]["why"].startswith("reduced shard from peer 1 did not reproduce")
+    broken = "its Adam state at the round's start is not the one it committed to"
+    assert f"({broken}; audited by peer " in why["unchained"][0]["why"], why["unchained"]
+    assert f"({broken}; checked at the run's end)" in why["unchained-then-stop"][0]["why"], why["unchained-then-stop"]
 
 
 # -- the pure rules -----------------------------------------------------------------------------
