@@ -88,10 +88,11 @@ class RoundAuditedRun(AuditedRun):
             return losses, self.honest_round(start, r0, e, len(self.ids) + slot)[1]
         return losses, forge(kind, self.attack.factor, flat, self.cfg.seed, e, slot)
 
-    def recompute(self, u: int, slot: int, P: int) -> bytes:
+    def recompute(self, u: int, slot: int, P: int, replica=None) -> bytes:
         """The digest an honest peer recomputes for `slot`'s round from round start u: from the
-        slot's own state there (its transcript; what it committed to at its round before)."""
-        replica = copy_replica(self.before[u][0][slot])
+        slot's own state there (its transcript; what it committed to at its round before), or
+        from `replica` (advanced to the round's end in place)."""
+        replica = copy_replica(self.before[u][0][slot]) if replica is None else replica
         e = self.end_of(u)
         losses, flat = self.honest_round(replica, u, e, slot)
         return round_digest(e, slot, losses[-1], message_hashes(self.messages(flat, P, e, slot)),
@@ -100,7 +101,7 @@ class RoundAuditedRun(AuditedRun):
     def broken_chain(self, u: int, slot: int):
         """The slot's transcript (its state at round start u, as it holds it) against what it
         committed to at its round before: None, or the reason (evidence by itself)."""
-        starts, _, chain = self.before[u]
+        starts, _, chain, _ = self.before[u]
         return check_start_state(starts[slot].adam, chain[slot])
 
     def audit(self, u: int, auditor: int, audited: int, committed: bytes, P: int):
@@ -126,6 +127,7 @@ class RoundAuditedRun(AuditedRun):
         leavers = [pid for pid in self.ids if self.attack is not None and self.attack.leave == r0 and pid in self.attack.peers]
         if leavers:
             return self.depart(leavers, r0, emit)
+        committed = [copy_replica(r) for r in self.group.replicas]      # the states of self.committed
         for slot, pid in enumerate(self.ids):
             if pid in self.unchain:          # (the attack kind unchained: not the state it committed to)
                 negate_m(self.group.replicas[slot])
@@ -143,7 +145,7 @@ class RoundAuditedRun(AuditedRun):
                 return self.remove(slot, r0, f"delta from peer {self.ids[slot]} {reason} at step "
                                              f"{e + 1}: removed", emit)
         nonces = [reference_nonce(cfg.seed, e, slot) for slot in range(P)]
-        self.before[r0] = (self.before[r0], digests, [self.committed[pid] for pid in self.ids])
+        self.before[r0] = (self.before[r0], digests, [self.committed[pid] for pid in self.ids], committed)
         self.before = {t: x for t, x in self.before.items() if t >= min(self.checked_from().values())}
         k = r0 // cfg.local_steps                         # the loads count rounds
         pairs = [] if self.withheld(e) else audit_pairs(cfg.seed, e, P, self.rate, beacon(digests, nonces),
@@ -188,18 +190,24 @@ class RoundAuditedRun(AuditedRun):
     def recheck(self, slots_from: dict, end: int, where: str, emit) -> bool:
         """A barrier: every round from slots_from[slot] (a round start) to `end` is recomputed,
         earliest first, slots in order; the first that does not reproduce convicts its sender.
-        -> whether it removed a peer."""
+        Forward, as a page can (docs/VERIFICATION.md §13 "Pages"): from the state the slot
+        committed to at slots_from[slot] (what its last pass's auditor recomputed, or a state all
+        know), each round from the end state of the one before: the chain is the commitments,
+        never the slot's own states. -> whether it removed a peer."""
+        running = {}                                          # slot -> its Adam state, recomputed forward
         for u in sorted(t for t in self.before if t < end):
             digests = self.before[u][1]
             for slot, pid in enumerate(self.ids):
                 if slot not in slots_from or u < slots_from[slot]:
                     continue
-                broken = self.broken_chain(u, slot)
-                if broken is not None or self.recompute(u, slot, len(self.ids)) != digests[slot]:
+                replica = copy_replica(self.before[u][3][slot])      # W = A there: the group's weights
+                replica.adam = running.get(slot, replica.adam)
+                if self.recompute(u, slot, len(self.ids), replica) != digests[slot]:
                     why = (f"round of peer {pid} did not reproduce at step {self.end_of(u) + 1}: removed "
-                           f"({'' if broken is None else broken + '; '}checked {where})")
+                           f"(checked {where})")
                     self.remove(slot, u, why, emit)
                     return True
+                running[slot] = replica.adam
         return False
 
     def depart(self, leavers: list, r0: int, emit) -> None:

@@ -73,9 +73,10 @@ export class RoundAuditedRun extends AuditedRun {
   }
 
   // the digest an honest peer recomputes for `slot`'s round from round start u: from the slot's own
-  // state there (its transcript; what it committed to at its round before)
-  async recompute(u, slot, P) {
-    const replica = cloneReplica(this.before.get(u)[0][slot]);
+  // state there (its transcript; what it committed to at its round before), or from `replica`
+  // (advanced to the round's end in place)
+  async recompute(u, slot, P, replica = null) {
+    replica ??= cloneReplica(this.before.get(u)[0][slot]);
     const e = this.endOf(u);
     const [losses, flat] = await this.honestRound(replica, u, e, slot);
     return roundDigest(e, slot, losses[losses.length - 1], messageHashes(this.messages(flat, P, e, slot)), adamStateHash(replica.adam));
@@ -114,6 +115,7 @@ export class RoundAuditedRun extends AuditedRun {
     const leaving = this.attack !== null && this.attack.leave !== null;
     const leavers = this.ids.filter((pid) => leaving && this.attack.leave === r0 && this.attack.peers.includes(pid));
     if (leavers.length) return this.depart(leavers, r0, emit);
+    const committed = this.group.replicas.map(cloneReplica);     // the states of this.committed
     this.ids.forEach((pid, slot) => { if (this.unchain.has(pid)) negateM(this.group.replicas[slot]); });   // (the kind unchained)
     this.unchain = new Set();
     const starts = this.group.replicas.map(cloneReplica);
@@ -130,7 +132,7 @@ export class RoundAuditedRun extends AuditedRun {
       if (reason !== null) return this.remove(slot, r0, `delta from peer ${this.ids[slot]} ${reason} at step ${e + 1}: removed`, emit);
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, e, slot));
-    this.before.set(r0, [starts, digests, this.ids.map((pid) => this.committed.get(pid))]);
+    this.before.set(r0, [starts, digests, this.ids.map((pid) => this.committed.get(pid)), committed]);
     const floor = Math.min(...this.checkedFrom().values());
     for (const t of [...this.before.keys()]) if (t < floor) this.before.delete(t);
     const k = Math.floor(r0 / cfg.local_steps);                // the loads count rounds
@@ -177,18 +179,23 @@ export class RoundAuditedRun extends AuditedRun {
   }
 
   // a barrier: every round from slotsFrom.get(slot) (a round start) to `end` is recomputed, earliest
-  // first, slots in order; the first that does not reproduce convicts its sender -> whether it removed a peer
+  // first, slots in order; the first that does not reproduce convicts its sender. Forward, as a page
+  // can: from the state the slot committed to at slotsFrom.get(slot), each round from the end state of
+  // the one before (the chain is the commitments, never the slot's own states) -> whether it removed a peer
   async recheck(slotsFrom, end, where, emit) {
+    const running = new Map();                                   // slot -> its Adam state, recomputed forward
     for (const u of [...this.before.keys()].filter((t) => t < end).sort((a, b) => a - b)) {
       const digests = this.before.get(u)[1];
       for (let slot = 0; slot < this.ids.length; slot++) {
         if (!slotsFrom.has(slot) || u < slotsFrom.get(slot)) continue;
-        const broken = this.brokenChain(u, slot);
-        if (broken !== null || toHex(await this.recompute(u, slot, this.ids.length)) !== toHex(digests[slot])) {
-          const why = `round of peer ${this.ids[slot]} did not reproduce at step ${this.endOf(u) + 1}: removed (${broken === null ? '' : `${broken}; `}checked ${where})`;
+        const replica = cloneReplica(this.before.get(u)[3][slot]);    // W = A there: the group's weights
+        if (running.has(slot)) replica.adam = running.get(slot);
+        if (toHex(await this.recompute(u, slot, this.ids.length, replica)) !== toHex(digests[slot])) {
+          const why = `round of peer ${this.ids[slot]} did not reproduce at step ${this.endOf(u) + 1}: removed (checked ${where})`;
           this.remove(slot, u, why, emit);
           return true;
         }
+        running.set(slot, replica.adam);
       }
     }
     return false;
