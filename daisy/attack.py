@@ -111,7 +111,8 @@ def parse_audit_rate(text: str) -> float:
 
 def check_attack(attack: Attack, P: int, steps: int, local_steps: int = 1) -> None:
     """The attack fits a run of P peers and `steps` steps; at least one peer stays honest. With
-    local steps H > 1 a leaver leaves at a round's start; `moments` needs local steps."""
+    local steps H > 1 a leaver leaves at a round's start; `moments` and `unchained` need local
+    steps."""
     for s in attack.peers:
         if s >= P:
             raise ValueError(f"--attack slot {s} is outside the group of {P} peers")

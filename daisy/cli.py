@@ -10,6 +10,7 @@ same lines (--json byte for byte), the same messages for bad arguments.
     python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
     python -m daisy.train --peers 3 --attack "slot=1,from=39,kind=scale:-1000"   # audited (daisy/attack.py)
     python -m daisy.train --local-steps 8                      # exchange every 8th step (below)
+    python -m daisy.train --local-steps 4 --attack "slot=1,from=8,kind=moments"   # audited rounds (daisy/attack_rounds.py)
 
 --roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
