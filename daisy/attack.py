@@ -24,6 +24,8 @@ or a cheap check can catch it):
                    forged (forge_reduced: every value negated), the same to every peer, so the
                    replicas agree on poisoned weights; an audit of its slot also checks its reduce
                    (check_reduced_shard) and catches it. In an all-gather run it has no shard: honest.
+    moments, unchained   (--local-steps H > 1 only) its Adam state forged at each round's end: the
+                   runner of local steps, daisy/attack_rounds.py, audits rounds
 
 A step: every slot's messages and commitment; cheap checks; the seeded audits, each recomputed by
 its auditor; a failed audit judged by recomputation removes the audited peer or its accuser; a
@@ -50,7 +52,8 @@ from .model import param_shapes
 from .reduce import reduce_losses
 from .train import Group, Trainer, copy_replica
 
-KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor", "liar-owner")
+KINDS = ("scale:F", "nan", "noise", "const", "stale", "otherbatch", "mismatch", "liar-auditor", "liar-owner",
+         "moments", "unchained")      # the last two: runs of local steps only (daisy/attack_rounds.py)
 
 
 # -- the attack setting -----------------------------------------------------------------------
@@ -106,8 +109,10 @@ def parse_audit_rate(text: str) -> float:
     return float(text)
 
 
-def check_attack(attack: Attack, P: int, steps: int) -> None:
-    """The attack fits a run of P peers and `steps` steps; at least one peer stays honest."""
+def check_attack(attack: Attack, P: int, steps: int, local_steps: int = 1) -> None:
+    """The attack fits a run of P peers and `steps` steps; at least one peer stays honest. With
+    local steps H > 1 a leaver leaves at a round's start; `moments` and `unchained` need local
+    steps."""
     for s in attack.peers:
         if s >= P:
             raise ValueError(f"--attack slot {s} is outside the group of {P} peers")
@@ -117,6 +122,11 @@ def check_attack(attack: Attack, P: int, steps: int) -> None:
         raise ValueError(f"--attack from {attack.start} is past the run's last step index {steps - 1}")
     if attack.leave is not None and attack.leave >= steps:
         raise ValueError(f"--attack leave {attack.leave} is past the run's last step index {steps - 1}")
+    if attack.kind in ("moments", "unchained") and local_steps == 1:
+        raise ValueError(f"--attack kind '{attack.kind}' forges a round's Adam state: only with --local-steps above 1")
+    if attack.leave is not None and local_steps > 1 and attack.leave % local_steps != 0:
+        raise ValueError(f"--attack leave {attack.leave}: with --local-steps {local_steps} a peer leaves at a "
+                         f"round's start (a multiple of {local_steps})")
 
 
 # -- forged gradients (pure: the attacker's honest (flat) and the step's keys in, bytes' values out)
@@ -455,9 +465,10 @@ class Printer:
         print(line, file=self.out, flush=True)
 
 
-def run_audited(args, cfg, group, out, err) -> int:
-    """python -m daisy.train --attack/--audit-rate: train to the run's end (or --stop-after)."""
-    run = AuditedRun(cfg, group, args.attack_spec, args.audit_rate)
+def run_audited(args, cfg, group, out, err, runner=AuditedRun) -> int:
+    """python -m daisy.train --attack/--audit-rate: train to the run's end (or --stop-after).
+    runner: AuditedRun, or with local steps daisy/attack_rounds.py's RoundAuditedRun (cli.py picks)."""
+    run = runner(cfg, group, args.attack_spec, args.audit_rate)
     emit = Printer(args.json, out)
     end = cfg.steps if args.stop_after is None else args.stop_after
     while True:

@@ -28,6 +28,7 @@ from .exchange_codec import CodecError
 COMMIT_TAG = b"daisy-commit-v1"
 BEACON_TAG = b"daisy-beacon-v1"
 NONCE_TAG = b"daisy-audit-nonce-v1"
+STATE_TAG = b"daisy-adam-state-v1"
 DEFAULT_AUDIT_RATE = 0.1        # the chance that a slot's contribution to a step is audited (a run setting)
 MAX_AUDIT_RATE = 1.0            # every slot audited at every step
 AUDIT_WINDOW = 16               # W: steps an audit may take (its verdict comes by step + W), and the
@@ -71,6 +72,47 @@ def contribution_digest(flat: np.ndarray, loss: float, P: int, seed: int, step: 
                         codec) -> bytes:
     """What an auditor recomputes: the digest of (loss, flat) as slot `slot` must send it."""
     return slot_digest(step, slot, loss, message_hashes(slot_messages(flat, P, seed, step, slot, codec)))
+
+
+# -- rounds of local steps (docs/VERIFICATION.md §13 "Rounds of local steps") ---------------------
+def round_end(s: int, H: int, steps: int) -> int:
+    """The 0-based step that ends the round holding step s: the next multiple of H, less one, or
+    the run's last step (daisy.train.is_exchange_step)."""
+    return min((s // H + 1) * H, steps) - 1
+
+
+def adam_state_hash(adam) -> bytes:
+    """What a slot commits to of its own Adam state at a round's end (the state it starts the
+    next round from): SHA-256(tag, t u32le, every m tensor's float64le bytes in param order,
+    then every v tensor's). Its weights need no hash: at a round's start they are the anchor."""
+    h = hashlib.sha256(STATE_TAG)
+    h.update(struct.pack("<I", adam["t"]))
+    for part in ("m", "v"):
+        for w in adam[part].values():
+            h.update(np.ascontiguousarray(w, dtype="<f8").tobytes())
+    return h.digest()
+
+
+def state_transcript_bytes(N: int) -> int:
+    """The bytes of a slot's Adam state as an auditor receives it: t (u32) and m, v (N float64
+    each). An auditor refuses a transcript of any other size before reading it."""
+    return 4 + 2 * 8 * N
+
+
+def round_digest(step: int, slot: int, loss: float, hashes: list, state_hash: bytes) -> bytes:
+    """A slot's commitment for a round ending at `step`: slot_digest over its messages' hashes
+    and, last, the hash of its Adam state at the round's end (adam_state_hash)."""
+    return slot_digest(step, slot, loss, [*hashes, state_hash])
+
+
+def check_start_state(adam, committed: bytes):
+    """The audited slot's Adam state at the round's start (its transcript) against what it
+    committed at its round before (the run's start or a rollback: the state all peers know).
+    None if it hashes to it, else the reason (evidence by itself: the transcript and the
+    commitment)."""
+    if adam_state_hash(adam) != committed:
+        return "its Adam state at the round's start is not the one it committed to"
+    return None
 
 
 # -- cheap checks: evidence by itself -----------------------------------------------------------

@@ -10,6 +10,7 @@ same lines (--json byte for byte), the same messages for bad arguments.
     python -m daisy.train --roster "0:2,10:3,15:2"             # a run with churn (below)
     python -m daisy.train --peers 3 --attack "slot=1,from=39,kind=scale:-1000"   # audited (daisy/attack.py)
     python -m daisy.train --local-steps 8                      # exchange every 8th step (below)
+    python -m daisy.train --local-steps 4 --attack "slot=1,from=8,kind=moments"   # audited rounds (daisy/attack_rounds.py)
 
 --roster STEP:PEERS,... is the run's peer count per step (0-based step index: peers from that
 step on; steps strictly increasing, the first at or before the run's start step; with --resume
@@ -34,7 +35,8 @@ import sys
 from pathlib import Path
 
 from . import data
-from .attack import check_attack, parse_attack, parse_audit_rate, run_audited
+from .attack import AuditedRun, check_attack, parse_attack, parse_audit_rate, run_audited
+from .attack_rounds import RoundAuditedRun
 from .audit import DEFAULT_AUDIT_RATE
 from .batch_source import BatchError, HttpBatches, StreamBatches, data_info
 from .config import Config, ConfigError
@@ -117,8 +119,10 @@ def parse_args(argv):
     if cfg.local_steps > 1 and args.save is not None and args.stop_after not in (None, cfg.steps):
         ap.error("--save with --local-steps only at the run's end: between exchanges every replica has "
                  "its own weights and Adam state, which a checkpoint of one replica does not hold")
-    if cfg.local_steps > 1 and args.audit_rate is not None:
-        ap.error("--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
+    if (cfg.local_steps > 1 and args.audit_rate is not None and args.stop_after not in (None, cfg.steps)
+            and args.stop_after % cfg.local_steps != 0):
+        ap.error(f"--stop-after with --local-steps {cfg.local_steps} and audits ends at a round's exchange "
+                 f"(a multiple of {cfg.local_steps}, or the run's steps), got {args.stop_after}")
     if args.roster is not None:
         try:
             check_roster(args.schedule, args.roster, 0, cfg.steps, cfg.local_steps)
@@ -126,7 +130,7 @@ def parse_args(argv):
             ap.error(str(e))
     if args.attack_spec is not None:
         try:
-            check_attack(args.attack_spec, args.schedule[0][1], cfg.steps)
+            check_attack(args.attack_spec, args.schedule[0][1], cfg.steps, cfg.local_steps)
         except ValueError as e:
             ap.error(str(e))
     return args, cfg
@@ -195,7 +199,8 @@ def main(argv=None) -> int:
         else:
             group = Group(cfg, peers_at(args.schedule, 0), batches)
         if args.audit_rate is not None:
-            return run_audited(args, cfg, group, sys.stdout, sys.stderr)
+            runner = RoundAuditedRun if cfg.local_steps > 1 else AuditedRun      # local steps: rounds are audited
+            return run_audited(args, cfg, group, sys.stdout, sys.stderr, runner)
         rc = train(args, cfg, group, label)
         if isinstance(batches, HttpBatches):
             print(f"data: {batches.wait_summary()}", file=sys.stderr)

@@ -2,7 +2,8 @@
 //   node frontend_js/cli.mjs --peers P --attack "slot=1,from=39,kind=scale:-1000" [--audit-rate R]
 // prints the lines of python -m daisy.train with the same flags. The attacking peers are named by
 // their slot at the run's start and keep their ids when slots renumber. Kinds: scale:F, nan,
-// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner (daisy/attack.py says what each sends);
+// noise, const, stale, otherbatch, mismatch, liar-auditor, liar-owner, moments and unchained (local
+// steps only: attack_rounds.js) (daisy/attack.py says what each sends);
 // slot=1+3 makes two colluders, each passing the other's audit. A step: every slot's messages and
 // commitment; cheap checks; the seeded audits, each recomputed by its auditor; a failed audit judged
 // by recomputation removes the audited peer or its accuser; a removal rolls the group back to the
@@ -21,7 +22,8 @@ import {
 } from './audit.js';
 import { Sha256, short, toHex } from './hashing.js';
 
-export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner'];
+export const KINDS = ['scale:F', 'nan', 'noise', 'const', 'stale', 'otherbatch', 'mismatch', 'liar-auditor', 'liar-owner',
+  'moments', 'unchained'];     // the last two: runs of local steps only (attack_rounds.js)
 
 // ---- the attack setting ---------------------------------------------------------------------------
 export class AttackError extends Error {}
@@ -78,11 +80,18 @@ export function parseAuditRate(text) {
 }
 
 // the attack fits a run of P peers and `steps` steps; at least one peer stays honest
-export function checkAttack(attack, P, steps) {
+export function checkAttack(attack, P, steps, localSteps = 1) {
   for (const s of attack.peers) if (s >= P) throw new AttackError(`--attack slot ${s} is outside the group of ${P} peers`);
   if (attack.peers.length >= P) throw new AttackError(`--attack names every one of the ${P} peers; at least one must be honest`);
   if (attack.start >= steps) throw new AttackError(`--attack from ${attack.start} is past the run's last step index ${steps - 1}`);
   if (attack.leave !== null && attack.leave >= steps) throw new AttackError(`--attack leave ${attack.leave} is past the run's last step index ${steps - 1}`);
+  if ((attack.kind === 'moments' || attack.kind === 'unchained') && localSteps === 1) {
+    throw new AttackError(`--attack kind '${attack.kind}' forges a round's Adam state: only with --local-steps above 1`);
+  }
+  if (attack.leave !== null && localSteps > 1 && attack.leave % localSteps !== 0) {
+    throw new AttackError(`--attack leave ${attack.leave}: with --local-steps ${localSteps} a peer leaves at a `
+      + `round's start (a multiple of ${localSteps})`);
+  }
 }
 
 // ---- forged gradients ------------------------------------------------------------------------------
@@ -447,8 +456,9 @@ export class Printer {
 }
 
 // cli.mjs --attack/--audit-rate: train to the run's end (or --stop-after); out, err: line writers
-export async function runAudited(args, cfg, group, out, err) {
-  const run = new AuditedRun(cfg, group, args.attackSpec, args.audit_rate);
+// runner: AuditedRun, or with local steps attack_rounds.js's RoundAuditedRun (cli.mjs picks)
+export async function runAudited(args, cfg, group, out, err, runner = AuditedRun) {
+  const run = new runner(cfg, group, args.attackSpec, args.audit_rate);
   const emit = new Printer(args.json, out);
   const end = args.stop_after === null ? cfg.steps : args.stop_after;
   for (;;) {

@@ -13,7 +13,7 @@
 //                the audited slot is removed if its digest does not reproduce, else the accuser
 // Bytes are Uint8Array; digests are 32-byte Uint8Array, shown as hex.
 import { PURPOSE_AUDIT, draw, key } from './prng.js';
-import { Sha256 } from './hashing.js';
+import { Sha256, f64LeBytes } from './hashing.js';
 import { topologyFor } from './collective.js';
 import { CodecError } from './exchange_codec.js';
 
@@ -21,6 +21,7 @@ const ascii = (s) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 export const COMMIT_TAG = ascii('daisy-commit-v1');
 export const BEACON_TAG = ascii('daisy-beacon-v1');
 export const NONCE_TAG = ascii('daisy-audit-nonce-v1');
+export const STATE_TAG = ascii('daisy-adam-state-v1');
 export const DEFAULT_AUDIT_RATE = 0.1;        // the chance that a slot's contribution to a step is audited (a run setting)
 export const MAX_AUDIT_RATE = 1;              // every slot audited at every step
 export const AUDIT_WINDOW = 16;               // W: steps an audit may take (its verdict comes by step + W), and the
@@ -60,6 +61,33 @@ export function slotDigest(step, slot, loss, hashes) {
 // what an auditor recomputes: the digest of (loss, flat) as slot `slot` must send it
 export const contributionDigest = (flat, loss, P, seed, step, slot, codec) =>
   slotDigest(step, slot, loss, messageHashes(slotMessages(flat, P, seed, step, slot, codec)));
+
+// ---- rounds of local steps (docs/VERIFICATION.md §13 "Rounds of local steps") ----------------------
+
+// the 0-based step that ends the round holding step s: the next multiple of H, less one, or the
+// run's last step (train.js isExchangeStep)
+export const roundEnd = (s, H, steps) => Math.min((Math.floor(s / H) + 1) * H, steps) - 1;
+
+// what a slot commits to of its own Adam state at a round's end (the state it starts the next round
+// from): SHA-256(tag, t u32le, every m tensor's float64le bytes in param order, then every v tensor's)
+export function adamStateHash(adam) {
+  const t = new DataView(new ArrayBuffer(4));
+  t.setUint32(0, adam.t, true);
+  return sha256(STATE_TAG, new Uint8Array(t.buffer), ...Object.values(adam.m).map(f64LeBytes), ...Object.values(adam.v).map(f64LeBytes));
+}
+
+// the bytes of a slot's Adam state as an auditor receives it: t (u32) and m, v (N float64 each)
+export const stateTranscriptBytes = (N) => 4 + 2 * 8 * N;
+
+// a slot's commitment for a round ending at `step`: slotDigest over its messages' hashes and,
+// last, the hash of its Adam state at the round's end
+export const roundDigest = (step, slot, loss, hashes, stateHash) => slotDigest(step, slot, loss, [...hashes, stateHash]);
+
+// the audited slot's Adam state at the round's start (its transcript) against what it committed
+// at its round before: null if it hashes to it, else the reason (evidence by itself)
+export function checkStartState(adam, committed) {
+  return sameBytes(adamStateHash(adam), committed) ? null : "its Adam state at the round's start is not the one it committed to";
+}
 
 // ---- cheap checks: evidence by itself --------------------------------------------------------------
 

@@ -14,7 +14,8 @@ import { VOCAB_SIZE } from './tokenizer.js';
 import { Group, MAX_PEERS, RosterError, checkRoster, leftAt, parseRoster, peersAt, stepJsonLine } from './train.js';
 import { GPU_MODES, pickBackend } from './backends.js';
 import { MAX_THREADS } from './cpu/workers.js';
-import { AttackError, checkAttack, parseAttack, parseAuditRate, runAudited } from './attack.js';
+import { AttackError, AuditedRun, checkAttack, parseAttack, parseAuditRate, runAudited } from './attack.js';
+import { RoundAuditedRun } from './attack_rounds.js';
 import { DEFAULT_AUDIT_RATE } from './audit.js';
 import { short } from './hashing.js';
 
@@ -149,10 +150,12 @@ export function parseArgs(argv) {
   }
   if (args.roster !== null) rosterOrUsage(() => checkRoster(args.schedule, args.roster, 0, cfg.steps, cfg.local_steps));
   // (daisy.train's --save refusal for local steps stopped early: the JS CLI has no --save)
-  if (cfg.local_steps > 1 && args.audit_rate !== null) {
-    throw new UsageError('--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)');
+  if (cfg.local_steps > 1 && args.audit_rate !== null && args.stop_after !== null && args.stop_after !== cfg.steps
+      && args.stop_after % cfg.local_steps !== 0) {
+    throw new UsageError(`--stop-after with --local-steps ${cfg.local_steps} and audits ends at a round's exchange `
+      + `(a multiple of ${cfg.local_steps}, or the run's steps), got ${args.stop_after}`);
   }
-  if (args.attackSpec !== null) attackOrUsage(() => checkAttack(args.attackSpec, args.schedule[0][1], cfg.steps));
+  if (args.attackSpec !== null) attackOrUsage(() => checkAttack(args.attackSpec, args.schedule[0][1], cfg.steps, cfg.local_steps));
   return { args, cfg };
 }
 
@@ -262,7 +265,8 @@ export async function main(argv) {
   const group = new Group(cfg, peersAt(args.schedule, 0), stream, picked.backend, null, (c, r, b) => picked.trainer(c, r, b));
   const step = picked.gpuModule ? () => picked.gpuModule.withGpuFallback(picked.engine, () => group.step()) : () => group.step();
   if (args.audit_rate !== null) {
-    return runAudited(args, cfg, group, (line) => process.stdout.write(line + '\n'), (line) => process.stderr.write(line + '\n'));
+    const runner = cfg.local_steps > 1 ? RoundAuditedRun : AuditedRun;     // local steps: rounds are audited
+    return runAudited(args, cfg, group, (line) => process.stdout.write(line + '\n'), (line) => process.stderr.write(line + '\n'), runner);
   }
   const n = args.stop_after === null ? cfg.steps : args.stop_after;
   for (let i = 0; i < n; i++) {

@@ -152,11 +152,11 @@ def test_config_wire_form_and_range():
         Config(local_steps=0)
 
 
-def test_save_only_at_the_end_and_no_audits_yet(tmp_path):
+def test_save_only_at_the_end_and_audits_end_at_a_round(tmp_path):
     assert_refused(train_cli(*TINY_ARGS, "--local-steps", "4", "--stop-after", "8", "--save", str(tmp_path / "a.pt")),
                    "--save with --local-steps only at the run's end")
-    assert_refused(train_cli(*TINY_ARGS, "--local-steps", "4", "--audit-rate", "1"),
-                   "--attack and --audit-rate audit per-step gradients: not with --local-steps (yet)")
+    assert_refused(train_cli(*TINY_ARGS, "--local-steps", "4", "--audit-rate", "1", "--stop-after", "9"),
+                   "--stop-after with --local-steps 4 and audits ends at a round's exchange")
     from daisy.files.checkpoint import load_checkpoint
     lines = train_json(*TINY_ARGS, "--local-steps", "4", "--peers", "2", "--save", str(tmp_path / "b.pt"))
     ck = load_checkpoint(tmp_path / "b.pt")
