@@ -11,7 +11,9 @@ loss? Settings against per-step sync (the default), at equal tokens, on the refe
                     step) and applies an outer step: OUTER = avg (W = W_global - mean D) or
                     nesterov (DiLoCo: lr 0.7, momentum 0.9, buf = 0.9 buf + D; W -= 0.7 (D + 0.9 buf));
                     avgreset = avg, and every replica's inner Adam state (m, v, t) starts afresh
-                    after each exchange (then every replica is the same at every exchange).
+                    after each exchange (then every replica is the same at every exchange);
+                    scaleX = an outer learning rate X without momentum (W = W_global - X mean D;
+                    scale1 = avg; X = P steps by the sum of the deltas).
 
 Measures per run: the training loss (group mean per step) at steps 300 and 2,000 as "final" =
 the mean of the last 20 steps before it (tests/test_convergence.py's rule), and "eval" = the mean
@@ -83,6 +85,8 @@ def run(mode: str, seed: int, steps: int, peers: int, lr_x1000: int | None = Non
                 for k in glob:
                     if outer.startswith("avg"):
                         glob[k] = glob[k] - D[k]
+                    elif outer.startswith("scale"):
+                        glob[k] = glob[k] - float(outer[5:]) * D[k]
                     else:
                         buf[k] = 0.9 * buf[k] + D[k]
                         glob[k] = glob[k] - 0.7 * (D[k] + 0.9 * buf[k])

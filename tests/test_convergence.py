@@ -3,8 +3,9 @@ loss is within 5% of a float64 run of the same model (same init, data and Adam, 
 quantization) and far below ln(vocab) = ln 257 = 5.55.
 
 "Final loss" = the mean training loss of the last 20 steps (one number per run, less noisy
-than a single batch)."""
+than a single batch). The two runs are independent: each in its own process, side by side."""
 import math
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.slow
 MARGIN = 0.05
 
 
-def run(mm):
-    group = Group(Config(), 2, data.builtin_stream(), mm=mm) if mm else Group(Config(), 2, data.builtin_stream())
+def run(unit: str):
+    """300 steps with the INT8 unit (unit 'int8') or plain float64 matmuls ('float64')."""
+    group = Group(Config(), 2, data.builtin_stream(), mm=float_matmul) if unit == "float64" else Group(Config(), 2, data.builtin_stream())
     losses = []
     for _ in range(300):
         step, loss, hashes = group.step()
@@ -30,8 +32,8 @@ def run(mm):
 
 
 def test_int8_run_tracks_float64_run():
-    q = run(None)
-    f = run(float_matmul)
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        q, f = pool.map(run, ["int8", "float64"])
     final_q, final_f = float(np.mean(q[-20:])), float(np.mean(f[-20:]))
     print(f"final loss: int8 {final_q:.4f}, float64 {final_f:.4f}, first {q[0]:.4f}")
     assert abs(final_q - final_f) <= MARGIN * final_f, (final_q, final_f)
