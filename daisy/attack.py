@@ -222,16 +222,55 @@ class AuditedRun:
         loss, flat = self.honest(self.group.trainers[self.honest_slot(s)], s, slot)
         return contribution_digest(flat, loss, P, self.cfg.seed, s, slot, self.codec)
 
-    def audit(self, s: int, auditor: int, audited: int, committed: bytes, P: int) -> bytes:
-        """The digest the auditor reports for the audited slot."""
+    def audit(self, s: int, auditor: int, audited: int, committed: bytes, P: int):
+        """(the digest the auditor reports for the audited slot, None: a gradient's audit has no
+        transcript that could break on its own; daisy/attack_rounds.py's rounds have one)."""
         self.audits += 1
         a_pid, d_pid = self.ids[auditor], self.ids[audited]
         if self.attacking(a_pid, s):
             if self.attack.kind == "liar-auditor":
-                return hashlib.sha256(b"a false accusation" + committed).digest()
+                return hashlib.sha256(b"a false accusation" + committed).digest(), None
             if self.attacking(d_pid, s):
-                return committed                              # colluders pass each other
-        return self.recompute(s, audited, P)
+                return committed, None                        # colluders pass each other
+        return self.recompute(s, audited, P), None
+
+    UNIT = ("gradient from peer", "gradient")   # a slot's audited contribution, in the run's words
+
+    def judge_pairs(self, pairs, at: int, step: int, digests, messages, N: int, P: int, emit):
+        """The drawn pairs' audits of the contributions made from `at` (the step; a round's start)
+        and sent at 0-based step index `step`: -> the pairs that passed, or None once a peer was
+        removed (the auditor for a false accusation, else the audited: a transcript that breaks,
+        a digest that does not reproduce, a reduced shard that does not)."""
+        cfg, (of_peer, unit) = self.cfg, self.UNIT
+        passed = []
+        for auditor, audited in pairs:
+            reported, broken = self.audit(at, auditor, audited, digests[audited], P)
+            if broken is not None:
+                self.remove(audited, at, f"{of_peer} {self.ids[audited]} did not reproduce at step {step + 1}: "
+                                         f"removed ({broken}; audited by peer {self.ids[auditor]})", emit)
+                return None
+            if reported == digests[audited]:
+                reason = self.check_owner(step, audited, messages, N)
+                if reason is not None:
+                    why = (f"reduced shard from peer {self.ids[audited]} did not reproduce at step {step + 1}: "
+                           f"removed ({reason}; audited by peer {self.ids[auditor]})")
+                    self.remove(audited, at, why, emit)
+                    return None
+                passed.append((auditor, audited))
+                continue
+            ev = Evidence(run=str(cfg.seed), step=step, slot=audited, accuser=auditor,
+                          committed=digests[audited].hex(), recomputed=reported.hex())
+            if judge(ev, self.recompute(at, audited, P).hex()) == "audited":
+                why = (f"{of_peer} {self.ids[audited]} did not reproduce at step {step + 1}: "
+                       f"removed (committed {ev.committed[:16]}, recomputed {ev.recomputed[:16]} "
+                       f"by peer {self.ids[auditor]})")
+                self.remove(audited, at, why, emit)
+                return None
+            why = (f"peer {self.ids[auditor]} accused peer {self.ids[audited]} at step {step + 1}, "
+                   f"whose {unit} reproduced: peer {self.ids[auditor]} removed")
+            self.remove(auditor, at, why, emit)
+            return None
+        return passed
 
     def step(self, emit) -> None:
         """Compute step index s = the replicas' step: apply it, or remove a peer and roll back."""
@@ -251,33 +290,14 @@ class AuditedRun:
                 return self.remove(slot, s, f"gradient from peer {self.ids[slot]} {reason} at step "
                                             f"{s + 1}: removed", emit)
         nonces = [reference_nonce(cfg.seed, s, slot) for slot in range(P)]
-        passed = []
         self.before[s] = (self.before[s], digests)
         self.before = {t: x for t, x in self.before.items() if t >= min(self.checked_from().values())}
         pairs = [] if self.withheld(s) else audit_pairs(cfg.seed, s, P, self.rate, beacon(digests, nonces),
                                                        audit_load(self.assigned, s, P))
         self.assigned[s] = [auditor for auditor, _ in pairs]
-        for auditor, audited in pairs:
-            reported = self.audit(s, auditor, audited, digests[audited], P)
-            if reported == digests[audited]:
-                reason = self.check_owner(s, audited, messages, N)
-                if reason is not None:
-                    why = (f"reduced shard from peer {self.ids[audited]} did not reproduce at step {s + 1}: "
-                           f"removed ({reason}; audited by peer {self.ids[auditor]})")
-                    return self.remove(audited, s, why, emit)
-                passed.append((auditor, audited))
-                continue
-            ev = Evidence(run=str(cfg.seed), step=s, slot=audited, accuser=auditor,
-                          committed=digests[audited].hex(), recomputed=reported.hex())
-            if judge(ev, self.recompute(s, audited, P).hex()) == "audited":
-                why = (f"gradient from peer {self.ids[audited]} did not reproduce at step {s + 1}: "
-                       f"removed (committed {ev.committed[:16]}, recomputed {ev.recomputed[:16]} "
-                       f"by peer {self.ids[auditor]})")
-                return self.remove(audited, s, why, emit)
-            why = (f"peer {self.ids[auditor]} accused peer {self.ids[audited]} at step {s + 1}, "
-                   f"whose gradient reproduced: peer {self.ids[auditor]} removed")
-            return self.remove(auditor, s, why, emit)
-        self.apply(s, sent, messages, passed, emit)
+        passed = self.judge_pairs(pairs, s, s, digests, messages, N, P, emit)
+        if passed is not None:
+            self.apply(s, sent, messages, passed, emit)
 
     def withheld(self, s: int) -> bool:
         """The leavers withhold their commitments (AUDIT) from attack.start on: the audits of steps

@@ -27,8 +27,8 @@ import hashlib
 import numpy as np
 
 from .attack import AuditedRun, forge
-from .audit import (Evidence, adam_state_hash, audit_load, audit_pairs, beacon, check_start_state, cheap_check,
-                    judge, message_bounds, message_hashes, reference_nonce, rollback_step, round_digest, round_end,
+from .audit import (adam_state_hash, audit_load, audit_pairs, beacon, check_start_state, cheap_check,
+                    message_bounds, message_hashes, reference_nonce, rollback_step, round_digest, round_end,
                     trusted_step as audit_trusted)
 from .collective import flatten_grads, unflatten
 from .hashing import weight_hash
@@ -45,6 +45,8 @@ def negate_m(replica) -> None:
 class RoundAuditedRun(AuditedRun):
     """AuditedRun (daisy/attack.py) with a round of H local steps as the step: self.step(emit)
     computes, audits and applies (or rolls back) one round. Keys by step are round starts."""
+
+    UNIT = ("round of peer", "round")
 
     def __init__(self, cfg, group, attack, rate: float):
         super().__init__(cfg, group, attack, rate)
@@ -151,32 +153,9 @@ class RoundAuditedRun(AuditedRun):
         pairs = [] if self.withheld(e) else audit_pairs(cfg.seed, e, P, self.rate, beacon(digests, nonces),
                                                        audit_load(self.assigned, k, P))
         self.assigned[k] = [auditor for auditor, _ in pairs]
-        passed = []
-        for auditor, audited in pairs:
-            reported, broken = self.audit(r0, auditor, audited, digests[audited], P)
-            if broken is not None:
-                why = (f"round of peer {self.ids[audited]} did not reproduce at step {e + 1}: removed "
-                       f"({broken}; audited by peer {self.ids[auditor]})")
-                return self.remove(audited, r0, why, emit)
-            if reported == digests[audited]:
-                reason = self.check_owner(e, audited, messages, N)
-                if reason is not None:
-                    why = (f"reduced shard from peer {self.ids[audited]} did not reproduce at step {e + 1}: "
-                           f"removed ({reason}; audited by peer {self.ids[auditor]})")
-                    return self.remove(audited, r0, why, emit)
-                passed.append((auditor, audited))
-                continue
-            ev = Evidence(run=str(cfg.seed), step=e, slot=audited, accuser=auditor,
-                          committed=digests[audited].hex(), recomputed=reported.hex())
-            if judge(ev, self.recompute(r0, audited, P).hex()) == "audited":
-                why = (f"round of peer {self.ids[audited]} did not reproduce at step {e + 1}: "
-                       f"removed (committed {ev.committed[:16]}, recomputed {ev.recomputed[:16]} "
-                       f"by peer {self.ids[auditor]})")
-                return self.remove(audited, r0, why, emit)
-            why = (f"peer {self.ids[auditor]} accused peer {self.ids[audited]} at step {e + 1}, "
-                   f"whose round reproduced: peer {self.ids[auditor]} removed")
-            return self.remove(auditor, r0, why, emit)
-        self.apply(r0, e, sent, messages, states, passed, emit)
+        passed = self.judge_pairs(pairs, r0, e, digests, messages, N, P, emit)
+        if passed is not None:
+            self.apply(r0, e, sent, messages, states, passed, emit)
 
     def withheld(self, e: int) -> bool:
         """The leavers withhold their commitments from the round holding attack.start on: that

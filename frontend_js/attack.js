@@ -201,7 +201,10 @@ export class AuditedRun {
     return contributionDigest(flat, loss, P, this.cfg.seed, s, slot, this.codec);
   }
 
-  // the digest the auditor reports for the audited slot
+  get unit() { return ['gradient from peer', 'gradient']; }     // a slot's audited contribution, in the run's words
+
+  // -> [the digest the auditor reports for the audited slot, null: a gradient's audit has no
+  // transcript that could break on its own; attack_rounds.js's rounds have one]
   async audit(s, auditor, audited, committed, P) {
     this.audits++;
     const aPid = this.ids[auditor], dPid = this.ids[audited];
@@ -209,11 +212,51 @@ export class AuditedRun {
       if (this.attack.kind === 'liar-auditor') {
         const h = new Sha256();
         h.update(Uint8Array.from('a false accusation', (c) => c.charCodeAt(0))); h.update(committed);
-        return h.digest();
+        return [h.digest(), null];
       }
-      if (this.attacking(dPid, s)) return committed;               // colluders pass each other
+      if (this.attacking(dPid, s)) return [committed, null];       // colluders pass each other
     }
-    return this.recompute(s, audited, P);
+    return [await this.recompute(s, audited, P), null];
+  }
+
+  // The drawn pairs' audits of the contributions made from `at` (the step; a round's start) and
+  // sent at 0-based step index `step` -> the pairs that passed, or null once a peer was removed
+  // (the auditor for a false accusation, else the audited: a transcript that breaks, a digest
+  // that does not reproduce, a reduced shard that does not). unit: a contribution in the run's words.
+  async judgePairs(pairs, at, step, digests, messages, N, P, emit) {
+    const [ofPeer, unit] = this.unit, cfg = this.cfg, passed = [];
+    for (const [auditor, audited] of pairs) {
+      const [got, broken] = await this.audit(at, auditor, audited, digests[audited], P);
+      if (broken !== null) {
+        this.remove(audited, at, `${ofPeer} ${this.ids[audited]} did not reproduce at step ${step + 1}: removed (${broken}; audited by peer ${this.ids[auditor]})`, emit);
+        return null;
+      }
+      const reported = toHex(got);
+      const committed = toHex(digests[audited]);
+      if (reported === committed) {
+        const reason = this.checkOwner(step, audited, messages, N);
+        if (reason !== null) {
+          const why = `reduced shard from peer ${this.ids[audited]} did not reproduce at step ${step + 1}: `
+            + `removed (${reason}; audited by peer ${this.ids[auditor]})`;
+          this.remove(audited, at, why, emit);
+          return null;
+        }
+        passed.push([auditor, audited]);
+        continue;
+      }
+      const ev = new Evidence({ run: String(cfg.seed), step, slot: audited, accuser: auditor, committed, recomputed: reported });
+      if (judge(ev, toHex(await this.recompute(at, audited, P))) === 'audited') {
+        const why = `${ofPeer} ${this.ids[audited]} did not reproduce at step ${step + 1}: removed `
+          + `(committed ${short(ev.committed)}, recomputed ${short(ev.recomputed)} by peer ${this.ids[auditor]})`;
+        this.remove(audited, at, why, emit);
+        return null;
+      }
+      const why = `peer ${this.ids[auditor]} accused peer ${this.ids[audited]} at step ${step + 1}, `
+        + `whose ${unit} reproduced: peer ${this.ids[auditor]} removed`;
+      this.remove(auditor, at, why, emit);
+      return null;
+    }
+    return passed;
   }
 
   // the leavers withhold their commitments (AUDIT) from attack.start on: the audits of steps from
@@ -270,36 +313,13 @@ export class AuditedRun {
       if (reason !== null) return this.remove(slot, s, `gradient from peer ${this.ids[slot]} ${reason} at step ${s + 1}: removed`, emit);
     }
     const nonces = this.ids.map((_, slot) => referenceNonce(cfg.seed, s, slot));
-    const passed = [];
     this.before.set(s, [this.before.get(s), digests]);
     const floor = Math.min(...this.checkedFrom().values());
     for (const t of [...this.before.keys()]) if (t < floor) this.before.delete(t);
     const pairs = this.withheld(s) ? [] : auditPairs(cfg.seed, s, P, this.rate, beacon(digests, nonces), auditLoad(this.assigned, s, P));
     this.assigned.set(s, pairs.map(([auditor]) => auditor));
-    for (const [auditor, audited] of pairs) {
-      const reported = toHex(await this.audit(s, auditor, audited, digests[audited], P));
-      const committed = toHex(digests[audited]);
-      if (reported === committed) {
-        const reason = this.checkOwner(s, audited, messages, N);
-        if (reason !== null) {
-          const why = `reduced shard from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: `
-            + `removed (${reason}; audited by peer ${this.ids[auditor]})`;
-          return this.remove(audited, s, why, emit);
-        }
-        passed.push([auditor, audited]);
-        continue;
-      }
-      const ev = new Evidence({ run: String(cfg.seed), step: s, slot: audited, accuser: auditor, committed, recomputed: reported });
-      if (judge(ev, toHex(await this.recompute(s, audited, P))) === 'audited') {
-        const why = `gradient from peer ${this.ids[audited]} did not reproduce at step ${s + 1}: removed `
-          + `(committed ${short(ev.committed)}, recomputed ${short(ev.recomputed)} by peer ${this.ids[auditor]})`;
-        return this.remove(audited, s, why, emit);
-      }
-      const why = `peer ${this.ids[auditor]} accused peer ${this.ids[audited]} at step ${s + 1}, `
-        + `whose gradient reproduced: peer ${this.ids[auditor]} removed`;
-      return this.remove(auditor, s, why, emit);
-    }
-    return this.apply(s, sent, messages, passed, emit);
+    const passed = await this.judgePairs(pairs, s, s, digests, messages, N, P, emit);
+    if (passed !== null) await this.apply(s, sent, messages, passed, emit);
   }
 
   // peer -> the first step of its contributions not covered by a passed audit: after its latest pass

@@ -15,11 +15,11 @@ import { flattenGrads, unflatten } from './collective.js';
 import { reduceLosses } from './reduce.js';
 import { Group, Trainer, cloneReplica } from './train.js';
 import {
-  Evidence, adamStateHash, auditLoad, auditPairs, beacon, checkStartState, cheapCheck, judge, messageBounds,
+  adamStateHash, auditLoad, auditPairs, beacon, checkStartState, cheapCheck, messageBounds,
   messageHashes, referenceNonce, rollbackStep, roundDigest, roundEnd, trustedStep,
 } from './audit.js';
 import { AuditedRun, forge } from './attack.js';
-import { Sha256, short, toHex } from './hashing.js';
+import { Sha256, toHex } from './hashing.js';
 
 // the forgers' Adam state: m negated in place
 function negateM(replica) {
@@ -27,6 +27,8 @@ function negateM(replica) {
 }
 
 export class RoundAuditedRun extends AuditedRun {
+  get unit() { return ['round of peer', 'round']; }
+
   constructor(cfg, group, attack, rate) {
     super(cfg, group, attack, rate);
     this.snapshots = new Map([[0, new Map(this.ids.map((pid, slot) => [pid, cloneReplica(group.replicas[slot])]))]]);
@@ -138,36 +140,8 @@ export class RoundAuditedRun extends AuditedRun {
     const k = Math.floor(r0 / cfg.local_steps);                // the loads count rounds
     const pairs = this.withheld(e) ? [] : auditPairs(cfg.seed, e, P, this.rate, beacon(digests, nonces), auditLoad(this.assigned, k, P));
     this.assigned.set(k, pairs.map(([auditor]) => auditor));
-    const passed = [];
-    for (const [auditor, audited] of pairs) {
-      const [got, broken] = await this.audit(r0, auditor, audited, digests[audited], P);
-      if (broken !== null) {
-        const why = `round of peer ${this.ids[audited]} did not reproduce at step ${e + 1}: removed (${broken}; audited by peer ${this.ids[auditor]})`;
-        return this.remove(audited, r0, why, emit);
-      }
-      const reported = toHex(got);
-      const committed = toHex(digests[audited]);
-      if (reported === committed) {
-        const reason = this.checkOwner(e, audited, messages, N);
-        if (reason !== null) {
-          const why = `reduced shard from peer ${this.ids[audited]} did not reproduce at step ${e + 1}: `
-            + `removed (${reason}; audited by peer ${this.ids[auditor]})`;
-          return this.remove(audited, r0, why, emit);
-        }
-        passed.push([auditor, audited]);
-        continue;
-      }
-      const ev = new Evidence({ run: String(cfg.seed), step: e, slot: audited, accuser: auditor, committed, recomputed: reported });
-      if (judge(ev, toHex(await this.recompute(r0, audited, P))) === 'audited') {
-        const why = `round of peer ${this.ids[audited]} did not reproduce at step ${e + 1}: removed `
-          + `(committed ${short(ev.committed)}, recomputed ${short(ev.recomputed)} by peer ${this.ids[auditor]})`;
-        return this.remove(audited, r0, why, emit);
-      }
-      const why = `peer ${this.ids[auditor]} accused peer ${this.ids[audited]} at step ${e + 1}, `
-        + `whose round reproduced: peer ${this.ids[auditor]} removed`;
-      return this.remove(auditor, r0, why, emit);
-    }
-    return this.apply(r0, e, sent, messages, states, passed, emit);
+    const passed = await this.judgePairs(pairs, r0, e, digests, messages, N, P, emit);
+    if (passed !== null) await this.apply(r0, e, sent, messages, states, passed, emit);
   }
 
   // the leavers withhold their commitments from the round holding attack.start on: that round's
