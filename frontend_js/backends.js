@@ -335,10 +335,10 @@ export async function settle(picked, settings, maxSteps = 8, wholeSteps = 3) {
   engine.wholeSteps = null;                                       // the route as the shapes chose it, timed
   const cpu = [], route = [];
   for (let r = 0; r <= wholeSteps && onGpu(); r++) {
-    for (const [backend, times] of [[picked.backend, route], [picked.cpu, cpu]]) {
+    for (const [backend, into] of [[picked.backend, route], [picked.cpu, cpu]]) {
       const t0 = performance.now();
       await step(backend);
-      if (r > 0) times.push(performance.now() - t0);          // r = 0: the warm-up of each
+      if (r > 0) into.push(performance.now() - t0);           // r = 0: the warm-up of each
     }
   }
   if (onGpu() && cpu.length === wholeSteps && route.length === wholeSteps) engine.wholeStepsTimed({ cpuMs: median(cpu), pickedMs: median(route) });
