@@ -234,14 +234,14 @@ class AuditedRun:
                 return committed, None                        # colluders pass each other
         return self.recompute(s, audited, P), None
 
-    UNIT = ("gradient from peer", "gradient")   # a slot's audited contribution, in the run's words
+    unit = ("gradient from peer", "gradient")   # a slot's audited contribution, in the run's words (attack.js unit)
 
     def judge_pairs(self, pairs, at: int, step: int, digests, messages, N: int, P: int, emit):
         """The drawn pairs' audits of the contributions made from `at` (the step; a round's start)
         and sent at 0-based step index `step`: -> the pairs that passed, or None once a peer was
         removed (the auditor for a false accusation, else the audited: a transcript that breaks,
         a digest that does not reproduce, a reduced shard that does not)."""
-        cfg, (of_peer, unit) = self.cfg, self.UNIT
+        cfg, (of_peer, unit) = self.cfg, self.unit
         passed = []
         for auditor, audited in pairs:
             reported, broken = self.audit(at, auditor, audited, digests[audited], P)

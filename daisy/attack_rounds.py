@@ -46,7 +46,7 @@ class RoundAuditedRun(AuditedRun):
     """AuditedRun (daisy/attack.py) with a round of H local steps as the step: self.step(emit)
     computes, audits and applies (or rolls back) one round. Keys by step are round starts."""
 
-    UNIT = ("round of peer", "round")
+    unit = ("round of peer", "round")
 
     def __init__(self, cfg, group, attack, rate: float):
         super().__init__(cfg, group, attack, rate)
