@@ -32,7 +32,7 @@ export function checkDeparture(ctl, run, id) {
       if (mine === null || void_()) return;
       if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) {
         b.departing.delete(id);
-        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked when it left; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
+        convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked when it left; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`, true);
         return;
       }
       b.pending.delete(`${u}:${slot}`);

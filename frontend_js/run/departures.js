@@ -13,7 +13,7 @@ import { actingLeader, mayGoOn, scheduleWith, scheduleLocal, leftSlots, rosterDi
 import { Recovery, RosterChange, isHash } from './record.js';
 import { end, restoreUndo, position, positionHash, roundEnd, toRoundStart } from './ending.js';
 import { checkDeparture } from './audit_barriers.js';
-import { convictions, convictionsKey, convictedIds, rollbackTo, goBack } from './rollback.js';
+import { convictions, standing, convictionsKey, convictedIds, rollbackTo, goBack } from './rollback.js';
 import { revealLast } from './commitments.js';
 import { judgeHalted } from './evidence.js';
 import { voidChange, maybeCommit, applyRoster } from './roster_apply.js';
@@ -168,7 +168,7 @@ export function tryFinish(ctl, run) {
   if (!rec || rec.leader !== ctl.selfId || !rec.parked || rec.promised || run.ended) return;
   const h = ctl.host, survivors = live(run);
   const convicted = convictions(run);
-  rec.statuses.set(ctl.selfId, { completed: position(run), hash: positionHash(run), epoch: run.epoch, convicted: convictionsKey(convicted) });
+  rec.statuses.set(ctl.selfId, { completed: position(run), hash: positionHash(run), epoch: run.epoch, convicted });
   if (!survivors.every((id) => rec.statuses.has(id))) return;
   // a member that says it lost a peer which answers this device: a partial partition or a lie.
   // Nobody is dropped on a member's word; the run stops with the alarm.
@@ -204,9 +204,10 @@ export function tryFinish(ctl, run) {
   if (!local && at.some((x) => x.completed > from + 1)) { giveUp(ctl, run, rec, 'the survivors are more than one step apart'); return; }
   if (local && at.some((x) => x.completed > roundEnd(run.cfg, from))) { giveUp(ctl, run, rec, 'the survivors are more than one round apart'); return; }
   // convictions: every survivor judged the same peers with the same rollback, from the same state
-  // (one that judged otherwise, or this device before its own judgement: wait, then stop)
-  const key = convictionsKey(convicted);
-  const otherwise = survivors.filter((id) => rec.statuses.get(id).convicted !== key);
+  // (one that judged otherwise, or this device before its own judgement: wait, then stop); a
+  // leaver's lie at a step this roster undoes is moot (rollback.js standing)
+  const gone = goneSet(run), mine = standing(convicted, from, gone), key = convictionsKey(mine);
+  const otherwise = survivors.filter((id) => convictionsKey(standing(rec.statuses.get(id).convicted, from, gone)) !== key);
   if (otherwise.length || convicted.some(([, back]) => back === null)) {
     if (!rec.judgeTimer && !convicted.some(([, back]) => back === null)) {    // (not while this device still judges)
       // (long enough for the withheld-reveal wait of verdicts.js settle, then the word)
@@ -217,9 +218,9 @@ export function tryFinish(ctl, run) {
     return;
   }
   clearTimeout(rec.judgeTimer);
-  if (convicted.length) {
-    if (convicted.some(([, , hash]) => !hash)) { giveUp(ctl, run, rec, 'the state to go back to is no longer kept'); return; }
-    from = rollbackTo(convicted);
+  if (mine.length) {
+    if (mine.some(([, , hash]) => !hash)) { giveUp(ctl, run, rec, 'the state to go back to is no longer kept'); return; }
+    from = rollbackTo(mine);
   } else {
     const atFrom = new Set(survivors.filter((id) => rec.statuses.get(id).completed === from).map((id) => rec.statuses.get(id).hash));
     if (!local && run.completed === from + 1) atFrom.add(run.undo && run.undo.step === from ? run.undo.hash : 'none');
@@ -230,7 +231,7 @@ export function tryFinish(ctl, run) {
   const msg = { runId: run.desc.runId, epoch: rec.epoch, base: run.epoch, from, roster: survivors, left, joined: [],
                 history: local ? scheduleLocal(run.history, from, run.roster.length, leftSlots(run.roster, survivors))
                   : scheduleWith(run.history, from, survivors.length),
-                convicted: convicted.map(([id, back]) => [id, back]),
+                convicted: mine.map(([id, back]) => [id, back]),
                 reason: left.map((id) => `${h.nameOf(id)}: ${run.gone.get(id) || 'gone'}`).join('; ').slice(0, 400) };
   rec.epoch += 1;                 // a later proposal (after more evidence) needs a new epoch
   const change = new RosterChange(msg, rosterDigest(msg), 'recovery',
@@ -319,8 +320,9 @@ export function onStatus(ctl, from, m) {
   const claims = d.gone.filter((id) => typeof id === 'string' && (run.roster.includes(id))).slice(0, 64);
   if (!run.recovery || run.recovery.leader !== ctl.selfId) beginRecovery(ctl, run);
   const rec = run.recovery;
-  const convicted = Array.isArray(d.convicted) && d.convicted.length <= 64 ? d.convicted : [];
-  rec.statuses.set(from, { completed: d.completed, hash: d.hash, epoch: d.epoch, convicted: convictionsKey(convicted) });
+  // (its judgement, compared in tryFinish: at most 64 entries of at most 4 values each)
+  const convicted = Array.isArray(d.convicted) && d.convicted.length <= 64 ? d.convicted.map((c) => (Array.isArray(c) ? c.slice(0, 4) : c)) : [];
+  rec.statuses.set(from, { completed: d.completed, hash: d.hash, epoch: d.epoch, convicted });
   if (claims.length) rec.claims.set(from, claims); else rec.claims.delete(from);
   tryFinish(ctl, run);
 }

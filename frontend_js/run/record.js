@@ -203,9 +203,10 @@ export class AuditBook {
     this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states
     this.spare = [];             // states no longer kept, their arrays reused by the next (at most 2)
     this.reading = new Set();    // states a recomputation is reading (never reused meanwhile)
-    this.accused = new Map();    // id -> {step, why}: convicted here, its rollback not settled yet (audits before step to run)
+    this.accused = new Map();    // id -> {step, why, checked}: convicted here, its rollback not settled yet (audits before step to run);
+                                 // checked: by a departure's barrier (each of its contributions before step reproduced here)
     this.skipTimer = null;       // the wait for reveals the accused withhold
-    this.convicted = new Map();  // id -> {step, why, back, hash}: convicted on this device's evidence, not yet rolled back
+    this.convicted = new Map();  // id -> {step, why, back, hash, checked}: convicted on this device's evidence, not yet rolled back
     this.excludedFrom = new Map(); // id -> the step from which the kept run leaves it out (convictions rolled back)
     this.evidence = [];          // [{from, ev}] waiting until this device ran that step's audits
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)

@@ -3,8 +3,8 @@
 // STATUS and ROSTER name them (departures.js, roster_change.js compare them), and the committed
 // rollback itself (takeRollback: the kept state restored, the audits of the steps undone void;
 // goBack: the run's step, hash and curve with it).
-// Imports: the rules (audit.js rollbackStep). Exports: rollbackFor, convictions, convictionsKey,
-// convictedIds, rollbackTo, takeRollback, goBack.
+// Imports: the rules (audit.js rollbackStep). Exports: rollbackFor, convictions, standing,
+// convictionsKey, convictedIds, rollbackTo, takeRollback, goBack.
 import { rollbackStep } from '../audit.js';
 
 // rollbackStep over this device's passes as the reference keeps them at the conviction: only the
@@ -25,16 +25,30 @@ export function rollbackFor(run, id, t) {
   return Math.max(b.floor, rollbackStep(id, passes, excluded));
 }
 
-// the convictions as STATUS and ROSTER name them: [[id, back, hash at back]] sorted by id; one
-// whose rollback is not settled yet has back and hash null (the acting leader waits for it)
+// the convictions as STATUS names them: [[id, back, hash at back, step]] sorted by id, step: the
+// lie's, for a departure barrier's conviction (each contribution before it reproduced here), else
+// null; one whose rollback is not settled yet has back, hash and step null (the leader waits for it)
 export function convictions(run) {
   const b = run.book;
   if (!b) return [];
   // a departing peer whose steps this device is still checking (the barrier) is not settled either
   const unsettled = [...new Set([...b.accused.keys(), ...b.departing.keys()])].filter((id) => !b.convicted.has(id));
-  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash]), ...unsettled.map((id) => [id, null, null])]
+  return [...[...b.convicted].map(([id, c]) => [id, c.back, c.hash, c.checked ? c.step : null]), ...unsettled.map((id) => [id, null, null, null])]
     .sort((x, y) => (x[0] < y[0] ? -1 : 1));
 }
+
+// The convictions that stand when the group goes on from `from` completed steps: a peer that left
+// (in `gone`), convicted by a departure's barrier at a step the new roster undoes (0-based step >=
+// from), just left; its lie is moot. The barrier checks every step this device completed, and the
+// survivors may stand one step apart: the leaver's last message reached some of them only (a
+// closing page's last frames may be lost). The one ahead convicts at that step, the one behind
+// cannot; the roster resumes at the lower position, so that step is undone everywhere and the
+// judgements agree (docs/PROTOCOL.md "Audited gradients"). Only a barrier's: it recomputed every
+// contribution of the leaver before the lie (from its last pass) and each reproduced, so nothing
+// the group keeps needs the rollback; any other conviction (an audit's, a cheap check's) stands.
+// list: convictions()'s (or a STATUS's) entries
+export const standing = (list, from, gone) =>
+  list.filter((c) => !(Array.isArray(c) && gone.has(c[0]) && Number.isInteger(c[3]) && c[3] >= from));
 
 export const convictionsKey = (list) => JSON.stringify(list || []);
 

@@ -42,6 +42,13 @@ export function switchCollective(ctl, run, change) {
 export function applyRoster(ctl, run, change) {
   const d = change.msg;
   const convicted = Array.isArray(d.convicted) ? d.convicted.map(([id]) => id) : [];
+  // this device's convictions the roster leaves out: a leaver's lie at a step it undoes (moot)
+  for (const [id, c] of run.book ? [...run.book.convicted] : []) {
+    if (convicted.includes(id) || d.roster.includes(id)) continue;
+    ctl.host.note(`${ctl.host.nameOf(id)}'s lie at step ${c.step + 1} is moot: not every device completed that step, `
+      + `so the group undoes it and goes on without ${ctl.host.nameOf(id)}, which left.`);
+    ctl.host.emit('conviction-moot', { peer: id, step: c.step + 1 });
+  }
   if (convicted.length && !goBack(ctl, run, d.from, convicted)) {
     end(ctl, run, 'stopped', `The run stopped: this device no longer keeps the state after step ${d.from} to go back to.`, 'cannot meet the group');
     return;

@@ -12,7 +12,7 @@ import { waitUntil } from '../page_clock.js';
 import { RosterChange, validHistory } from './record.js';
 import { alarm, position, positionBack } from './ending.js';
 import { restartBook } from './audit_book.js';
-import { convictions, convictionsKey, convictedIds, rollbackTo } from './rollback.js';
+import { convictions, standing, convictionsKey, convictedIds, rollbackTo } from './rollback.js';
 import { ending, evidence, reachMs, reaches, beginRecovery, sendStatus, tryFinish, answersTimeout, giveUp } from './departures.js';
 import { maybeCommit, switchCollective, applyRoster, setRoster } from './roster_apply.js';
 
@@ -32,8 +32,12 @@ export function onRoster(ctl, from, m, final = false) {
   let why = d.base !== run.epoch ? `it changes epoch ${d.base}, this device is in epoch ${run.epoch}` : null;
   if (!why && Number.isInteger(d.epoch) && d.epoch < floor) why = `this device already accepted a roster for epoch ${floor - 1}`;
   // a conviction's roster names the peers convicted and goes back to where this device's own
-  // judgement goes (run/audits.js): the same peers, the same step, or it waits / refuses
-  const mine = convictions(run).map(([id, back]) => [id, back]);
+  // judgement goes (run/audits.js): the same peers, the same step, or it waits / refuses. One it
+  // leaves out must be moot: a leaver's lie at a step this roster undoes (rollback.js standing;
+  // `from` is checked against this device's position below)
+  const named = new Set((Array.isArray(d.convicted) ? d.convicted : []).map((c) => (Array.isArray(c) ? c[0] : null)));
+  const gone = new Set(run.gone.keys());
+  const mine = convictions(run).filter((c) => named.has(c[0]) || standing([c], d.from, gone).length).map(([id, back]) => [id, back]);
   let wait = null;
   if (!why && convictionsKey(mine) !== convictionsKey(Array.isArray(d.convicted) ? d.convicted : [])) {
     const says = (list) => list.map(([id, back]) => `${h.nameOf(id)} back to step ${back}`).join(', ') || 'none';

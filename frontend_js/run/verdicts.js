@@ -236,7 +236,7 @@ async function judgeOwner(ctl, run, b, from, ev, pairs, relayed) {
 // step in flight means the reveals still on their way (every member sends its last one when a
 // recovery halts it). A convicted peer that withholds its reveals: after a while the steps it
 // blocks count as not audited (settle).
-export function convict(ctl, run, id, t, why) {
+export function convict(ctl, run, id, t, why, checked = false) {
   const b = run.book;
   if (run.ended || id === ctl.selfId || !run.roster.includes(id)) return;
   if (!b) { ctl.convicted(run, id, why); return; }             // audits off: removed, nothing to go back to
@@ -244,7 +244,7 @@ export function convict(ctl, run, id, t, why) {
   const had = b.convicted.get(id) || b.accused.get(id);
   if (had && had.step <= t) return;
   b.convicted.delete(id);
-  b.accused.set(id, { step: t, why });
+  b.accused.set(id, { step: t, why, checked });
   ctl.host.note(why);
   ctl.convicted(run, id, why);
   settle(ctl, run);
@@ -259,7 +259,7 @@ function settle(ctl, run) {
     if (b.done < a.step - 1 || checkingEarlier(ctl, run, b, id, a)) continue;
     b.accused.delete(id);
     const back = rollbackFor(run, id, a.step);
-    b.convicted.set(id, { step: a.step, why: a.why, back, hash: b.states.get(back)?.hash ?? null });
+    b.convicted.set(id, { step: a.step, why: a.why, back, hash: b.states.get(back)?.hash ?? null, checked: a.checked });
     ctl.host.emit('convicted', { peer: id, step: a.step + 1, why: a.why, back });
     changed = true;
   }

@@ -3,7 +3,8 @@
 // page drawing the reference run's nonces. Each honest page must end with exactly the reference
 // run of the same attack (frontend_js/attack.js AuditedRun, itself tested equal to python -m
 // daisy.train --attack): the same steps kept, hash for hash, the same peer removed.
-//   1. a member scaling its gradient by -1000 (all-gather, P = 3 and 2)
+//   1. a member scaling its gradient by -1000 (all-gather, P = 3 and 2); a departure is a barrier (a
+//      forger leaving at once); the leaver's last message lost to one survivor: its lie is moot
 //   2. a lying auditor (accuses whomever it audits)
 //   3. a NaN gradient (the cheap check; f64 exchange, where it decodes)
 //   4. two colluders of five (reduce-scatter): each passes the other; both caught, rolled back in turn
@@ -19,6 +20,7 @@ import assert from 'node:assert/strict';
 import { Group, SETTINGS, BACKEND, TIMING, TYPES, firstOffReference, jsonPayload, sleep } from './run_harness.mjs';
 import { attackedRun } from './attack_runs.mjs';
 import { HEADER_BYTES, parseHeader, typeName } from '../../frontend_js/mesh/frames.js';
+import { scheduleString } from '../../frontend_js/mesh/roster.js';
 
 const STEPS = 100;          // the shortest run a config allows
 
@@ -48,6 +50,8 @@ function assertKept(node, ref) {
 }
 
 const convictions = (n) => n.events.filter(([e]) => e === 'convicted').map(([, p]) => p);
+// the convictions a roster left moot (a leaver's lie at a step it undid): [[peer, step]]
+const moots = (n) => n.events.filter(([e]) => e === 'conviction-moot').map(([, p]) => [p.peer, p.step]);
 
 async function attackCase(peers, liarSlot, faults, attack, settings = {}) {
   const ref = await reference(peers, attack, settings);
@@ -126,7 +130,7 @@ test('a lying auditor accusing an owner\'s reduce (P = 4): every member asks the
   for (const n of honest) assert.match(convictions(n)[0].why, /p2 accused the reduced shard of p\d at step \d+, which reproduced: p2 removed/);
 });
 
-test('a departure is a barrier: a member forges at step 9, withholds its AUDIT frames and leaves at once; every honest page checks its unaudited steps, convicts it and keeps the reference run of that removal', async () => {
+test('a departure is a barrier: a member forges at step 9, withholds its AUDIT frames and leaves once every member completed that step; every honest page checks its unaudited steps, convicts it and keeps the reference run of that removal', async () => {
   const K = 9;
   const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000,leave=${K + 1}`, {});
   assert.deepEqual(ref.removals.map((r) => [r.peer, r.step]), [[1, K + 1]], `the reference's barrier convicts at step ${K + 1}: ${JSON.stringify(ref.removals)}`);
@@ -136,7 +140,8 @@ test('a departure is a barrier: a member forges at step 9, withholds its AUDIT f
   const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } }, {}, { ...TIMING, deadlineMs: 15_000 });
   try {
     const [a, forger, c] = nodes;
-    await g.until(() => forger.completed >= K + 1, `the forger applied step ${K + 1}`, 30_000);
+    g.freeze(forger, K + 1);          // it computes nothing after its forged step: the reference's leave=K+1
+    await g.until(() => nodes.every((n) => n.completed >= K + 1), `every member completed step ${K + 1}`, 30_000);
     g.leave(forger);
     await g.ended([a, c], 60_000);
     for (const n of [a, c]) {
@@ -145,8 +150,41 @@ test('a departure is a barrier: a member forges at step 9, withholds its AUDIT f
       const got = convictions(n).map((x) => [x.peer, x.step, x.back]);
       assert.deepEqual(got, [['p1', K + 1, ref.removals[0].back]], `${n.id}: convicted ${JSON.stringify(got)}, the reference ${JSON.stringify(ref.removals)}`);
       assert.match(convictions(n)[0].why, /checked when it left/);
+      assert.deepEqual(moots(n), [], `${n.id}: no conviction left moot`);
       assertKept(n, ref);
     }
+  } finally { await g.close(); }
+});
+
+// CI's fuzz of timings found this (a fresh-clone run, 2026-12-05): the leaver completed its forged
+// step and closed its page before its last message reached one survivor. The survivors then stand
+// one step apart: the one ahead convicts it at that step, the one behind cannot (the bytes never
+// came); they judged otherwise and the run stopped. The roster resumes at the lower position, which
+// undoes that step everywhere: the lie is moot (run/rollback.js standing) and both agree.
+test('the leaver\'s forged message reached one survivor only (its page closed before the last frames went): that survivor convicts, the other cannot; the roster undoes the step, the lie is moot, and both keep the plain run of the departure', async () => {
+  const K = 9;
+  const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } }, {}, { ...TIMING, deadlineMs: 15_000 });
+  try {
+    const [a, forger, c] = nodes;
+    g.freeze(forger, K + 1);
+    const gradOf = (bytes, step) => {
+      try { const h = parseHeader(bytes); return (h.type === TYPES.GRAD || h.type === TYPES.GRAD_PART) && h.step === step; } catch { return false; }
+    };
+    g.net.lose((from, to, bytes) => from === forger.id && to === a.id && gradOf(bytes, K));
+    await g.until(() => forger.completed >= K + 1 && c.completed >= K + 1, `the forger and p2 completed step ${K + 1}`, 30_000);
+    assert.equal(a.completed, K, 'p0 still waits for the forged message it never gets');
+    g.leave(forger);
+    await g.ended([a, c], 60_000);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      assert.equal(scheduleString(n.history), `0:3,${K}:2`, `${n.id}: the group of 2 trains from step ${K + 1}`);
+      const off = await firstOffReference(n);
+      assert.equal(off, null, off);
+    }
+    assert.deepEqual(convictions(c).map((x) => [x.peer, x.step]), [['p1', K + 1]], 'p2 completed the forged step and convicted its sender');
+    assert.deepEqual(moots(c), [['p1', K + 1]], 'p2: the roster left that conviction moot');
+    assert.deepEqual(convictions(a), [], 'p0 never had the forged bytes');
   } finally { await g.close(); }
 });
 

@@ -10,6 +10,7 @@
 //   net.inject('b', 'a', bytes);        // raw bytes "from b", straight into a's receive()
 //   await net.settle();                 // nothing queued, every receive chain done
 //   net.watch((from, to, bytes) => {});  // sees every frame sent, as it is queued (tests count them)
+//   net.lose((from, to, bytes) => bool);  // frames it says true to are lost (a closing page's last frames)
 // latencyMs / bytesPerMs (benches: bench/bench_group_links.mjs): every directed link also carries
 // its frames one after another at bytesPerMs and delivers each latencyMs after it left (a frame is
 // held until then, on real timers); 0 / Infinity (the default) = the rounds above alone.
@@ -35,6 +36,7 @@ export class MemoryNet {
     this.linkFree = new Map();     // pairKey -> when the link has sent its queued bytes (latency model)
     this.timer = null;             // the wake-up for the next frame due (latency model)
     this.watchers = [];            // (from, to, bytes) for every frame sent (watch)
+    this.losers = [];              // (from, to, bytes) -> true: the frame is lost (lose)
   }
 
   // when a frame of n bytes enqueued now on from -> to arrives (-Infinity: no latency model)
@@ -53,6 +55,8 @@ export class MemoryNet {
   add(mesh) { this.meshes.set(mesh.selfId, mesh); return mesh; }
 
   watch(fn) { this.watchers.push(fn); }
+
+  lose(fn) { this.losers.push(fn); }
 
   statsOf(from, to) {
     const k = pairKey(from, to);
@@ -100,6 +104,7 @@ export class MemoryNet {
     const st = this.statsOf(from, to);
     st.frames++; st.bytes += copy.length;
     for (const w of this.watchers) w(from, to, copy);
+    if (this.losers.some((fn) => fn(from, to, copy))) return;
     const hold = () => (this.rand() < this.delay ? 1 + (this.u32() % this.maxHold) : 0);
     const seq = this.seq++;
     const due = this.due(pairKey(from, to), copy.length);

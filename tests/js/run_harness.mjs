@@ -6,7 +6,7 @@
 //   const [a, b, c] = g.add(3);            // nodes, linked to every node present
 //   await a.ctl.start(SETTINGS);           // a leads
 //   await g.until(() => a.completed >= 5, 'five steps');
-//   g.crash(c); g.leave(b); g.cut(a, b); g.serverDown = true;
+//   g.crash(c); g.leave(b); g.cut(a, b); g.freeze(b, 9); g.serverDown = true;
 //   a.ctl.stop(); await g.ended([a, b]);
 // Node: {id, ctl, mesh, steps (Map step -> hash: the last computation of each), events, notes,
 // state (the panel's), histories (each roster change's history)}.
@@ -48,6 +48,7 @@ export class Node {
     this.steps = new Map();
     this.events = [];
     this.notes = [];
+    this.frozenFrom = Infinity;  // its steps from this 0-based step on never finish computing (Group.freeze)
     this.mesh = new Mesh({ selfId: id });
     group.net.add(this.mesh);
     const node = this;
@@ -64,7 +65,7 @@ export class Node {
       ready: async () => {},
       prepare: async () => {},
       backend: () => BACKEND,
-      trainer: (cfg, replica, batches) => new Trainer(cfg, replica, batches, BACKEND),
+      trainer: (cfg, replica, batches) => node.freezable(new Trainer(cfg, replica, batches, BACKEND)),
       gpu: null,
       dataId: async () => DATA_ID,
       batches: (cfg) => new StreamBatches(stream, cfg),
@@ -73,6 +74,16 @@ export class Node {
     };
     this.host.models = new ModelStore({ runs: null });
     this.ctl = new RunController(this.host, { timing: timing || TIMING, faults });
+  }
+
+  // its run's steps from 0-based step `s` on never finish computing (freeze): a page that hangs
+  freezable(trainer) {
+    const localStep = trainer.localStep.bind(trainer);
+    trainer.localStep = async (s, ...rest) => {
+      if (s >= this.frozenFrom) await new Promise(() => {});
+      return localStep(s, ...rest);
+    };
+    return trainer;
   }
 
   onEvent(event, payload) {
@@ -142,6 +153,10 @@ export class Group {
     node.ctl.goodbye();
     setTimeout(() => this.crash(node), 5);
   }
+
+  // the node computes no step from 0-based step `s` on (its links and frames go on): a test holds a
+  // page still, e.g. until the others have completed the step before, then makes it leave
+  freeze(node, s) { node.frozenFrom = s; }
 
   // the link between a and b ends; both keep every other link (a partial partition)
   cut(a, b) { a.mesh.removeLink(b.id, 'cut'); }
