@@ -225,21 +225,22 @@ export class GpuF64Unit {
   // (no submit, nothing read back). Non-finite operands set flags[0] (a storage buffer of one
   // u32 the caller zeroed and reads once per step: then the step is the CPU's). scratch(bytes):
   // where the codes, scales and accumulators come from (the resident step's pool, zeroed; default
-  // fresh buffers, returned). -> the call's other temporary buffers (fresh ones, the parameters),
-  // for the caller to destroy once its submit is done.
-  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null) {
+  // fresh buffers, returned); uniform(words): where the four dispatches' parameters go, -> [buffer,
+  // offset, size] (the resident step's slots; default fresh buffers, returned). -> the call's
+  // fresh temporary buffers, for the caller to destroy once its submit is done.
+  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null, uniform = null) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const k4 = Math.ceil(kk / 4), d = this.device, p = this.pipes;
     const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning);
     const temps = [];
     const own = scratch || ((bytes) => { const b = this.buffer(bytes); temps.push(b); return b; });
     const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(plan.splits * nb * m * n * 4);
-    const uni = (words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return b; };
+    const uni = uniform || ((words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return [b, 0, ALIGN]; });
     const whole = (buf) => [buf, 0, buf.size];
-    const bgQA = this.bind(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), [uni(plan.quantA.params), 0, 32]]);
-    const bgQB = this.bind(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), [uni(plan.quantB.params), 0, 32]]);
-    const bgMM = this.bind(p.mm, [whole(qa), whole(qb), whole(c), [uni(plan.mm.params), 0, 32]]);
-    const bgEp = this.bind(p.epi, [whole(c), whole(sa), whole(sb), whole(out), [uni(plan.epi.params), 0, 16]]);
+    const bgQA = this.bind(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), uni(plan.quantA.params)]);
+    const bgQB = this.bind(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), uni(plan.quantB.params)]);
+    const bgMM = this.bind(p.mm, [whole(qa), whole(qb), whole(c), uni(plan.mm.params)]);
+    const bgEp = this.bind(p.epi, [whole(c), whole(sa), whole(sb), whole(out), uni(plan.epi.params)]);
     const pass = enc.beginComputePass();
     encodePlan(pass, p, plan, [bgQA, bgQB, bgMM, bgEp]);
     pass.end();
