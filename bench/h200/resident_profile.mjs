@@ -9,6 +9,9 @@
 //           kernel and by unit call shape (nb x M x K x N, T = transposed operand), and the span
 //           from the first dispatch's start to the last one's end
 //   check   the gradients of the profiled step equal those of an unprofiled one, bit for bit
+//   layout  the same local step with the unit's dispatches laid out as before issue 26's second
+//           pass (one workgroup per quantized row, no split-K: unitPlan's { maxSplits: 1,
+//           threads: 64 }; the kernels' other changes stay), wall medians and gradients compared
 // On the lent machine, from the project root:
 //   source .gpu/setup.sh && OUT=... $NODE bench/h200/resident_profile.mjs   -> $OUT/resident_profile.json
 // DAISY_PROFILE_SETTINGS='{"width":32}' for other settings. Needs a hardware adapter with
@@ -158,8 +161,25 @@ if (timestamps) {
   result.check = diff ? `gradient ${diff} differs between the profiled and the plain step` : 'equal';
   save();
 }
+// the dispatch layout before vs now, whole local steps alternately, gradients compared
+{
+  const ms = { before: [], now: [] }, grads = {};
+  for (let s = 0; s < 7; s++) {
+    for (const [name, opts] of [['before', { maxSplits: 1, threads: 64 }], ['now', {}]]) {
+      unit.planOpts = opts;
+      const t0 = performance.now(), r = await trainer.localStep(300, 0);
+      if (s > 0) ms[name].push(performance.now() - t0);
+      grads[name] = r.grads;
+    }
+  }
+  unit.planOpts = {};
+  const diff = Object.keys(grads.now).find((k) => Buffer.compare(Buffer.from(grads.now[k].buffer), Buffer.from(grads.before[k].buffer)) !== 0);
+  result.layout = { beforeMs: median(ms.before), nowMs: median(ms.now), check: diff ? `gradient ${diff} differs` : 'equal', all: ms };
+  progress('layout before', result.layout.beforeMs.toFixed(1), 'now', result.layout.nowMs.toFixed(1), result.layout.check);
+  save();
+}
 result.finished = new Date().toISOString();
 save();
-console.log(JSON.stringify({ wallMs: result.wallMs, gpu: result.gpu && { ...result.gpu, byShape: undefined }, check: result.check }, null, 1));
+console.log(JSON.stringify({ wallMs: result.wallMs, gpu: result.gpu && { ...result.gpu, byShape: undefined }, check: result.check, layout: { ...result.layout, all: undefined } }, null, 1));
 cpu.close?.();
 process.exit(0);

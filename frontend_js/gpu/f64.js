@@ -44,6 +44,7 @@ export class GpuF64Unit {
     this.stages = {};            // free staging buffers (mapped for writing) by size
     this.upload = 'staging';     // or 'write': queue.writeBuffer (the bench compares them)
     this.profile = null;         // { upload, compute, readback, host } ms: time the phases apart
+    this.planOpts = {};          // unitPlan's opts (the profile compares { maxSplits: 1, threads: 64 })
   }
 
   // opts: kernelBase, lib (the library file), gemm (the GEMM's dot4 file, gemm_kernel.js
@@ -181,7 +182,7 @@ export class GpuF64Unit {
     if (a.length !== nb * m * kk || b.length !== nb * kk * n) throw new Error(`qmatmulT: operands of ${a.length} and ${b.length} values do not fit (batch, M, K, N) = (${nb}, ${m}, ${kk}, ${n})`);
     this.stats.calls++;
     const d = this.device, k4 = Math.ceil(kk / 4), prof = this.profile, t0 = performance.now();
-    const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning);
+    const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning, this.planOpts);
     const o = this.takeSlot({ inputs: [['xa', a.length * 8], ['xb', b.length * 8]], codes: [['qa', nb * m * k4 * 4], ['qb', nb * n * k4 * 4]],
       scales: [['sa', nb * m * 8], ['sb', nb * n * 8]], c: [['c', plan.splits * nb * m * n * 4]], out: [['out', nb * m * n * 8], ['flags', 16]] });
     const { params } = this.slot, at = (k) => o[k];
@@ -231,7 +232,7 @@ export class GpuF64Unit {
   encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null, uniform = null) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const k4 = Math.ceil(kk / 4), d = this.device, p = this.pipes;
-    const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning);
+    const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning, this.planOpts);
     const temps = [];
     const own = scratch || ((bytes) => { const b = this.buffer(bytes); temps.push(b); return b; });
     const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(plan.splits * nb * m * n * 4);
@@ -268,21 +269,23 @@ export function quantThreads(kk) {
 // K-slices of the unit's GEMM (kernels/unit_gemm.wgsl): doubled while the output's tiles (across
 // the batch) give fewer than 256 workgroups and each slice keeps at least 64 K words, at most 16.
 // The weight gradients at the largest settings (K = 4096, 128 x 128 .. 512 x 128): 4 to 16.
-export function gemmSplits(tiles, k4) {
+export function gemmSplits(tiles, k4, maxSplits = 16) {
   let s = 1;
-  while (s < 16 && tiles * s < 256 && k4 >= 128 * s) s *= 2;
+  while (s < maxSplits && tiles * s < 256 && k4 >= 128 * s) s *= 2;
   return s;
 }
 
 // One call's four dispatches: each one's parameter words (the kernels' Params) and workgroups.
 // Quantizer rows: A's logical row i, B's logical column j, through strides of the stored layout
-// (R, K, K4, rowStride, kStride, batchStride, threads per row, 0).
-export function unitPlan(nb, m, kk, n, transA, transB, tuning) {
-  const k4 = Math.ceil(kk / 4), tpr = quantThreads(kk), rows = 64 / tpr;
+// (R, K, K4, rowStride, kStride, batchStride, threads per row, 0). opts: maxSplits (at most 16),
+// threads (per quantized row, a power of two up to 64, instead of quantThreads): a profile's
+// { maxSplits: 1, threads: 64 } is the dispatch layout before issue 26's second pass (same bits).
+export function unitPlan(nb, m, kk, n, transA, transB, tuning, { maxSplits = 16, threads = null } = {}) {
+  const k4 = Math.ceil(kk / 4), tpr = threads ?? quantThreads(kk), rows = 64 / tpr;
   const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];
   const qB = transB ? [n, kk, k4, kk, 1, n * kk] : [n, kk, k4, 1, n, kk * n];
   const gx = Math.ceil(n / (tuning.WG_X * tuning.RN)), gy = Math.ceil(m / (tuning.WG_Y * tuning.RM));
-  const splits = gemmSplits(gx * gy * nb, k4);
+  const splits = gemmSplits(gx * gy * nb, k4, maxSplits);
   return {
     splits,
     quantA: { params: [...qA, tpr, 0], groups: [Math.ceil(m / rows), nb] },

@@ -46,3 +46,10 @@ test('the plan covers every row and column and the parameters match the kernels'
     assert.deepEqual(p.quantB.params.slice(3, 6), tb ? [k, 1, n * k] : [1, n, k * n]);
   }
 });
+
+test("the layout before issue 26's second pass, for the profile: one workgroup per row, one slice", () => {
+  const p = unitPlan(1, 257, 4096, 128, true, false, T, { maxSplits: 1, threads: 64 });
+  assert.equal(p.splits, 1);
+  assert.deepEqual([p.quantA.groups, p.quantB.groups, p.quantA.params[6]], [[257, 1], [128, 1], 64]);
+  assert.equal(unitPlan(256, 128, 16, 128, false, true, T, { threads: 64 }).quantA.groups[0], 128);
+});
