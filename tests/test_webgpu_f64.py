@@ -2,7 +2,7 @@
 in kernels/f64_lib.wgsl, docs/VERIFICATION.md §9.1) in a real headless Chromium on SwiftShader:
 the boot gate passes on both GEMM kernels; every emulated operation equals JS float64 bit for bit
 on a randomized sweep with edge cases; the unit equals units.js on random shapes; every variant
-of the f64 bug corpus (tests/gpu/mutants.js F64_MUTANTS: patches of today's f64_lib.wgsl) is
+of the f64 bug corpus (tests/gpu/mutants.js F64_MUTANTS: patches of today's f64_lib.wgsl and unit kernels) is
 rejected by the gate; the GPU engine with
 the unit trains the tiny config with the CPU backend's hashes, and a failing gate leaves
 today's path; the per-call spot audit catches a result one ULP off and the step is recomputed.
