@@ -4,9 +4,10 @@
 // integer GEMM, the epilogue: four dispatches) and ONE read-back of the float64 result.
 //   GpuF64Unit.create(device, opts)  compiles the kernels (kernels/f64_ops, unit_quant,
 //                                     unit_epilogue with the library prepended; unit_gemm with a dot4)
-//   unitPlan(nb, m, kk, n, transA, transB, tuning)
+//   unitPlan(nb, m, kk, n, transA, transB, tuning, opts)
 //                                  -> the four dispatches' parameters and workgroup counts (pure):
 //                                     quantThreads(K) threads per quantized row, gemmSplits K-slices
+//                                     (unit.planOpts is its opts: the profile's other layout)
 //   unit.qmatmulT(a, transA, b, transB, batch, M, K, N, out)
 //                                  -> Float64Array (batch, M, N), units.qmatmulT's contract, or
 //                                     null when an operand holds ±inf or NaN (the caller then
