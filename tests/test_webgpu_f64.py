@@ -2,7 +2,7 @@
 in kernels/f64_lib.wgsl, docs/VERIFICATION.md §9.1) in a real headless Chromium on SwiftShader:
 the boot gate passes on both GEMM kernels; every emulated operation equals JS float64 bit for bit
 on a randomized sweep with edge cases; the unit equals units.js on random shapes; every variant
-of the f64 bug corpus (tests/gpu/mutants.js F64_MUTANTS: patches of today's f64_lib.wgsl) is
+of the f64 bug corpus (tests/gpu/mutants.js F64_MUTANTS: patches of today's f64_lib.wgsl and unit kernels) is
 rejected by the gate; the GPU engine with
 the unit trains the tiny config with the CPU backend's hashes, and a failing gate leaves
 today's path; the per-call spot audit catches a result one ULP off and the step is recomputed.
@@ -13,7 +13,8 @@ from tests.browser import static_server, webgpu_page
 
 PAGE = "/tests/pages/f64_selftest.html"
 BUGS = ["f64_div_no_sticky", "f64_jam_lost", "f64_lost_carry", "f64_mul_no_sticky", "f64_rint_ties_up", "f64_ties_away",
-        "f64_truncate"]                  # tests/gpu/mutants.js F64_MUTANTS, in its order
+        "f64_truncate", "unit_quant_no_fallback", "unit_quant_rows_mixed", "unit_epilogue_one_slice",
+        "unit_gemm_slice_short"]         # tests/gpu/mutants.js F64_MUTANTS, in its order
 OPS = {"op mul", "op div", "op add", "op sub", "op sqrt", "op fromI32", "op rintClamp127"}
 
 
@@ -56,7 +57,7 @@ def test_unit_equals_units_js_on_random_shapes(selftest):
 
 
 def test_every_f64_bug_is_rejected_by_the_gate(selftest):
-    assert len(BUGS) >= 7, BUGS
+    assert len(BUGS) >= 11, BUGS
     got = selftest("bugs", timeout_s=240)
     assert [b["name"] for b in got] == BUGS
     missed = [b["name"] for b in got if not b["rejected"]]

@@ -9,6 +9,10 @@
 #   cli_*     node frontend_js/cli.mjs --gpu resident --json (compare with python -m daisy.train --json)
 #   tfjs_*    bench/bench_tfjs.mjs at the largest settings (and the default with TFJS_DEFAULT=1)
 #   split/    one replica's local step and Adam step timed apart (default settings, one thread)
+#   prof_*/   resident_profile.mjs: one replica's local step per kernel (GPU timestamps) and its
+#             wall split, at the largest and the default settings
+#   quant.jsonl, splitk.jsonl   dev/unit_quant and dev/gemm_splitk: the unit's kernels before and
+#             after issue 26's second pass, per shape of the largest step, results compared
 # Each part is bounded by `timeout` so that the whole fits one 10-minute call.
 set -u
 # Everything is written under $RUN_DIR and packed into $OUT/issue26.tgz at the end (the device
@@ -21,7 +25,7 @@ if [ -f tfjs_nm.tar.xz ] && [ ! -d bench/tfjs/node_modules ]; then
   python3 -c "import tarfile; tarfile.open('tfjs_nm.tar.xz').extractall('bench/tfjs')"
 fi
 LARGEST="--width 128 --seq-len 128 --batch 32"     # the five settings at their most
-t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; pkill -9 -f pick_and_resident; pkill -9 -f bench_tfjs; pkill -9 -f cli.mjs; sleep 1; }
+t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; pkill -9 -f pick_and_resident; pkill -9 -f bench_tfjs; pkill -9 -f cli.mjs; pkill -9 -f resident_profile; pkill -9 -f /bench.mjs; sleep 1; }
 OUT=$OUT/rs DAISY_SPLIT=0 DAISY_SECTIONS=residentStep timeout 150 $NODE bench/h200/pick_and_resident.mjs > "$OUT/rs.log" 2>&1; echo "exit $?" >> "$OUT/rs.log"; stamp residentStep
 OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 120 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; echo "exit $?" >> "$OUT/pick.log"; stamp pick
 timeout 60 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$OUT/cli_default.jsonl" 2> "$OUT/cli_default.err"; stamp cli_default
@@ -32,5 +36,9 @@ fi
 timeout 50 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 2 $LARGEST > "$OUT/cli_largest.jsonl" 2> "$OUT/cli_largest.err"; stamp cli_largest
 # one replica's local step and Adam timed apart, default settings, one thread (segfaulted on the H100)
 OUT=$OUT/split DAISY_THREADS=1 DAISY_SETTINGS=default DAISY_SECTIONS=residentStep timeout 40 $NODE bench/h200/pick_and_resident.mjs > "$OUT/split.log" 2>&1; echo "exit $?" >> "$OUT/split.log"; stamp split
+OUT=$OUT/prof_largest timeout 120 $NODE bench/h200/resident_profile.mjs > "$OUT/prof_largest.log" 2>&1; echo "exit $?" >> "$OUT/prof_largest.log"; stamp prof_largest
+OUT=$OUT/prof_default DAISY_PROFILE_SETTINGS='{"width":32,"seq_len":32,"batch":8}' timeout 60 $NODE bench/h200/resident_profile.mjs > "$OUT/prof_default.log" 2>&1; echo "exit $?" >> "$OUT/prof_default.log"; stamp prof_default
+timeout 90 $NODE dev/unit_quant/bench.mjs > "$OUT/quant.jsonl" 2>&1; echo "exit $?" >> "$OUT/quant.jsonl"; stamp quant
+timeout 60 $NODE dev/gemm_splitk/bench.mjs > "$OUT/splitk.jsonl" 2>&1; echo "exit $?" >> "$OUT/splitk.jsonl"; stamp splitk
 tar czf "$FINAL_OUT/issue26.tgz" -C "$OUT" .
-cat "$OUT/times.txt"; tail -n 30 "$OUT"/rs.log "$OUT"/split.log; tail -n 4 "$OUT"/pick.log
+cat "$OUT/times.txt"; tail -n 30 "$OUT"/rs.log "$OUT"/split.log; tail -n 4 "$OUT"/pick.log; cat "$OUT"/quant.jsonl "$OUT"/splitk.jsonl; tail -n 12 "$OUT"/prof_largest.log

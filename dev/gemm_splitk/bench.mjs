@@ -1,58 +1,67 @@
-// Time the split-K GEMM (dev/gemm_splitk: SPLITS slices + the reduce) against the mainline packed
-// kernel on the weight-gradient GEMMs of the largest settings' step (K = B*T = 4096; M x N = the
-// weight's shape: 128 x 128, 384 x 128, 512 x 128, 128 x 512, 257 x 128). Validate first
-// (python3 dev/gemm_splitk/validate.py); then, on a real GPU:
-//   source .gpu/setup.sh && $NODE dev/gemm_splitk/bench.mjs          (not run yet: no GPU lent)
-// Per shape: median ms of 20 submits (onSubmittedWorkDone) and the ratio to the mainline kernel.
+// Split-K in the unit's GEMM (kernels/unit_gemm.wgsl; issue 26's second pass) on the weight
+// gradients of the largest settings' step (K = B*T = 4096; M x N = the weight's shape): the kernel
+// with one slice (gemm_int8.wgsl's work) vs f64.js gemmSplits' slices, the partials summed as the
+// epilogue does (here read back and summed on the host, outside the time) and compared with the
+// one-slice result element for element (a mismatch exits 1). The epilogue's extra reads are not
+// timed here (they are in bench/h200/resident_profile.mjs).
+//   source .gpu/setup.sh && $NODE dev/gemm_splitk/bench.mjs     (a real GPU)
+// Per shape: median ms of 20 submits (onSubmittedWorkDone) and the ratio to one slice.
 import { createRequire } from 'node:module';
-import { readFileSync } from 'node:fs';
 
 const require = createRequire(import.meta.url);
 const { create, globals } = require('webgpu');
 Object.assign(globalThis, globals);
 const { openDevice, compileKernel } = await import('../../frontend_js/gpu/device.js');
+const { gemmSource } = await import('../../frontend_js/gpu/gemm_kernel.js');
+const { gemmSplits, DEFAULT_GEMM_TUNING: T, UNIT_GEMM } = await import('../../frontend_js/gpu/f64.js');
 
-const text = (p) => readFileSync(new URL(p, import.meta.url), 'utf8');
-const { device } = await openDevice(create([]));
+const { device, info } = await openDevice(create([]));
+const dot = info.wgslLanguageFeatures.includes('packed_4x8_integer_dot_product') ? 'dot4_packed.wgsl' : 'dot4_portable.wgsl';
+const pipe = await compileKernel(device, await gemmSource(dot, undefined, UNIT_GEMM), T, UNIT_GEMM);
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
-const T = { WG_X: 8, WG_Y: 8, RM: 4, RN: 4, TK: 4 };
-const SHAPES = [[128, 4096, 128], [384, 4096, 128], [512, 4096, 128], [128, 4096, 512], [257, 4096, 128]];
-const mainline = await compileKernel(device, text('../../kernels/dot4_packed.wgsl') + '\n' + text('../../kernels/gemm_int8.wgsl'), T, 'mainline');   // as gemm_kernel.js gemmSource
-const reduce = await compileKernel(device, text('./splitk_reduce.wgsl'), { WG: 64 }, 'reduce');
-const splits = {};
-for (const S of [2, 4, 8, 16]) splits[S] = await compileKernel(device, text('./gemm_packed_splitk.wgsl'), { ...T, SPLITS: S }, `splitk${S}`);
-const ST = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+const SMALL = process.env.DAISY_BENCH_SMALL === '1';
+const SHAPES = SMALL ? [[40, 1030, 33]] : [[128, 4096, 128], [384, 4096, 128], [512, 4096, 128], [128, 4096, 512], [257, 4096, 128]];
+const ST = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
 const mk = (bytes, usage = ST) => device.createBuffer({ size: Math.max(16, Math.ceil(bytes / 16) * 16), usage });
-const bg = (pipe, bufs) => device.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: bufs.map((buffer, binding) => ({ binding, resource: { buffer } })) });
-async function time(encode) {
-  const ms = [];
-  for (let i = 0; i < 21; i++) {
-    const enc = device.createCommandEncoder(), pass = enc.beginComputePass();
-    encode(pass); pass.end();
-    const t0 = performance.now();
-    device.queue.submit([enc.finish()]);
-    await device.queue.onSubmittedWorkDone();
-    if (i) ms.push(performance.now() - t0);
-  }
-  return +median(ms).toFixed(3);
+async function read(buf, n) {
+  const r = mk(n * 4, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST), enc = device.createCommandEncoder();
+  enc.copyBufferToBuffer(buf, 0, r, 0, r.size); device.queue.submit([enc.finish()]);
+  await r.mapAsync(GPUMapMode.READ); const w = new Int32Array(r.getMappedRange().slice(0)); r.destroy(); return w;
 }
+let bad = 0;
 for (const [M, K, N] of SHAPES) {
   const K4 = Math.ceil(K / 4), total = M * N;
-  const A = mk(M * K4 * 4), B = mk(N * K4 * 4), C = mk(total * 4), parts = mk(16 * total * 4);
-  const p = mk(16, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-  device.queue.writeBuffer(A, 0, new Uint32Array(M * K4).fill(0x01ff7f81)); device.queue.writeBuffer(B, 0, new Uint32Array(N * K4).fill(0x7f0281ff));
-  device.queue.writeBuffer(p, 0, new Uint32Array([M, N, K4, 1]));
-  const gx = Math.ceil(N / (T.WG_X * T.RN)), gy = Math.ceil(M / (T.WG_Y * T.RM));
-  const row = { shape: [M, K, N], mainline: await time((pass) => { pass.setPipeline(mainline); pass.setBindGroup(0, bg(mainline, [A, B, C, p])); pass.dispatchWorkgroups(gx, gy, 1); }) };
-  for (const [S, pipe] of Object.entries(splits)) {
-    const pr = mk(16, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
-    device.queue.writeBuffer(pr, 0, new Uint32Array([total, Number(S), 0, 0]));
-    row[`split${S}`] = await time((pass) => {
-      pass.setPipeline(pipe); pass.setBindGroup(0, bg(pipe, [A, B, parts, p])); pass.dispatchWorkgroups(gx, gy, Number(S));
-      pass.setPipeline(reduce); pass.setBindGroup(0, bg(reduce, [parts, C, pr])); pass.dispatchWorkgroups(Math.ceil(total / 64));
-    });
-    row[`split${S}/mainline`] = +(row[`split${S}`] / row.mainline).toFixed(3);
+  const gx = Math.ceil(N / (T.WG_X * T.RN)), gy = Math.ceil(M / (T.WG_Y * T.RM)), splits = gemmSplits(gx * gy, K4);
+  const A = mk(M * K4 * 4), B = mk(N * K4 * 4);
+  device.queue.writeBuffer(A, 0, Uint32Array.from({ length: M * K4 }, (_, i) => Math.imul(i + 1, 0x9e3779b1) >>> 0));
+  device.queue.writeBuffer(B, 0, Uint32Array.from({ length: N * K4 }, (_, i) => Math.imul(i + 7, 0x85ebca6b) >>> 0));
+  const row = { shape: [M, K, N], splits };
+  const sums = {};
+  for (const s of [1, splits]) {
+    const C = mk(s * total * 4), p = mk(32, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    device.queue.writeBuffer(p, 0, new Uint32Array([M, N, K4, 1, s, 0, 0, 0]));
+    const bg = device.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: [A, B, C, p].map((buffer, binding) => ({ binding, resource: { buffer } })) });
+    const ms = [];
+    for (let i = 0; i < (SMALL ? 3 : 21); i++) {
+      const enc = device.createCommandEncoder(), pass = enc.beginComputePass();
+      pass.setPipeline(pipe); pass.setBindGroup(0, bg); pass.dispatchWorkgroups(gx, gy, s); pass.end();
+      const t0 = performance.now();
+      device.queue.submit([enc.finish()]);
+      await device.queue.onSubmittedWorkDone();
+      if (i) ms.push(performance.now() - t0);
+    }
+    row[`slices${s}`] = +median(ms).toFixed(3);
+    const parts = await read(C, s * total), sum = new Int32Array(total);
+    for (let k = 0; k < s; k++) for (let i = 0; i < total; i++) sum[i] += parts[k * total + i];
+    sums[s] = sum;
+    C.destroy(); p.destroy();
   }
+  row.ratio = +(row[`slices${splits}`] / row.slices1).toFixed(3);
+  const i = sums[1].findIndex((v, j) => v !== sums[splits][j]);
+  row.equal = i < 0;
+  if (i >= 0) { bad++; row.firstMismatch = `element ${i}: one slice ${sums[1][i]}, ${splits} slices ${sums[splits][i]}`; }
   console.log(JSON.stringify(row));
+  A.destroy(); B.destroy();
 }
 device.destroy();
+process.exit(bad ? 1 : 0);

@@ -3,7 +3,11 @@
 // there with the bits of units.js, and one qmatmulT is ONE submit (quantize A, quantize B, the
 // integer GEMM, the epilogue: four dispatches) and ONE read-back of the float64 result.
 //   GpuF64Unit.create(device, opts)  compiles the kernels (kernels/f64_ops, unit_quant,
-//                                     unit_epilogue with the library prepended; a GEMM kernel)
+//                                     unit_epilogue with the library prepended; unit_gemm with a dot4)
+//   unitPlan(nb, m, kk, n, transA, transB, tuning, opts)
+//                                  -> the four dispatches' parameters and workgroup counts (pure):
+//                                     quantThreads(K) threads per quantized row, gemmSplits K-slices
+//                                     (unit.planOpts is its opts: the profile's other layout)
 //   unit.qmatmulT(a, transA, b, transB, batch, M, K, N, out)
 //                                  -> Float64Array (batch, M, N), units.qmatmulT's contract, or
 //                                     null when an operand holds ±inf or NaN (the caller then
@@ -22,6 +26,8 @@ import { draw } from '../prng.js';
 import { ERROR_SCOPES, loadText, compileKernel as compile } from './device.js';
 import { KERNEL_BASE, gemmSource } from './gemm_kernel.js';
 
+export const UNIT_GEMM = 'unit_gemm.wgsl';            // the GEMM body the unit compiles (split-K)
+
 export const F64_LIB = 'f64_lib.wgsl';
 export const OPS = Object.freeze({ mul: 0, div: 1, add: 2, sub: 3, sqrt: 4, fromI32: 5, rintClamp127: 6 });
 // Tile of the GEMM kernels (kernels/gemm_*.wgsl override constants); the H200 bench passes 16x16, 8x8.
@@ -39,18 +45,21 @@ export class GpuF64Unit {
     this.stages = {};            // free staging buffers (mapped for writing) by size
     this.upload = 'staging';     // or 'write': queue.writeBuffer (the bench compares them)
     this.profile = null;         // { upload, compute, readback, host } ms: time the phases apart
+    this.planOpts = {};          // unitPlan's opts (the profile compares { maxSplits: 1, threads: 64 })
   }
 
-  // opts: kernelBase, lib (the library file: the bug corpus swaps it), gemm (the GEMM's dot4 file,
-  // gemm_kernel.js GEMM_KERNELS: 'dot4_packed.wgsl' where the WGSL language feature
-  // packed_4x8_integer_dot_product exists, else 'dot4_portable.wgsl'), tuning (the GEMM's tile)
-  static async create(device, { kernelBase = KERNEL_BASE, lib = F64_LIB, gemm = 'dot4_portable.wgsl', tuning = {} } = {}) {
+  // opts: kernelBase, lib (the library file), gemm (the GEMM's dot4 file, gemm_kernel.js
+  // GEMM_KERNELS: 'dot4_packed.wgsl' where the WGSL language feature
+  // packed_4x8_integer_dot_product exists, else 'dot4_portable.wgsl'), tuning (the GEMM's tile);
+  // quant, epilogue, gemmBody: the unit's kernel files (the bug corpus swaps one of these or lib)
+  static async create(device, { kernelBase = KERNEL_BASE, lib = F64_LIB, gemm = 'dot4_portable.wgsl', tuning = {},
+    quant = 'unit_quant.wgsl', epilogue = 'unit_epilogue.wgsl', gemmBody = UNIT_GEMM } = {}) {
     const libText = await loadText(new URL(lib, kernelBase));
     const withLib = async (file, constants = {}) => compile(device, `${libText}\n${await loadText(new URL(file, kernelBase))}`, constants, `${file} + ${lib}`);
     const t = { ...DEFAULT_GEMM_TUNING, ...tuning };
-    const [ops, quant, epi, mm] = await Promise.all([withLib('f64_ops.wgsl'), withLib('unit_quant.wgsl'), withLib('unit_epilogue.wgsl'),
-      compile(device, await gemmSource(gemm, kernelBase), t, gemm)]);
-    return new GpuF64Unit(device, { ops, quant, epi, mm }, t, { lib, gemm });
+    const [ops, q, epi, mm] = await Promise.all([withLib('f64_ops.wgsl'), withLib(quant), withLib(epilogue),
+      compile(device, await gemmSource(gemm, kernelBase, gemmBody), t, `${gemm} + ${gemmBody}`)]);
+    return new GpuF64Unit(device, { ops, quant: q, epi, mm }, t, { lib, gemm });
   }
 
   buffer(bytes, usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST) {
@@ -174,8 +183,9 @@ export class GpuF64Unit {
     if (a.length !== nb * m * kk || b.length !== nb * kk * n) throw new Error(`qmatmulT: operands of ${a.length} and ${b.length} values do not fit (batch, M, K, N) = (${nb}, ${m}, ${kk}, ${n})`);
     this.stats.calls++;
     const d = this.device, k4 = Math.ceil(kk / 4), prof = this.profile, t0 = performance.now();
+    const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning, this.planOpts);
     const o = this.takeSlot({ inputs: [['xa', a.length * 8], ['xb', b.length * 8]], codes: [['qa', nb * m * k4 * 4], ['qb', nb * n * k4 * 4]],
-      scales: [['sa', nb * m * 8], ['sb', nb * n * 8]], c: [['c', nb * m * n * 4]], out: [['out', nb * m * n * 8], ['flags', 16]] });
+      scales: [['sa', nb * m * 8], ['sb', nb * n * 8]], c: [['c', plan.splits * nb * m * n * 4]], out: [['out', nb * m * n * 8], ['flags', 16]] });
     const { params } = this.slot, at = (k) => o[k];
     let pre = null, stage = null;
     if (this.upload === 'staging') {           // both operands at their offsets in `inputs`
@@ -192,27 +202,17 @@ export class GpuF64Unit {
     }
     d.queue.writeBuffer(o.flags[0], o.flags[1], new Uint32Array(4));
     if (prof) { await d.queue.onSubmittedWorkDone(); prof.upload += performance.now() - t0; }
-    // quantizer rows: A's logical row i, B's logical column j, through strides of the stored layout
-    const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];
-    const qB = transB ? [n, kk, k4, kk, 1, n * kk] : [n, kk, k4, 1, n, kk * n];
     const words = new Uint32Array(4 * ALIGN / 4);
-    words.set([...qA, 0, 0], 0); words.set([...qB, 0, 0], ALIGN / 4);
-    words.set([m, n, k4, nb], 2 * ALIGN / 4); words.set([m, n, 0, 0], 3 * ALIGN / 4);
+    words.set(plan.quantA.params, 0); words.set(plan.quantB.params, ALIGN / 4);
+    words.set(plan.mm.params, 2 * ALIGN / 4); words.set(plan.epi.params, 3 * ALIGN / 4);
     d.queue.writeBuffer(params, 0, words);
     const p = this.pipes, prm = (i) => [params, i * ALIGN, 32];
     const bgQA = this.bind(p.quant, [at('xa'), at('qa'), at('sa'), at('flags'), prm(0)]);
     const bgQB = this.bind(p.quant, [at('xb'), at('qb'), at('sb'), at('flags'), prm(1)]);
-    const bgMM = this.bind(p.mm, [at('qa'), at('qb'), at('c'), [params, 2 * ALIGN, 16]]);
+    const bgMM = this.bind(p.mm, [at('qa'), at('qb'), at('c'), prm(2)]);
     const bgEp = this.bind(p.epi, [at('c'), at('sa'), at('sb'), at('out'), [params, 3 * ALIGN, 16]]);
-    const t = this.tuning, tileM = t.WG_Y * t.RM, tileN = t.WG_X * t.RN;
     // the result and the flags word come back in one copy (flags follow out in one buffer)
-    const got = await this.submitRead((pass) => {
-      pass.setPipeline(p.quant);
-      pass.setBindGroup(0, bgQA); pass.dispatchWorkgroups(m, nb);
-      pass.setBindGroup(0, bgQB); pass.dispatchWorkgroups(n, nb);
-      pass.setPipeline(p.mm); pass.setBindGroup(0, bgMM); pass.dispatchWorkgroups(Math.ceil(n / tileN), Math.ceil(m / tileM), nb);
-      pass.setPipeline(p.epi); pass.setBindGroup(0, bgEp); pass.dispatchWorkgroups(Math.ceil((m * n) / 256), nb);
-    }, o.out[0], o.flags[1] + 16, o.out[1], (mapped) => {
+    const got = await this.submitRead((pass) => encodePlan(pass, p, plan, [bgQA, bgQB, bgMM, bgEp]), o.out[0], o.flags[1] + 16, o.out[1], (mapped) => {
       if (new Uint32Array(mapped, o.flags[1], 1)[0] !== 0) return null;
       const result = new Float64Array(mapped, 0, nb * m * n);      // copied out before unmap
       return out ? (out.set(result), out) : result.slice();
@@ -227,29 +227,24 @@ export class GpuF64Unit {
   // (no submit, nothing read back). Non-finite operands set flags[0] (a storage buffer of one
   // u32 the caller zeroed and reads once per step: then the step is the CPU's). scratch(bytes):
   // where the codes, scales and accumulators come from (the resident step's pool, zeroed; default
-  // fresh buffers, returned). -> the call's other temporary buffers (fresh ones, the parameters),
-  // for the caller to destroy once its submit is done.
-  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null) {
+  // fresh buffers, returned); uniform(words): where the four dispatches' parameters go, -> [buffer,
+  // offset, size] (the resident step's slots; default fresh buffers, returned). -> the call's
+  // fresh temporary buffers, for the caller to destroy once its submit is done.
+  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null, uniform = null) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const k4 = Math.ceil(kk / 4), d = this.device, p = this.pipes;
+    const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning, this.planOpts);
     const temps = [];
     const own = scratch || ((bytes) => { const b = this.buffer(bytes); temps.push(b); return b; });
-    const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(nb * m * n * 4);
-    const uni = (words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return b; };
-    const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];
-    const qB = transB ? [n, kk, k4, kk, 1, n * kk] : [n, kk, k4, 1, n, kk * n];
+    const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(plan.splits * nb * m * n * 4);
+    const uni = uniform || ((words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return [b, 0, ALIGN]; });
     const whole = (buf) => [buf, 0, buf.size];
-    const bgQA = this.bind(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), [uni([...qA, 0, 0]), 0, 32]]);
-    const bgQB = this.bind(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), [uni([...qB, 0, 0]), 0, 32]]);
-    const bgMM = this.bind(p.mm, [whole(qa), whole(qb), whole(c), [uni([m, n, k4, nb]), 0, 16]]);
-    const bgEp = this.bind(p.epi, [whole(c), whole(sa), whole(sb), whole(out), [uni([m, n, 0, 0]), 0, 16]]);
-    const t = this.tuning, tileM = t.WG_Y * t.RM, tileN = t.WG_X * t.RN;
+    const bgQA = this.bind(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), uni(plan.quantA.params)]);
+    const bgQB = this.bind(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), uni(plan.quantB.params)]);
+    const bgMM = this.bind(p.mm, [whole(qa), whole(qb), whole(c), uni(plan.mm.params)]);
+    const bgEp = this.bind(p.epi, [whole(c), whole(sa), whole(sb), whole(out), uni(plan.epi.params)]);
     const pass = enc.beginComputePass();
-    pass.setPipeline(p.quant);
-    pass.setBindGroup(0, bgQA); pass.dispatchWorkgroups(m, nb);
-    pass.setBindGroup(0, bgQB); pass.dispatchWorkgroups(n, nb);
-    pass.setPipeline(p.mm); pass.setBindGroup(0, bgMM); pass.dispatchWorkgroups(Math.ceil(n / tileN), Math.ceil(m / tileM), nb);
-    pass.setPipeline(p.epi); pass.setBindGroup(0, bgEp); pass.dispatchWorkgroups(Math.ceil((m * n) / 256), nb);
+    encodePlan(pass, p, plan, [bgQA, bgQB, bgMM, bgEp]);
     pass.end();
     return temps;
   }
@@ -260,6 +255,54 @@ export class GpuF64Unit {
     this.reads = {}; this.stages = {};
     this.slot = null;
   }
+}
+
+// --- the plan of one call (pure) --------------------------------------------------------------
+
+// Threads per quantized row of K values: a power of two from 4 to 64 (the workgroup), about one
+// code word of four values per thread, so short rows share a workgroup (kernels/unit_quant.wgsl)
+export function quantThreads(kk) {
+  let t = 4;
+  while (t < 64 && t * 4 < kk) t *= 2;
+  return t;
+}
+
+// K-slices of the unit's GEMM (kernels/unit_gemm.wgsl): doubled while the output's tiles (across
+// the batch) give fewer than 256 workgroups and each slice keeps at least 64 K words, at most 16.
+// The weight gradients at the largest settings (K = 4096, 128 x 128 .. 512 x 128): 4 to 16.
+export function gemmSplits(tiles, k4, maxSplits = 16) {
+  let s = 1;
+  while (s < maxSplits && tiles * s < 256 && k4 >= 128 * s) s *= 2;
+  return s;
+}
+
+// One call's four dispatches: each one's parameter words (the kernels' Params) and workgroups.
+// Quantizer rows: A's logical row i, B's logical column j, through strides of the stored layout
+// (R, K, K4, rowStride, kStride, batchStride, threads per row, 0). opts: maxSplits (at most 16),
+// threads (per quantized row, a power of two up to 64, instead of quantThreads): a profile's
+// { maxSplits: 1, threads: 64 } is the dispatch layout before issue 26's second pass (same bits).
+export function unitPlan(nb, m, kk, n, transA, transB, tuning, { maxSplits = 16, threads = null } = {}) {
+  const k4 = Math.ceil(kk / 4), tpr = threads ?? quantThreads(kk), rows = 64 / tpr;
+  const qA = transA ? [m, kk, k4, 1, m, kk * m] : [m, kk, k4, kk, 1, m * kk];
+  const qB = transB ? [n, kk, k4, kk, 1, n * kk] : [n, kk, k4, 1, n, kk * n];
+  const gx = Math.ceil(n / (tuning.WG_X * tuning.RN)), gy = Math.ceil(m / (tuning.WG_Y * tuning.RM));
+  const splits = gemmSplits(gx * gy * nb, k4, maxSplits);
+  return {
+    splits,
+    quantA: { params: [...qA, tpr, 0], groups: [Math.ceil(m / rows), nb] },
+    quantB: { params: [...qB, tpr, 0], groups: [Math.ceil(n / rows), nb] },
+    mm: { params: [m, n, k4, nb, splits, 0, 0, 0], groups: [gx, gy, nb * splits] },
+    epi: { params: [m, n, splits, nb * m * n], groups: [Math.ceil((m * n) / 256), nb] },
+  };
+}
+
+// the plan's dispatches into one compute pass; bind groups [quantA, quantB, mm, epi]
+function encodePlan(pass, pipes, plan, [bgQA, bgQB, bgMM, bgEp]) {
+  pass.setPipeline(pipes.quant);
+  pass.setBindGroup(0, bgQA); pass.dispatchWorkgroups(...plan.quantA.groups);
+  pass.setBindGroup(0, bgQB); pass.dispatchWorkgroups(...plan.quantB.groups);
+  pass.setPipeline(pipes.mm); pass.setBindGroup(0, bgMM); pass.dispatchWorkgroups(...plan.mm.groups);
+  pass.setPipeline(pipes.epi); pass.setBindGroup(0, bgEp); pass.dispatchWorkgroups(...plan.epi.groups);
 }
 
 // --- the gate ---------------------------------------------------------------------------------
@@ -362,8 +405,23 @@ export async function gateF64Ops(unit, { random = 2048, seed = undefined } = {})
 // zeros (the scale floor), values spanning exponents, a huge row, subnormals, K = 4096 at ±max
 export function unitGateCases(seed = 0xfa57) {
   const r = rng(seed), u = () => r() / 2 ** 32;
-  const fill = (len, kind) => {
+  const fill = (len, kind, rowLen) => {
     const x = new Float64Array(len);
+    if (kind === 'ties') {
+      // rows of K: the row's max first (so its scale s = max / 127 is known), then values whose
+      // quotient by s is a half-integer (k + 1/2) s or one ULP either side of it: the codes where
+      // the quantizer's float32 estimate cannot decide and the exact division must
+      const up = (v, dir) => { const w = new BigInt64Array(new Float64Array([v]).buffer); w[0] += BigInt(dir * Math.sign(v) || dir); return new Float64Array(w.buffer)[0]; };
+      for (let o = 0; o < len; o += rowLen) {
+        const amax = 1 + ((o / rowLen) % 5) * 0.37 + (o / rowLen) * 2 ** -30, s = amax / 127;
+        x[o] = (o / rowLen) % 2 ? -amax : amax;
+        for (let i = 1; i < rowLen && o + i < len; i++) {
+          const tie = ((i * 37) % 254 - 127 + 0.5) * s;
+          x[o + i] = i % 3 === 0 ? tie : up(tie, i % 3 === 1 ? 1 : -1);
+        }
+      }
+      return x;
+    }
     for (let i = 0; i < len; i++) {
       x[i] = kind === 'wide' ? (u() * 2 - 1) * 2 ** ((r() % 80) - 40)
         : kind === 'tiny' ? (u() * 2 - 1) * 2 ** -1060
@@ -374,7 +432,7 @@ export function unitGateCases(seed = 0xfa57) {
     return x;
   };
   const cases = [];
-  const add = (name, nb, m, kk, n, ta, tb, ka = 'rand', kb = 'rand') => cases.push({ name, nb, m, kk, n, ta, tb, a: fill(nb * m * kk, ka), b: fill(nb * kk * n, kb) });
+  const add = (name, nb, m, kk, n, ta, tb, ka = 'rand', kb = 'rand') => cases.push({ name, nb, m, kk, n, ta, tb, a: fill(nb * m * kk, ka, kk), b: fill(nb * kk * n, kb, kk) });
   add('1x1x1', 1, 1, 1, 1, false, false);
   add('ragged 5x7x9', 1, 5, 7, 9, false, false);
   add('ragged transA', 2, 7, 13, 5, true, false);
@@ -386,6 +444,9 @@ export function unitGateCases(seed = 0xfa57) {
   add('huge values', 1, 6, 8, 5, false, true, 'huge', 'huge');
   add('K = 4096 at +-max', 1, 3, 4096, 5, false, false, 'max', 'max');
   add('tile edges 33x70x40', 2, 33, 70, 40, false, false);
+  add('quantizer ties (short rows)', 3, 21, 16, 5, false, true, 'ties', 'ties');
+  add('quantizer ties (long rows)', 1, 9, 300, 4, false, true, 'ties', 'rand');
+  add('split-K ragged 40x1030x33', 2, 40, 1030, 33, false, false);
   return cases;
 }
 

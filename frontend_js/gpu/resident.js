@@ -8,6 +8,8 @@
 //   k.f64(values) / k.zeros(n) / k.u32(words) / k.read(buffer, n)   buffers in and out
 //   k.scratch(bytes, enc) / k.recycle()   a step's temporaries from the pool (cleared in `enc`),
 //                         back into it once the step's read-back is done
+//   k.uniform(words) / k.holdUniforms() / k.releaseUniforms()   dispatch parameters in 256-byte
+//                         slots of a few kept buffers, reused once no step that wrote them is in flight
 //   k.<piece>(..., enc?)  one dispatch on GPU buffers, encoded into `enc` (a GPUCommandEncoder)
 //                         or submitted at once
 // Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
@@ -37,6 +39,7 @@ export const RESIDENT_KERNELS = Object.freeze({
 });
 export const RESIDENT_WG = 64;
 const ALIGN = 256;
+const UNIFORM_CHUNK = 64 * 1024;    // 256 parameter slots per uniform buffer
 const align = (bytes) => Math.ceil(Math.max(bytes, 16) / ALIGN) * ALIGN;
 const STORAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
@@ -48,7 +51,9 @@ export const int8MessageWords = (n) => Math.ceil((4 * Math.ceil(n / 256) + n) / 
 export class ResidentKernels {
   constructor(device, pipes) {
     this.device = device; this.pipes = pipes;
-    this.uniforms = [];              // the parameters of the dispatches since releaseUniforms()
+    this.uniformChunks = [];         // UNIFORM_CHUNK-byte uniform buffers, kept; 256-byte slots
+    this.uniformsUsed = 0;           // slots written since they were last free
+    this.stepsInFlight = 0;          // steps between holdUniforms() and their releaseUniforms()
     this.pool = new Map();           // size (a power of two) -> free storage buffers of the step's temporaries
     this.lent = [];                  // the temporaries taken since recycle()
     this.reads = new Map();          // size -> free mappable buffers (read-backs)
@@ -90,15 +95,26 @@ export class ResidentKernels {
   f64(values) { const b = this.buffer(values.length * 8); this.device.queue.writeBuffer(b, 0, Float64Array.from(values)); return b; }
   zeros(n) { return this.buffer(n * 8); }                       // WebGPU zero-fills: +0.0 each
   u32(values) { const b = this.buffer(values.length * 4); this.device.queue.writeBuffer(b, 0, Uint32Array.from(values)); return b; }
+  // One dispatch's parameters -> its binding {buffer, offset, size}: the next free slot, written
+  // now (queue order puts the write before the submit that reads it). A fresh buffer per dispatch
+  // (~280 per local step) cost the host several times a write into a kept slot (Dawn).
   uniform(u32s) {
     const data = new Uint32Array(Math.ceil(u32s.length / 4) * 4); data.set(u32s);
-    const b = this.device.createBuffer({ size: align(data.byteLength), usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-    this.device.queue.writeBuffer(b, 0, data);
-    this.uniforms.push(b);
-    return b;
+    if (data.byteLength > ALIGN) throw new Error(`${data.byteLength} bytes of parameters: a slot holds ${ALIGN}`);
+    const per = UNIFORM_CHUNK / ALIGN, i = this.uniformsUsed++, c = Math.floor(i / per);
+    if (c === this.uniformChunks.length) this.uniformChunks.push(this.device.createBuffer({ size: UNIFORM_CHUNK, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST }));
+    const slot = { buffer: this.uniformChunks[c], offset: (i % per) * ALIGN, size: ALIGN };
+    this.device.queue.writeBuffer(slot.buffer, slot.offset, data);
+    return slot;
   }
-  // after the work that used them is done (a step's read-back)
-  releaseUniforms() { for (const b of this.uniforms.splice(0)) b.destroy(); }
+  // A step takes the slots it writes until its releaseUniforms() (after its read-back: its work is
+  // done); the slots are free again once no held step is in flight, so two trainers' steps on
+  // these kernels never write each other's parameters. Without a hold (the gates): free at once.
+  holdUniforms() { this.stepsInFlight++; }
+  releaseUniforms() {
+    this.stepsInFlight = Math.max(0, this.stepsInFlight - 1);
+    if (this.stepsInFlight === 0) this.uniformsUsed = 0;
+  }
 
   // buffer -> Float64Array of its first n values (after the queued work)
   async read(buffer, n) {
@@ -115,8 +131,10 @@ export class ResidentKernels {
     }
   }
 
-  // [[buffer, n], ...] -> [Float64Array of each buffer's first n values]: one copy into one
-  // staging buffer, one submit, one map (a step's read-backs in one round trip)
+  // [[buffer, n, into?], ...] -> [Float64Array of each buffer's first n values]: one copy into one
+  // staging buffer, one submit, one map (a step's read-backs in one round trip). `into` (a
+  // Float64Array of n): the values are copied there from the mapped range (one host copy, not two)
+  // and it is returned; none of them is written unless the whole read-back succeeded.
   async readMany(list) {
     const d = this.device, at = [];
     let bytes = 0;
@@ -130,7 +148,7 @@ export class ResidentKernels {
       d.queue.submit([enc.finish()]);
       await read.mapAsync(GPUMapMode.READ, 0, bytes);
       const all = read.getMappedRange(0, bytes);
-      const out = list.map(([, n], i) => new Float64Array(all.slice(at[i], at[i] + n * 8)));
+      const out = list.map(([, n, into], i) => (into ? (into.set(new Float64Array(all, at[i], n)), into) : new Float64Array(all.slice(at[i], at[i] + n * 8))));
       read.unmap();
       ok = true;
       return out;
@@ -143,7 +161,8 @@ export class ResidentKernels {
   dispatch(piece, buffers, groups, enc = null) {
     const d = this.device, pipe = this.pipes[piece];
     if (!pipe) throw new Error(`resident kernel ${piece} was not compiled`);
-    const bg = d.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })) });
+    // a buffer whole, or a binding {buffer, offset, size} (a uniform slot)
+    const bg = d.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: buffers.map((b, binding) => ({ binding, resource: b.buffer ? b : { buffer: b } })) });
     const own = !enc, e = enc || d.createCommandEncoder();
     const pass = e.beginComputePass();
     pass.setPipeline(pipe); pass.setBindGroup(0, bg);
@@ -232,45 +251,61 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
   const d = k.device, temps = [];
   // an invalid command buffer runs nothing and reads back zeros: every error is caught and thrown
   for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
-  const enc = d.createCommandEncoder();
+  k.holdUniforms();
+  // The step is encoded in parts, each submitted when encoded (after the forward pass, after each
+  // block's backward), so the GPU runs one part while the host encodes the next; the queue keeps
+  // their order, so nothing else changes. `enc` is the part being encoded.
+  let enc = d.createCommandEncoder();
+  const submitPart = () => { d.queue.submit([enc.finish()]); enc = d.createCommandEncoder(); };
   const z = (n) => k.scratch(n * 8, enc);          // every activation and gradient: the pool's, zeroed
   const flags = k.u32([0, 0, 0, 0]), idxBuf = k.u32(idx), targetBuf = k.u32(targets);
   temps.push(flags, idxBuf, targetBuf);
+  const uniform = (words) => { const u = k.uniform(words); return [u.buffer, u.offset, u.size]; };
   const mm = (a, ta, b, tb, nb, M, K, Nn) => {
     const out = z(nb * M * Nn);
-    temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => k.scratch(bytes, enc)));
+    temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => k.scratch(bytes, enc), uniform));
     return out;
   };
-  const norm = (x, g) => { const y = z(N * C), cache = { xhat: z(N * C), r: z(N) }; k.rmsnorm(x, g, y, cache.xhat, cache.r, N, C, NORM_EPS, enc); return [y, cache]; };
-  const x = z(N * C);
-  k.embed(params['wte.weight'], params['wpe.weight'], idxBuf, x, N, T, C, enc);
-  const caches = [];
-  for (let l = 0; l < L; l++) {
-    const p = `blocks.${l}.`;
-    const [xn1, n1] = norm(x, params[p + 'norm1.weight']);
-    const qkv = mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);
-    const [q, kk, v] = [0, 1, 2].map((part) => { const o = z(N * C); k.splitHeads(qkv, o, part, B, T, H, D, enc); return o; });
-    const s = mm(q, false, kk, true, G, T, D, T);
-    const pr = z(G * T * T);
-    k.causalSoftmax(s, pr, G, T, scale, enc);
-    const yh = mm(pr, false, v, false, G, T, T, D);
-    const y = z(N * C);
-    k.mergeHeads(yh, y, C, 0, B, T, H, D, enc);
-    k.add(x, mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C), N * C, enc);
-    const [xn2, n2] = norm(x, params[p + 'norm2.weight']);
-    const h = mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);
-    const hr = z(N * 4 * C);
-    k.relu(h, hr, N * 4 * C, enc);
-    k.add(x, mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C), N * C, enc);
-    caches.push({ xn1, n1, q, k: kk, v, pr, y, xn2, n2, h, hr });
+  let grads = null, logits, lossN;
+  try {
+    const norm = (x, g) => { const y = z(N * C), cache = { xhat: z(N * C), r: z(N) }; k.rmsnorm(x, g, y, cache.xhat, cache.r, N, C, NORM_EPS, enc); return [y, cache]; };
+    const x = z(N * C);
+    k.embed(params['wte.weight'], params['wpe.weight'], idxBuf, x, N, T, C, enc);
+    const caches = [];
+    for (let l = 0; l < L; l++) {
+      const p = `blocks.${l}.`;
+      const [xn1, n1] = norm(x, params[p + 'norm1.weight']);
+      const qkv = mm(xn1, false, params[p + 'attn.qkv.weight'], true, 1, N, C, 3 * C);
+      const [q, kk, v] = [0, 1, 2].map((part) => { const o = z(N * C); k.splitHeads(qkv, o, part, B, T, H, D, enc); return o; });
+      const s = mm(q, false, kk, true, G, T, D, T);
+      const pr = z(G * T * T);
+      k.causalSoftmax(s, pr, G, T, scale, enc);
+      const yh = mm(pr, false, v, false, G, T, T, D);
+      const y = z(N * C);
+      k.mergeHeads(yh, y, C, 0, B, T, H, D, enc);
+      k.add(x, mm(y, false, params[p + 'attn.proj.weight'], true, 1, N, C, C), N * C, enc);
+      const [xn2, n2] = norm(x, params[p + 'norm2.weight']);
+      const h = mm(xn2, false, params[p + 'mlp.fc.weight'], true, 1, N, C, 4 * C);
+      const hr = z(N * 4 * C);
+      k.relu(h, hr, N * 4 * C, enc);
+      k.add(x, mm(hr, false, params[p + 'mlp.proj.weight'], true, 1, N, 4 * C, C), N * C, enc);
+      caches.push({ xn1, n1, q, k: kk, v, pr, y, xn2, n2, h, hr });
+    }
+    const [xf, nf] = norm(x, params['norm_f.weight']);
+    logits = mm(xf, false, params['head.weight'], true, 1, N, C, V);
+    const dl = z(N * V);
+    lossN = z(N);
+    k.crossEntropy(logits, targetBuf, dl, lossN, N, V, enc);
+    if (withGrads) {
+      submitPart();
+      grads = residentBackward(k, params, cfg, { encoder: () => enc, submitPart, z, mm, caches, xf, nf, dl, idxBuf, scale, V });
+    }
+    d.queue.submit([enc.finish()]);
+  } catch (e) {                                     // a host-side error while encoding: nothing held stays
+    await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()));
+    for (const b of temps) b.destroy(); k.releaseUniforms(); k.recycle();
+    throw e;
   }
-  const [xf, nf] = norm(x, params['norm_f.weight']);
-  const logits = mm(xf, false, params['head.weight'], true, 1, N, C, V);
-  const dl = z(N * V), lossN = z(N);
-  k.crossEntropy(logits, targetBuf, dl, lossN, N, V, enc);
-  let grads = null;
-  if (withGrads) grads = residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale, V });
-  d.queue.submit([enc.finish()]);
   const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
   if (errors.length) { for (const b of temps) b.destroy(); k.releaseUniforms(); k.recycle(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
   // one read-back: the per-row losses, the flag, and the gradients (training) or the logits
@@ -287,9 +322,11 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
 
 // model.js backward on the GPU, encoded after the forward into the same encoder -> {name: [buffer,
 // length]} (the gradients stay on the GPU: the step encodes them for the exchange there)
-function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxBuf, scale, V }) {
+// (encoder(): the part being encoded; submitPart() submits it and starts the next)
+function residentBackward(k, params, cfg, { encoder, submitPart, z, mm, caches, xf, nf, dl, idxBuf, scale, V }) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, g = {};
+  let enc = encoder();
   const normBack = (dy, w, cache) => { const dx = z(N * C), dg = z(C); k.rmsnormBackward(dy, w, cache.xhat, cache.r, dx, dg, N, C, enc); return [dx, dg]; };
   g['head.weight'] = [mm(dl, true, xf, false, 1, V, N, C), V * C];
   const dxf = mm(dl, false, params['head.weight'], false, 1, N, V, C);
@@ -325,6 +362,7 @@ function residentBackward(k, params, cfg, { enc, z, mm, caches, xf, nf, dl, idxB
     [dxb, dgn] = normBack(dxn1, params[p + 'norm1.weight'], c.n1);
     g[p + 'norm1.weight'] = [dgn, C];
     k.add(dx, dxb, N * C, enc);
+    submitPart(); enc = encoder();
   }
   const dwpe = z(T * C);
   k.wpeBackward(dx, dwpe, B, T * C, enc);
@@ -420,17 +458,22 @@ export class ResidentTrainer {
     const { optim, weightHash } = this.lib, r = this.replica, t = r.adam.t + 1, d = this.k.device;
     for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
     const bc1 = 1.0 - optim.powInt(optim.B1, t), bc2 = 1.0 - optim.powInt(optim.B2, t);
-    const enc = d.createCommandEncoder(), names = Object.keys(this.w);
-    for (const name of names) {
-      if (this.g[name]) d.queue.writeBuffer(this.g[name], 0, G[name]); else this.g[name] = this.k.f64(G[name]);
-      this.k.adam(this.w[name], this.g[name], this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
+    this.k.holdUniforms();
+    try {
+      const enc = d.createCommandEncoder(), names = Object.keys(this.w);
+      for (const name of names) {
+        if (this.g[name]) d.queue.writeBuffer(this.g[name], 0, G[name]); else this.g[name] = this.k.f64(G[name]);
+        this.k.adam(this.w[name], this.g[name], this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
+      }
+      d.queue.submit([enc.finish()]);
+      const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
+      if (errors.length) throw new Error(`GPU error in the resident Adam step: ${errors.map((e) => e.message).join('; ')}`);
+      // weights and moments straight into the host copy (all of it, or none on a failed map)
+      await this.k.readMany(names.flatMap((name) => [[this.w[name], r.params[name]], [this.m[name], r.adam.m[name]], [this.v[name], r.adam.v[name]]]
+        .map(([b, into]) => [b, into.length, into])));
+    } finally {
+      this.k.releaseUniforms();
     }
-    d.queue.submit([enc.finish()]);
-    const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
-    if (errors.length) { this.k.releaseUniforms(); throw new Error(`GPU error in the resident Adam step: ${errors.map((e) => e.message).join('; ')}`); }
-    const back = await this.k.readMany(names.flatMap((name) => [this.w[name], this.m[name], this.v[name]].map((b) => [b, r.params[name].length])));
-    this.k.releaseUniforms();
-    names.forEach((name, i) => { r.params[name].set(back[3 * i]); r.adam.m[name].set(back[3 * i + 1]); r.adam.v[name].set(back[3 * i + 2]); });
     r.adam.t = t;
     this.heldT = t;
     const hash = this.backend?.weightHashAsync ? await this.backend.weightHashAsync(r.params) : weightHash(r.params);

@@ -220,9 +220,10 @@ export async function gateResident(kernels, { only = Object.keys(CHECKS), seed =
 // device, every resident kernel (gateResident: each against its JS twin) and the f64 unit (gateF64:
 // every emulated operation, then the unit against units.js). -> {device, info, kernels, unit};
 // throws with the reason when there is no adapter or a gate fails (the registry then stays on the
-// CPU and says why). opts: kernelBase
-export async function createResidentStep(gpu, { kernelBase = KERNEL_BASE } = {}) {
-  const { device, info } = await openDevice(gpu);
+// CPU and says why). opts: kernelBase; features: WebGPU features to ask for where the adapter has
+// them (the profile's 'timestamp-query')
+export async function createResidentStep(gpu, { kernelBase = KERNEL_BASE, features = [] } = {}) {
+  const { device, info } = await openDevice(gpu, { features });
   try {
     const langs = new Set(info.wgslLanguageFeatures || []);
     const [kernels, unit] = await Promise.all([ResidentKernels.create(device, { kernelBase }),

@@ -63,7 +63,7 @@ export const GEMM_MUTANTS = [
         + '  if (all(lid == vec3<u32>(0u)) && all(wid == vec3<u32>(0u))) { atomicAdd(&S[0], 1u); }\n']] },
 ];
 
-// the f64 library's mutants (tests/test_webgpu_f64.py: gateF64 must reject each)
+// the f64 library's and the unit kernels' mutants (tests/test_webgpu_f64.py: gateF64 must reject each)
 export const F64_MUTANTS = [
   { id: 'f64_div_no_sticky', failure: 'a wrong sticky bit: the division ignores its non-zero remainder',
     edits: [deleteLine('  if (!u64_zero(rem)) { q.x = q.x | 1u; }                         // sticky')] },
@@ -80,7 +80,17 @@ export const F64_MUTANTS = [
   { id: 'f64_truncate', failure: 'rounding by truncation: the half-ULP increment before the shift is gone',
     edits: [['  sig = u64_shr(u64_add(sig, vec2<u32>(0x200u, 0u)), 10u);\n  if (round_bits == 0x200u) { sig.x = sig.x & ~1u; }   // exactly half: to even\n',
       '  sig = u64_shr(sig, 10u);\n']] },
-].map((m) => ({ kernel: 'f64_lib.wgsl', mustFail: 'the f64 gate (frontend_js/gpu/f64.js gateF64)', ...m }));
+  // the unit's own kernels (`option`: GpuF64Unit.create's option that takes the patched file)
+  { id: 'unit_quant_no_fallback', kernel: 'unit_quant.wgsl', option: 'quant',
+    failure: 'the float32 estimate trusted near half-integers (no exact division where it cannot decide)',
+    edits: [deleteLine('    if (abs(fr - 0.5) <= MARGIN) { return f64_rint_clamp127(f64_div(x, s)); }')] },
+  { id: 'unit_quant_rows_mixed', kernel: 'unit_quant.wgsl', option: 'quant', failure: "rows of one workgroup take the first row's maximum",
+    edits: [["  let slot = lid.x - t;                    // its row's first slot in red", '  let slot = 0u;   // BUG: the first row\'s slot']] },
+  { id: 'unit_epilogue_one_slice', kernel: 'unit_epilogue.wgsl', option: 'epilogue', failure: 'split-K partials beyond the first not added',
+    edits: [deleteLine('  for (var sp = 1u; sp < P.splits; sp++) { acc += C[sp * P.stride + o]; }')] },
+  { id: 'unit_gemm_slice_short', kernel: 'unit_gemm.wgsl', option: 'gemmBody', failure: "split-K slices one staging step short (each slice's last TK words lost)",
+    edits: [['let kHi = min(P.K4, kLo + chunk);', 'let kHi = min(P.K4, kLo + chunk - TK);']] },
+].map((m) => ({ kernel: 'f64_lib.wgsl', option: 'lib', mustFail: 'the f64 gate (frontend_js/gpu/f64.js gateF64)', ...m }));
 
 // the resident kernels' mutants (frontend_js/gpu/resident_gates.js gateResident must reject each;
 // `check`: the gate's check that covers the kernel, so a test runs only what the mutant touches)

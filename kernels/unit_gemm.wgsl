@@ -1,15 +1,16 @@
-// Split-K variant of kernels/gemm_int8.wgsl with dot4_packed.wgsl (issue 26 §3): for the weight gradients' K = 4096
-// (= B*T) with small M x N (128 x 128 .. 512 x 128: few tiles, so few workgroups), K is cut into
-// SPLITS slices, each workgroup sums one slice into its own partial C, and splitk_reduce.wgsl adds
-// the SPLITS partials. int32 sums are exact, so the order of the partial sums changes no bit:
-// validated = the mainline kernel and the CPU engine (dev/gemm_splitk/validate.py), timed on a GPU
-// (dev/gemm_splitk/bench.mjs, not run yet). workgroup_id.z = batch * SPLITS + slice.
+// The INT8 unit's GEMM (frontend_js/gpu/f64.js; docs/VERIFICATION.md §9.1): kernels/gemm_int8.wgsl
+// with K cut into P.splits slices (split-K), its dot4 prepended the same way (gemm_kernel.js
+// gemmSource). The weight gradients' products have K = B*T (4096 at the largest settings) and few
+// output tiles (M x N = 128 x 128 .. 512 x 128: 16 to 64 workgroups for the whole GPU); each slice
+// gets its own workgroups and writes its own partial C, and kernels/unit_epilogue.wgsl adds the
+// partials: int32 sums are exact, so the order of the partial sums changes no bit. splits = 1 is
+// gemm_int8.wgsl's work exactly. workgroup_id.z = batch * splits + slice.
 
-struct Params { M: u32, N: u32, K4: u32, batch: u32 }
+struct Params { M: u32, N: u32, K4: u32, batch: u32, splits: u32, _p0: u32, _p1: u32, _p2: u32 }
 
 @group(0) @binding(0) var<storage, read> A: array<u32>;          // (batch, M, K4)
 @group(0) @binding(1) var<storage, read> Bt: array<u32>;         // (batch, N, K4)
-@group(0) @binding(2) var<storage, read_write> C: array<i32>;    // (SPLITS, batch, M, N) partials
+@group(0) @binding(2) var<storage, read_write> C: array<i32>;    // (splits, batch, M, N) partials
 @group(0) @binding(3) var<uniform> P: Params;
 
 override WG_X: u32 = 8u;     // threads along N
@@ -18,7 +19,6 @@ override RM: u32 = 4u;       // outputs per thread along M (<= MAX_R)
 override RN: u32 = 4u;       // outputs per thread along N (<= MAX_R)
 override TK: u32 = 4u;       // K words staged per step
 const MAX_R: u32 = 8u;       // register arrays need a constant size
-override SPLITS: u32 = 4u;   // K slices
 
 var<workgroup> As: array<u32, WG_Y * RM * TK>;   // [kw][r]
 var<workgroup> Bs: array<u32, WG_X * RN * TK>;   // [kw][c]
@@ -27,11 +27,11 @@ var<workgroup> Bs: array<u32, WG_X * RN * TK>;   // [kw][c]
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
   let tileM = WG_Y * RM;
   let tileN = WG_X * RN;
-  let b = wid.z / SPLITS;
-  let sp = wid.z % SPLITS;
-  let chunk = ((P.K4 + SPLITS - 1u) / SPLITS + TK - 1u) / TK * TK;     // words per slice, a multiple of TK
+  let b = wid.z / P.splits;
+  let sp = wid.z % P.splits;
+  let chunk = ((P.K4 + P.splits - 1u) / P.splits + TK - 1u) / TK * TK;   // words per slice, a multiple of TK
   let kLo = sp * chunk;
-  let kHi = min(P.K4, kLo + chunk);
+  let kHi = min(P.K4, kLo + chunk);                                      // kLo >= kHi: an empty slice, zeros
   let row0 = wid.y * tileM;
   let col0 = wid.x * tileN;
   let t = lid.y * WG_X + lid.x;
@@ -62,7 +62,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
       for (var j = 0u; j < RN; j++) { w[j] = Bs[kw * tileN + lid.x + j * WG_X]; }
       for (var i = 0u; i < RM; i++) {
         for (var j = 0u; j < RN; j++) {
-          acc[i * MAX_R + j] += dot4I8Packed(a[i], w[j]);
+          acc[i * MAX_R + j] += dot4(a[i], w[j]);
         }
       }
     }
