@@ -4,10 +4,10 @@
 // each peer earned, and answers what the other audit modules ask of it: which AUDIT frames of a
 // step are missing, from which step a peer's contributions are not covered by a settled pass.
 // Imports only the rules (audit.js) and the records; every other audit module imports it.
-// Exports: openBook, restartBook, keepState, recordPass, checkedFrom, barrierFloor, missingFor,
-// unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
-import { AUDIT_WINDOW, MAX_AUDIT_RATE, trustedStep } from '../audit.js';
-import { jsSha } from '../hashing.js';
+// Exports: exchangeAt, prevExchange, roundStart, roundIndex (audited units: steps or rounds),
+// openBook, restartBook, keepState, recordPass, checkedFrom, barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
+import { AUDIT_WINDOW, MAX_AUDIT_RATE, adamStateHash, roundEnd, trustedStep } from '../audit.js';
+import { jsSha, toHex } from '../hashing.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES } from './record.js';
 
 export const sha256Hex = (bytes) => jsSha.hexOf([bytes]);
@@ -18,17 +18,33 @@ export const validAuditRate = (r) => typeof r === 'number' && Number.isFinite(r)
 export const VERDICT_STEPS = AUDIT_WINDOW + 4;
 export const GATE_LOOK_MS = 250;
 
+// ---- audited units: a step, or a round of local steps (docs/VERIFICATION.md §13 "Rounds of local
+// steps"), keyed by the step of its exchange e. One rule for both: with H = local_steps = 1 a
+// round is a step (exchangeAt(s) = s, prevExchange(e) = e - 1, roundStart(e) = roundIndex(e) = e).
+// the first exchange step at or after step index x
+export const exchangeAt = (cfg, x) => roundEnd(x, cfg.local_steps, cfg.steps);
+// the exchange before the round ending at e (its commitment holds the state the round starts from)
+export const prevExchange = (cfg, e) => roundStart(cfg, e) - 1;
+// the first step of the round ending at e (the kept state an audit of it starts from)
+export const roundStart = (cfg, e) => Math.floor(e / cfg.local_steps) * cfg.local_steps;
+// the round's index: what auditLoad counts (the loads of the last W rounds)
+export const roundIndex = (cfg, e) => Math.floor(e / cfg.local_steps);
+
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
 export function openBook(run, rate) {
-  run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg)) : null;
-  if (run.book) keepState(run);
+  run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg), run.cfg.local_steps) : null;
+  if (!run.book) return;
+  keepState(run);
+  // local steps: every replica starts the run from the same state (fresh, or the resumed one): the
+  // first round's chain is that state's hash for every slot
+  if (run.cfg.local_steps > 1) run.book.stateHashes.set(run.completed - 1, run.roster.map(() => toHex(adamStateHash(run.replica.adam))));
 }
 
 // a join or a departure: audits start over at its first step (rollbacks never undo a roster change
 // other than a conviction)
 export function restartBook(run) {
   if (!run.book) return;
-  run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep);
+  run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep, run.book.span);
   keepState(run);
 }
 
@@ -36,10 +52,11 @@ export function restartBook(run) {
 // backward; replaced by the count of the first recomputation
 export const unitsPerStep = (cfg) => 18 * cfg.layers + 3;
 
-// the state after run.completed steps, kept (a trusted point, the auditor's pre-step weights)
+// the state after run.completed steps, kept (a trusted point, the auditor's pre-step weights); with
+// local steps only at a round's start (W = A there; m, v, t this device's own)
 export function keepState(run) {
   const b = run.book, c = run.completed;
-  if (!b || b.states.has(c)) return;
+  if (!b || b.states.has(c) || c % b.span !== 0) return;
   const r = run.replica, spare = b.spare.pop();
   const copy = (from, into) => (into ? (Object.entries(from).forEach(([k, v]) => into[k].set(v)), into) : cloneArrays(from));
   b.states.set(c, { params: copy(r.params, spare?.params), m: copy(r.adam.m, spare?.m), v: copy(r.adam.v, spare?.v), t: r.adam.t, hash: run.hash });
@@ -91,10 +108,11 @@ function pruneStates(run) {
   const b = run.book, c = run.completed;
   const needed = new Set([b.floor]);
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
-  for (const { t } of b.pending.values()) needed.add(t);          // audits whose verdict may still come
+  for (const { t } of b.pending.values()) needed.add(roundStart(run.cfg, t));   // audits whose verdict may still come
   for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
-  for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) release(b, t);
-  const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
+  const ring = KEPT_RING * b.span;
+  for (const t of [...b.states.keys()]) if (t < c - ring && !needed.has(t)) release(b, t);
+  const old = [...b.states.keys()].filter((t) => t < c - ring && t !== b.floor).sort((x, y) => x - y);
   while (b.states.size > MAX_KEPT_STATES && old.length) release(b, old.shift());
 }
 

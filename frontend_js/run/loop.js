@@ -103,7 +103,7 @@ async function steps(ctl, run) {
     let ownMs = 0;           // this device's own compute of the step (timed inside `exclusive`: an audit's turn is not ours)
     const local = await audits.exclusive(run, () => timed((ms) => { ownMs = ms; }, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
       : run.trainer.localStep(s, slot, run.arena, sink))));
-    if (forging) local.grads = forged(ctl, run, s, local.grads);
+    if (forging && cfg.local_steps === 1) local.grads = forged(ctl, run, s, local.grads);
     audits.ownStep(ctl, run, s, local);
     if (run.ended) return;
     if (run.recovery) continue;                     // a departure while we computed: recompute
@@ -120,6 +120,8 @@ async function steps(ctl, run) {
         continue;
       }
       local.grads = run.trainer.delta();
+      // the fault plan's forger of rounds: its delta forged (attack_rounds.js contribute)
+      if (forging) local.grads = forged(ctl, run, s, local.grads);
     }
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;

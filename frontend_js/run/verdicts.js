@@ -8,12 +8,13 @@
 // ctl.convicted / ctl.judged / ctl.peerGone carry a verdict to the membership modules.
 // Exports: auditStep, work, drainEvidence, convict, advance, evidenceKey, alarmSplit.
 import { TYPES } from '../mesh/frames.js';
-import { auditLoad, auditPairs, beacon, judge, slotDigest, Evidence } from '../audit.js';
+import { auditLoad, auditPairs, beacon, checkStartState, judge, slotDigest, Evidence } from '../audit.js';
 import { toHex, fromHex } from '../hashing.js';
 import { alarm } from './ending.js';
-import { sha256Hex, keepState, recordPass, missingFor } from './audit_book.js';
+import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, prevExchange, roundIndex } from './audit_book.js';
 import { AuditVoid, recompute } from './audit_recompute.js';
 import { askTranscript, ownerVerdict, ownerWords, noTranscript } from './transcripts.js';
+import { askRoundState } from './round_states.js';
 import { rollbackFor } from './rollback.js';
 
 export const evidenceKey = (epoch, ev) => `${epoch}:${ev.step}:${ev.slot}:${ev.accuser}`;
@@ -22,8 +23,12 @@ export function alarmSplit(ctl, run, message) {
   alarm(ctl, run, message, 'split alarm');
 }
 
-// step t's audits: check what this device received against each slot's commitment, the beacon,
-// the pairs; record each audit as a pass; recompute the ones this device audits
+// what a slot contributes, in the panel's words: its gradient of a step, or its round of local steps
+export const unitOf = (run) => (run.book.span > 1 ? 'round of' : 'gradient from');
+
+// step t's audits (local steps: of the round ending at t): check what this device received against
+// each slot's commitment, the beacon, the pairs; record each audit as a pass; recompute the ones
+// this device audits
 export async function auditStep(ctl, run, t) {
   const b = run.book, h = ctl.host, P = run.roster.length;
   const commits = b.commits.get(`${run.epoch}:${t}`), reveals = b.reveals.get(`${run.epoch}:${t}`) || new Map();
@@ -39,19 +44,22 @@ export async function auditStep(ctl, run, t) {
       return false;
     }
     if (sha256Hex(fromHex(reveals.get(slot))) !== c.nonceHash) {
-      convict(ctl, run, id, t, `gradient from ${h.nameOf(id)} did not reproduce at step ${t + 1} (its nonce does not match its commitment): removed`);
+      convict(ctl, run, id, t, `${unitOf(run)} ${h.nameOf(id)} did not reproduce at step ${t + 1} (its nonce does not match its commitment): removed`);
       return false;
     }
-    digests.push(slotDigest(t, slot, c.loss, c.hashes.map(fromHex)));
+    // (local steps: roundDigest, the state hash after the messages' hashes)
+    digests.push(slotDigest(t, slot, c.loss, [...c.hashes, ...(c.stateHash ? [c.stateHash] : [])].map(fromHex)));
     nonces.push(fromHex(reveals.get(slot)));
   }
   const beaconBytes = beacon(digests, nonces);
   b.beacons.set(t, toHex(beaconBytes));
-  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes, auditLoad(b.assigned, t, P));
+  const k = roundIndex(run.cfg, t);                 // the loads count rounds (per step: steps)
+  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes, auditLoad(b.assigned, k, P));
   b.pairs.set(t, pairs);
-  b.assigned.set(t, pairs.map(([auditor]) => auditor));
+  b.assigned.set(k, pairs.map(([auditor]) => auditor));
   b.digests.set(t, digests.map(toHex));
   b.shardHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).hashes));
+  if (b.span > 1) b.stateHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).stateHash));
   b.done = t;
   // a member's beacon of t that is not ours: it saw other commitments (the split alarm)
   for (const [slot, x] of b.claimedBeacons.get(`${run.epoch}:${t}`) || []) {
@@ -89,6 +97,7 @@ export async function auditStep(ctl, run, t) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});
       b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0 });
+      if (b.span > 1) askRoundState(ctl, run, b, t, audited);   // its state at the round's start, asked for now (one ask)
     }
   }
   return drainEvidence(ctl, run);
@@ -116,7 +125,10 @@ async function checkAudit(ctl, run, b, item) {
   const { t, audited, committed, epoch, batch } = item;
   const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
   if (void_()) return;
-  const recomputed = await recompute(ctl, run, t, audited, batch, item);
+  // local steps: the audited slot's Adam state at the round's start, checked against its commitment
+  const start = b.span > 1 ? await roundStartState(ctl, run, b, t, audited) : null;
+  if (void_() || (start && start.gone)) return;
+  const recomputed = start?.broken ?? await recompute(ctl, run, t, audited, batch, item, false, start?.adam ?? null);
   if (recomputed === null || void_()) return;
   if (recomputed === committed) {
     if (run.collective.topology === 'rsag') await checkOwner(ctl, run, b, t, audited, epoch);
@@ -126,7 +138,27 @@ async function checkAudit(ctl, run, b, item) {
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
   ctl.tellAll(run, TYPES.EVIDENCE, ev);
   b.evidenceSeen.add(evidenceKey(run.epoch, ev));
-  convict(ctl, run, run.roster[audited], t, removalWords(ctl, run, run.roster[audited], t, ev));
+  convict(ctl, run, run.roster[audited], t, start?.broken ? chainWords(ctl, run, run.roster[audited], t, run.slot) : removalWords(ctl, run, run.roster[audited], t, ev));
+}
+
+// local steps: the Adam state `slot` started its round ending at t from (its ROUND_STATE), against
+// the state hash it committed to with its round before (or the one every device knows at the
+// floor) -> {adam} | {broken: a digest that is no commitment (the chain breaks: evidence by itself)}
+// | {gone: no answer in time (the slot is gone, this device's own evidence)}
+async function roundStartState(ctl, run, b, t, slot) {
+  const adam = await askRoundState(ctl, run, b, t, slot);
+  if (adam === null) {
+    ctl.host.note(`No Adam state of the round ending at step ${t + 1} from ${ctl.host.nameOf(run.roster[slot])} in time.`);
+    ctl.peerGone(run.roster[slot], `no round state of step ${t + 1} in time`);
+    return { gone: true };
+  }
+  const chain = b.stateHashes.get(prevExchange(run.cfg, t))?.[slot];
+  if (!chain) { ctl.host.note(`Cannot check the round ending at step ${t + 1}: the state hash it starts from is no longer kept here.`); return { gone: true }; }
+  return checkStartState(adam, fromHex(chain)) === null ? { adam } : { broken: sha256Hex(fromHex(chain)) };
+}
+
+function chainWords(ctl, run, id, t, auditor) {
+  return `round of ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed (its Adam state at the round's start is not the one it committed to; audited by ${ctl.host.nameOf(run.roster[auditor])})`;
 }
 
 // ---- reduce-scatter: a shard owner's reduce (docs/VERIFICATION.md §13 "A shard owner's reduced shard")
@@ -146,7 +178,7 @@ async function checkOwner(ctl, run, b, t, k, epoch) {
 }
 
 function removalWords(ctl, run, id, t, ev) {
-  return `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed`
+  return `${unitOf(run)} ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed`
     + ` (committed ${ev.committed.slice(0, 16)}, recomputed ${ev.recomputed.slice(0, 16)} by ${ctl.host.nameOf(run.roster[ev.accuser])})`;
 }
 
@@ -256,7 +288,7 @@ function settle(ctl, run) {
   const b = run.book;
   let changed = false;
   for (const [id, a] of [...b.accused]) {
-    if (b.done < a.step - 1 || checkingEarlier(ctl, run, b, id, a)) continue;
+    if (b.done < prevExchange(run.cfg, a.step) || checkingEarlier(ctl, run, b, id, a)) continue;
     b.accused.delete(id);
     const back = rollbackFor(run, id, a.step);
     b.convicted.set(id, { step: a.step, why: a.why, back, hash: b.states.get(back)?.hash ?? null, checked: a.checked });
@@ -283,10 +315,11 @@ function settle(ctl, run) {
 // not audited. -> whether any did
 function skipWithheld(ctl, run, b) {
   const accused = new Set(b.accused.keys()), from = b.done;
-  const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
-  while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
-    ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
-    b.done += 1;
+  const upTo = Math.max(...[...b.accused.values()].map((a) => prevExchange(run.cfg, a.step)));
+  const next = () => exchangeAt(run.cfg, b.done + 1);
+  while (b.done < upTo && next() < run.completed && missingFor(run, next()).every((id) => accused.has(id))) {
+    ctl.host.note(`Step ${next() + 1} is not audited: ${missingFor(run, next()).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
+    b.done = next();
   }
   return b.done > from;
 }
@@ -339,8 +372,9 @@ function checkingEarlier(ctl, run, b, id, a) {
 // then the evidence waiting for it is judged (a member must judge evidence while it is halted)
 export async function advance(ctl, run) {
   const b = run.book;
-  while (run.book === b && !run.ended && b.done + 1 < run.completed && !missingFor(run, b.done + 1).length) {
-    if (!(await auditStep(ctl, run, b.done + 1))) return;
+  const next = () => exchangeAt(run.cfg, b.done + 1);
+  while (run.book === b && !run.ended && next() < run.completed && !missingFor(run, next()).length) {
+    if (!(await auditStep(ctl, run, next()))) return;
   }
   if (run.book !== b) return;
   // an accused that left for good: the steps blocked only by its withheld frames are skipped once
