@@ -5,7 +5,7 @@
 // step are missing, from which step a peer's contributions are not covered by a settled pass.
 // Imports only the rules (audit.js) and the records; every other audit module imports it.
 // Exports: exchangeAt, prevExchange, roundStart, roundIndex (audited units: steps or rounds),
-// openBook, restartBook, keepState, recordPass, checkedFrom, barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
+// openBook, restartBook, rechain, keepState, recordPass, checkedFrom, barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
 import { AUDIT_WINDOW, MAX_AUDIT_RATE, adamStateHash, roundEnd, trustedStep } from '../audit.js';
 import { jsSha, toHex } from '../hashing.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES } from './record.js';
@@ -46,6 +46,16 @@ export function restartBook(run) {
   if (!run.book) return;
   run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep, run.book.span);
   keepState(run);
+}
+
+// local steps, a conviction's rollback to `run.completed` (a round start) with the roster now
+// `run.roster` (was `before`): each survivor restored its own state there, the one it committed to
+// with the round before; its hash is the chain of the survivor's next round, in its new slot
+export function rechain(run, before) {
+  const b = run.book;
+  if (!b || b.span === 1) return;
+  const at = run.completed - 1, h = b.stateHashes.get(at);
+  b.stateHashes = new Map(h ? [[at, run.roster.map((id) => h[before.indexOf(id)])]] : []);
 }
 
 // an estimate of a local step's units (INT8 matmuls): 6 per layer and the head forward, twice that

@@ -165,7 +165,9 @@ function pruneFrames(run) {
       if (e < run.epoch || st < prevExchange(cfg, b.done)) map.delete(key);
     }
   }
-  for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes, b.stateHashes]) for (const st of [...map.keys()]) if (st < old) map.delete(st);
+  for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const st of [...map.keys()]) if (st < old) map.delete(st);
+  // (a state hash lives as long as the state after it: a rollback there starts the next round's chain)
+  for (const st of [...b.stateHashes.keys()]) if (st < old && !b.states.has(st + 1)) b.stateHashes.delete(st);
   for (const k of [...b.assigned.keys()]) if (k < roundIndex(cfg, b.done) - VERDICT_STEPS) b.assigned.delete(k);     // (by round index)
   const keep = Math.min(old, barrierFloor(run));              // a departure's barrier reads these
   for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);

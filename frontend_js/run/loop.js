@@ -120,8 +120,10 @@ async function steps(ctl, run) {
         continue;
       }
       local.grads = run.trainer.delta();
-      // the fault plan's forger of rounds: its delta forged (attack_rounds.js contribute)
-      if (forging) local.grads = forged(ctl, run, s, local.grads);
+      // the fault plan's forger of rounds (attack_rounds.js contribute): its delta forged, or (moments)
+      // its Adam m negated at the round's end, committed to as it is and started from
+      if (forging && ctl.faults.forge.kind === 'moments') negateMoments(run.replica.adam);
+      else if (forging) local.grads = forged(ctl, run, s, local.grads);
     }
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;
@@ -197,6 +199,10 @@ function forged(ctl, run, s, grads) {
   const shapes = paramShapes(run.cfg);
   const flat = flattenGrads(grads, shapes.map(([n]) => n));
   return unflatten(forge(kind, factor, flat, run.cfg.seed, s, run.slot), shapes);
+}
+
+function negateMoments(adam) {
+  for (const m of Object.values(adam.m)) for (let i = 0; i < m.length; i++) m[i] = -m[i];
 }
 
 function report(ctl, run, step, loss) {

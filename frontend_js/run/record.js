@@ -28,7 +28,8 @@ export const NO_FAULTS = Object.freeze({
   corruptNextSync: false,   // this joiner's state goes wrong after its checks (the leader must catch its hash)
   noJoin: false,            // an outsider that never asks to join
   forge: null,              // {from, kind, factor, colluders}: this page sends a forged gradient from step index
-                            // `from` (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly,
+                            // `from` (attack.js forge: scale, nan, noise, const, mismatch; local steps: its round's
+                            // delta, or `moments`: its Adam m negated at each round's end), committed to honestly,
                             // and as an auditor passes the peers named in colluders (ids) unchecked
   liarAuditor: null,        // {from, reduce}: from step index `from`, this page accuses every peer it audits
                             // (reduce: in reduce-scatter, of a reduce its transcript clears, not of its gradient)

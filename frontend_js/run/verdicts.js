@@ -125,11 +125,9 @@ async function checkAudit(ctl, run, b, item) {
   const { t, audited, committed, epoch, batch } = item;
   const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
   if (void_()) return;
-  // local steps: the audited slot's Adam state at the round's start, checked against its commitment
-  const start = b.span > 1 ? await roundStartState(ctl, run, b, t, audited) : null;
-  if (void_() || (start && start.gone)) return;
-  const recomputed = start?.broken ?? await recompute(ctl, run, t, audited, batch, item, false, start?.adam ?? null);
-  if (recomputed === null || void_()) return;
+  const got = await recomputeUnit(ctl, run, b, t, audited, batch, item);
+  if (got === null || void_()) return;
+  const recomputed = got.digest;
   if (recomputed === committed) {
     if (run.collective.topology === 'rsag') await checkOwner(ctl, run, b, t, audited, epoch);
     if (!void_()) b.pending.delete(`${t}:${audited}`);
@@ -138,23 +136,32 @@ async function checkAudit(ctl, run, b, item) {
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
   ctl.tellAll(run, TYPES.EVIDENCE, ev);
   b.evidenceSeen.add(evidenceKey(run.epoch, ev));
-  convict(ctl, run, run.roster[audited], t, start?.broken ? chainWords(ctl, run, run.roster[audited], t, run.slot) : removalWords(ctl, run, run.roster[audited], t, ev));
+  convict(ctl, run, run.roster[audited], t, got.broken ? chainWords(ctl, run, run.roster[audited], t, run.slot) : removalWords(ctl, run, run.roster[audited], t, ev));
 }
 
-// local steps: the Adam state `slot` started its round ending at t from (its ROUND_STATE), against
-// the state hash it committed to with its round before (or the one every device knows at the
-// floor) -> {adam} | {broken: a digest that is no commitment (the chain breaks: evidence by itself)}
-// | {gone: no answer in time (the slot is gone, this device's own evidence)}
-async function roundStartState(ctl, run, b, t, slot) {
+// The digest of `slot`'s contribution at t, recomputed here -> {digest (hex), broken} or null (void:
+// its state is no longer kept, or the slot did not show its state in time: gone). Local steps: from
+// its Adam state at the round's start (ROUND_STATE), checked first against the state hash it
+// committed to with its round before (or the one every device knows at the floor); a state that
+// does not hash to it breaks the chain, evidence by itself: broken, with a digest that is no
+// commitment. The audit, a judge and a conviction's earlier audits all recompute through here
+async function recomputeUnit(ctl, run, b, t, slot, batch = null, item = null) {
+  if (b.span === 1) {
+    const digest = await recompute(ctl, run, t, slot, batch, item);
+    return digest === null ? null : { digest, broken: false };
+  }
   const adam = await askRoundState(ctl, run, b, t, slot);
+  if (run.book !== b || run.ended) return null;
   if (adam === null) {
     ctl.host.note(`No Adam state of the round ending at step ${t + 1} from ${ctl.host.nameOf(run.roster[slot])} in time.`);
     ctl.peerGone(run.roster[slot], `no round state of step ${t + 1} in time`);
-    return { gone: true };
+    return null;
   }
   const chain = b.stateHashes.get(prevExchange(run.cfg, t))?.[slot];
-  if (!chain) { ctl.host.note(`Cannot check the round ending at step ${t + 1}: the state hash it starts from is no longer kept here.`); return { gone: true }; }
-  return checkStartState(adam, fromHex(chain)) === null ? { adam } : { broken: sha256Hex(fromHex(chain)) };
+  if (!chain) { ctl.host.note(`Cannot check the round ending at step ${t + 1}: the state hash it starts from is no longer kept here.`); return null; }
+  if (checkStartState(adam, fromHex(chain)) !== null) return { digest: sha256Hex(fromHex(chain)), broken: true };
+  const digest = await recompute(ctl, run, t, slot, batch, item, false, adam);
+  return digest === null ? null : { digest, broken: false };
 }
 
 function chainWords(ctl, run, id, t, auditor) {
@@ -203,10 +210,11 @@ export async function drainEvidence(ctl, run) {
       continue;
     }
     const epoch = run.epoch;
-    const reproduced = b.reproduced.get(key) ?? await recompute(ctl, run, ev.step, ev.slot);
+    const got = b.reproduced.has(key) ? { digest: b.reproduced.get(key), broken: false } : await recomputeUnit(ctl, run, b, ev.step, ev.slot);
     // a roster change while it recomputed (a conviction's rollback applied) voids the evidence: read
     // against the new roster, its slots would convict a peer it never named
-    if (reproduced === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
+    if (got === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
+    const reproduced = got.digest;
     const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
     const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
     if (verdict !== 'audited' && relayed) {
@@ -218,8 +226,8 @@ export async function drainEvidence(ctl, run) {
     b.evidenceSeen.add(key);
     // relayed once, so every honest member judges it even when the accuser told only one
     if (verdict === 'audited') ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
-    if (verdict === 'audited') convict(ctl, run, accused, ev.step, removalWords(ctl, run, accused, ev.step, ev));
-    else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose gradient reproduced: ${ctl.host.nameOf(accuser)} removed`);
+    if (verdict === 'audited') convict(ctl, run, accused, ev.step, got.broken ? chainWords(ctl, run, accused, ev.step, ev.accuser) : removalWords(ctl, run, accused, ev.step, ev));
+    else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose ${b.span > 1 ? 'round' : 'gradient'} reproduced: ${ctl.host.nameOf(accuser)} removed`);
     return false;
   }
   return !run.ended && !run.recovery;
@@ -337,11 +345,12 @@ function checkingEarlier(ctl, run, b, id, a) {
   b.checking = (async () => {
     const void_ = () => run.book !== b || run.ended || run.epoch !== epoch;
     for (const p of left) {
-      const got = await recompute(ctl, run, p.t, p.slot);
+      const got = await recomputeUnit(ctl, run, b, p.t, p.slot);
       if (got === null || void_()) return;
-      if (got !== p.committed) {
+      if (got.digest !== p.committed) {
         b.pending.delete(`${p.t}:${p.slot}`);
-        convict(ctl, run, id, p.t, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${p.t + 1}: removed (committed ${p.committed.slice(0, 16)}, recomputed ${got.slice(0, 16)} by this device)`);
+        convict(ctl, run, id, p.t, got.broken ? chainWords(ctl, run, id, p.t, run.slot)
+          : `${unitOf(run)} ${ctl.host.nameOf(id)} did not reproduce at step ${p.t + 1}: removed (committed ${p.committed.slice(0, 16)}, recomputed ${got.digest.slice(0, 16)} by this device)`);
         return;
       }
       if (run.collective.topology === 'rsag') {             // its reduce, as its auditor checks it

@@ -7,11 +7,16 @@
 //   1. nobody lies, every round of every slot audited (rate 1): the plain run of local steps, and
 //      the pages ran exactly the reference's audits (each auditor got the audited slot's state at
 //      the round's start, ROUND_STATE, and its round reproduced)
+//   2. a forger scaling its deltas by -1000: caught by an audit of a later round, judged by every
+//      member (each asks it for its round's start state), removed with a rollback over several
+//      rounds in which every survivor restores its own state; the history names the slot that left
+//   3. a forger of its Adam moments (negated m, committed to): caught the same way
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { Group, SETTINGS, BACKEND, firstOffReference } from './run_harness.mjs';
 import { attackedRun } from './attack_runs.mjs';
+import { scheduleString } from '../../frontend_js/mesh/roster.js';
 
 const STEPS = 100;          // the shortest run a config allows
 const H = 4;
@@ -44,4 +49,52 @@ test('an honest audited run of local steps (P = 3, H = 4, every round audited) =
     assert.equal(audits, ref.audits, `the pages ran ${audits} audits, the reference ${ref.audits}`);
     assert.ok(audits >= 3 * (STEPS / H) - 3, `every round of every slot audited: ${audits}`);
   } finally { await g.close(); }
+});
+
+// the reference run of `attack` (local steps H, rate): Map step -> hash of the kept timeline, its removals, its --roster
+async function reference(peers, attack, rate) {
+  const { rec, run } = await attackedRun({ settings: { ...SETTINGS, steps: STEPS, local_steps: H }, peers, attack, rate, steps: STEPS, backend: BACKEND });
+  return { hashes: new Map([...rec.steps].map(([s, { hashes }]) => [s, hashes[0]])), removals: rec.events, roster: run.roster() };
+}
+
+// every step the honest page kept equals the reference's, and it kept all of them
+function assertKept(node, ref) {
+  for (let s = 1; s <= STEPS; s++) {
+    const got = node.steps.get(s), want = ref.hashes.get(s);
+    assert.ok(got !== undefined, `${node.id} kept no step ${s}`);
+    assert.equal(got, want, `${node.id}: first mismatch at step ${s}: ${got?.slice(0, 16)} vs the reference's ${want.slice(0, 16)}`);
+  }
+}
+
+async function attackCase(peers, liarSlot, faults, attack, rate) {
+  const ref = await reference(peers, attack, rate);
+  assert.equal(ref.removals.length, 1, `the reference removes one peer: ${JSON.stringify(ref.removals)}`);
+  const { g, nodes } = await audited(peers, liarSlot, faults, { auditRate: rate });
+  try {
+    const removed = `p${ref.removals[0].peer}`;
+    const honest = nodes.filter((n) => n.id !== removed);
+    await g.ended(honest, 90_000);
+    for (const n of honest) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.equal(n.run.roster.includes(removed), false, `${n.id} still has ${removed}`);
+      const c = convictions(n).find((x) => x.peer === removed);
+      assert.ok(c, `${n.id} convicted ${removed}: ${JSON.stringify(convictions(n))}`);
+      assert.equal(c.back, ref.removals[0].back, `${n.id} rolled back to ${c.back} (${c.why}), the reference to ${ref.removals[0].back}`);
+      assert.equal(c.step, ref.removals[0].step, `${n.id} convicted at step ${c.step}, the reference at ${ref.removals[0].step}`);
+      assert.equal(scheduleString(n.run.history), ref.roster, `${n.id}: the kept run's --roster`);
+      assertKept(n, ref);
+    }
+    return { ref, honest };
+  } finally { await g.close(); }
+}
+
+test('a member scaling its rounds\' deltas by -1000 (P = 3, rate 0.3): caught four rounds later, removed, every survivor back to its own state at the round start after its last pass; every honest page = the reference', async () => {
+  const { ref, honest } = await attackCase(3, 1, { forge: { from: 5, kind: 'scale', factor: -1000 } }, 'slot=1,from=5,kind=scale:-1000', 0.3);
+  assert.ok(ref.removals[0].step - ref.removals[0].back > H, 'a rollback over several rounds');
+  for (const n of honest) assert.match(convictions(n)[0].why, /round of p1 did not reproduce at step \d+: removed/);
+});
+
+test('a member forging its Adam moments (P = 3, rate 0.3): its end state does not reproduce; removed back to the run\'s start, every honest page = the reference', async () => {
+  const { honest } = await attackCase(3, 2, { forge: { from: 9, kind: 'moments' } }, 'slot=2,from=9,kind=moments', 0.3);
+  for (const n of honest) assert.match(convictions(n)[0].why, /round of p2 did not reproduce at step 24: removed/);
 });
