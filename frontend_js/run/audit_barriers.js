@@ -6,8 +6,11 @@
 // Imports: audit_book.js (checkedFrom), audit_recompute.js, verdicts.js (convict). Exports:
 // checkDeparture (departures.js), checkEnd (loop.js, through audits.js).
 import { waitUntil } from '../page_clock.js';
-import { GATE_LOOK_MS, checkedFrom } from './audit_book.js';
+import { adamStateHash, checkStartState } from '../audit.js';
+import { toHex, fromHex } from '../hashing.js';
+import { GATE_LOOK_MS, checkedFrom, exchangeAt } from './audit_book.js';
 import { recompute } from './audit_recompute.js';
+import { askRoundState } from './round_states.js';
 import { convict } from './verdicts.js';
 
 // ---- a departure is a barrier (docs/PROTOCOL.md "Audited gradients": nothing unaudited outlives it)
@@ -51,6 +54,12 @@ export function checkDeparture(ctl, run, id) {
 // loss it received; the first that does not reproduce convicts its sender with an audit's
 // rollback (the reference's AuditedRun.finish). Cost: one local step per contribution since its
 // sender's last settled pass (about (P - 1)/q at rate q), at each end. -> true when all reproduced
+// whether `id` sent its FIN of this epoch and step: it is at the end's barrier (its audits run)
+const finished = (run, id) => {
+  const f = run.fins.get(id);
+  return Boolean(f && f.epoch === run.epoch && f.step === run.completed);
+};
+
 export async function checkEnd(ctl, run) {
   const b = run.book;
   if (!b) return true;
@@ -61,12 +70,10 @@ export async function checkEnd(ctl, run) {
   if (void_()) return false;
   // an auditor's FIN settles its passes, except at the steps it says it could not draw (a member's
   // commitment it lacked: it never ran that audit; CI's fuzz seed 300257098 kept a forged step so)
-  const settledBy = (slot, t) => {
-    const f = run.fins.get(run.roster[slot]);
-    return slot === run.slot || (f && f.epoch === run.epoch && f.step === run.completed && !f.undrawn.includes(t));
-  };
+  const settledBy = (slot, t) => slot === run.slot || (finished(run, run.roster[slot]) && !run.fins.get(run.roster[slot]).undrawn.includes(t));
   for (const [key, p] of [...b.pending]) if (settledBy(p.auditor, p.t)) b.pending.delete(key);
   const others = run.roster.map((id, slot) => ({ id, slot, from: checkedFrom(run, id) })).filter(({ slot }) => slot !== run.slot);
+  if (b.span > 1) return recheckRounds(ctl, run, b, others, "at the run's end", void_);
   for (let u = Math.min(run.completed, ...others.map((x) => x.from)); u < run.completed; u++) {
     const got = b.received.get(u);
     for (const { id, slot, from } of others) {
@@ -78,6 +85,54 @@ export async function checkEnd(ctl, run) {
         convict(ctl, run, id, u, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${u + 1}: removed (checked at the run's end; received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)})`);
         return false;
       }
+    }
+  }
+  return !void_();
+}
+
+// ---- local steps: a barrier recomputes rounds forward (docs/VERIFICATION.md §13 "Rounds of local steps")
+// For each member (`from`: the round start after its last settled pass), its Adam state at `from`
+// (asked of it once, ROUND_STATE, and checked against the state hash it committed to with the round
+// before: the chain), then every round from there to the end, earliest first, slots in order at a
+// round, each from the end state this device recomputed for the round before — never the member's
+// own word (the reference's recheck). Each round's delta message and loss against what this device
+// received, its end state against the member's commitment. The first that does not reproduce
+// convicts its member at that round (an audit's rollback). -> true when all reproduced
+async function recheckRounds(ctl, run, b, members, where, void_) {
+  const cfg = run.cfg, h = ctl.host, todo = members.filter((x) => x.from < run.completed);
+  if (!todo.length) return !void_();
+  const words = (id, e, why) => `round of ${h.nameOf(id)} did not reproduce at step ${e + 1}: removed (checked ${where}; ${why})`;
+  // each member's state at its first round to check (the asks go out at once)
+  const starts = await Promise.all(todo.map((x) => askRoundState(ctl, run, b, exchangeAt(cfg, x.from), x.slot)));
+  if (void_()) return false;
+  const running = new Map();
+  for (const [i, x] of todo.entries()) {
+    const e = exchangeAt(cfg, x.from), chain = b.stateHashes.get(x.from - 1)?.[x.slot];
+    if (!chain) { h.note(`Cannot check the rounds of ${h.nameOf(x.id)} from step ${x.from + 1} ${where}: the state hash they start from is no longer kept here.`); continue; }
+    // no state in time: withheld by a member at its barrier (its FIN here: it owes it at once), else
+    // a member that never got there (gone): its rounds cannot be checked here
+    if (starts[i] === null && !finished(run, x.id)) { h.note(`Cannot check the rounds of ${h.nameOf(x.id)} from step ${x.from + 1} ${where}: no Adam state of it in time.`); continue; }
+    const why = starts[i] === null ? `it showed no Adam state of step ${x.from} in time` : checkStartState(starts[i], fromHex(chain));
+    if (why !== null) { convict(ctl, run, x.id, e, words(x.id, e, why)); return false; }
+    running.set(x.slot, starts[i]);
+  }
+  for (let u = Math.min(...todo.map((x) => x.from)); u < run.completed; u = exchangeAt(cfg, u) + 1) {
+    const e = exchangeAt(cfg, u), got = b.received.get(e);
+    for (const x of todo) {
+      if (u < x.from || !running.has(x.slot)) continue;
+      if (!got || !b.states.has(u)) { h.note(`Cannot check the round of ${h.nameOf(x.id)} ending at step ${e + 1} ${where}: its state is no longer kept here.`); running.delete(x.slot); continue; }
+      const mine = await recompute(ctl, run, e, x.slot, null, null, true, running.get(x.slot));
+      if (mine === null || void_()) return false;
+      const committed = b.stateHashes.get(e)?.[x.slot];          // (null where its AUDIT of e never came: the delta still is checked)
+      if (mine.hash !== got.inHashes[x.slot] || !Object.is(mine.loss, got.losses[x.slot])) {
+        convict(ctl, run, x.id, e, words(x.id, e, `received ${got.inHashes[x.slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)}`));
+        return false;
+      }
+      if (committed && toHex(adamStateHash(mine.adam)) !== committed) {
+        convict(ctl, run, x.id, e, words(x.id, e, "its Adam state at the round's end is not the one it committed to"));
+        return false;
+      }
+      running.set(x.slot, mine.adam);
     }
   }
   return !void_();

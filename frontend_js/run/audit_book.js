@@ -120,6 +120,8 @@ function pruneStates(run) {
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
   for (const { t } of b.pending.values()) needed.add(roundStart(run.cfg, t));   // audits whose verdict may still come
   for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
+  // (local steps: this device's own state since its last settled pass, which the end's barrier asks of it)
+  if (b.span > 1 && run.slot >= 0) for (let t = checkedFrom(run, run.roster[run.slot]); t < c; t++) needed.add(t);
   const ring = KEPT_RING * b.span;
   for (const t of [...b.states.keys()]) if (t < c - ring && !needed.has(t)) release(b, t);
   const old = [...b.states.keys()].filter((t) => t < c - ring && t !== b.floor).sort((x, y) => x - y);

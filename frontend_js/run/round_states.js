@@ -90,7 +90,8 @@ export function onRoundState(ctl, from, m) {
 
 // an auditor or a judge asks this device for its state at the start of its round ending at `step`.
 // Sent only where the protocol owes it (the auditor the beacon named for this device's slot at that
-// round, or a member judging evidence against it: transcriptOwed), once per asker and round, while
+// round, or a member judging evidence against it: transcriptOwed; at the run's end's barrier, any
+// member: the rounds since a pass are recomputed from there), once per asker and round, while
 // kept; an ask not owed yet waits for it up to the exchange deadline; one never owed, a repeat, or
 // one of a round not kept is a bad frame. Also answered from the run that just ended here.
 export async function onRoundStateAsk(ctl, from, m) {
@@ -101,7 +102,9 @@ export async function onRoundStateAsk(ctl, from, m) {
   const key = `${from}:${d.epoch}:${d.step}`;
   if (b.stateAnswered.has(key)) { ctl.mesh.drop(from, m, `a second ROUND_STATE_ASK of step ${d.step}`); return; }
   b.stateAnswered.add(key);                  // a repeat while this one waits is a second ask too
-  const owed = () => run.book === b && transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true);
+  // (at the run's end, its barrier: every member recomputes the others' rounds since their last
+  // settled pass, forward from their state there, so each is owed this device's state at such a start)
+  const owed = () => run.book === b && (run.finishing || transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
   if (!(await waitUntil(owed, run.collective.deadlineMs, (wake) => ctl.onPoke(wake)))) {
     if (run.book === b) ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: not this round's auditor of this device, nor judging it`);
     return;

@@ -11,6 +11,8 @@
 //      member (each asks it for its round's start state), removed with a rollback over several
 //      rounds in which every survivor restores its own state; the history names the slot that left
 //   3. a forger of its Adam moments (negated m, committed to): caught the same way
+//   4. the run's end is a barrier: a forger of the last rounds (its delta, or its moments) never
+//      audited is found by every survivor recomputing its rounds forward from its last pass
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -97,4 +99,16 @@ test('a member scaling its rounds\' deltas by -1000 (P = 3, rate 0.3): caught fo
 test('a member forging its Adam moments (P = 3, rate 0.3): its end state does not reproduce; removed back to the run\'s start, every honest page = the reference', async () => {
   const { honest } = await attackCase(3, 2, { forge: { from: 9, kind: 'moments' } }, 'slot=2,from=9,kind=moments', 0.3);
   for (const n of honest) assert.match(convictions(n)[0].why, /round of p2 did not reproduce at step 24: removed/);
+});
+
+test('the run\'s end is a barrier (P = 3, rate 0.1): a -1000 forger of the last rounds, never audited, is found by recomputing its rounds forward from its last pass; removed, the rounds from its rollback computed again, every honest page = the reference', async () => {
+  const { ref, honest } = await attackCase(3, 1, { forge: { from: 88, kind: 'scale', factor: -1000 } }, 'slot=1,from=88,kind=scale:-1000', 0.1);
+  assert.match(ref.removals[0].why, /checked at the run's end/);
+  for (const n of honest) assert.match(convictions(n)[0].why, /round of p1 did not reproduce at step 92: removed \(checked at the run's end; received/);
+});
+
+test('the run\'s end is a barrier for moments (P = 3, rate 0.1): the forged end state is found against its commitment; every honest page = the reference', async () => {
+  const { ref, honest } = await attackCase(3, 2, { forge: { from: 92, kind: 'moments' } }, 'slot=2,from=92,kind=moments', 0.1);
+  assert.match(ref.removals[0].why, /checked at the run's end/);
+  for (const n of honest) assert.match(convictions(n)[0].why, /round of p2 did not reproduce at step 96: removed \(checked at the run's end; its Adam state at the round's end/);
 });
