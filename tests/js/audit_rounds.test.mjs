@@ -13,10 +13,13 @@
 //   3. a forger of its Adam moments (negated m, committed to): caught the same way
 //   4. the run's end is a barrier: a forger of the last rounds (its delta, or its moments) never
 //      audited is found by every survivor recomputing its rounds forward from its last pass
+//   5. a departure is a barrier: a forger that withholds its commitments and leaves at the next
+//      round start, never audited, is found by every survivor recomputing its rounds forward from
+//      the run's start (a state every page holds)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Group, SETTINGS, BACKEND, firstOffReference } from './run_harness.mjs';
+import { Group, SETTINGS, BACKEND, TIMING, firstOffReference } from './run_harness.mjs';
 import { attackedRun } from './attack_runs.mjs';
 import { scheduleString } from '../../frontend_js/mesh/roster.js';
 
@@ -24,8 +27,8 @@ const STEPS = 100;          // the shortest run a config allows
 const H = 4;
 
 // -> {nodes, g}: a group of `peers`, slot `liar` with `faults`, all with the reference's nonces
-async function audited(peers, liar, faults, settings) {
-  const g = new Group({ seed: 21 });
+async function audited(peers, liar, faults, settings, timing = TIMING) {
+  const g = new Group({ seed: 21, timing });
   const nodes = [];
   for (let i = 0; i < peers; i++) nodes.push(...g.add(1, { faults: { referenceNonces: true, auditRounds: true, ...(i === liar ? faults : {}) } }));
   await g.linked();
@@ -111,4 +114,28 @@ test('the run\'s end is a barrier for moments (P = 3, rate 0.1): the forged end 
   const { ref, honest } = await attackCase(3, 2, { forge: { from: 92, kind: 'moments' } }, 'slot=2,from=92,kind=moments', 0.1);
   assert.match(ref.removals[0].why, /checked at the run's end/);
   for (const n of honest) assert.match(convictions(n)[0].why, /round of p2 did not reproduce at step 96: removed \(checked at the run's end; its Adam state at the round's end/);
+});
+
+test('a departure is a barrier (P = 3, rate 0.1): a member forges its round from step 9, withholds its AUDIT frames and leaves at the next round start; every survivor recomputes its rounds forward from the run\'s start, convicts it and keeps the reference run', async () => {
+  const K = 9, L = 12;
+  const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000,leave=${L}`, 0.1);
+  assert.deepEqual(ref.removals.map((r) => [r.peer, r.step, r.back]), [[1, L, 0]], `the reference's barrier convicts at step ${L}: ${JSON.stringify(ref.removals)}`);
+  // (a long exchange deadline, as audit_mesh.test.mjs's departure: nobody here is lost by one)
+  const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } }, { auditRate: 0.1 }, { ...TIMING, deadlineMs: 15_000 });
+  try {
+    const [a, forger, c] = nodes;
+    g.freeze(forger, L);              // it computes nothing after its forged round: the reference's leave=L
+    await g.until(() => nodes.every((n) => n.completed >= L), `every member completed step ${L}`, 30_000);
+    g.leave(forger);
+    await g.ended([a, c], 60_000);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      const got = convictions(n).map((x) => [x.peer, x.step, x.back]);
+      assert.deepEqual(got, [['p1', L, 0]], `${n.id}: convicted ${JSON.stringify(got)}, the reference ${JSON.stringify(ref.removals)}`);
+      assert.match(convictions(n)[0].why, /round of p1 did not reproduce at step 12: removed \(checked when it left; received/);
+      assert.equal(scheduleString(n.run.history), ref.roster);
+      assertKept(n, ref);
+    }
+  } finally { await g.close(); }
 });
