@@ -7,6 +7,7 @@
 // Exports: exchangeAt, prevExchange, roundStart, roundIndex (audited units: steps or rounds),
 // openBook, restartBook, rechain, keepState, recordPass, checkedFrom, barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
 import { AUDIT_WINDOW, MAX_AUDIT_RATE, adamStateHash, roundEnd, trustedStep } from '../audit.js';
+import { adamInit } from '../optim.js';
 import { jsSha, toHex } from '../hashing.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES } from './record.js';
 
@@ -31,21 +32,38 @@ export const roundStart = (cfg, e) => Math.floor(e / cfg.local_steps) * cfg.loca
 export const roundIndex = (cfg, e) => Math.floor(e / cfg.local_steps);
 
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
-export function openBook(run, rate) {
+// joined: this device joins a running group (its own state is fresh; the members' are their own)
+export function openBook(run, rate, joined = false) {
   run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg), run.cfg.local_steps) : null;
   if (!run.book) return;
   keepState(run);
   // local steps: every replica starts the run from the same state (fresh, or the resumed one): the
-  // first round's chain is that state's hash for every slot
-  if (run.cfg.local_steps > 1) run.book.stateHashes.set(run.completed - 1, run.roster.map(() => toHex(adamStateHash(run.replica.adam))));
+  // first round's chain is that state's hash for every slot. A joiner knows only its own (null: a
+  // member's first round after it cannot be chain-checked here, named on the panel if audited)
+  const own = toHex(adamStateHash(run.replica.adam));
+  if (run.cfg.local_steps > 1) run.book.stateHashes.set(run.completed - 1, run.roster.map((_, slot) => (joined && slot !== run.slot ? null : own)));
 }
 
 // a join or a departure: audits start over at its first step (rollbacks never undo a roster change
-// other than a conviction)
-export function restartBook(run) {
-  if (!run.book) return;
-  run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep, run.book.span);
+// other than a conviction). before, epochBefore: the roster and epoch it replaces
+export function restartBook(run, before = run.roster, epochBefore = run.epoch) {
+  const old = run.book;
+  if (!old) return;
+  run.book = new AuditBook(old.rate, run.completed, old.units.perStep, old.span);
   keepState(run);
+  if (old.span > 1) carryChain(run, old, before, epochBefore);
+}
+
+// local steps: the chain of each slot's first round after a roster change: a survivor's state hash
+// committed with its last round (its AUDIT of the exchange before: kept by the old book, or still on
+// its way: commitments.js onAudit fills it in), a joiner's fresh state (every device knows it)
+function carryChain(run, old, before, epochBefore) {
+  const b = run.book, at = run.completed - 1;
+  const fresh = toHex(adamStateHash(adamInit(run.replica.params)));
+  const committed = (i) => old.stateHashes.get(at)?.[i] ?? old.commits.get(`${epochBefore}:${at}`)?.get(i)?.stateHash ?? null;
+  b.stateHashes.set(at, run.roster.map((id, slot) => (slot === run.slot ? toHex(adamStateHash(run.replica.adam))
+    : before.includes(id) ? committed(before.indexOf(id)) : fresh)));
+  b.chainEpoch = epochBefore;
 }
 
 // local steps, a conviction's rollback to `run.completed` (a round start) with the roster now

@@ -118,7 +118,7 @@ export function onAudit(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
   const slot = run.roster.indexOf(from);
   if (!b || d.runId !== run.desc.runId || slot < 0 || !Number.isInteger(d.epoch) || !Number.isInteger(d.step)) { ctl.mesh.drop(from, m, 'AUDIT for no audited run of ours'); return; }
-  if (d.epoch < run.epoch) return;                                     // a late frame of an epoch this device left
+  if (d.epoch < run.epoch) { lateChain(run, b, slot, d); return; }   // a late frame of an epoch this device left
   const cfg = run.cfg, tail = d.hashes === null;
   // a commitment is of an exchange step (every step, or a round's last); a tail AUDIT is of the step after one
   const atExchange = d.step - (tail ? 1 : 0) >= 0 && exchangeAt(cfg, d.step - (tail ? 1 : 0)) === d.step - (tail ? 1 : 0);
@@ -154,6 +154,13 @@ export function onAudit(ctl, from, m) {
   pruneFrames(run);
   ctl.poke();
   if (run.recovery) advance(ctl, run).catch((err) => console.warn('daisy: an audit failed:', err));
+}
+
+// local steps: a survivor's AUDIT of the exchange before the book's floor, come after the roster
+// changed: its state hash starts its chain in the new epoch (audit_book.js carryChain), if not known yet
+function lateChain(run, b, slot, d) {
+  const h = b.span > 1 && d.epoch === b.chainEpoch && d.step === b.floor - 1 ? b.stateHashes.get(d.step) : null;
+  if (h && h[slot] === null && isHash(d.stateHash)) h[slot] = d.stateHash;
 }
 
 // frames older than the audits done, or of epochs this device left, go (windows of W units: W x span steps)

@@ -35,7 +35,7 @@ export function begin(ctl, desc, replica, cfg, opts) {
   });
   run.slot = run.roster.indexOf(ctl.selfId);
   if (cfg.local_steps > 1) saveUndo(run);                // the state a late STOP of the first round goes back to
-  audits.openBook(run, desc.auditRate ?? 0);
+  audits.openBook(run, desc.auditRate ?? 0, Boolean(opts.joined));
   ctl.enter('running', run);
   h.models.adopt(cfg, replica, completed, run.extra);
   const others = roster.length - 1;

@@ -194,6 +194,8 @@ export class AuditBook {
     this.shardHashes = new Map();// step -> each slot's committed message hashes (hex, message order): a transcript's check
     this.stateHashes = new Map();// local steps: exchange step e -> each slot's committed Adam state hash after its round ending
                                  // at e (hex); key floor - 1: the states at the floor, which every device knows
+    this.chainEpoch = null;      // local steps, after a roster change: the epoch before it, whose AUDIT of the exchange before the
+                                 // floor (late here) still fills in a survivor's state hash at the floor (audit_book.js carryChain)
     this.stateAsking = new Set();// local steps: "epoch:e:slot": round-start states this device asked for (ROUND_STATE_ASK) and waits on
     this.roundStates = new Map();// the same keys -> the state that came ({t, m, v}, decoded)
     this.stateAsked = new Map(); // the same keys -> the one ask's wait (the audit and a judgement share its answer)

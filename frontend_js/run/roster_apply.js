@@ -73,12 +73,12 @@ export function applyRoster(ctl, run, change) {
       'cannot meet the group');
     return;
   }
-  const left = run.roster.filter((id) => !d.roster.includes(id)), before = run.roster;
+  const left = run.roster.filter((id) => !d.roster.includes(id)), before = run.roster, epochBefore = run.epoch;
   switchCollective(ctl, run, change);
   run.gone.clear();
   for (const id of left) run.heard.delete(id);
   setRoster(ctl, run, d, [], left);
-  if (!convicted.length) restartBook(run);      // a departure: the audits start over from here
+  if (!convicted.length) restartBook(run, before, epochBefore);      // a departure: the audits start over from here
   else rechain(run, before);                    // (local steps: the survivors' state hashes at `from`, in their new slots)
   wakeParked(ctl, run);
 }

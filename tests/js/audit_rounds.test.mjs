@@ -139,3 +139,25 @@ test('a departure is a barrier (P = 3, rate 0.1): a member forges its round from
     }
   } finally { await g.close(); }
 });
+
+test('an honest departure at a round start (P = 3, rate 0.1): its rounds reproduce, it leaves; the survivors\' audits go on from their committed states (no round unchecked), every page = the reference', async () => {
+  const L = 12;
+  const ref = await reference(3, `slot=1,from=9,kind=liar-auditor,leave=${L}`, 0.1);   // (it audits nothing before it leaves: an honest leaver)
+  assert.deepEqual(ref.removals, [{ step: L, peer: 1, left: true }]);
+  const { g, nodes } = await audited(3, 1, { withholdAudits: { from: 9 } }, { auditRate: 0.1 }, { ...TIMING, deadlineMs: 15_000 });
+  try {
+    const [a, leaver, c] = nodes;
+    g.freeze(leaver, L);
+    await g.until(() => nodes.every((n) => n.completed >= L), `every member completed step ${L}`, 30_000);
+    g.leave(leaver);
+    await g.ended([a, c], 60_000);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      assert.deepEqual(convictions(n), []);
+      assert.equal(scheduleString(n.run.history), ref.roster);
+      assert.deepEqual(n.notes.filter((x) => /Cannot check/.test(x)), [], `${n.id} checked every round it had to`);
+      assertKept(n, ref);
+    }
+  } finally { await g.close(); }
+});
