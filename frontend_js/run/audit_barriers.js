@@ -147,17 +147,27 @@ async function recheckRounds(ctl, run, b, members, where, void_, upTo, startOf, 
   return void_() ? null : true;
 }
 
-// A departure's barrier of rounds: the leaver cannot be asked; its state at `from` is one this
-// device holds with the hash it committed to — its own kept state there, which at the run's start
-// (the book's floor, every replica from one state) is everyone's. (A state after a pass, which
-// only that pass's auditor recomputed, is not kept for this yet: those rounds are named on the
-// panel and left unchecked: docs/VERIFICATION.md "Pages (open)".)
+// A departure's barrier of rounds: the leaver cannot be asked. Its state at `from` is a state this
+// device holds with the hash the leaver committed to (its own kept state there, which at the run's
+// start is everyone's), or the one the auditor of the leaver's pass at `from` recomputed (kept by
+// that auditor, passedStates; asked of it, ROUND_STATE_ASK naming the leaver's slot), checked here
+// against that hash first: a state that does not hash to it is the auditor's error, not the
+// leaver's lie (those rounds are named on the panel and left unchecked)
 function departRounds(ctl, run, b, member, upTo, void_) {
-  const known = async (x) => {
+  const h = ctl.host;
+  const start = async (x) => {
     const st = b.states.get(x.from), chain = b.stateHashes.get(x.from - 1)?.[x.slot];
-    return st && chain && toHex(adamStateHash(st)) === chain ? { t: st.t, m: st.m, v: st.v } : null;
+    if (!chain) return null;
+    if (st && toHex(adamStateHash(st)) === chain) return { t: st.t, m: st.m, v: st.v };
+    const auditor = [...(b.passes.get(x.id) || [])].find(([a, steps]) => a !== null && steps.includes(x.from))?.[0];
+    const k = auditor === undefined ? -1 : run.roster.indexOf(auditor);
+    if (k < 0) return null;
+    const p = b.passedStates.get(x.id);
+    const adam = k === run.slot ? (p && p.at === x.from ? p.adam : null) : await askRoundState(ctl, run, b, exchangeAt(run.cfg, x.from), k, x.slot);
+    if (adam && checkStartState(adam, fromHex(chain)) !== null) { h.note(`${h.nameOf(auditor)} gave a state of ${h.nameOf(x.id)} at step ${x.from} that is not the one it committed to.`); return null; }
+    return adam;
   };
-  recheckRounds(ctl, run, b, [member], 'when it left', void_, upTo, known, true).then((ok) => {
+  recheckRounds(ctl, run, b, [member], 'when it left', void_, upTo, start, true).then((ok) => {
     if (ok !== true || void_()) return;
     b.departing.delete(member.id);
     ctl.judged(run);

@@ -109,6 +109,7 @@ export async function recompute(ctl, run, t, slot, batch = null, item = null, se
       return { hash: sha256Hex(messages[messages.length === 1 ? 0 : run.slot]), loss: r.loss, ...(rounds ? { adam: replica.adam } : {}) };
     }
     if (rounds) {
+      if (item) item.end = replica.adam;
       const hashes = messageHashes(slotMessages(flat, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
       return toHex(roundDigest(t, slot, r.loss, hashes, adamStateHash(replica.adam)));
     }

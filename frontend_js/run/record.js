@@ -196,10 +196,13 @@ export class AuditBook {
                                  // at e (hex); key floor - 1: the states at the floor, which every device knows
     this.chainEpoch = null;      // local steps, after a roster change: the epoch before it, whose AUDIT of the exchange before the
                                  // floor (late here) still fills in a survivor's state hash at the floor (audit_book.js carryChain)
-    this.stateAsking = new Set();// local steps: "epoch:e:slot": round-start states this device asked for (ROUND_STATE_ASK) and waits on
-    this.roundStates = new Map();// the same keys -> the state that came ({t, m, v}, decoded)
+    this.stateAsking = new Map();// local steps: "epoch:e:k" (the slot asked) -> "epoch:e:of:k" (of: the slot whose round-start
+                                 // state it is: k's own, or a departed member's its auditor k holds): the ask waited on (ROUND_STATE_ASK)
+    this.roundStates = new Map();// "epoch:e:of:k" -> the state that came ({t, m, v}, decoded)
     this.stateAsked = new Map(); // the same keys -> the one ask's wait (the audit and a judgement share its answer)
-    this.stateAnswered = new Set(); // "asker:epoch:e": states this device sent (one per asker and round)
+    this.stateAnswered = new Set(); // "asker:epoch:of:e": states this device sent (one per asker, member and round)
+    this.passedStates = new Map(); // local steps: audited id -> {at, adam}: the state at round start `at` this device recomputed
+                                 // as the auditor of its last passed round (a departure's barrier starts from it)
     this.asking = new Set();     // "epoch:step:owner slot": transcripts this device asked for and waits on
     this.transcripts = new Map();// the same keys -> the transcript that came (the owner's P messages, concatenated)
     this.asked = new Map();      // the same keys -> the one ask's wait (every check of that step shares its answer)
@@ -228,9 +231,10 @@ export class AuditBook {
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
     this.reproduced = new Map(); // the same keys -> the digest recomputed for a relayed accusation that reproduced:
                                  // only the accuser's own frame convicts it (no second recomputation then)
-    this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight}]: this
+    this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight, end}]: this
                                  // device's audits to recompute, in deadline order (done: units of it run so far;
-                                 // release: lets go of the backend; admitting: the gate being passed; inflight: units)
+                                 // release: lets go of the backend; admitting: the gate being passed; inflight: units;
+                                 // end: local steps, the Adam state its recomputation ended with)
     this.working = null;         // the queue's worker while it runs (run/verdicts.js work)
     this.checking = null;        // an accused's earlier audits being checked here before its rollback settles
     this.departing = new Map();  // id -> {from, upTo}: a departed peer whose steps since its last settled pass this

@@ -73,6 +73,7 @@ export function takeRollback(run, from, convicted) {
       if (kept.length < steps.length) by.delete(a); else by.set(a, kept);
     }
   }
+  for (const [id, p] of [...b.passedStates]) if (p.at > from) b.passedStates.delete(id);
   for (const id of convicted) b.excludedFrom.set(id, from);
   for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
   b.convicted.clear(); b.accused.clear(); b.queued = []; b.pending.clear(); b.assigned.clear(); b.departing.clear();

@@ -52,18 +52,22 @@ export function decodeRoundState(bytes, like) {
 
 // -> the Adam state the slot in `k` started its round ending at t from ({t, m, v}), or null when
 // none came within the deadline; this device's own (kept) when it is that slot. Asked once per
-// slot and round: the audit and any judgement share the answer (the slot answers one ask each)
-export function askRoundState(ctl, run, b, t, k) {
-  if (k === run.slot) {
+// slot and round: the audit and any judgement share the answer (the slot answers one ask each).
+// of: the slot whose state is asked for, when it is not k's own: a departed member's state after
+// its last passed audit, asked of the auditor that recomputed it (a departure's barrier). One ask
+// to k per round at a time (its ROUND_STATE names only k and the round: asks of it are answered in turn)
+export function askRoundState(ctl, run, b, t, k, of = k) {
+  if (k === run.slot && of === k) {
     const st = b.states.get(roundStart(run.cfg, t));
     return Promise.resolve(st ? { t: st.t, m: st.m, v: st.v } : null);
   }
-  const key = `${run.epoch}:${t}:${k}`;
+  const key = `${run.epoch}:${t}:${of}:${k}`, wire = `${run.epoch}:${t}:${k}`;
   if (!b.stateAsked.has(key)) b.stateAsked.set(key, (async () => {
-    b.stateAsking.add(key);
-    ctl.mesh.sendJson(run.roster[k], TYPES.ROUND_STATE_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
+    while (b.stateAsking.has(wire)) await b.stateAsked.get(b.stateAsking.get(wire));
+    b.stateAsking.set(wire, key);
+    ctl.mesh.sendJson(run.roster[k], TYPES.ROUND_STATE_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t, ...(of !== k ? { of } : {}) }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
     await waitUntil(() => b.roundStates.has(key) || run.ended || run.book !== b, run.collective.deadlineMs, (wake) => ctl.onPoke(wake));
-    b.stateAsking.delete(key);
+    b.stateAsking.delete(wire);
   })());
   return b.stateAsked.get(key).then(() => b.roundStates.get(key) ?? null);
 }
@@ -80,9 +84,8 @@ export function roundStateLimit(ctl, hd) {
 // of the same ask is a bad frame
 export function onRoundState(ctl, from, m) {
   const run = ctl.at, b = run.book, slot = run.roster.indexOf(from);
-  const key = `${run.epoch}:${m.step}:${slot}`;
-  const want = b && b.span > 1 && slot >= 0 && m.slot === slot && b.stateAsking.has(key) ? stateTranscriptBytes(valuesOf(run)) : -1;
-  if (m.payload.length !== want) { ctl.mesh.drop(from, m, 'ROUND_STATE not asked for, or of another size'); return; }
+  const key = b && b.span > 1 && slot >= 0 && m.slot === slot ? b.stateAsking.get(`${run.epoch}:${m.step}:${slot}`) : undefined;
+  if (key === undefined || m.payload.length !== stateTranscriptBytes(valuesOf(run))) { ctl.mesh.drop(from, m, 'ROUND_STATE not asked for, or of another size'); return; }
   if (b.roundStates.has(key)) { ctl.mesh.drop(from, m, `a second ROUND_STATE of step ${m.step}`); return; }
   b.roundStates.set(key, decodeRoundState(m.payload, run.replica.params));
   ctl.poke();
@@ -94,17 +97,27 @@ export function onRoundState(ctl, from, m) {
 // member: the rounds since a pass are recomputed from there), once per asker and round, while
 // kept; an ask not owed yet waits for it up to the exchange deadline; one never owed, a repeat, or
 // one of a round not kept is a bad frame. Also answered from the run that just ended here.
+// `of` (another slot): a departed member's state after its last passed audit, which this device
+// recomputed as that audit's auditor (passedStates): owed to a member while that member is gone here
 export async function onRoundStateAsk(ctl, from, m) {
   const run = ctl.phase === 'running' ? ctl.at : ctl.lastRun, d = m.json, b = run?.book;
-  const ok = b && b.span > 1 && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step);
-  const kept = () => (ok ? b.states.get(roundStart(run.cfg, d.step)) : null);
+  const ok = b && b.span > 1 && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step)
+    && (d.of === undefined || (Number.isInteger(d.of) && d.of >= 0 && d.of < run.roster.length && d.of !== run.slot));
+  const member = ok && d.of !== undefined ? run.roster[d.of] : null;
+  const kept = () => {
+    if (!ok) return null;
+    if (member === null) return b.states.get(roundStart(run.cfg, d.step));
+    const p = b.passedStates.get(member);
+    return p && p.at === roundStart(run.cfg, d.step) ? p.adam : null;
+  };
   if (!kept()) { ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: no state of that round kept here`); return; }
-  const key = `${from}:${d.epoch}:${d.step}`;
+  const key = `${from}:${d.epoch}:${d.of ?? run.slot}:${d.step}`;
   if (b.stateAnswered.has(key)) { ctl.mesh.drop(from, m, `a second ROUND_STATE_ASK of step ${d.step}`); return; }
   b.stateAnswered.add(key);                  // a repeat while this one waits is a second ask too
   // (at the run's end, its barrier: every member recomputes the others' rounds since their last
   // settled pass, forward from their state there, so each is owed this device's state at such a start)
-  const owed = () => run.book === b && (run.finishing || transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
+  const owed = () => run.book === b && (member !== null ? run.gone.has(member) || b.departing.has(member)
+    : run.finishing || transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
   if (!(await waitUntil(owed, run.collective.deadlineMs, (wake) => ctl.onPoke(wake)))) {
     if (run.book === b) ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: not this round's auditor of this device, nor judging it`);
     return;

@@ -96,7 +96,7 @@ export async function auditStep(ctl, run, t) {
     else if (!colluding) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});
-      b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0 });
+      b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0, end: null });
       if (b.span > 1) askRoundState(ctl, run, b, t, audited);   // its state at the round's start, asked for now (one ask)
     }
   }
@@ -130,7 +130,10 @@ async function checkAudit(ctl, run, b, item) {
   const recomputed = got.digest;
   if (recomputed === committed) {
     if (run.collective.topology === 'rsag') await checkOwner(ctl, run, b, t, audited, epoch);
-    if (!void_()) b.pending.delete(`${t}:${audited}`);
+    if (void_()) return;
+    b.pending.delete(`${t}:${audited}`);
+    // local steps: the state it committed to at the next round start, which a departure's barrier starts from
+    if (item.end) b.passedStates.set(run.roster[audited], { at: t + 1, adam: item.end });
     return;
   }
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };

@@ -161,3 +161,27 @@ test('an honest departure at a round start (P = 3, rate 0.1): its rounds reprodu
     }
   } finally { await g.close(); }
 });
+
+test('a departure after a passed audit (P = 3, rate 0.3): the leaver\'s rounds are recomputed forward from the state its auditor recomputed at its last pass (asked of that auditor); the forger is removed exactly as the reference removes it', async () => {
+  const K = 9, L = 12;
+  const ref = await reference(3, `slot=1,from=${K},kind=scale:-1000,leave=${L}`, 0.3);
+  assert.deepEqual(ref.removals.map((r) => [r.peer, r.step, r.back]), [[1, L, 4]], `the reference's barrier starts after its pass at 4: ${JSON.stringify(ref.removals)}`);
+  const { g, nodes } = await audited(3, 1, { forge: { from: K, kind: 'scale', factor: -1000 }, withholdAudits: { from: K } }, { auditRate: 0.3 }, { ...TIMING, deadlineMs: 15_000 });
+  try {
+    const [a, forger, c] = nodes;
+    g.freeze(forger, L);
+    await g.until(() => nodes.every((n) => n.completed >= L), `every member completed step ${L}`, 30_000);
+    g.leave(forger);
+    await g.ended([a, c], 60_000);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(n.run.roster, ['p0', 'p2']);
+      const got = convictions(n).map((x) => [x.peer, x.step, x.back]);
+      assert.deepEqual(got, [['p1', L, 4]], `${n.id}: convicted ${JSON.stringify(got)}, the reference ${JSON.stringify(ref.removals)}`);
+      assert.match(convictions(n)[0].why, /checked when it left/);
+      assert.equal(scheduleString(n.run.history), ref.roster);
+      assert.deepEqual(n.notes.filter((x) => /Cannot check/.test(x)), [], `${n.id} checked every round it had to`);
+      assertKept(n, ref);
+    }
+  } finally { await g.close(); }
+});
