@@ -15,7 +15,10 @@
 //      audited is found by every survivor recomputing its rounds forward from its last pass
 //   5. a departure is a barrier: a forger that withholds its commitments and leaves at the next
 //      round start, never audited, is found by every survivor recomputing its rounds forward from
-//      the run's start (a state every page holds)
+//      the run's start (a state every page holds), or from the state after its last pass, which
+//      that pass's auditor recomputed and hands over; an honest leaver leaves, and the survivors'
+//      audits go on from their committed states
+//   6. a lying auditor: every member judges its accusation from the accused's start state
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -184,4 +187,9 @@ test('a departure after a passed audit (P = 3, rate 0.3): the leaver\'s rounds a
       assertKept(n, ref);
     }
   } finally { await g.close(); }
+});
+
+test('a lying auditor of rounds (P = 3, rate 0.3): its false accusation is judged by every member from the accused\'s own start state, reproduces, and removes the accuser; every honest page = the reference', async () => {
+  const { honest } = await attackCase(3, 1, { liarAuditor: { from: 9 } }, 'slot=1,from=9,kind=liar-auditor', 0.3);
+  for (const n of honest) assert.match(convictions(n)[0].why, /p1 accused p0 at step 20, whose round reproduced: p1 removed/);
 });
