@@ -121,9 +121,9 @@ async function steps(ctl, run) {
       }
       local.grads = run.trainer.delta();
       // the fault plan's forger of rounds (attack_rounds.js contribute): its delta forged, or (moments)
-      // its Adam m negated at the round's end, committed to as it is and started from
+      // its Adam m negated at the round's end, committed to as it is and started from (unchained: below)
       if (forging && ctl.faults.forge.kind === 'moments') negateMoments(run.replica.adam);
-      else if (forging) local.grads = forged(ctl, run, s, local.grads);
+      else if (forging && ctl.faults.forge.kind !== 'unchained') local.grads = forged(ctl, run, s, local.grads);
     }
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;
@@ -152,6 +152,8 @@ async function steps(ctl, run) {
     }
     // the audits: this step's commitment out, the audits of step s-2 (a conviction goes back)
     if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
+    // the fault plan's `unchained` forger: committed to its state, it goes on from another (m negated)
+    if (forging && cfg.local_steps > 1 && ctl.faults.forge.kind === 'unchained') negateMoments(run.replica.adam);
     await audits.payShare(ctl, run, s);             // this step's share of the audit work, then the gate shuts
     if (run.ended) return;
     if (run.recovery) continue;

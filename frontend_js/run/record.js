@@ -29,7 +29,8 @@ export const NO_FAULTS = Object.freeze({
   noJoin: false,            // an outsider that never asks to join
   forge: null,              // {from, kind, factor, colluders}: this page sends a forged gradient from step index
                             // `from` (attack.js forge: scale, nan, noise, const, mismatch; local steps: its round's
-                            // delta, or `moments`: its Adam m negated at each round's end), committed to honestly,
+                            // delta, or `moments`: its Adam m negated at each round's end; `unchained`: negated right
+                            // after its honest commitment, so its next round starts from another state), committed to honestly,
                             // and as an auditor passes the peers named in colluders (ids) unchecked
   liarAuditor: null,        // {from, reduce}: from step index `from`, this page accuses every peer it audits
                             // (reduce: in reduce-scatter, of a reduce its transcript clears, not of its gradient)

@@ -19,6 +19,7 @@
 //      that pass's auditor recomputed and hands over; an honest leaver leaves, and the survivors'
 //      audits go on from their committed states
 //   6. a lying auditor: every member judges its accusation from the accused's start state
+//   7. a round started from another state than the one committed to (unchained): the chain breaks
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -192,4 +193,9 @@ test('a departure after a passed audit (P = 3, rate 0.3): the leaver\'s rounds a
 test('a lying auditor of rounds (P = 3, rate 0.3): its false accusation is judged by every member from the accused\'s own start state, reproduces, and removes the accuser; every honest page = the reference', async () => {
   const { honest } = await attackCase(3, 1, { liarAuditor: { from: 9 } }, 'slot=1,from=9,kind=liar-auditor', 0.3);
   for (const n of honest) assert.match(convictions(n)[0].why, /p1 accused p0 at step 20, whose round reproduced: p1 removed/);
+});
+
+test('a round started from another state than the one committed to (unchained, P = 3, rate 0.5): the state it hands its auditor breaks the chain, evidence by itself; every honest page = the reference', async () => {
+  const { honest } = await attackCase(3, 1, { forge: { from: 9, kind: 'unchained' } }, 'slot=1,from=9,kind=unchained', 0.5);
+  for (const n of honest) assert.match(convictions(n)[0].why, /round of p1 did not reproduce at step 16: removed \(its Adam state at the round's start is not the one it committed to; audited by p0\)/);
 });
