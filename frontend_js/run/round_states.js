@@ -12,7 +12,7 @@
 import { TYPES } from '../mesh/frames.js';
 import { waitUntil } from '../page_clock.js';
 import { stateTranscriptBytes } from '../audit.js';
-import { roundStart } from './audit_book.js';
+import { roundStart, checkedFrom } from './audit_book.js';
 import { transcriptOwed } from './transcripts.js';
 
 // N: the model's values (every parameter tensor's length)
@@ -94,7 +94,8 @@ export function onRoundState(ctl, from, m) {
 // an auditor or a judge asks this device for its state at the start of its round ending at `step`.
 // Sent only where the protocol owes it (the auditor the beacon named for this device's slot at that
 // round, or a member judging evidence against it: transcriptOwed; at the run's end's barrier, any
-// member: the rounds since a pass are recomputed from there), once per asker and round, while
+// member, for a round start from this device's last settled pass on: the rounds since are
+// recomputed from there), once per asker and round, while
 // kept; an ask not owed yet waits for it up to the exchange deadline; one never owed, a repeat, or
 // one of a round not kept is a bad frame. Also answered from the run that just ended here.
 // `of` (another slot): a departed member's state after its last passed audit, which this device
@@ -115,9 +116,11 @@ export async function onRoundStateAsk(ctl, from, m) {
   if (b.stateAnswered.has(key)) { ctl.mesh.drop(from, m, `a second ROUND_STATE_ASK of step ${d.step}`); return; }
   b.stateAnswered.add(key);                  // a repeat while this one waits is a second ask too
   // (at the run's end, its barrier: every member recomputes the others' rounds since their last
-  // settled pass, forward from their state there, so each is owed this device's state at such a start)
+  // settled pass, forward from their state there, so each is owed this device's state at a round
+  // start from its own last settled pass on: a member that settled more passes asks a later one)
+  const atBarrier = () => run.finishing && roundStart(run.cfg, d.step) >= checkedFrom(run, ctl.selfId);
   const owed = () => run.book === b && (member !== null ? run.gone.has(member) || b.departing.has(member)
-    : run.finishing || transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
+    : atBarrier() || transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
   if (!(await waitUntil(owed, run.collective.deadlineMs, (wake) => ctl.onPoke(wake)))) {
     if (run.book === b) ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: not this round's auditor of this device, nor judging it`);
     return;

@@ -20,10 +20,12 @@
 //      audits go on from their committed states
 //   6. a lying auditor: every member judges its accusation from the accused's start state
 //   7. a round started from another state than the one committed to (unchained): the chain breaks
+//   8. a member flooding ROUND_STATE_ASKs and unasked ROUND_STATEs: bad frames, no state sent for them
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { Group, SETTINGS, BACKEND, TIMING, firstOffReference } from './run_harness.mjs';
+import { Group, SETTINGS, BACKEND, TIMING, TYPES, firstOffReference, sleep } from './run_harness.mjs';
+import { parseHeader } from '../../frontend_js/mesh/frames.js';
 import { attackedRun } from './attack_runs.mjs';
 import { scheduleString } from '../../frontend_js/mesh/roster.js';
 
@@ -198,4 +200,53 @@ test('a lying auditor of rounds (P = 3, rate 0.3): its false accusation is judge
 test('a round started from another state than the one committed to (unchained, P = 3, rate 0.5): the state it hands its auditor breaks the chain, evidence by itself; every honest page = the reference', async () => {
   const { honest } = await attackCase(3, 1, { forge: { from: 9, kind: 'unchained' } }, 'slot=1,from=9,kind=unchained', 0.5);
   for (const n of honest) assert.match(convictions(n)[0].why, /round of p1 did not reproduce at step 16: removed \(its Adam state at the round's start is not the one it committed to; audited by p0\)/);
+});
+
+// A member that asks for round-start states it is not owed (a repeat of its own audit's ask, a round
+// long done: before the last W + 1 rounds, whose states the end's barrier may ask for) and sends
+// ROUND_STATEs nobody asked for: each of its frames is a bad frame at the honest pages, they send it
+// no state beyond the ones its own audits and barrier asked for, and the run is the plain one
+// (docs/PROTOCOL.md "Mesh limits": work a member can cause is bounded)
+test('a member flooding ROUND_STATE_ASKs and unasked ROUND_STATEs (P = 3, rate 1): every frame of it a bad frame, no state sent for it, the run unaffected', async () => {
+  const { g, nodes } = await audited(3, -1, {}, { auditRate: 1 });
+  const liar = nodes[2], honest = nodes.slice(0, 2);
+  const drops = [];
+  for (const n of honest) n.mesh.on('drop', ({ peer, line }) => { if (peer === liar.id) drops.push(line); });
+  let flooded = 0, floodedStates = 0;
+  const asks = new Set(), answers = new Set();     // messages (the in-memory net duplicates some chunks)
+  g.net.watch((from, to, bytes) => {
+    const h = parseHeader(bytes);
+    if (from === liar.id && h.type === TYPES.ROUND_STATE_ASK) asks.add(`${to}:${h.msgId}`);
+    if (to === liar.id && h.type === TYPES.ROUND_STATE) answers.add(`${from}:${h.msgId}`);
+  });
+  const tick = () => {
+    const run = liar.ctl.run, b = run.book, runId = run.desc.runId, fields = { runId, slot: run.slot };
+    for (const n of honest) {
+      const k = run.roster.indexOf(n.id);
+      for (const t of [b.done, b.done - H, b.done - 2 * H, 3, 7, 15]) {
+        // (a repeat of its own audit's ask, or a round long done)
+        if (t < 20 || b.stateAsked.has(`${run.epoch}:${t}:${k}:${k}`)) {
+          flooded++;
+          liar.sendJson(n.id, TYPES.ROUND_STATE_ASK, { runId, epoch: run.epoch, step: t }, fields);
+        }
+      }
+      flooded++; floodedStates++;
+      liar.mesh.send(n.id, { type: TYPES.ROUND_STATE, slot: run.slot, runId, step: b.done, payload: new Uint8Array(64) }).catch(() => {});
+    }
+  };
+  const onEvent = liar.onEvent.bind(liar);
+  liar.onEvent = (event, payload) => { onEvent(event, payload); if (event === 'step' && payload.step % 16 === 0 && payload.step > 40 && payload.step < STEPS) tick(); };
+  try {
+    await g.ended(nodes, 90_000);
+    await sleep(TIMING.deadlineMs + 500);         // asks held for their deadline are answered or dropped by then
+    for (const n of nodes) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.deepEqual(convictions(n), [], `${n.id} convicted nobody`);
+      assert.equal(await firstOffReference(n), null);
+    }
+    const bad = drops.filter((l) => /ROUND_STATE_ASK of step \d+: (not this round's auditor|no state of that round kept)|a second ROUND_STATE_ASK|ROUND_STATE of step \d+ from slot \d+, not asked for|ROUND_STATE not asked for/.test(l)).length;
+    assert.ok(flooded >= 2 * 3 * 4, `flooded ${flooded} frames`);
+    assert.ok(bad >= flooded, `${bad} of ${flooded} flooded frames counted as bad: ${drops.slice(0, 4).join(' | ')}`);
+    assert.ok(answers.size <= asks.size - (flooded - floodedStates), `the honest pages sent ${answers.size} states for ${asks.size - flooded + floodedStates} asks of the member's own audits and barrier`);
+  } finally { await g.close(); }
 });
