@@ -60,6 +60,9 @@ export async function auditStep(ctl, run, t) {
   b.digests.set(t, digests.map(toHex));
   b.shardHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).hashes));
   if (b.span > 1) b.stateHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).stateHash));
+  // an ask of this device's transcript or round state waiting for these pairs is owed now: it is
+  // answered at once (its auditor, who drew them first, may wait for it before its next exchange)
+  ctl.poke();
   b.done = t;
   // a member's beacon of t that is not ours: it saw other commitments (the split alarm)
   for (const [slot, x] of b.claimedBeacons.get(`${run.epoch}:${t}`) || []) {
