@@ -75,9 +75,12 @@ export async function checkEnd(ctl, run) {
   for (const [key, p] of [...b.pending]) if (settledBy(p.auditor, p.t)) b.pending.delete(key);
   const others = run.roster.map((id, slot) => ({ id, slot, from: checkedFrom(run, id) })).filter(({ slot }) => slot !== run.slot);
   if (b.span > 1) {
-    // (each member at its barrier owes its state at once: one withheld after its FIN convicts it)
-    const ask = (x) => askRoundState(ctl, run, b, exchangeAt(run.cfg, x.from), x.slot)
-      .then((adam) => adam ?? (finished(run, x.id) ? `it showed no Adam state of step ${x.from} in time` : null));
+    // a state this device holds with the member's committed hash (its own at the run's start, or
+    // the one it recomputed as the auditor of the member's last pass), else the member's own answer:
+    // a member at its barrier owes it at once (one withheld after its FIN convicts it); one still on
+    // its way there is waited for twice the deadline (its own wait for its barrier is one)
+    const ask = async (x) => (heldState(run, b, x) ?? askRoundState(ctl, run, b, exchangeAt(run.cfg, x.from), x.slot, x.slot, 2 * run.collective.deadlineMs)
+      .then((adam) => adam ?? (finished(run, x.id) ? `it showed no Adam state of step ${x.from} in time` : null)));
     return (await recheckRounds(ctl, run, b, others, "at the run's end", void_, run.completed, ask)) === true;
   }
   for (let u = Math.min(run.completed, ...others.map((x) => x.from)); u < run.completed; u++) {
@@ -153,17 +156,25 @@ async function recheckRounds(ctl, run, b, members, where, void_, upTo, startOf, 
 // that auditor, passedStates; asked of it, ROUND_STATE_ASK naming the leaver's slot), checked here
 // against that hash first: a state that does not hash to it is the auditor's error, not the
 // leaver's lie (those rounds are named on the panel and left unchecked)
+// a member's state at round start x.from that this device holds with the hash the member committed
+// to: its own kept state there (at the run's start, everyone's), or the end state it recomputed as
+// the auditor of the member's pass there (passedStates); else null
+function heldState(run, b, x) {
+  const st = b.states.get(x.from), chain = b.stateHashes.get(x.from - 1)?.[x.slot], p = b.passedStates.get(x.id);
+  if (!chain) return null;
+  if (st && toHex(adamStateHash(st)) === chain) return { t: st.t, m: st.m, v: st.v };
+  return p && p.at === x.from && toHex(adamStateHash(p.adam)) === chain ? p.adam : null;
+}
+
 function departRounds(ctl, run, b, member, upTo, void_) {
   const h = ctl.host;
   const start = async (x) => {
-    const st = b.states.get(x.from), chain = b.stateHashes.get(x.from - 1)?.[x.slot];
-    if (!chain) return null;
-    if (st && toHex(adamStateHash(st)) === chain) return { t: st.t, m: st.m, v: st.v };
+    const chain = b.stateHashes.get(x.from - 1)?.[x.slot], held = heldState(run, b, x);
+    if (!chain || held) return held;
     const auditor = [...(b.passes.get(x.id) || [])].find(([a, steps]) => a !== null && steps.includes(x.from))?.[0];
     const k = auditor === undefined ? -1 : run.roster.indexOf(auditor);
-    if (k < 0) return null;
-    const p = b.passedStates.get(x.id);
-    const adam = k === run.slot ? (p && p.at === x.from ? p.adam : null) : await askRoundState(ctl, run, b, exchangeAt(run.cfg, x.from), k, x.slot);
+    if (k < 0 || k === run.slot) return null;
+    const adam = await askRoundState(ctl, run, b, exchangeAt(run.cfg, x.from), k, x.slot);
     if (adam && checkStartState(adam, fromHex(chain)) !== null) { h.note(`${h.nameOf(auditor)} gave a state of ${h.nameOf(x.id)} at step ${x.from} that is not the one it committed to.`); return null; }
     return adam;
   };

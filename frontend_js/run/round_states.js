@@ -56,7 +56,8 @@ export function decodeRoundState(bytes, like) {
 // of: the slot whose state is asked for, when it is not k's own: a departed member's state after
 // its last passed audit, asked of the auditor that recomputed it (a departure's barrier). One ask
 // to k per round at a time (its ROUND_STATE names only k and the round: asks of it are answered in turn)
-export function askRoundState(ctl, run, b, t, k, of = k) {
+// waitMs: how long to wait for it (the exchange deadline unless given)
+export function askRoundState(ctl, run, b, t, k, of = k, waitMs = run.collective.deadlineMs) {
   if (k === run.slot && of === k) {
     const st = b.states.get(roundStart(run.cfg, t));
     return Promise.resolve(st ? { t: st.t, m: st.m, v: st.v } : null);
@@ -66,7 +67,7 @@ export function askRoundState(ctl, run, b, t, k, of = k) {
     while (b.stateAsking.has(wire)) await b.stateAsked.get(b.stateAsking.get(wire));
     b.stateAsking.set(wire, key);
     ctl.mesh.sendJson(run.roster[k], TYPES.ROUND_STATE_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t, ...(of !== k ? { of } : {}) }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
-    await waitUntil(() => b.roundStates.has(key) || run.ended || run.book !== b, run.collective.deadlineMs, (wake) => ctl.onPoke(wake));
+    await waitUntil(() => b.roundStates.has(key) || run.ended || run.book !== b, waitMs, (wake) => ctl.onPoke(wake));
     b.stateAsking.delete(wire);
   })());
   return b.stateAsked.get(key).then(() => b.roundStates.get(key) ?? null);

@@ -86,7 +86,7 @@ async function attackCase(peers, liarSlot, faults, attack, rate) {
     const honest = nodes.filter((n) => n.id !== removed);
     await g.ended(honest, 90_000);
     for (const n of honest) {
-      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message}`);
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message} ${g.describe()} convictions ${JSON.stringify(honest.map(convictions))}`);
       assert.equal(n.run.roster.includes(removed), false, `${n.id} still has ${removed}`);
       const c = convictions(n).find((x) => x.peer === removed);
       assert.ok(c, `${n.id} convicted ${removed}: ${JSON.stringify(convictions(n))}`);
