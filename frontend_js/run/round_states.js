@@ -64,7 +64,7 @@ export function askRoundState(ctl, run, b, t, k, of = k, waitMs = run.collective
   }
   const key = `${run.epoch}:${t}:${of}:${k}`, wire = `${run.epoch}:${t}:${k}`;
   if (!b.stateAsked.has(key)) b.stateAsked.set(key, (async () => {
-    while (b.stateAsking.has(wire)) await b.stateAsked.get(b.stateAsking.get(wire));
+    for (let before; (before = b.stateAsked.get(b.stateAsking.get(wire))) !== undefined;) await before;   // (an ask pruned meanwhile: none)
     b.stateAsking.set(wire, key);
     ctl.mesh.sendJson(run.roster[k], TYPES.ROUND_STATE_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t, ...(of !== k ? { of } : {}) }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
     await waitUntil(() => b.roundStates.has(key) || run.ended || run.book !== b, waitMs, (wake) => ctl.onPoke(wake));
