@@ -25,7 +25,7 @@ const LAG = 2;                       // the pairs of step t are known after the 
 // one schedule of P pages at `rate` -> its counts
 function schedule(P, rate, seed = 1) {
   const assigned = new Map();
-  const books = Array.from({ length: P }, () => ({ rate, queued: [], units: { perStep: U } }));
+  const books = Array.from({ length: P }, () => ({ rate, span: 1, queued: [], units: { perStep: U } }));
   let cost = 0, shareSum = 0, shareMax = 0, lagSum = 0, lagMax = 0, verdicts = 0, keptMax = 0;
   for (let s = 0; s < STEPS; s++) {
     const t = s - LAG;

@@ -21,7 +21,7 @@
 import { jsSha, createSubtleSha, gateSha, fromHex } from '../hashing.js';
 
 export const MAGIC = 0x4d595344;            // 'DSYM' read as a little-endian u32
-export const PROTOCOL_VERSION = 6;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE; 5: TRANSCRIPT_ASK, TRANSCRIPT; 6: auditRate a per-slot chance, verdicts up to W steps late
+export const PROTOCOL_VERSION = 7;         // 2: membership (ROSTER .. LEAVE); 3: GRAD_PART (a GRAD streamed in parts); 4: AUDIT, EVIDENCE; 5: TRANSCRIPT_ASK, TRANSCRIPT; 6: auditRate a per-slot chance, verdicts up to W steps late; 7: audited rounds of local steps (AUDIT's stateHash, ROUND_STATE_ASK, ROUND_STATE)
 export const HEADER_BYTES = 64;
 export const NO_SLOT = 0xffff;
 export const MAX_FRAME_BYTES = 256 * 1024;  // what we accept per frame (Chromium's maxMessageSize)
@@ -54,12 +54,14 @@ export const TYPES = Object.freeze({
   EVIDENCE: 23,  // JSON {runId, epoch, step, slot, accuser, committed, recomputed, kind?}: a failed audit, for every member to check
   TRANSCRIPT_ASK: 24, // JSON {runId, epoch, step}: to a reduce-scatter shard's owner: its transcript of that step, please
   TRANSCRIPT: 25,     // binary: the owner's transcript: the P messages of its shard it reduced, slot order
+  ROUND_STATE_ASK: 26, // JSON {runId, epoch, step}: local steps: the audited slot's Adam state at the start of the round ending at `step`, please
+  ROUND_STATE: 27,     // binary: that state (audit.js stateTranscriptBytes: t u32le, m, v float64le in param order)
 });
 const TYPE_NAMES = new Map(Object.entries(TYPES).map(([k, v]) => [v, k]));
 export const typeName = (t) => TYPE_NAMES.get(t) || `type ${t}`;
 export const JSON_TYPES = new Set([TYPES.HELLO, TYPES.RUN, TYPES.ACCEPT, TYPES.REFUSE, TYPES.GO, TYPES.STOP, TYPES.FIN,
   TYPES.ROSTER, TYPES.STATUS, TYPES.HALT, TYPES.JOIN, TYPES.SYNC, TYPES.SYNCED, TYPES.LEAVE, TYPES.AUDIT, TYPES.EVIDENCE,
-  TYPES.TRANSCRIPT_ASK]);
+  TYPES.TRANSCRIPT_ASK, TYPES.ROUND_STATE_ASK]);
 export const MAX_JSON_BYTES = 64 * 1024;
 
 // ---- digest ---------------------------------------------------------------------------------

@@ -4,10 +4,11 @@
 // each peer earned, and answers what the other audit modules ask of it: which AUDIT frames of a
 // step are missing, from which step a peer's contributions are not covered by a settled pass.
 // Imports only the rules (audit.js) and the records; every other audit module imports it.
-// Exports: openBook, restartBook, keepState, recordPass, checkedFrom, barrierFloor, missingFor,
-// unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
-import { AUDIT_WINDOW, MAX_AUDIT_RATE, trustedStep } from '../audit.js';
-import { jsSha } from '../hashing.js';
+// Exports: exchangeAt, prevExchange, roundStart, roundIndex (audited units: steps or rounds),
+// openBook, restartBook, rechain, keepState, recordPass, checkedFrom, barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
+import { AUDIT_WINDOW, MAX_AUDIT_RATE, adamStateHash, roundEnd, trustedStep } from '../audit.js';
+import { adamInit } from '../optim.js';
+import { jsSha, toHex } from '../hashing.js';
 import { AuditBook, KEPT_RING, MAX_KEPT_STATES } from './record.js';
 
 export const sha256Hex = (bytes) => jsSha.hexOf([bytes]);
@@ -18,28 +19,72 @@ export const validAuditRate = (r) => typeof r === 'number' && Number.isFinite(r)
 export const VERDICT_STEPS = AUDIT_WINDOW + 4;
 export const GATE_LOOK_MS = 250;
 
+// ---- audited units: a step, or a round of local steps (docs/VERIFICATION.md §13 "Rounds of local
+// steps"), keyed by the step of its exchange e. One rule for both: with H = local_steps = 1 a
+// round is a step (exchangeAt(s) = s, prevExchange(e) = e - 1, roundStart(e) = roundIndex(e) = e).
+// the first exchange step at or after step index x
+export const exchangeAt = (cfg, x) => roundEnd(x, cfg.local_steps, cfg.steps);
+// the exchange before the round ending at e (its commitment holds the state the round starts from)
+export const prevExchange = (cfg, e) => roundStart(cfg, e) - 1;
+// the first step of the round ending at e (the kept state an audit of it starts from)
+export const roundStart = (cfg, e) => Math.floor(e / cfg.local_steps) * cfg.local_steps;
+// the round's index: what auditLoad counts (the loads of the last W rounds)
+export const roundIndex = (cfg, e) => Math.floor(e / cfg.local_steps);
+
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
-export function openBook(run, rate) {
-  run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg)) : null;
-  if (run.book) keepState(run);
+// joined: this device joins a running group (its own state is fresh; the members' are their own)
+export function openBook(run, rate, joined = false) {
+  run.book = rate > 0 ? new AuditBook(rate, run.completed, unitsPerStep(run.cfg), run.cfg.local_steps) : null;
+  if (!run.book) return;
+  keepState(run);
+  // local steps: every replica starts the run from the same state (fresh, or the resumed one): the
+  // first round's chain is that state's hash for every slot. A joiner knows only its own (null: a
+  // member's first round after it cannot be chain-checked here, named on the panel if audited)
+  const own = toHex(adamStateHash(run.replica.adam));
+  if (run.cfg.local_steps > 1) run.book.stateHashes.set(run.completed - 1, run.roster.map((_, slot) => (joined && slot !== run.slot ? null : own)));
 }
 
 // a join or a departure: audits start over at its first step (rollbacks never undo a roster change
-// other than a conviction)
-export function restartBook(run) {
-  if (!run.book) return;
-  run.book = new AuditBook(run.book.rate, run.completed, run.book.units.perStep);
+// other than a conviction). before, epochBefore: the roster and epoch it replaces
+export function restartBook(run, before = run.roster, epochBefore = run.epoch) {
+  const old = run.book;
+  if (!old) return;
+  run.book = new AuditBook(old.rate, run.completed, old.units.perStep, old.span);
   keepState(run);
+  if (old.span > 1) carryChain(run, old, before, epochBefore);
+}
+
+// local steps: the chain of each slot's first round after a roster change: a survivor's state hash
+// committed with its last round (its AUDIT of the exchange before: kept by the old book, or still on
+// its way: commitments.js onAudit fills it in), a joiner's fresh state (every device knows it)
+function carryChain(run, old, before, epochBefore) {
+  const b = run.book, at = run.completed - 1;
+  const fresh = toHex(adamStateHash(adamInit(run.replica.params)));
+  const committed = (i) => old.stateHashes.get(at)?.[i] ?? old.commits.get(`${epochBefore}:${at}`)?.get(i)?.stateHash ?? null;
+  b.stateHashes.set(at, run.roster.map((id, slot) => (slot === run.slot ? toHex(adamStateHash(run.replica.adam))
+    : before.includes(id) ? committed(before.indexOf(id)) : fresh)));
+  b.chainEpoch = epochBefore;
+}
+
+// local steps, a conviction's rollback to `run.completed` (a round start) with the roster now
+// `run.roster` (was `before`): each survivor restored its own state there, the one it committed to
+// with the round before; its hash is the chain of the survivor's next round, in its new slot
+export function rechain(run, before) {
+  const b = run.book;
+  if (!b || b.span === 1) return;
+  const at = run.completed - 1, h = b.stateHashes.get(at);
+  b.stateHashes = new Map(h ? [[at, run.roster.map((id) => h[before.indexOf(id)])]] : []);
 }
 
 // an estimate of a local step's units (INT8 matmuls): 6 per layer and the head forward, twice that
 // backward; replaced by the count of the first recomputation
 export const unitsPerStep = (cfg) => 18 * cfg.layers + 3;
 
-// the state after run.completed steps, kept (a trusted point, the auditor's pre-step weights)
+// the state after run.completed steps, kept (a trusted point, the auditor's pre-step weights); with
+// local steps only at a round's start (W = A there; m, v, t this device's own)
 export function keepState(run) {
   const b = run.book, c = run.completed;
-  if (!b || b.states.has(c)) return;
+  if (!b || b.states.has(c) || c % b.span !== 0) return;
   const r = run.replica, spare = b.spare.pop();
   const copy = (from, into) => (into ? (Object.entries(from).forEach(([k, v]) => into[k].set(v)), into) : cloneArrays(from));
   b.states.set(c, { params: copy(r.params, spare?.params), m: copy(r.adam.m, spare?.m), v: copy(r.adam.v, spare?.v), t: r.adam.t, hash: run.hash });
@@ -91,10 +136,13 @@ function pruneStates(run) {
   const b = run.book, c = run.completed;
   const needed = new Set([b.floor]);
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
-  for (const { t } of b.pending.values()) needed.add(t);          // audits whose verdict may still come
+  for (const { t } of b.pending.values()) needed.add(roundStart(run.cfg, t));   // audits whose verdict may still come
   for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
-  for (const t of [...b.states.keys()]) if (t < c - KEPT_RING && !needed.has(t)) release(b, t);
-  const old = [...b.states.keys()].filter((t) => t < c - KEPT_RING && t !== b.floor).sort((x, y) => x - y);
+  // (local steps: this device's own state since its last settled pass, which the end's barrier asks of it)
+  if (b.span > 1 && run.slot >= 0) for (let t = checkedFrom(run, run.roster[run.slot]); t < c; t++) needed.add(t);
+  const ring = KEPT_RING * b.span;
+  for (const t of [...b.states.keys()]) if (t < c - ring && !needed.has(t)) release(b, t);
+  const old = [...b.states.keys()].filter((t) => t < c - ring && t !== b.floor).sort((x, y) => x - y);
   while (b.states.size > MAX_KEPT_STATES && old.length) release(b, old.shift());
 }
 

@@ -5,14 +5,14 @@
 // backend has one user at a time (exclusive: the loop's own steps too).
 // Imports: audit_book.js (the kept states), the numeric core. Exports: recompute, exclusive,
 // AuditVoid (an owed audit voided at the gate), admit.
-import { Replica, Trainer } from '../train.js';
+import { Replica, Trainer, cloneParams } from '../train.js';
 import { flattenGrads } from '../collective.js';
 import { StepArena } from '../arena.js';
 import { waitUntil } from '../page_clock.js';
-import { slotMessages, contributionDigest } from '../audit.js';
+import { slotMessages, contributionDigest, adamStateHash, messageHashes, roundDigest } from '../audit.js';
 import { toHex } from '../hashing.js';
 import { qmatmulT } from '../units.js';
-import { sha256Hex, GATE_LOOK_MS } from './audit_book.js';
+import { sha256Hex, GATE_LOOK_MS, roundStart } from './audit_book.js';
 
 // one user of the compute backend at a time: the loop's steps and the audits' recomputations
 export function exclusive(run, fn) {
@@ -73,11 +73,18 @@ function gatedBackend(ctl, run, b, backend, item) {
 
 // the digest of `slot`'s contribution to step t, recomputed from this device's kept state after t
 // steps (null: that state is no longer kept); batch: its batch's promise, if fetched already.
-// item: an audit this device owes (its units pass the gate); else a judge's check, at once
-export async function recompute(ctl, run, t, slot, batch = null, item = null, sent = false) {
-  const b = run.book, st = b.states.get(t);
+// item: an audit this device owes (its units pass the gate); else a judge's check, at once.
+// Local steps (docs/VERIFICATION.md §13 "Rounds of local steps"): t is a round's exchange step and
+// `adam` the slot's Adam state at the round's start (checked against its commitment by the
+// caller); from the kept state there (W = A) the round's inner steps are recomputed and the digest
+// covers the delta's messages and the state hash at the round's end
+export async function recompute(ctl, run, t, slot, batch = null, item = null, sent = false, adam = null) {
+  const b = run.book, r0 = roundStart(run.cfg, t), st = b.states.get(r0);
   if (!st) { ctl.host.note(`Cannot check step ${t + 1}: its state is no longer kept here.`); return null; }
-  const replica = new Replica(st.params, { t: st.t, m: st.m, v: st.v });
+  const rounds = b.span > 1;
+  // (a round's inner steps change the weights and moments: copies; a step reads the kept state only)
+  const replica = rounds ? new Replica(cloneParams(st.params), { t: adam.t, m: cloneParams(adam.m), v: cloneParams(adam.v) }, cloneParams(st.params))
+    : new Replica(st.params, { t: st.t, m: st.m, v: st.v });
   const one = { get: (step, sl) => (batch && step === t && sl === slot ? batch : run.batches.one(step, sl)) };
   const backend = item ? gatedBackend(ctl, run, b, run.trainer.backend, item) : run.trainer.backend;
   const trainer = new Trainer(run.cfg, replica, one, backend);
@@ -86,16 +93,25 @@ export async function recompute(ctl, run, t, slot, batch = null, item = null, se
   b.reading.add(st);
   const step = async () => {
     if (item) await admit(ctl, run, b, item);          // the gate and the backend, before any kernel
-    arena.reset();
     const gpu = ctl.host.gpu;
     const before = item?.done;
-    const r = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => trainer.localStep(t, slot, arena))
-      : await trainer.localStep(t, slot, arena);
-    if (item && item.done - before > 0) b.units.perStep = item.done - before;     // a step's units, counted
-    const flat = flattenGrads(r.grads, run.collective.names);
+    let r;
+    for (let s = r0; s <= t; s++) {
+      arena.reset();
+      r = gpu ? await gpu.withGpuFallback(run.trainer.backend.engine, () => trainer.localStep(s, slot, arena))
+        : await trainer.localStep(s, slot, arena);
+      if (rounds) trainer.localApply(r.grads);
+    }
+    if (item && item.done - before > 0) b.units.perStep = (item.done - before) / (t - r0 + 1);     // a step's units, counted
+    const flat = flattenGrads(rounds ? trainer.delta() : r.grads, run.collective.names);
     if (sent) {                    // the message this device received from `slot`, and its loss
       const messages = slotMessages(flat, run.roster.length, run.cfg.seed, t, slot, run.collective.codec);
-      return { hash: sha256Hex(messages[messages.length === 1 ? 0 : run.slot]), loss: r.loss };
+      return { hash: sha256Hex(messages[messages.length === 1 ? 0 : run.slot]), loss: r.loss, ...(rounds ? { adam: replica.adam } : {}) };
+    }
+    if (rounds) {
+      if (item) item.end = replica.adam;
+      const hashes = messageHashes(slotMessages(flat, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
+      return toHex(roundDigest(t, slot, r.loss, hashes, adamStateHash(replica.adam)));
     }
     return toHex(contributionDigest(flat, r.loss, run.roster.length, run.cfg.seed, t, slot, run.collective.codec));
   };

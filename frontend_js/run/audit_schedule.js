@@ -43,12 +43,13 @@ export async function payShare(ctl, run, s) {
 
 // units this step owes: max over the queue (deadline order) of ceil(work up to k / steps left to k's
 // deadline), and at least rate x one step's units while any is queued
+// (local steps: an audit is a round, span local steps, due W rounds after its exchange)
 export function shareUnits(b, s) {
   const U = b.units.perStep;
   let cum = 0, need = 0;
   for (const a of b.queued) {
-    cum += Math.max(0, U - a.done);
-    need = Math.max(need, Math.ceil(cum / Math.max(1, a.t + AUDIT_WINDOW - s)));
+    cum += Math.max(0, U * b.span - a.done);
+    need = Math.max(need, Math.ceil(cum / Math.max(1, a.t + AUDIT_WINDOW * b.span - s)));
   }
   return cum ? Math.min(cum, Math.max(need, Math.ceil(b.rate * U))) : 0;
 }

@@ -51,5 +51,6 @@ export { afterExchange, flush, onAudit } from './commitments.js';
 export { idle, payShare } from './audit_schedule.js';
 export { onEvidence, onLie, ownStep } from './evidence.js';
 export { onTranscriptAsk, onTranscript, transcriptLimit } from './transcripts.js';
+export { onRoundStateAsk, onRoundState, roundStateLimit } from './round_states.js';
 export { convictedIds } from './rollback.js';
 export { checkEnd } from './audit_barriers.js';

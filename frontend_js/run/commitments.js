@@ -7,13 +7,15 @@
 // revealLast, onAudit.
 import { TYPES } from '../mesh/frames.js';
 import { waitUntil } from '../page_clock.js';
-import { AUDIT_WINDOW, referenceNonce } from '../audit.js';
+import { AUDIT_WINDOW, adamStateHash, referenceNonce } from '../audit.js';
 import { toHex } from '../hashing.js';
 import { isHash } from './record.js';
-import { sha256Hex, VERDICT_STEPS, barrierFloor, missingFor } from './audit_book.js';
+import { sha256Hex, VERDICT_STEPS, barrierFloor, missingFor, exchangeAt, prevExchange, roundIndex } from './audit_book.js';
 import { alarmSplit, auditStep, work, advance } from './verdicts.js';
 
-// ---- after each exchange: commit, then the audits two steps back ----------------------------------
+// ---- after each exchange: commit, then the audits two exchanges back ------------------------------
+// (local steps: exchanges end rounds; each commitment also names this device's Adam state at the
+// round's end, the state its next round starts from: docs/VERIFICATION.md §13 "Rounds of local steps")
 // out: the exchange's result (ownHashes, inHashes, losses). -> false when a conviction halted the run
 export async function afterExchange(ctl, run, s, out, loss) {
   const b = run.book;
@@ -21,9 +23,10 @@ export async function afterExchange(ctl, run, s, out, loss) {
   b.received.set(s, { inHashes: out.inHashes, losses: out.losses, transcript: out.transcript, reduced: out.reduced });
   const nonce = ctl.faults.referenceNonces ? referenceNonce(run.cfg.seed, s, run.slot) : crypto.getRandomValues(new Uint8Array(32));
   b.nonces.set(s, nonce);
-  commitOwn(ctl, run, s, { hashes: out.ownHashes, loss, nonceHash: sha256Hex(nonce) });
-  if (!withholding(ctl, s)) sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce));
-  return catchUp(ctl, run, s - 2);
+  const stateHash = b.span > 1 ? toHex(adamStateHash(run.replica.adam)) : null;
+  commitOwn(ctl, run, s, { hashes: out.ownHashes, loss, nonceHash: sha256Hex(nonce), stateHash });
+  if (!withholding(ctl, s)) sendAudit(ctl, run, s, out.ownHashes, loss, sha256Hex(nonce), stateHash);
+  return catchUp(ctl, run, prevExchange(run.cfg, prevExchange(run.cfg, s)));
 }
 
 // the fault plan's page that withholds its AUDIT frames (tests: a forger that leaves at once)
@@ -40,13 +43,18 @@ function commitsOf(b, epoch, s) {
   return m;
 }
 
-function sendAudit(ctl, run, s, hashes, loss, nonceHash) {
-  const b = run.book;
-  const prev = b.nonces.get(s - 1);
-  const msg = { runId: run.desc.runId, epoch: run.epoch, step: s, hashes, loss, nonceHash,
-                reveal: prev && s - 1 >= b.floor ? toHex(prev) : null, beacon: b.beacons.get(s - 2) || null };
+function sendAudit(ctl, run, s, hashes, loss, nonceHash, stateHash) {
+  const b = run.book, p = revealed(run.cfg, s, false);
+  const prev = b.nonces.get(p);
+  const msg = { runId: run.desc.runId, epoch: run.epoch, step: s, hashes, loss, nonceHash, stateHash,
+                reveal: prev && p >= b.floor ? toHex(prev) : null, beacon: b.beacons.get(prevExchange(run.cfg, p)) || null };
   ctl.tellAll(run, TYPES.AUDIT, msg);
 }
+
+// the exchange whose nonce an AUDIT of step s reveals: the exchange before s; a tail AUDIT (no
+// commitment, step = the last exchange + 1) reveals the step before it. Its beacon is of the
+// exchange before that one
+const revealed = (cfg, s, tail) => (tail ? s - 1 : prevExchange(cfg, s));
 
 // the nonce of the last step this device committed to, in a tail AUDIT (once): at the run's end,
 // and when a recovery halts the loop (the audits of the steps before a lie need every reveal)
@@ -56,8 +64,8 @@ export function revealLast(ctl, run) {
   const last = Math.max(...b.nonces.keys()), s = last + 1;
   if (b.tailSent.has(`${run.epoch}:${s}`) || withholding(ctl, s)) return;
   b.tailSent.add(`${run.epoch}:${s}`);
-  ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null,
-                                  reveal: toHex(b.nonces.get(last)), beacon: b.beacons.get(s - 2) || null });
+  ctl.tellAll(run, TYPES.AUDIT, { runId: run.desc.runId, epoch: run.epoch, step: s, hashes: null, loss: null, nonceHash: null, stateHash: null,
+                                  reveal: toHex(b.nonces.get(last)), beacon: b.beacons.get(prevExchange(run.cfg, last)) || null });
 }
 
 // the run's last steps: the nonce of the last step goes out alone (a tail AUDIT: no commitment),
@@ -78,7 +86,7 @@ export async function flush(ctl, run) {
 async function catchUp(ctl, run, upTo) {
   const b = run.book;
   while (b.done < upTo && run.book === b && !run.ended && !run.recovery) {
-    const t = b.done + 1;
+    const t = exchangeAt(run.cfg, b.done + 1);
     // (at the run's end a member gone is not waited for: its steps are recomputed, checkEnd)
     const missing = () => missingFor(run, t).filter((id) => !run.finishing || !run.gone.has(id));
     const ok = await waitUntil(() => !missing().length || run.ended || run.recovery || run.book !== b, run.collective.deadlineMs,
@@ -110,11 +118,15 @@ export function onAudit(ctl, from, m) {
   const run = ctl.at, d = m.json, b = run.book;
   const slot = run.roster.indexOf(from);
   if (!b || d.runId !== run.desc.runId || slot < 0 || !Number.isInteger(d.epoch) || !Number.isInteger(d.step)) { ctl.mesh.drop(from, m, 'AUDIT for no audited run of ours'); return; }
-  if (d.epoch < run.epoch) return;                                     // a late frame of an epoch this device left
-  if (d.epoch > run.epoch + 1 || d.step < b.floor || d.step > run.completed + 3) { ctl.mesh.drop(from, m, `AUDIT of step ${d.step} in epoch ${d.epoch}, this device is at ${run.completed} in epoch ${run.epoch}`); return; }
-  const tail = d.hashes === null;
+  if (d.epoch < run.epoch) { lateChain(run, b, slot, d); return; }   // a late frame of an epoch this device left
+  const cfg = run.cfg, tail = d.hashes === null;
+  // a commitment is of an exchange step (every step, or a round's last); a tail AUDIT is of the step after one
+  const atExchange = d.step - (tail ? 1 : 0) >= 0 && exchangeAt(cfg, d.step - (tail ? 1 : 0)) === d.step - (tail ? 1 : 0);
+  if (d.epoch > run.epoch + 1 || d.step < b.floor || d.step > run.completed + 3 * b.span || !atExchange) { ctl.mesh.drop(from, m, `AUDIT of step ${d.step} in epoch ${d.epoch}, this device is at ${run.completed} in epoch ${run.epoch}`); return; }
   const m1 = run.collective.topology === 'allgather' ? 1 : run.roster.length;
-  if (!tail && (!Array.isArray(d.hashes) || d.hashes.length !== m1 || !d.hashes.every(isHash) || !isHash(d.nonceHash) || typeof d.loss !== 'number')) {
+  // (local steps: the commitment names the sender's Adam state at its round's end; per step none)
+  const stateOk = tail || b.span === 1 ? d.stateHash === null || d.stateHash === undefined : isHash(d.stateHash);
+  if (!tail && (!Array.isArray(d.hashes) || d.hashes.length !== m1 || !d.hashes.every(isHash) || !isHash(d.nonceHash) || typeof d.loss !== 'number' || !stateOk)) {
     ctl.mesh.drop(from, m, 'AUDIT with a malformed commitment'); return;
   }
   if ((d.reveal !== null && !isHash(d.reveal)) || (d.beacon !== null && !isHash(d.beacon))) { ctl.mesh.drop(from, m, 'AUDIT with a malformed nonce or beacon'); return; }
@@ -123,18 +135,19 @@ export function onAudit(ctl, from, m) {
   if (!tail) {
     // one per step: a repeat is a bad frame, also once the step is audited (its commitments pruned)
     const commits = commitsOf(b, epoch, d.step);
-    if (commits.has(slot) || d.step < b.done - 1) { ctl.mesh.drop(from, m, `a repeated AUDIT of step ${d.step}`); return; }
-    commits.set(slot, { hashes: d.hashes, loss: d.loss, nonceHash: d.nonceHash });
+    if (commits.has(slot) || d.step < prevExchange(cfg, b.done)) { ctl.mesh.drop(from, m, `a repeated AUDIT of step ${d.step}`); return; }
+    commits.set(slot, { hashes: d.hashes, loss: d.loss, nonceHash: d.nonceHash, stateHash: b.span > 1 ? d.stateHash : null });
   }
-  if (d.reveal !== null && d.step - 1 >= b.floor) {
-    const key = `${epoch}:${d.step - 1}`;
+  const p = revealed(cfg, d.step, tail), q = prevExchange(cfg, p);
+  if (d.reveal !== null && p >= b.floor) {
+    const key = `${epoch}:${p}`;
     if (!b.reveals.has(key)) b.reveals.set(key, new Map());
     if (!b.reveals.get(key).has(slot)) b.reveals.get(key).set(slot, d.reveal);
   }
   if (d.beacon !== null) {
-    const key = `${epoch}:${d.step - 2}`;
-    const known = b.beacons.get(d.step - 2);
-    if (epoch === run.epoch && known && known !== d.beacon) { alarmSplit(ctl, run, `Split alarm at step ${d.step - 1}: ${ctl.host.nameOf(from)} saw other commitments of that step. Stopped (never fork).`); return; }
+    const key = `${epoch}:${q}`;
+    const known = b.beacons.get(q);
+    if (epoch === run.epoch && known && known !== d.beacon) { alarmSplit(ctl, run, `Split alarm at step ${q + 1}: ${ctl.host.nameOf(from)} saw other commitments of that step. Stopped (never fork).`); return; }
     if (!b.claimedBeacons.has(key)) b.claimedBeacons.set(key, new Map());
     b.claimedBeacons.get(key).set(slot, d.beacon);
   }
@@ -143,22 +156,32 @@ export function onAudit(ctl, from, m) {
   if (run.recovery) advance(ctl, run).catch((err) => console.warn('daisy: an audit failed:', err));
 }
 
-// frames older than the audits done, or of epochs this device left, go
+// local steps: a survivor's AUDIT of the exchange before the book's floor, come after the roster
+// changed: its state hash starts its chain in the new epoch (audit_book.js carryChain), if not known yet
+function lateChain(run, b, slot, d) {
+  const h = b.span > 1 && d.epoch === b.chainEpoch && d.step === b.floor - 1 ? b.stateHashes.get(d.step) : null;
+  if (h && h[slot] === null && isHash(d.stateHash)) h[slot] = d.stateHash;
+}
+
+// frames older than the audits done, or of epochs this device left, go (windows of W units: W x span steps)
 function pruneFrames(run) {
-  const b = run.book;
+  const b = run.book, cfg = run.cfg, old = b.done - VERDICT_STEPS * b.span;
   for (const map of [b.commits, b.reveals, b.claimedBeacons]) {
     for (const key of [...map.keys()]) {
       const [e, st] = key.split(':').map(Number);
-      if (e < run.epoch || st < b.done - 1) map.delete(key);
+      if (e < run.epoch || st < prevExchange(cfg, b.done)) map.delete(key);
     }
   }
-  for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes, b.assigned]) for (const st of [...map.keys()]) if (st < b.done - VERDICT_STEPS) map.delete(st);
-  const keep = Math.min(b.done - VERDICT_STEPS, barrierFloor(run));              // a departure's barrier reads these
+  for (const map of [b.nonces, b.beacons, b.pairs, b.digests, b.shardHashes]) for (const st of [...map.keys()]) if (st < old) map.delete(st);
+  // (a state hash lives as long as the state after it: a rollback there starts the next round's chain)
+  for (const st of [...b.stateHashes.keys()]) if (st < old && !b.states.has(st + 1)) b.stateHashes.delete(st);
+  for (const k of [...b.assigned.keys()]) if (k < roundIndex(cfg, b.done) - VERDICT_STEPS) b.assigned.delete(k);     // (by round index)
+  const keep = Math.min(old, barrierFloor(run));              // a departure's barrier reads these
   for (const st of [...b.received.keys()]) if (st < keep) b.received.delete(st);
-  for (const map of [b.transcripts, b.asked]) for (const key of [...map.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) map.delete(key);   // epoch:step:owner
-  for (const key of [...b.reproduced.keys()]) if (Number(key.split(':')[1]) < b.done - VERDICT_STEPS) b.reproduced.delete(key);   // epoch:step:slot:accuser
-  for (const key of [...b.answered]) if (Number(key.split(':').at(-1)) < b.done - VERDICT_STEPS) b.answered.delete(key);          // asker:epoch:step
+  for (const map of [b.transcripts, b.asked, b.roundStates, b.stateAsked]) for (const key of [...map.keys()]) if (Number(key.split(':')[1]) < old) map.delete(key);   // epoch:step:owner
+  for (const key of [...b.reproduced.keys()]) if (Number(key.split(':')[1]) < old) b.reproduced.delete(key);   // epoch:step:slot:accuser
+  for (const set of [b.answered, b.stateAnswered]) for (const key of [...set]) if (Number(key.split(':').at(-1)) < old) set.delete(key);          // asker:epoch:step
   // a pending pass whose auditor's evidence would be here by now (sent by step t + W, before that
   // auditor's gradient of t + W + 1 on the same ordered link) is a pass
-  for (const [key, p] of [...b.pending]) if (p.t < b.done - AUDIT_WINDOW - 1) b.pending.delete(key);
+  for (const [key, p] of [...b.pending]) if (p.t < b.done - (AUDIT_WINDOW + 1) * b.span) b.pending.delete(key);
 }

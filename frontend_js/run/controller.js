@@ -11,8 +11,9 @@
 //   recovery.js  evidence, HALT / STATUS / ROSTER / ACCEPT / GO: departures, failover, the
 //                two-phase roster change, the split alarm
 //   join.js      JOIN / SYNC / STATE / FWD / SYNCED: joining mid-run, bounded per joiner
-//   audits.js    AUDIT / EVIDENCE / TRANSCRIPT_ASK / TRANSCRIPT: commitments, the audits two steps
-//                back, an owner's transcript of its shard, conviction and rollback
+//   audits.js    AUDIT / EVIDENCE / TRANSCRIPT_ASK / TRANSCRIPT / ROUND_STATE_ASK / ROUND_STATE:
+//                commitments, the audits two steps (exchanges) back, an owner's transcript of its
+//                shard, a round's start state (local steps), conviction and rollback
 //   ending.js    how a run ends or steps back (shared by the modules above): end, the alarm, one
 //                step of undo, waking the parked loop, the panel's view of the run
 //   record.js    the records (every field declared once), timings, the fault plan
@@ -75,12 +76,14 @@ const HANDLERS = {
   [TYPES.EVIDENCE]: { running: auditsP.onEvidence },
   [TYPES.TRANSCRIPT_ASK]: { running: auditsP.onTranscriptAsk, idle: auditsP.onTranscriptAsk, ending: auditsP.onTranscriptAsk },
   [TYPES.TRANSCRIPT]: { running: auditsP.onTranscript },
+  [TYPES.ROUND_STATE_ASK]: { running: auditsP.onRoundStateAsk, idle: auditsP.onRoundStateAsk, ending: auditsP.onRoundStateAsk },
+  [TYPES.ROUND_STATE]: { running: auditsP.onRoundState },
 };
 // frames that are simply not for this device in some phases (no drop: they are expected there)
 // ('ending': the run's members may still send this device its frames while it checks what it keeps)
 const QUIET = new Map([[TYPES.JOIN, new Set(['idle', 'proposing', 'accepted', 'joining', 'ending'])], [TYPES.LEAVE, new Set(['idle', 'proposing', 'accepted', 'joining', 'ending'])],
   [TYPES.AUDIT, new Set(['idle', 'joining', 'ending'])], [TYPES.EVIDENCE, new Set(['idle', 'joining', 'ending'])],
-  [TYPES.TRANSCRIPT_ASK, new Set(['joining'])], [TYPES.RUN, new Set(['ending'])], [TYPES.STATUS, new Set(['ending'])],
+  [TYPES.TRANSCRIPT_ASK, new Set(['joining'])], [TYPES.ROUND_STATE_ASK, new Set(['joining'])], [TYPES.RUN, new Set(['ending'])], [TYPES.STATUS, new Set(['ending'])],
   [TYPES.HALT, new Set(['ending'])], [TYPES.ROSTER, new Set(['ending'])], [TYPES.GO, new Set(['ending'])], [TYPES.SYNCED, new Set(['ending'])]]);
 const LATE_OF_ENDED = new Set([TYPES.STOP, TYPES.FIN]);
 
@@ -138,6 +141,8 @@ export class RunController {
     }
     // a transcript only from an owner this device asked, at its exact size (run/audits.js)
     this.mesh.setLimit(TYPES.TRANSCRIPT, (hd) => auditsP.transcriptLimit(this, hd));
+    // local steps: a round's start state only from a slot this device asked, at its exact size
+    this.mesh.setLimit(TYPES.ROUND_STATE, (hd) => auditsP.roundStateLimit(this, hd));
   }
 
   get selfId() { return this.host.selfId; }

@@ -35,7 +35,7 @@ export function begin(ctl, desc, replica, cfg, opts) {
   });
   run.slot = run.roster.indexOf(ctl.selfId);
   if (cfg.local_steps > 1) saveUndo(run);                // the state a late STOP of the first round goes back to
-  audits.openBook(run, desc.auditRate ?? 0);
+  audits.openBook(run, desc.auditRate ?? 0, Boolean(opts.joined));
   ctl.enter('running', run);
   h.models.adopt(cfg, replica, completed, run.extra);
   const others = roster.length - 1;
@@ -103,7 +103,7 @@ async function steps(ctl, run) {
     let ownMs = 0;           // this device's own compute of the step (timed inside `exclusive`: an audit's turn is not ours)
     const local = await audits.exclusive(run, () => timed((ms) => { ownMs = ms; }, () => (h.gpu ? h.gpu.withGpuFallback(run.trainer.backend.engine, () => run.trainer.localStep(s, slot, run.arena, sink))
       : run.trainer.localStep(s, slot, run.arena, sink))));
-    if (forging) local.grads = forged(ctl, run, s, local.grads);
+    if (forging && cfg.local_steps === 1) local.grads = forged(ctl, run, s, local.grads);
     audits.ownStep(ctl, run, s, local);
     if (run.ended) return;
     if (run.recovery) continue;                     // a departure while we computed: recompute
@@ -120,6 +120,10 @@ async function steps(ctl, run) {
         continue;
       }
       local.grads = run.trainer.delta();
+      // the fault plan's forger of rounds (attack_rounds.js contribute): its delta forged, or (moments)
+      // its Adam m negated at the round's end, committed to as it is and started from (unchained: below)
+      if (forging && ctl.faults.forge.kind === 'moments') negateMoments(run.replica.adam);
+      else if (forging && ctl.faults.forge.kind !== 'unchained') local.grads = forged(ctl, run, s, local.grads);
     }
     if (run.roster[0] === ctl.selfId) await join.admitJoiners(ctl, run, s);
     run.lastSent = s;
@@ -148,6 +152,8 @@ async function steps(ctl, run) {
     }
     // the audits: this step's commitment out, the audits of step s-2 (a conviction goes back)
     if (!(await audits.afterExchange(ctl, run, s, out, local.loss))) { if (run.ended) return; continue; }
+    // the fault plan's `unchained` forger: committed to its state, it goes on from another (m negated)
+    if (forging && cfg.local_steps > 1 && ctl.faults.forge.kind === 'unchained') negateMoments(run.replica.adam);
     await audits.payShare(ctl, run, s);             // this step's share of the audit work, then the gate shuts
     if (run.ended) return;
     if (run.recovery) continue;
@@ -195,6 +201,10 @@ function forged(ctl, run, s, grads) {
   const shapes = paramShapes(run.cfg);
   const flat = flattenGrads(grads, shapes.map(([n]) => n));
   return unflatten(forge(kind, factor, flat, run.cfg.seed, s, run.slot), shapes);
+}
+
+function negateMoments(adam) {
+  for (const m of Object.values(adam.m)) for (let i = 0; i < m.length; i++) m[i] = -m[i];
 }
 
 function report(ctl, run, step, loss) {

@@ -28,7 +28,9 @@ export const NO_FAULTS = Object.freeze({
   corruptNextSync: false,   // this joiner's state goes wrong after its checks (the leader must catch its hash)
   noJoin: false,            // an outsider that never asks to join
   forge: null,              // {from, kind, factor, colluders}: this page sends a forged gradient from step index
-                            // `from` (attack.js forge: scale, nan, noise, const, mismatch), committed to honestly,
+                            // `from` (attack.js forge: scale, nan, noise, const, mismatch; local steps: its round's
+                            // delta, or `moments`: its Adam m negated at each round's end; `unchained`: negated right
+                            // after its honest commitment, so its next round starts from another state), committed to honestly,
                             // and as an auditor passes the peers named in colluders (ids) unchecked
   liarAuditor: null,        // {from, reduce}: from step index `from`, this page accuses every peer it audits
                             // (reduce: in reduce-scatter, of a reduce its transcript clears, not of its gradient)
@@ -37,6 +39,8 @@ export const NO_FAULTS = Object.freeze({
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
   refuseRosters: false,     // this page refuses every roster change proposed to it (stalls every recovery and join)
   withholdAudits: null,     // {from}: from step index `from`, this page sends no AUDIT frame (commitments and reveals withheld)
+  auditRounds: false,       // local steps with audits: pages refuse them (start.js checkLocalSteps) until the rounds' audits cover
+                            // a conviction's rollback, departures and the run's end (docs/VERIFICATION.md "Pages (open)"); tests lift it
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once
@@ -174,10 +178,14 @@ export class JoinAttempt {
 
 // The audits of a run (run/audits.js; docs/VERIFICATION.md §13). Steps are 0-based step indexes;
 // "epoch:step" keys hold frames of a roster epoch (slots are that epoch's).
+// With local steps (H > 1) the audited unit is a slot's round (docs/VERIFICATION.md §13 "Rounds of
+// local steps"): frames, pairs, digests, pending audits and evidence are keyed by the round's
+// exchange step e; kept states are this device's own at round starts; `assigned` by round index.
 export class AuditBook {
-  constructor(rate, floor, unitsPerStep) {
+  constructor(rate, floor, unitsPerStep, span = 1) {
     this.rate = rate;            // the chance that a slot's contribution to a step is audited (auditRate, 0..1]
     this.floor = floor;          // the first step audited: the run's start or its last join or departure
+    this.span = span;            // steps per audited unit: 1, or H (a round of local steps); windows of W units are W x span steps
     this.done = floor - 1;       // the last step whose audits ran here
     this.undrawn = new Set();    // steps at the run's end whose pairs this device could not draw (a member's
                                  // commitment missing): its FIN names them, so no one counts its pass there
@@ -185,6 +193,17 @@ export class AuditBook {
     this.received = new Map();   // step -> {inHashes, losses, transcript, reduced}: what this device got in that
                                  // exchange (the last two: reduce-scatter's, MeshCollective.exchange; kept KEPT_RING steps)
     this.shardHashes = new Map();// step -> each slot's committed message hashes (hex, message order): a transcript's check
+    this.stateHashes = new Map();// local steps: exchange step e -> each slot's committed Adam state hash after its round ending
+                                 // at e (hex); key floor - 1: the states at the floor, which every device knows
+    this.chainEpoch = null;      // local steps, after a roster change: the epoch before it, whose AUDIT of the exchange before the
+                                 // floor (late here) still fills in a survivor's state hash at the floor (audit_book.js carryChain)
+    this.stateAsking = new Map();// local steps: "epoch:e:k" (the slot asked) -> "epoch:e:of:k" (of: the slot whose round-start
+                                 // state it is: k's own, or a departed member's its auditor k holds): the ask waited on (ROUND_STATE_ASK)
+    this.roundStates = new Map();// "epoch:e:of:k" -> the state that came ({t, m, v}, decoded)
+    this.stateAsked = new Map(); // the same keys -> the one ask's wait (the audit and a judgement share its answer)
+    this.stateAnswered = new Set(); // "asker:epoch:of:e": states this device sent (one per asker, member and round)
+    this.passedStates = new Map(); // local steps: audited id -> {at, adam}: the state at round start `at` this device recomputed
+                                 // as the auditor of its last passed round (a departure's barrier starts from it)
     this.asking = new Set();     // "epoch:step:owner slot": transcripts this device asked for and waits on
     this.transcripts = new Map();// the same keys -> the transcript that came (the owner's P messages, concatenated)
     this.asked = new Map();      // the same keys -> the one ask's wait (every check of that step shares its answer)
@@ -200,7 +219,8 @@ export class AuditBook {
                                  // come (its pass counts for a rollback once this device checked it, or W steps passed)
     this.digests = new Map();    // step -> each slot's digest (hex)
     this.passes = new Map();     // audited id -> auditor id -> the steps after its last few audits (ascending)
-    this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states
+    this.states = new Map();     // completed steps -> {params, m, v, t, hash}: kept states (local steps: at round starts,
+                                 // params = the anchor, m, v, t this device's own)
     this.spare = [];             // states no longer kept, their arrays reused by the next (at most 2)
     this.reading = new Set();    // states a recomputation is reading (never reused meanwhile)
     this.accused = new Map();    // id -> {step, why, checked}: convicted here, its rollback not settled yet (audits before step to run);
@@ -212,9 +232,10 @@ export class AuditBook {
     this.evidenceSeen = new Set(); // "epoch:step:slot:accuser" judged already (one recomputation each)
     this.reproduced = new Map(); // the same keys -> the digest recomputed for a relayed accusation that reproduced:
                                  // only the accuser's own frame convicts it (no second recomputation then)
-    this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight}]: this
+    this.queued = [];            // [{t, audited, committed, epoch, batch, done, release, admitting, inflight, end}]: this
                                  // device's audits to recompute, in deadline order (done: units of it run so far;
-                                 // release: lets go of the backend; admitting: the gate being passed; inflight: units)
+                                 // release: lets go of the backend; admitting: the gate being passed; inflight: units;
+                                 // end: local steps, the Adam state its recomputation ended with)
     this.working = null;         // the queue's worker while it runs (run/verdicts.js work)
     this.checking = null;        // an accused's earlier audits being checked here before its rollback settles
     this.departing = new Map();  // id -> {from, upTo}: a departed peer whose steps since its last settled pass this

@@ -56,20 +56,24 @@ export const convictionsKey = (list) => JSON.stringify(list || []);
 export const convictedIds = (run) => (run.book ? [...run.book.convicted.keys(), ...run.book.accused.keys()] : []);
 export const rollbackTo = (list) => Math.min(...list.map(([, back]) => back));
 
-// the committed roster of a conviction: restore the kept state after `from` steps; the audits of
-// the steps undone are void (the reference's rule: a pass past `back` is forgotten)
+// the committed roster of a conviction: restore the kept state after `from` steps (local steps:
+// each survivor its own, at a round start); the audits of the steps undone are void (the
+// reference's rule: a pass past `back` is forgotten)
 export function takeRollback(run, from, convicted) {
   const b = run.book, st = b.states.get(from);
   if (!st) return false;
   const r = run.replica;
   for (const k of Object.keys(r.params)) { r.params[k].set(st.params[k]); r.adam.m[k].set(st.m[k]); r.adam.v[k].set(st.v[k]); }
   r.adam.t = st.t;
+  // local steps: a round start (W = A): this device's own state there, the anchor the group's weights
+  if (r.anchor != null) for (const k of Object.keys(r.anchor)) r.anchor[k].set(st.params[k]);
   for (const by of b.passes.values()) {
     for (const [a, steps] of [...by]) {
       const kept = steps.filter((x) => x <= from);
       if (kept.length < steps.length) by.delete(a); else by.set(a, kept);
     }
   }
+  for (const [id, p] of [...b.passedStates]) if (p.at > from) b.passedStates.delete(id);
   for (const id of convicted) b.excludedFrom.set(id, from);
   for (const [c, since] of b.excludedFrom) b.excludedFrom.set(c, Math.min(since, from));
   b.convicted.clear(); b.accused.clear(); b.queued = []; b.pending.clear(); b.assigned.clear(); b.departing.clear();

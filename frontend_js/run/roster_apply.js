@@ -5,8 +5,8 @@
 // Imports: ending.js, audit_book.js (restartBook), rollback.js (goBack). Exports:
 // voidChange, maybeCommit, switchCollective, applyRoster, setRoster.
 import { TYPES } from '../mesh/frames.js';
-import { end, restoreUndo, runView, wakeParked, toRoundStart } from './ending.js';
-import { restartBook } from './audit_book.js';
+import { end, restoreUndo, runView, wakeParked, toRoundStart, saveUndo } from './ending.js';
+import { restartBook, rechain } from './audit_book.js';
 import { goBack } from './rollback.js';
 
 export function voidChange(ctl, run, why) {
@@ -53,8 +53,12 @@ export function applyRoster(ctl, run, change) {
     end(ctl, run, 'stopped', `The run stopped: this device no longer keeps the state after step ${d.from} to go back to.`, 'cannot meet the group');
     return;
   }
-  // local steps: back to the round start it names (this device's last exchange, or the one before)
-  if (run.cfg.local_steps > 1) {
+  // local steps: back to the round start it names (this device's last exchange, or the one before;
+  // a conviction's: its own state there, restored by goBack, is the round start it holds now)
+  if (run.cfg.local_steps > 1 && convicted.length) {
+    run.undoPrev = null;
+    saveUndo(run);
+  } else if (run.cfg.local_steps > 1) {
     if (!toRoundStart(ctl, run, d.from)) {
       end(ctl, run, 'stopped', `The run stopped: this device cannot go back to step ${d.from} to meet the group.`, 'cannot meet the group');
       return;
@@ -69,12 +73,13 @@ export function applyRoster(ctl, run, change) {
       'cannot meet the group');
     return;
   }
-  const left = run.roster.filter((id) => !d.roster.includes(id));
+  const left = run.roster.filter((id) => !d.roster.includes(id)), before = run.roster, epochBefore = run.epoch;
   switchCollective(ctl, run, change);
   run.gone.clear();
   for (const id of left) run.heard.delete(id);
   setRoster(ctl, run, d, [], left);
-  if (!convicted.length) restartBook(run);      // a departure: the audits start over from here
+  if (!convicted.length) restartBook(run, before, epochBefore);      // a departure: the audits start over from here
+  else rechain(run, before);                    // (local steps: the survivors' state hashes at `from`, in their new slots)
   wakeParked(ctl, run);
 }
 

@@ -150,10 +150,10 @@ export async function awaitCommit(ctl, run) {
     return false;
   }
   run.change = null;
-  const joined = change.msg.roster.filter((id) => !run.roster.includes(id));
+  const joined = change.msg.roster.filter((id) => !run.roster.includes(id)), before = run.roster, epochBefore = run.epoch;
   switchCollective(ctl, run, change);
   setRoster(ctl, run, change.msg, joined, []);
-  restartBook(run);                             // a join: the audits start over from here
+  restartBook(run, before, epochBefore);        // a join: the audits start over from here
   return true;
 }
 

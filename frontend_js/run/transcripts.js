@@ -4,8 +4,8 @@
 // the REDUCED this device got (ownerVerdict); and this device's own, sent as an owner only where
 // the protocol owes it (transcriptOwed).
 // Imports: audit_book.js, the rules (audit.js checkReducedShard). Exports: askTranscript,
-// ownerVerdict, ownerWords, noTranscript, transcriptLimit and the frame handlers onTranscript,
-// onTranscriptAsk.
+// ownerVerdict, ownerWords, noTranscript, transcriptLimit, transcriptOwed (round_states.js too) and
+// the frame handlers onTranscript, onTranscriptAsk.
 import { TYPES } from '../mesh/frames.js';
 import { waitUntil } from '../page_clock.js';
 import { checkReducedShard } from '../audit.js';
@@ -93,16 +93,18 @@ export function noTranscript(ctl, run, owner, t) {
 // or this device was audited at t and an EVIDENCE naming it (accused or accuser) at a later step
 // within the verdict window is here: every member that convicts on it checks this device's audits
 // before that step whose verdicts may still come, its reduce included (checkingEarlier). Pending or
-// judged, or sent by this device: evidenceSeen's keys (and reproduced's) are epoch:step:slot:accuser
-function transcriptOwed(run, b, asker, epoch, t) {
+// judged, or sent by this device: evidenceSeen's keys (and reproduced's) are epoch:step:slot:accuser.
+// round: the state of a round of local steps (round_states.js): evidence of any kind against this
+// device's round at t owes it, as evidence against its reduce owes the transcript
+export function transcriptOwed(run, b, asker, epoch, t, round = false) {
   if (asker < 0) return false;
   const pairs = b.pairs.get(t);
   if (pairs?.some(([auditor, audited]) => auditor === asker && audited === run.slot)) return true;
   const audited = Boolean(pairs?.some(([, d]) => d === run.slot));
   const owes = ({ e, step, slot, accuser, reduce }) => e === epoch && (
     (reduce && step === t && slot === run.slot)
-    || (audited && step > t && step - t <= VERDICT_STEPS && (slot === run.slot || accuser === run.slot)));
-  if (b.evidence.some(({ ev }) => owes({ e: ev.epoch, step: ev.step, slot: ev.slot, accuser: ev.accuser, reduce: ev.kind === 'reduce' }))) return true;
+    || (audited && step > t && step - t <= VERDICT_STEPS * b.span && (slot === run.slot || accuser === run.slot)));
+  if (b.evidence.some(({ ev }) => owes({ e: ev.epoch, step: ev.step, slot: ev.slot, accuser: ev.accuser, reduce: round || ev.kind === 'reduce' }))) return true;
   for (const k of [...b.evidenceSeen, ...b.reproduced.keys()]) {
     const [e, step, slot, accuser] = k.split(':').map(Number);
     if (owes({ e, step, slot, accuser, reduce: slot === run.slot && step === t })) return true;

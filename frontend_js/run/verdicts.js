@@ -8,12 +8,13 @@
 // ctl.convicted / ctl.judged / ctl.peerGone carry a verdict to the membership modules.
 // Exports: auditStep, work, drainEvidence, convict, advance, evidenceKey, alarmSplit.
 import { TYPES } from '../mesh/frames.js';
-import { auditLoad, auditPairs, beacon, judge, slotDigest, Evidence } from '../audit.js';
+import { auditLoad, auditPairs, beacon, checkStartState, judge, slotDigest, Evidence } from '../audit.js';
 import { toHex, fromHex } from '../hashing.js';
 import { alarm } from './ending.js';
-import { sha256Hex, keepState, recordPass, missingFor } from './audit_book.js';
+import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, prevExchange, roundIndex } from './audit_book.js';
 import { AuditVoid, recompute } from './audit_recompute.js';
 import { askTranscript, ownerVerdict, ownerWords, noTranscript } from './transcripts.js';
+import { askRoundState } from './round_states.js';
 import { rollbackFor } from './rollback.js';
 
 export const evidenceKey = (epoch, ev) => `${epoch}:${ev.step}:${ev.slot}:${ev.accuser}`;
@@ -22,8 +23,12 @@ export function alarmSplit(ctl, run, message) {
   alarm(ctl, run, message, 'split alarm');
 }
 
-// step t's audits: check what this device received against each slot's commitment, the beacon,
-// the pairs; record each audit as a pass; recompute the ones this device audits
+// what a slot contributes, in the panel's words: its gradient of a step, or its round of local steps
+export const unitOf = (run) => (run.book.span > 1 ? 'round of' : 'gradient from');
+
+// step t's audits (local steps: of the round ending at t): check what this device received against
+// each slot's commitment, the beacon, the pairs; record each audit as a pass; recompute the ones
+// this device audits
 export async function auditStep(ctl, run, t) {
   const b = run.book, h = ctl.host, P = run.roster.length;
   const commits = b.commits.get(`${run.epoch}:${t}`), reveals = b.reveals.get(`${run.epoch}:${t}`) || new Map();
@@ -39,19 +44,25 @@ export async function auditStep(ctl, run, t) {
       return false;
     }
     if (sha256Hex(fromHex(reveals.get(slot))) !== c.nonceHash) {
-      convict(ctl, run, id, t, `gradient from ${h.nameOf(id)} did not reproduce at step ${t + 1} (its nonce does not match its commitment): removed`);
+      convict(ctl, run, id, t, `${unitOf(run)} ${h.nameOf(id)} did not reproduce at step ${t + 1} (its nonce does not match its commitment): removed`);
       return false;
     }
-    digests.push(slotDigest(t, slot, c.loss, c.hashes.map(fromHex)));
+    // (local steps: roundDigest, the state hash after the messages' hashes)
+    digests.push(slotDigest(t, slot, c.loss, [...c.hashes, ...(c.stateHash ? [c.stateHash] : [])].map(fromHex)));
     nonces.push(fromHex(reveals.get(slot)));
   }
   const beaconBytes = beacon(digests, nonces);
   b.beacons.set(t, toHex(beaconBytes));
-  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes, auditLoad(b.assigned, t, P));
+  const k = roundIndex(run.cfg, t);                 // the loads count rounds (per step: steps)
+  const pairs = auditPairs(run.cfg.seed, t, P, b.rate, beaconBytes, auditLoad(b.assigned, k, P));
   b.pairs.set(t, pairs);
-  b.assigned.set(t, pairs.map(([auditor]) => auditor));
+  b.assigned.set(k, pairs.map(([auditor]) => auditor));
   b.digests.set(t, digests.map(toHex));
   b.shardHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).hashes));
+  if (b.span > 1) b.stateHashes.set(t, Array.from({ length: P }, (_, slot) => commits.get(slot).stateHash));
+  // an ask of this device's transcript or round state waiting for these pairs is owed now: it is
+  // answered at once (its auditor, who drew them first, may wait for it before its next exchange)
+  ctl.poke();
   b.done = t;
   // a member's beacon of t that is not ours: it saw other commitments (the split alarm)
   for (const [slot, x] of b.claimedBeacons.get(`${run.epoch}:${t}`) || []) {
@@ -88,7 +99,8 @@ export async function auditStep(ctl, run, t) {
     else if (!colluding) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});
-      b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0 });
+      b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0, end: null });
+      if (b.span > 1) askRoundState(ctl, run, b, t, audited);   // its state at the round's start, asked for now (one ask)
     }
   }
   return drainEvidence(ctl, run);
@@ -116,17 +128,50 @@ async function checkAudit(ctl, run, b, item) {
   const { t, audited, committed, epoch, batch } = item;
   const void_ = () => run.ended || run.book !== b || run.epoch !== epoch;   // rolled back or restarted meanwhile
   if (void_()) return;
-  const recomputed = await recompute(ctl, run, t, audited, batch, item);
-  if (recomputed === null || void_()) return;
+  const got = await recomputeUnit(ctl, run, b, t, audited, batch, item);
+  if (got === null || void_()) return;
+  const recomputed = got.digest;
   if (recomputed === committed) {
     if (run.collective.topology === 'rsag') await checkOwner(ctl, run, b, t, audited, epoch);
-    if (!void_()) b.pending.delete(`${t}:${audited}`);
+    if (void_()) return;
+    b.pending.delete(`${t}:${audited}`);
+    // local steps: the state it committed to at the next round start, which a departure's barrier starts from
+    if (item.end) b.passedStates.set(run.roster[audited], { at: t + 1, adam: item.end });
     return;
   }
   const ev = { runId: run.desc.runId, epoch: run.epoch, step: t, slot: audited, accuser: run.slot, committed, recomputed };
   ctl.tellAll(run, TYPES.EVIDENCE, ev);
   b.evidenceSeen.add(evidenceKey(run.epoch, ev));
-  convict(ctl, run, run.roster[audited], t, removalWords(ctl, run, run.roster[audited], t, ev));
+  convict(ctl, run, run.roster[audited], t, got.broken ? chainWords(ctl, run, run.roster[audited], t, run.slot) : removalWords(ctl, run, run.roster[audited], t, ev));
+}
+
+// The digest of `slot`'s contribution at t, recomputed here -> {digest (hex), broken} or null (void:
+// its state is no longer kept, or the slot did not show its state in time: gone). Local steps: from
+// its Adam state at the round's start (ROUND_STATE), checked first against the state hash it
+// committed to with its round before (or the one every device knows at the floor); a state that
+// does not hash to it breaks the chain, evidence by itself: broken, with a digest that is no
+// commitment. The audit, a judge and a conviction's earlier audits all recompute through here
+async function recomputeUnit(ctl, run, b, t, slot, batch = null, item = null) {
+  if (b.span === 1) {
+    const digest = await recompute(ctl, run, t, slot, batch, item);
+    return digest === null ? null : { digest, broken: false };
+  }
+  const adam = await askRoundState(ctl, run, b, t, slot);
+  if (run.book !== b || run.ended) return null;
+  if (adam === null) {
+    ctl.host.note(`No Adam state of the round ending at step ${t + 1} from ${ctl.host.nameOf(run.roster[slot])} in time.`);
+    ctl.peerGone(run.roster[slot], `no round state of step ${t + 1} in time`);
+    return null;
+  }
+  const chain = b.stateHashes.get(prevExchange(run.cfg, t))?.[slot];
+  if (!chain) { ctl.host.note(`Cannot check the round ending at step ${t + 1}: the state hash it starts from is no longer kept here.`); return null; }
+  if (checkStartState(adam, fromHex(chain)) !== null) return { digest: sha256Hex(fromHex(chain)), broken: true };
+  const digest = await recompute(ctl, run, t, slot, batch, item, false, adam);
+  return digest === null ? null : { digest, broken: false };
+}
+
+function chainWords(ctl, run, id, t, auditor) {
+  return `round of ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed (its Adam state at the round's start is not the one it committed to; audited by ${ctl.host.nameOf(run.roster[auditor])})`;
 }
 
 // ---- reduce-scatter: a shard owner's reduce (docs/VERIFICATION.md §13 "A shard owner's reduced shard")
@@ -146,7 +191,7 @@ async function checkOwner(ctl, run, b, t, k, epoch) {
 }
 
 function removalWords(ctl, run, id, t, ev) {
-  return `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed`
+  return `${unitOf(run)} ${ctl.host.nameOf(id)} did not reproduce at step ${t + 1}: removed`
     + ` (committed ${ev.committed.slice(0, 16)}, recomputed ${ev.recomputed.slice(0, 16)} by ${ctl.host.nameOf(run.roster[ev.accuser])})`;
 }
 
@@ -171,10 +216,11 @@ export async function drainEvidence(ctl, run) {
       continue;
     }
     const epoch = run.epoch;
-    const reproduced = b.reproduced.get(key) ?? await recompute(ctl, run, ev.step, ev.slot);
+    const got = b.reproduced.has(key) ? { digest: b.reproduced.get(key), broken: false } : await recomputeUnit(ctl, run, b, ev.step, ev.slot);
     // a roster change while it recomputed (a conviction's rollback applied) voids the evidence: read
     // against the new roster, its slots would convict a peer it never named
-    if (reproduced === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
+    if (got === null || run.book !== b || run.ended || run.epoch !== epoch) return false;
+    const reproduced = got.digest;
     const verdict = judge(new Evidence({ run: String(run.desc.runId), ...ev }), reproduced);
     const accused = run.roster[ev.slot], accuser = run.roster[ev.accuser];
     if (verdict !== 'audited' && relayed) {
@@ -186,8 +232,8 @@ export async function drainEvidence(ctl, run) {
     b.evidenceSeen.add(key);
     // relayed once, so every honest member judges it even when the accuser told only one
     if (verdict === 'audited') ctl.tellAll(run, TYPES.EVIDENCE, { ...ev, runId: run.desc.runId, epoch: run.epoch }, run.roster.filter((id) => id !== accuser && id !== from));
-    if (verdict === 'audited') convict(ctl, run, accused, ev.step, removalWords(ctl, run, accused, ev.step, ev));
-    else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose gradient reproduced: ${ctl.host.nameOf(accuser)} removed`);
+    if (verdict === 'audited') convict(ctl, run, accused, ev.step, got.broken ? chainWords(ctl, run, accused, ev.step, ev.accuser) : removalWords(ctl, run, accused, ev.step, ev));
+    else convict(ctl, run, accuser, ev.step, `${ctl.host.nameOf(accuser)} accused ${ctl.host.nameOf(accused)} at step ${ev.step + 1}, whose ${b.span > 1 ? 'round' : 'gradient'} reproduced: ${ctl.host.nameOf(accuser)} removed`);
     return false;
   }
   return !run.ended && !run.recovery;
@@ -256,7 +302,7 @@ function settle(ctl, run) {
   const b = run.book;
   let changed = false;
   for (const [id, a] of [...b.accused]) {
-    if (b.done < a.step - 1 || checkingEarlier(ctl, run, b, id, a)) continue;
+    if (b.done < prevExchange(run.cfg, a.step) || checkingEarlier(ctl, run, b, id, a)) continue;
     b.accused.delete(id);
     const back = rollbackFor(run, id, a.step);
     b.convicted.set(id, { step: a.step, why: a.why, back, hash: b.states.get(back)?.hash ?? null, checked: a.checked });
@@ -283,10 +329,11 @@ function settle(ctl, run) {
 // not audited. -> whether any did
 function skipWithheld(ctl, run, b) {
   const accused = new Set(b.accused.keys()), from = b.done;
-  const upTo = Math.max(...[...b.accused.values()].map((a) => a.step - 1));
-  while (b.done < upTo && b.done + 1 < run.completed && missingFor(run, b.done + 1).every((id) => accused.has(id))) {
-    ctl.host.note(`Step ${b.done + 2} is not audited: ${missingFor(run, b.done + 1).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
-    b.done += 1;
+  const upTo = Math.max(...[...b.accused.values()].map((a) => prevExchange(run.cfg, a.step)));
+  const next = () => exchangeAt(run.cfg, b.done + 1);
+  while (b.done < upTo && next() < run.completed && missingFor(run, next()).every((id) => accused.has(id))) {
+    ctl.host.note(`Step ${next() + 1} is not audited: ${missingFor(run, next()).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
+    b.done = next();
   }
   return b.done > from;
 }
@@ -304,11 +351,12 @@ function checkingEarlier(ctl, run, b, id, a) {
   b.checking = (async () => {
     const void_ = () => run.book !== b || run.ended || run.epoch !== epoch;
     for (const p of left) {
-      const got = await recompute(ctl, run, p.t, p.slot);
+      const got = await recomputeUnit(ctl, run, b, p.t, p.slot);
       if (got === null || void_()) return;
-      if (got !== p.committed) {
+      if (got.digest !== p.committed) {
         b.pending.delete(`${p.t}:${p.slot}`);
-        convict(ctl, run, id, p.t, `gradient from ${ctl.host.nameOf(id)} did not reproduce at step ${p.t + 1}: removed (committed ${p.committed.slice(0, 16)}, recomputed ${got.slice(0, 16)} by this device)`);
+        convict(ctl, run, id, p.t, got.broken ? chainWords(ctl, run, id, p.t, run.slot)
+          : `${unitOf(run)} ${ctl.host.nameOf(id)} did not reproduce at step ${p.t + 1}: removed (committed ${p.committed.slice(0, 16)}, recomputed ${got.digest.slice(0, 16)} by this device)`);
         return;
       }
       if (run.collective.topology === 'rsag') {             // its reduce, as its auditor checks it
@@ -339,8 +387,9 @@ function checkingEarlier(ctl, run, b, id, a) {
 // then the evidence waiting for it is judged (a member must judge evidence while it is halted)
 export async function advance(ctl, run) {
   const b = run.book;
-  while (run.book === b && !run.ended && b.done + 1 < run.completed && !missingFor(run, b.done + 1).length) {
-    if (!(await auditStep(ctl, run, b.done + 1))) return;
+  const next = () => exchangeAt(run.cfg, b.done + 1);
+  while (run.book === b && !run.ended && next() < run.completed && !missingFor(run, next()).length) {
+    if (!(await auditStep(ctl, run, next()))) return;
   }
   if (run.book !== b) return;
   // an accused that left for good: the steps blocked only by its withheld frames are skipped once

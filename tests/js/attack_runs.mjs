@@ -5,6 +5,7 @@
 import { makeConfig } from '../../frontend_js/config.js';
 import { Group, peersAt } from '../../frontend_js/train.js';
 import { AuditedRun, parseAttack } from '../../frontend_js/attack.js';
+import { RoundAuditedRun } from '../../frontend_js/attack_rounds.js';
 import { DEFAULT_AUDIT_RATE } from '../../frontend_js/audit.js';
 import { stream } from './group_runs.mjs';
 
@@ -34,11 +35,13 @@ class Recorder {
 }
 
 // -> {rec, run, cfg}: `steps` steps of an audited run of `peers` peers under `attack` (a spec string
-// or null) on `backend` (engines.js; the JS mirror by default); `until(rec)` may end it early
+// or null) on `backend` (engines.js; the JS mirror by default); `until(rec)` may end it early.
+// With settings.local_steps > 1 the audited run of rounds (attack_rounds.js)
 export async function attackedRun({ settings, peers, attack, rate = DEFAULT_AUDIT_RATE, steps, until = () => false, backend = undefined }) {
   const cfg = makeConfig({ steps: 100, ...settings });
   const group = new Group(cfg, peers, stream, backend);
-  const run = new AuditedRun(cfg, group, attack === null ? null : parseAttack(attack), rate);
+  const Runner = cfg.local_steps > 1 ? RoundAuditedRun : AuditedRun;
+  const run = new Runner(cfg, group, attack === null ? null : parseAttack(attack), rate);
   const rec = new Recorder();
   // (a run that reaches `steps` ends through the end's barrier, AuditedRun.finish, as the CLI's does)
   for (;;) {
