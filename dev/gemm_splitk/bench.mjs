@@ -1,6 +1,6 @@
-// Split-K in the unit's GEMM (kernels/unit_gemm.wgsl; issue 26's second pass) on the weight
+// Split-K in the unit's GEMM (kernels/gemm_int8.wgsl; issue 26's second pass) on the weight
 // gradients of the largest settings' step (K = B*T = 4096; M x N = the weight's shape): the kernel
-// with one slice (gemm_int8.wgsl's work) vs f64.js gemmSplits' slices, the partials summed as the
+// with one slice vs f64.js gemmSplits' slices, the partials summed as the
 // epilogue does (here read back and summed on the host, outside the time) and compared with the
 // one-slice result element for element (a mismatch exits 1). The epilogue's extra reads are not
 // timed here (they are in bench/h200/resident_profile.mjs).
@@ -12,12 +12,12 @@ const require = createRequire(import.meta.url);
 const { create, globals } = require('webgpu');
 Object.assign(globalThis, globals);
 const { openDevice, compileKernel } = await import('../../frontend_js/gpu/device.js');
-const { gemmSource } = await import('../../frontend_js/gpu/gemm_kernel.js');
-const { gemmSplits, DEFAULT_GEMM_TUNING: T, UNIT_GEMM } = await import('../../frontend_js/gpu/f64.js');
+const { gemmSource, GEMM_BODY } = await import('../../frontend_js/gpu/gemm_kernel.js');
+const { gemmSplits, DEFAULT_GEMM_TUNING: T } = await import('../../frontend_js/gpu/f64.js');
 
 const { device, info } = await openDevice(create([]));
 const dot = info.wgslLanguageFeatures.includes('packed_4x8_integer_dot_product') ? 'dot4_packed.wgsl' : 'dot4_portable.wgsl';
-const pipe = await compileKernel(device, await gemmSource(dot, undefined, UNIT_GEMM), T, UNIT_GEMM);
+const pipe = await compileKernel(device, await gemmSource(dot, undefined, GEMM_BODY), T, GEMM_BODY);
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.length >> 1]; };
 const SMALL = process.env.DAISY_BENCH_SMALL === '1';
 const SHAPES = SMALL ? [[40, 1030, 33]] : [[128, 4096, 128], [384, 4096, 128], [512, 4096, 128], [128, 4096, 512], [257, 4096, 128]];

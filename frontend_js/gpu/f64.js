@@ -3,7 +3,7 @@
 // there with the bits of units.js, and one qmatmulT is ONE submit (quantize A, quantize B, the
 // integer GEMM, the epilogue: four dispatches) and ONE read-back of the float64 result.
 //   GpuF64Unit.create(device, opts)  compiles the kernels (kernels/f64_ops, unit_quant,
-//                                     unit_epilogue with the library prepended; unit_gemm with a dot4)
+//                                     unit_epilogue with the library prepended; gemm_int8 with a dot4)
 //   unitPlan(nb, m, kk, n, transA, transB, tuning, opts)
 //                                  -> the four dispatches' parameters and workgroup counts (pure):
 //                                     quantThreads(K) threads per quantized row, gemmSplits K-slices
@@ -24,9 +24,8 @@ import { MAX_K, cpuEngine, quantizeRows, qmatmulT as unitQmatmulT } from '../uni
 import { rint } from '../detmath.js';
 import { draw } from '../prng.js';
 import { ERROR_SCOPES, loadText, compileKernel as compile } from './device.js';
-import { KERNEL_BASE, gemmSource } from './gemm_kernel.js';
+import { KERNEL_BASE, GEMM_BODY, gemmSource } from './gemm_kernel.js';
 
-export const UNIT_GEMM = 'unit_gemm.wgsl';            // the GEMM body the unit compiles (split-K)
 
 export const F64_LIB = 'f64_lib.wgsl';
 export const OPS = Object.freeze({ mul: 0, div: 1, add: 2, sub: 3, sqrt: 4, fromI32: 5, rintClamp127: 6 });
@@ -53,7 +52,7 @@ export class GpuF64Unit {
   // packed_4x8_integer_dot_product exists, else 'dot4_portable.wgsl'), tuning (the GEMM's tile);
   // quant, epilogue, gemmBody: the unit's kernel files (the bug corpus swaps one of these or lib)
   static async create(device, { kernelBase = KERNEL_BASE, lib = F64_LIB, gemm = 'dot4_portable.wgsl', tuning = {},
-    quant = 'unit_quant.wgsl', epilogue = 'unit_epilogue.wgsl', gemmBody = UNIT_GEMM } = {}) {
+    quant = 'unit_quant.wgsl', epilogue = 'unit_epilogue.wgsl', gemmBody = GEMM_BODY } = {}) {
     const libText = await loadText(new URL(lib, kernelBase));
     const withLib = async (file, constants = {}) => compile(device, `${libText}\n${await loadText(new URL(file, kernelBase))}`, constants, `${file} + ${lib}`);
     const t = { ...DEFAULT_GEMM_TUNING, ...tuning };
@@ -267,7 +266,7 @@ export function quantThreads(kk) {
   return t;
 }
 
-// K-slices of the unit's GEMM (kernels/unit_gemm.wgsl): doubled while the output's tiles (across
+// K-slices of the unit's GEMM (kernels/gemm_int8.wgsl's split-K): doubled while the output's tiles (across
 // the batch) give fewer than 256 workgroups and each slice keeps at least 64 K words, at most 16.
 // The weight gradients at the largest settings (K = 4096, 128 x 128 .. 512 x 128): 4 to 16.
 export function gemmSplits(tiles, k4, maxSplits = 16) {

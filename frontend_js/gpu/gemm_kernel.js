@@ -17,6 +17,9 @@ export const GEMM_KERNELS = [
   { id: 'portable', file: 'dot4_portable.wgsl' },
 ];
 export const GEMM_BODY = 'gemm_int8.wgsl';
+// its Params words for one job: K in one slice (split-K is the INT8 unit's, f64.js gemmSplits)
+const gemmParams = (M, N, K4, batch) => [M, N, K4, batch, 1, 0, 0, 0];
+const PARAM_BYTES = 32;
 
 // A GEMM kernel's WGSL: the dot4 of `file` prepended to the one body, as f64_lib.wgsl is prepended
 // to the f64 kernels. body: GEMM_BODY, or a patched copy's URL (the bug corpus, tests/gpu/mutants.js)
@@ -77,10 +80,10 @@ export class GemmKernel {
     return this.device.createBindGroup({ layout: this.pipeline.getBindGroupLayout(0), entries });
   }
 
-  // bind group + workgroup counts for buffers already on the GPU (params: a 16-byte uniform)
+  // bind group + workgroup counts for buffers already on the GPU (params: a 32-byte uniform)
   prepare(aBuf, bBuf, cBuf, batch, M, K4, N, params = null) {
-    if (params) this.device.queue.writeBuffer(params, 0, new Uint32Array([M, N, K4, batch]));
-    else params = uniformBuffer(this.device, [M, N, K4, batch]);
+    if (params) this.device.queue.writeBuffer(params, 0, new Uint32Array(gemmParams(M, N, K4, batch)));
+    else params = uniformBuffer(this.device, gemmParams(M, N, K4, batch));
     const bindGroup = this.bindGroup([aBuf, bBuf, cBuf, params].map((buffer, binding) => ({ binding, resource: { buffer } })));
     return { bindGroup, params, groups: this.groups(batch, M, N) };
   }
@@ -136,12 +139,12 @@ export class GemmKernel {
       jobs.forEach((j, i) => {
         const l = lay[i];
         j.write(d.queue, slot.input, l.a, l.b);
-        slot.paramWords.set([j.M, j.N, j.K4, j.batch], (i * ALIGN) / 4);
+        slot.paramWords.set(gemmParams(j.M, j.N, j.K4, j.batch), (i * ALIGN) / 4);
         const k = `${i}:${l.a}:${j.aWords}:${l.b}:${j.bWords}:${l.c}:${l.cBytes}`;
         let bg = slot.binds.get(k);
         if (!bg) {
           bg = this.bindGroup([[slot.input, l.a, j.aWords * 4], [slot.input, l.b, j.bWords * 4], [slot.output, l.c, l.cBytes],
-            [slot.params, i * ALIGN, 16]].map(([buffer, offset, size], binding) => ({ binding, resource: { buffer, offset, size } })));
+            [slot.params, i * ALIGN, PARAM_BYTES]].map(([buffer, offset, size], binding) => ({ binding, resource: { buffer, offset, size } })));
           slot.binds.set(k, bg);
         }
         pass.setBindGroup(0, bg);

@@ -7,7 +7,7 @@
 // serves this file.
 import { loadText } from '../../frontend_js/gpu/device.js';
 
-const MAX_STORE = 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }';
+const MAX_STORE = 'if (r < P.M && c < P.N) { C[((sp * P.batch + b) * P.M + r) * P.N + c] = acc[i * MAX_R + j]; }';
 const SUM = 'acc[i * MAX_R + j] += dot4(a[i], w[j]);';
 // a float accumulator in the portable kernel: its declaration and its store (the sum between differs)
 const FLOAT_ACC = ['var acc: array<i32, MAX_R * MAX_R>;', 'var acc: array<f32, MAX_R * MAX_R>;   // BUG: float accumulator'];
@@ -47,10 +47,10 @@ export const GEMM_MUTANTS = [
     FLOAT_STORE] },
   { id: 'subnormal_flush', kernel: BODY, dot: PACKED, failure: 'subnormal flush to zero (int bits through an f32 op)',
     mustFail: 'the gate (small positive sums flush to 0 where the GPU flushes subnormals: SwiftShader, the H200)',
-    edits: [[MAX_STORE, 'if (r < P.M && c < P.N) { C[(b * P.M + r) * P.N + c] = bitcast<i32>(bitcast<f32>(acc[i * MAX_R + j]) + f32(P.K4 >> 31u)); }   // BUG: int bits through an f32 add']] },
+    edits: [[MAX_STORE, 'if (r < P.M && c < P.N) { C[((sp * P.batch + b) * P.M + r) * P.N + c] = bitcast<i32>(bitcast<f32>(acc[i * MAX_R + j]) + f32(P.K4 >> 31u)); }   // BUG: int bits through an f32 add']] },
   { id: 'k_off_by_one', kernel: BODY, dot: PACKED, failure: 'off-by-one in the K loop',
     mustFail: 'the gate (any shape with K > 0: the guard k < K4 - 1 drops the last K word of every row of A)',
-    edits: [['if (row0 + r < P.M && k0 + kw < P.K4) { v = A[', 'if (row0 + r < P.M && k0 + kw + 1u < P.K4) { v = A[']] },
+    edits: [['if (row0 + r < P.M && k0 + kw < kHi) { v = A[', 'if (row0 + r < P.M && k0 + kw + 1u < kHi) { v = A[']] },
   { id: 'bad_after_n', kernel: BODY, dot: PACKED, failure: 'goes bad only after N dispatches', stateful: true,
     mustFail: 'an audit during training (it passes the boot gates by construction: from dispatch BAD_AFTER on, every output is off by one)',
     edits: [['@group(0) @binding(3) var<uniform> P: Params;\n',
@@ -88,7 +88,7 @@ export const F64_MUTANTS = [
     edits: [["  let slot = lid.x - t;                    // its row's first slot in red", '  let slot = 0u;   // BUG: the first row\'s slot']] },
   { id: 'unit_epilogue_one_slice', kernel: 'unit_epilogue.wgsl', option: 'epilogue', failure: 'split-K partials beyond the first not added',
     edits: [deleteLine('  for (var sp = 1u; sp < P.splits; sp++) { acc += C[sp * P.stride + o]; }')] },
-  { id: 'unit_gemm_slice_short', kernel: 'unit_gemm.wgsl', option: 'gemmBody', failure: "split-K slices one staging step short (each slice's last TK words lost)",
+  { id: 'gemm_slice_short', kernel: BODY, option: 'gemmBody', failure: "split-K slices one staging step short (each slice's last TK words lost)",
     edits: [['let kHi = min(P.K4, kLo + chunk);', 'let kHi = min(P.K4, kLo + chunk - TK);']] },
 ].map((m) => ({ kernel: 'f64_lib.wgsl', option: 'lib', mustFail: 'the f64 gate (frontend_js/gpu/f64.js gateF64)', ...m }));
 

@@ -25,7 +25,7 @@ test('split-K: the weight gradients of the largest settings fill the GPU, everyt
     for (let k4 = 1; k4 < 3000; k4 += 37) {
       const s = gemmSplits(tiles, k4);
       assert.ok(s >= 1 && s <= 16 && (s & (s - 1)) === 0, `${tiles} tiles, K4 ${k4}: ${s}`);
-      // every slice of unit_gemm.wgsl non-empty and at least 64 words (its chunk rule)
+      // every slice of gemm_int8.wgsl's split-K non-empty and at least 64 words (its chunk rule)
       const chunk = Math.ceil(Math.ceil(k4 / s) / T.TK) * T.TK;
       if (s > 1) assert.ok(chunk * (s - 1) < k4 && chunk >= 64, `${tiles} tiles, K4 ${k4}: ${s} slices of ${chunk}`);
     }
