@@ -61,17 +61,19 @@ function schedule(P, rate, H, seed = 1) {
   const books = Array.from({ length: P }, book);
   const exchange = (r) => r * H + H - 1;                      // the exchange step of round r
   const clock = (r) => (SHARE === 'rounds' ? r : exchange(r)); // where shareUnits is asked, in its book's count
-  let cost = 0, shareSum = 0, shareMax = 0, lagSum = 0, lagMax = 0, verdicts = 0, keptMax = 0;
+  let cost = 0, shareSum = 0, shareMax = 0, lagSum = 0, lagMax = 0, verdicts = 0, keptMax = 0, headRounds = 0;
   for (let r = 0; r < STEPS; r++) {
     const k = r - LAG;
+    let head = false;     // some page's audit drawn now is first in its queue: its share starts on it at once
     if (k >= 0) {
       const t = exchange(k);                                  // the audited round's exchange step (H = 1: k)
       const nonces = Array.from({ length: P }, (_, i) => referenceNonce(seed, t, i));
       const pairs = auditPairs(seed, t, P, rate, beacon([], nonces), UNIFORM ? null : auditLoad(assigned, k, P));
       assigned.set(k, pairs.map(([a]) => a));
       assigned.delete(k - AUDIT_WINDOW);
-      for (const [a] of pairs) books[a].queued.push({ t: clock(k), k, done: 0 });
+      for (const [a] of pairs) { head ||= !books[a].queued.length; books[a].queued.push({ t: clock(k), k, done: 0 }); }
     }
+    headRounds += head && H > 1 ? 1 : 0;
     let busiest = 0;
     for (const b of books) {
       let left = shareUnits(b, clock(r));
@@ -88,21 +90,24 @@ function schedule(P, rate, H, seed = 1) {
   }
   const overhead = cost / STEPS / H - 1, p = detectionProbability(P, rate);
   return { H, P, rate, overhead, ratio: 1 / (1 + overhead), perPage: shareSum / STEPS / P / U / H, shareMax: shareMax / U,
-           lagMean: lagSum / verdicts, lagMax, keptMax, p, expected: expectedSteps(p), median: medianSteps(p) };
+           lagMean: lagSum / verdicts, lagMax, keptMax, headRounds: headRounds / STEPS, p, expected: expectedSteps(p), median: medianSteps(p) };
 }
 
 // ---- --bytes: a round's state transfer against its exchange and its compute -----------------------
 // the settings (frontend_js/config.js; layers and heads as the config's defaults unless named) and one
-// page's measured ms per local step alone (TEST_RESULTS.md "Together faster than alone, after the
-// idle-CPU fixes", bench_wire.py's "one page alone", CPU path): none measured at the largest
+// page's ms per local step alone: measured (TEST_RESULTS.md "Together faster than alone, after the
+// idle-CPU fixes", bench_wire.py's "one page alone", CPU path), or at the largest, estimated from
+// bench_wire large by the matmul count (unitsPerStep: 147 / 39 units a step): not measured
 const SETTINGS = [
-  { name: 'default', cfg: {}, msPerStep: 19 },
-  { name: 'bench_wire large', cfg: { width: 128, seq_len: 128, batch: 32 }, msPerStep: 691 },
-  { name: 'largest (8 layers)', cfg: { width: 128, seq_len: 128, batch: 32, layers: 8, heads: 8 }, msPerStep: null },
+  { name: 'default', cfg: {}, msPerStep: 19, measured: true },
+  { name: 'bench_wire large', cfg: { width: 128, seq_len: 128, batch: 32 }, msPerStep: 691, measured: true },
+  { name: 'largest (8 layers, 8 heads)', cfg: { width: 128, seq_len: 128, batch: 32, layers: 8, heads: 8 },
+    msPerStep: Math.round((691 * unitsPerStep({ layers: 8 })) / unitsPerStep({ layers: 2 })), measured: false },
 ];
-// tools/netlab/profiles.py PROFILES: uplink Mbit/s and the page <-> app round trip (two pages: twice it)
+// tools/netlab/profiles.py PROFILES: the uplink (Mbit/s) and the page <-> app round trip (two pages
+// see one such round trip as one hop between them: 2 x half of it)
 const LINKS = [{ name: 'lan', upMbps: 1000, rttMs: 1 }, { name: 'home', upMbps: 20, rttMs: 40 }, { name: 'far', upMbps: 10, rttMs: 120 }];
-const PEERS = [2, 4, 8];
+const PEERS = [2, 3, 4, 8];
 
 // the int8 bytes a page uploads per exchange: all-gather, its message to each other page; reduce-
 // scatter, shard k to its owner k and its reduced shard to each other page (the largest over slots)
@@ -119,30 +124,44 @@ function exchangeUpload(N, P) {
   return most;
 }
 
-function bytesRows() {
+// per settings and P: the state S against the exchange E a page uploads per round
+function byteRows() {
   const rows = [];
   for (const s of SETTINGS) {
     const N = paramCount(makeConfig(s.cfg)), S = stateTranscriptBytes(N);
     for (const P of PEERS) {
       const E = exchangeUpload(N, P);
-      for (const link of LINKS) {
-        const secs = (bytes) => (bytes * 8) / (link.upMbps * 1e6);
-        for (const H of HS) {
-          const compute = s.msPerStep === null ? null : (s.msPerStep * H) / 1000;
-          for (const rate of RATES) {
-            rows.push({ settings: s.name, N, stateBytes: S, P, exchangeBytes: E, link: link.name, H, rate,
-              stateS: secs(S), exchangeS: secs(E), meanStateS: rate * secs(S), computeS: compute,
-              // the audited page's uplink per round: its exchange bytes and, on average, rate states
-              upRatio: (E + rate * S) / E,
-              // a state fits in the round's compute (sent while the link is otherwise idle)
-              hidden: compute === null ? null : secs(S) <= compute,
-              // where not: what the uplink adds to a round on average (the state's time past the
-              // compute, rate times a round), as a fraction of the round without it (compute + exchange + round trip)
-              meanExtraS: compute === null ? null : rate * Math.max(0, secs(S) - compute),
-              slowdown: compute === null ? null : (rate * Math.max(0, secs(S) - compute)) / (compute + secs(E) + (2 * link.rttMs) / 1000),
-              overDeadline: secs(S) > TIMING.deadlineMs / 1000 });
-          }
-        }
+      rows.push({ settings: s.name, N, P, topology: topologyFor(P), state: S, exchange: E, message: CODECS.int8.messageBytes(N),
+                  perRate: RATES.map((q) => ({ q, up: (E + q * S) / E })) });
+    }
+  }
+  return rows;
+}
+
+// per settings, link and H (P = 2, all-gather): seconds on the audited page's uplink (nominal rate:
+// a lower bound) against a round. The uplink is idle while the page computes its H local steps, so
+//   one state within the round's compute     T_state <= H·C
+//   hidden on average at rate q              q·T_state <= H·C  (the uplink's idle time per round)
+//   where not, the uplink bounds the round:  extra = q·T_state - H·C per round, over the round
+//                                            without it R = H·C + T_exchange + one hop
+//   today's pages (docs/VERIFICATION.md §13 "Pages (open)" (6)): an auditor whose share starts on an
+//   audit drawn at this exchange waits for its state inside the lockstep: the round grows by about
+//   T_state + one hop in that fraction of rounds (schedule(): rounds a share starts on a state just
+//   asked, P = 2), i.e. head · (T_state + hop) / R; counting only audits whose state is here removes it
+//   the ask's deadline                       max(TIMING.deadlineMs, deadlineSteps x the mean step R / H) (loop.js):
+//                                            a state slower than it and the auditor counts the page gone
+function secondRows() {
+  const rows = [];
+  for (const s of SETTINGS) {
+    const N = paramCount(makeConfig(s.cfg)), S = stateTranscriptBytes(N), E = exchangeUpload(N, 2);
+    for (const link of LINKS) {
+      const secs = (bytes) => (bytes * 8) / (link.upMbps * 1e6);
+      for (const H of HS) {
+        const compute = (s.msPerStep * H) / 1000, round = compute + secs(E) + link.rttMs / 1000;
+        const waits = (q) => (schedule(2, q, H).headRounds * (secs(S) + link.rttMs / 1000)) / round;
+        rows.push({ settings: s.name, measured: s.measured, link: link.name, H, state: secs(S), exchange: secs(E), compute, round,
+                    rounds: secs(S) / round, oneRound: secs(S) <= compute, deadline: Math.max(TIMING.deadlineMs / 1000, (TIMING.deadlineSteps * round) / H),
+                    perRate: RATES.map((q) => ({ q, hidden: q * secs(S) <= compute, slowdown: Math.max(0, q * secs(S) - compute) / round, today: waits(q) })) });
       }
     }
   }
@@ -151,17 +170,24 @@ function bytesRows() {
 
 const f = (x, d = 2) => (x === null ? '–' : x.toFixed(d));
 if (BYTES) {
-  const rows = bytesRows();
-  if (JSON_OUT) console.log(JSON.stringify({ deadlineMs: TIMING.deadlineMs, rows }));
+  const bytes = byteRows(), seconds = secondRows();
+  if (JSON_OUT) console.log(JSON.stringify({ deadlineMs: TIMING.deadlineMs, bytes, seconds }));
   else {
-    console.log(`ROUND_STATE = 4 + 16·N bytes against the int8 exchange a page uploads per round; seconds at the nominal uplink; `
-      + `the ask's deadline ${TIMING.deadlineMs / 1000} s (or 5 steps' time, if longer)`);
-    console.log('| settings | N | state bytes | P | exchange up /round | state / exchange | link | state s | exchange s | H | round compute s | hidden in one round | q | uplink per round × | mean s added /round | slowdown | over the ask deadline |');
-    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
-    for (const r of rows) {
-      console.log(`| ${r.settings} | ${r.N.toLocaleString('en-US')} | ${r.stateBytes.toLocaleString('en-US')} | ${r.P} | ${r.exchangeBytes.toLocaleString('en-US')} | `
-        + `${f(r.stateBytes / r.exchangeBytes)} | ${r.link} | ${f(r.stateS, 3)} | ${f(r.exchangeS, 3)} | ${r.H} | ${f(r.computeS, 3)} | `
-        + `${r.hidden === null ? '–' : r.hidden ? 'yes' : 'no'} | ${r.rate} | ${f(r.upRatio)} | ${f(r.meanExtraS, 3)} | ${r.slowdown === null ? '–' : `${(100 * r.slowdown).toFixed(1)} %`} | ${r.overDeadline ? 'yes' : 'no'} |`);
+    const n = (x) => x.toLocaleString('en-US');
+    console.log('ROUND_STATE (4 + 16·N bytes) against the int8 exchange bytes a page uploads per round (uplink per round with audits: (E + q·S) / E)');
+    console.log(`| settings | N | P | topology | state S | exchange E up / round | S / E | ${RATES.map((q) => `q ${q}`).join(' | ')} |`);
+    console.log(`|---|---|---|---|---|---|---|${RATES.map(() => '---|').join('')}`);
+    for (const r of bytes) {
+      console.log(`| ${r.settings} | ${n(r.N)} | ${r.P} | ${r.topology} | ${n(r.state)} | ${n(r.exchange)} | ${f(r.state / r.exchange)} | ${r.perRate.map((x) => `${f(x.up)}×`).join(' | ')} |`);
+    }
+    console.log(`\nP = 2: seconds on the audited page's uplink at its nominal rate (a lower bound) against a round (C ms a local step: `
+      + `${SETTINGS.map((s) => `${s.name} ${s.msPerStep}${s.measured ? '' : ' est.'}`).join(', ')}); the ask's deadline max(${TIMING.deadlineMs / 1000} s, ${TIMING.deadlineSteps} · R / H); `
+      + 'hidden: q·T_state <= H·C, else the round grows by (q·T_state − H·C) / R; today: the auditor waits for the state in the lockstep, head · (T_state + hop) / R');
+    console.log(`| settings | link | H | T_state s | T_exchange s | H·C s | round R s | state in rounds | one state in one round's compute | the ask's deadline s | ${RATES.map((q) => `q ${q}: hidden / slowdown / today`).join(' | ')} |`);
+    console.log(`|---|---|---|---|---|---|---|---|---|---|${RATES.map(() => '---|').join('')}`);
+    for (const r of seconds) {
+      console.log(`| ${r.settings} | ${r.link} | ${r.H} | ${f(r.state, 3)} | ${f(r.exchange, 3)} | ${f(r.compute, 3)}${r.measured ? '' : ' est.'} | ${f(r.round, 3)} | ${f(r.rounds)} | `
+        + `${r.oneRound ? 'yes' : 'no'} | ${f(r.deadline, 1)}${r.state > r.deadline ? ' **(over)**' : ''} | ${r.perRate.map((x) => `${x.hidden ? 'yes' : 'no'} / ${(100 * x.slowdown).toFixed(0)} % / ${(100 * x.today).toFixed(0)} %`).join(' | ')} |`);
     }
   }
 } else {
@@ -171,12 +197,12 @@ if (BYTES) {
   else {
     console.log(`${STEPS} audited units (steps, or rounds of H local steps), ${LAYERS} layers (${U} units a local step), W = ${AUDIT_WINDOW} rounds, `
       + `auditors ${UNIFORM ? 'uniform' : 'balanced by load'}, share counted in ${SHARE}, no idle time`);
-    console.log('| H | rate | P | p (per round) | E[D] rounds (median) | E[D] steps (median) | overhead (local steps / step) | ratio to unaudited | one page\'s mean share (local steps / step) | largest share (local steps / round) | verdict lag rounds mean / max | verdict lag steps mean / max | states pending (max) |');
-    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    console.log('| H | rate | P | p (per round) | E[D] rounds (median) | E[D] steps (median) | overhead (local steps / step) | ratio to unaudited | one page\'s mean share (local steps / step) | largest share (local steps / round) | verdict lag rounds mean / max | verdict lag steps mean / max | states pending (max) | rounds a share starts on a state just asked |');
+    console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
     for (const r of rows) {
       console.log(`| ${r.H} | ${r.rate} | ${r.P} | ${r.p.toFixed(3)} | ${r.expected.toFixed(1)} (${r.median}) | ${(r.H * r.expected).toFixed(0)} (${r.H * r.median}) | `
         + `${r.overhead.toFixed(3)} | ${r.ratio.toFixed(3)} | ${r.perPage.toFixed(3)} | ${r.shareMax.toFixed(2)} | ${r.lagMean.toFixed(1)} / ${r.lagMax} | `
-        + `${(r.H * r.lagMean).toFixed(0)} / ${r.H * r.lagMax} | ${r.keptMax} |`);
+        + `${(r.H * r.lagMean).toFixed(0)} / ${r.H * r.lagMax} | ${r.keptMax} | ${r.H > 1 ? `${(100 * r.headRounds).toFixed(0)} %` : '–'} |`);
     }
   }
 }
