@@ -12,7 +12,8 @@
 // page's mean share and the largest (local steps per step / per round), the verdict lag (from an
 // audited unit's exchange to its verdict, in rounds and steps, mean and max; the deadline is W
 // rounds) and the states a page keeps for pending verdicts (max), with p per round, E[D] and the
-// median in rounds and in steps (H per round) for one persistent forger.
+// median in rounds and in steps (H per round) for one persistent forger; with H > 1, the rounds in
+// which some page's share starts on an audit drawn at that exchange (its state just asked for).
 // Where a page pays its share (--share):
 //   rounds  counted in rounds (the default): once per round, at the exchange, shareUnits over a book
 //           whose unit is the round (H·U units, deadlines W rounds): a round's share is the per-step
@@ -28,7 +29,7 @@
 // (ROUND_STATE, stateTranscriptBytes(N) = 4 + 16·N bytes) against the round's int8 exchange bytes,
 // at the default settings, bench_wire.py's "large" and the largest the config allows, converted to
 // seconds on tools/netlab/profiles.py's uplinks (nominal rates: a lower bound) and set against a
-// round's compute (one page's measured ms/step × H, TEST_RESULTS.md).
+// round's compute (one page's measured ms/step × H, TEST_RESULTS.md): secondRows() has the model.
 //   node bench/bench_audit_schedule.mjs --bytes [--rates ...] [--local-steps 4,16] [--json]
 import { AUDIT_WINDOW, auditLoad, auditPairs, beacon, detectionProbability, expectedSteps, medianSteps, referenceNonce,
          stateTranscriptBytes } from '../frontend_js/audit.js';
@@ -139,17 +140,20 @@ function byteRows() {
 }
 
 // per settings, link and H (P = 2, all-gather): seconds on the audited page's uplink (nominal rate:
-// a lower bound) against a round. The uplink is idle while the page computes its H local steps, so
-//   one state within the round's compute     T_state <= H·C
-//   hidden on average at rate q              q·T_state <= H·C  (the uplink's idle time per round)
-//   where not, the uplink bounds the round:  extra = q·T_state - H·C per round, over the round
-//                                            without it R = H·C + T_exchange + one hop
-//   today's pages (docs/VERIFICATION.md §13 "Pages (open)" (6)): an auditor whose share starts on an
-//   audit drawn at this exchange waits for its state inside the lockstep: the round grows by about
-//   T_state + one hop in that fraction of rounds (schedule(): rounds a share starts on a state just
-//   asked, P = 2), i.e. head · (T_state + hop) / R; counting only audits whose state is here removes it
-//   the ask's deadline                       max(TIMING.deadlineMs, deadlineSteps x the mean step R / H) (loop.js):
-//                                            a state slower than it and the auditor counts the page gone
+// a lower bound) against a round, R = H·C + T_exchange + one hop. The audited page sends its state
+// when it draws the pairs, right after an exchange, then computes its next round (H·C); the link
+// is one ordered queue (rtc_peer.js: up to MAX_LINK_QUEUED bytes buffered ahead), so its next GRAD
+// leaves behind what is left of the state:
+//   behind       = max(0, T_state − H·C)      the exchange after an audit waits this long
+//   slowdown(q)  = (1 − (1 − q)^2) · behind / R   a round holds some page's state with that chance
+//   paced(q)     = q·T_state <= H·C            a state sent only while its page computes (never ahead
+//                  of a GRAD) spreads over rounds: hidden on average when the uplink's idle time covers it
+//   today(q)     = head · (T_state + hop) / R  today's pages (docs/VERIFICATION.md §13 "Pages
+//                  (open)" (6)): an auditor whose share starts on an audit drawn at this exchange
+//                  waits for its state inside the lockstep (head: schedule()'s rounds a share starts
+//                  on a state just asked, P = 2); counting only audits whose state is here removes it
+//   deadline     = max(TIMING.deadlineMs, deadlineSteps x the mean step R / H) (loop.js), the ask's
+//                  wait: a state slower than it and the auditor counts the page gone
 function secondRows() {
   const rows = [];
   for (const s of SETTINGS) {
@@ -158,10 +162,11 @@ function secondRows() {
       const secs = (bytes) => (bytes * 8) / (link.upMbps * 1e6);
       for (const H of HS) {
         const compute = (s.msPerStep * H) / 1000, round = compute + secs(E) + link.rttMs / 1000;
+        const behind = Math.max(0, secs(S) - compute);
         const waits = (q) => (schedule(2, q, H).headRounds * (secs(S) + link.rttMs / 1000)) / round;
         rows.push({ settings: s.name, measured: s.measured, link: link.name, H, state: secs(S), exchange: secs(E), compute, round,
-                    rounds: secs(S) / round, oneRound: secs(S) <= compute, deadline: Math.max(TIMING.deadlineMs / 1000, (TIMING.deadlineSteps * round) / H),
-                    perRate: RATES.map((q) => ({ q, hidden: q * secs(S) <= compute, slowdown: Math.max(0, q * secs(S) - compute) / round, today: waits(q) })) });
+                    rounds: secs(S) / round, behind, deadline: Math.max(TIMING.deadlineMs / 1000, (TIMING.deadlineSteps * round) / H),
+                    perRate: RATES.map((q) => ({ q, slowdown: ((1 - (1 - q) ** 2) * behind) / round, paced: q * secs(S) <= compute, today: waits(q) })) });
       }
     }
   }
@@ -182,12 +187,12 @@ if (BYTES) {
     }
     console.log(`\nP = 2: seconds on the audited page's uplink at its nominal rate (a lower bound) against a round (C ms a local step: `
       + `${SETTINGS.map((s) => `${s.name} ${s.msPerStep}${s.measured ? '' : ' est.'}`).join(', ')}); the ask's deadline max(${TIMING.deadlineMs / 1000} s, ${TIMING.deadlineSteps} · R / H); `
-      + 'hidden: q·T_state <= H·C, else the round grows by (q·T_state − H·C) / R; today: the auditor waits for the state in the lockstep, head · (T_state + hop) / R');
-    console.log(`| settings | link | H | T_state s | T_exchange s | H·C s | round R s | state in rounds | one state in one round's compute | the ask's deadline s | ${RATES.map((q) => `q ${q}: hidden / slowdown / today`).join(' | ')} |`);
+      + 'behind: the next exchange waits max(0, T_state − H·C); slowdown = (1 − (1 − q)^2) · behind / R; paced hidden: q·T_state <= H·C; today: the auditor waits for the state in the lockstep, head · (T_state + hop) / R');
+    console.log(`| settings | link | H | T_state s | T_exchange s | H·C s | round R s | state in rounds | behind s | the ask's deadline s | ${RATES.map((q) => `q ${q}: slowdown / paced hidden / today`).join(' | ')} |`);
     console.log(`|---|---|---|---|---|---|---|---|---|---|${RATES.map(() => '---|').join('')}`);
     for (const r of seconds) {
       console.log(`| ${r.settings} | ${r.link} | ${r.H} | ${f(r.state, 3)} | ${f(r.exchange, 3)} | ${f(r.compute, 3)}${r.measured ? '' : ' est.'} | ${f(r.round, 3)} | ${f(r.rounds)} | `
-        + `${r.oneRound ? 'yes' : 'no'} | ${f(r.deadline, 1)}${r.state > r.deadline ? ' **(over)**' : ''} | ${r.perRate.map((x) => `${x.hidden ? 'yes' : 'no'} / ${(100 * x.slowdown).toFixed(0)} % / ${(100 * x.today).toFixed(0)} %`).join(' | ')} |`);
+        + `${f(r.behind, 3)} | ${f(r.deadline, 1)}${r.state > r.deadline ? ' **(over)**' : ''} | ${r.perRate.map((x) => `${(100 * x.slowdown).toFixed(0)} % / ${x.paced ? 'yes' : 'no'} / ${(100 * x.today).toFixed(0)} %`).join(' | ')} |`);
     }
   }
 } else {
