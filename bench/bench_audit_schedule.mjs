@@ -72,7 +72,7 @@ function schedule(P, rate, H, seed = 1) {
       const pairs = auditPairs(seed, t, P, rate, beacon([], nonces), UNIFORM ? null : auditLoad(assigned, k, P));
       assigned.set(k, pairs.map(([a]) => a));
       assigned.delete(k - AUDIT_WINDOW);
-      for (const [a] of pairs) { head ||= !books[a].queued.length; books[a].queued.push({ t: clock(k), k, done: 0 }); }
+      for (const [a] of pairs) { head ||= !books[a].queued.length; books[a].queued.push({ t: clock(k), k, done: 0, stateReady: true }); }
     }
     headRounds += head && H > 1 ? 1 : 0;
     let busiest = 0;

@@ -21,10 +21,11 @@ export function idle(ctl, run) {
   work(ctl, run, b);
 }
 
-// after the exchange of step s (afterExchange queued the audits of s - 2): this step's share of
+// after the exchange of step s (afterExchange queued the audits of s - 2): this exchange's share of
 // the audit work is done before the loop applies s, then the gate shuts. The share: the
-// earliest-deadline rate (every queued audit done by the step before its deadline t + W), at least
-// `rate` local steps per step while work is queued, less what ran while the loop was idle.
+// earliest-deadline rate (every queued audit done by the exchange before its deadline t + W rounds),
+// at least `rate` audited units per unit (a step, or a round) while work is queued, less what ran
+// while the loop was idle.
 export async function payShare(ctl, run, s) {
   const b = run.book;
   if (!b) return;
@@ -34,22 +35,26 @@ export async function payShare(ctl, run, s) {
   const need = shareUnits(b, s) - b.units.sinceShare;
   if (need > 0) {
     const target = b.units.done + need;
-    const paid = () => b.units.done >= target || !b.queued.length || run.ended || run.recovery || run.book !== b;
+    const paid = () => b.units.done >= target || !b.queued.some((a) => a.stateReady) || run.ended || run.recovery || run.book !== b;
     while (!paid()) await waitUntil(paid, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
   }
   b.gateOpen = false;
   b.units.sinceShare = 0;
 }
 
-// units this step owes: max over the queue (deadline order) of ceil(work up to k / steps left to k's
-// deadline), and at least rate x one step's units while any is queued
-// (local steps: an audit is a round, span local steps, due W rounds after its exchange)
+// units this exchange owes: max over the queue (deadline order) of ceil(work up to k / exchanges
+// left to k's deadline), and at least rate x one unit's work while any is queued. Local steps: an
+// audit is a round (span local steps of U units), due W rounds after its exchange, and the share is
+// paid once per round, at its exchange: so both count rounds (bench/bench_audit_schedule.mjs: a
+// round's share is the per-step rule's share of a step). Only audits whose round state is here
+// count: the loop never waits for the network in its share (the worker takes those first, verdicts.js work)
 export function shareUnits(b, s) {
   const U = b.units.perStep;
   let cum = 0, need = 0;
   for (const a of b.queued) {
+    if (!a.stateReady) continue;
     cum += Math.max(0, U * b.span - a.done);
-    need = Math.max(need, Math.ceil(cum / Math.max(1, a.t + AUDIT_WINDOW * b.span - s)));
+    need = Math.max(need, Math.ceil(cum / Math.max(1, Math.ceil((a.t + AUDIT_WINDOW * b.span - s) / b.span))));
   }
-  return cum ? Math.min(cum, Math.max(need, Math.ceil(b.rate * U))) : 0;
+  return cum ? Math.min(cum, Math.max(need, Math.ceil(b.rate * U * b.span))) : 0;
 }

@@ -50,7 +50,15 @@ export { exclusive } from './audit_recompute.js';
 export { afterExchange, flush, onAudit } from './commitments.js';
 export { idle, payShare } from './audit_schedule.js';
 export { onEvidence, onLie, ownStep } from './evidence.js';
-export { onTranscriptAsk, onTranscript, transcriptLimit } from './transcripts.js';
-export { onRoundStateAsk, onRoundState, roundStateLimit } from './round_states.js';
+export { onTranscript, transcriptLimit } from './transcripts.js';
+export { onRoundState, roundStateLimit } from './round_states.js';
+import { onTranscriptAsk as transcriptAsk } from './transcripts.js';
+import { onRoundStateAsk as roundStateAsk } from './round_states.js';
+import { owedOnceDrawn } from './verdicts.js';
+// an ask of this device's transcript or round state waits until it is owed, this device drawing the
+// asked step's pairs itself once their frames are here (verdicts.js owedOnceDrawn; the two modules
+// sit below verdicts.js, so it is handed to them here)
+export const onTranscriptAsk = (ctl, from, m) => transcriptAsk(ctl, from, m, owedOnceDrawn);
+export const onRoundStateAsk = (ctl, from, m) => roundStateAsk(ctl, from, m, owedOnceDrawn);
 export { convictedIds } from './rollback.js';
 export { checkEnd } from './audit_barriers.js';

@@ -108,6 +108,7 @@ async function catchUp(ctl, run, upTo) {
       for (const id of ids) ctl.peerGone(id, `no audit commitment of step ${t + 1} in time`);
       return false;
     }
+    if (b.done >= t) continue;        // drawn meanwhile (an ask of a member: verdicts.js owedOnceDrawn)
     if (!(await auditStep(ctl, run, t))) return false;
   }
   return !run.ended && !run.recovery;

@@ -39,8 +39,6 @@ export const NO_FAULTS = Object.freeze({
   referenceNonces: false,   // audit nonces are referenceNonce(seed, step, slot): the reference run's audit choice
   refuseRosters: false,     // this page refuses every roster change proposed to it (stalls every recovery and join)
   withholdAudits: null,     // {from}: from step index `from`, this page sends no AUDIT frame (commitments and reveals withheld)
-  auditRounds: false,       // local steps with audits: pages refuse them (start.js checkLocalSteps) until the rounds' audits cover
-                            // a conviction's rollback, departures and the run's end (docs/VERIFICATION.md "Pages (open)"); tests lift it
 });
 
 export const MAX_JOINERS = 8;       // devices being synced in at once
@@ -201,7 +199,7 @@ export class AuditBook {
                                  // state it is: k's own, or a departed member's its auditor k holds): the ask waited on (ROUND_STATE_ASK)
     this.roundStates = new Map();// "epoch:e:of:k" -> the state that came ({t, m, v}, decoded)
     this.stateAsked = new Map(); // the same keys -> the one ask's wait (the audit and a judgement share its answer)
-    this.stateAnswered = new Set(); // "asker:epoch:of:e": states this device sent (one per asker, member and round)
+    this.stateAnswered = new Set(); // "asker:epoch:of:e": states this device sent (one per asker, member and round); "asker:epoch:end": the one of the run's end's barrier
     this.passedStates = new Map(); // local steps: audited id -> {at, adam}: the state at round start `at` this device recomputed
                                  // as the auditor of its last passed round (a departure's barrier starts from it)
     this.asking = new Set();     // "epoch:step:owner slot": transcripts this device asked for and waits on

@@ -12,7 +12,7 @@
 import { TYPES } from '../mesh/frames.js';
 import { waitUntil } from '../page_clock.js';
 import { stateTranscriptBytes } from '../audit.js';
-import { roundStart, checkedFrom } from './audit_book.js';
+import { roundStart, GATE_LOOK_MS } from './audit_book.js';
 import { transcriptOwed } from './transcripts.js';
 
 // N: the model's values (every parameter tensor's length)
@@ -56,7 +56,8 @@ export function decodeRoundState(bytes, like) {
 // of: the slot whose state is asked for, when it is not k's own: a departed member's state after
 // its last passed audit, asked of the auditor that recomputed it (a departure's barrier). One ask
 // to k per round at a time (its ROUND_STATE names only k and the round: asks of it are answered in turn)
-// waitMs: how long to wait for it (the exchange deadline unless given)
+// waitMs: how long to wait for it: ms (the exchange deadline unless given), or a predicate that says
+// when to give up (an audit's: verdicts.js auditStateWait)
 export function askRoundState(ctl, run, b, t, k, of = k, waitMs = run.collective.deadlineMs) {
   if (k === run.slot && of === k) {
     const st = b.states.get(roundStart(run.cfg, t));
@@ -67,7 +68,9 @@ export function askRoundState(ctl, run, b, t, k, of = k, waitMs = run.collective
     for (let before; (before = b.stateAsked.get(b.stateAsking.get(wire))) !== undefined;) await before;   // (an ask pruned meanwhile: none)
     b.stateAsking.set(wire, key);
     ctl.mesh.sendJson(run.roster[k], TYPES.ROUND_STATE_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t, ...(of !== k ? { of } : {}) }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
-    await waitUntil(() => b.roundStates.has(key) || run.ended || run.book !== b, waitMs, (wake) => ctl.onPoke(wake));
+    const here = () => b.roundStates.has(key) || run.ended || run.book !== b;
+    if (typeof waitMs === 'number') await waitUntil(here, waitMs, (wake) => ctl.onPoke(wake));
+    else while (!here() && !waitMs()) await waitUntil(here, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
     b.stateAsking.delete(wire);
   })());
   return b.stateAsked.get(key).then(() => b.roundStates.get(key) ?? null);
@@ -93,15 +96,19 @@ export function onRoundState(ctl, from, m) {
 }
 
 // an auditor or a judge asks this device for its state at the start of its round ending at `step`.
-// Sent only where the protocol owes it (the auditor the beacon named for this device's slot at that
-// round, or a member judging evidence against it: transcriptOwed; at the run's end's barrier, any
-// member, for a round start from this device's last settled pass on: the rounds since are
-// recomputed from there), once per asker and round, while
-// kept; an ask not owed yet waits for it up to the exchange deadline; one never owed, a repeat, or
-// one of a round not kept is a bad frame. Also answered from the run that just ended here.
+// Sent only where the protocol owes it: the auditor the beacon named for this device's slot at that
+// round, or a member judging evidence against it (transcriptOwed), once per asker and round, while
+// kept; an ask not owed yet waits for it up to the exchange deadline (this device drawing that
+// round's pairs itself once their frames are here: waitOwed, verdicts.js owedOnceDrawn); one never
+// owed, a repeat, or one of a round not kept is a bad frame. At the run's end's barrier every member
+// recomputes the others' rounds forward from a round start after their last settled pass, as it
+// counts them, so each member is owed one state of this device there: at any round start it keeps
+// (its own kept states reach back to its own last settled pass, which no member counts later than
+// it: audit_book.js pruneStates). One per asker and epoch, asked after the asker's FIN (it asks at
+// its barrier), so the bytes a member can make it send at the end are one state's. Also answered from the run that just ended here.
 // `of` (another slot): a departed member's state after its last passed audit, which this device
 // recomputed as that audit's auditor (passedStates): owed to a member while that member is gone here
-export async function onRoundStateAsk(ctl, from, m) {
+export async function onRoundStateAsk(ctl, from, m, waitOwed) {
   const run = ctl.phase === 'running' ? ctl.at : ctl.lastRun, d = m.json, b = run?.book;
   const ok = b && b.span > 1 && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step)
     && (d.of === undefined || (Number.isInteger(d.of) && d.of >= 0 && d.of < run.roster.length && d.of !== run.slot));
@@ -113,18 +120,22 @@ export async function onRoundStateAsk(ctl, from, m) {
     return p && p.at === roundStart(run.cfg, d.step) ? p.adam : null;
   };
   if (!kept()) { ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: no state of that round kept here`); return; }
-  const key = `${from}:${d.epoch}:${d.of ?? run.slot}:${d.step}`;
+  const key = `${from}:${d.epoch}:${d.of ?? run.slot}:${d.step}`, endKey = `${from}:${d.epoch}:end`;
   if (b.stateAnswered.has(key)) { ctl.mesh.drop(from, m, `a second ROUND_STATE_ASK of step ${d.step}`); return; }
   b.stateAnswered.add(key);                  // a repeat while this one waits is a second ask too
-  // (at the run's end, its barrier: every member recomputes the others' rounds since their last
-  // settled pass, forward from their state there, so each is owed this device's state at a round
-  // start from its own last settled pass on: a member that settled more passes asks a later one)
-  const atBarrier = () => run.finishing && roundStart(run.cfg, d.step) >= checkedFrom(run, ctl.selfId);
-  const owed = () => run.book === b && (member !== null ? run.gone.has(member) || b.departing.has(member)
-    : atBarrier() || transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
-  if (!(await waitUntil(owed, run.collective.deadlineMs, (wake) => ctl.onPoke(wake)))) {
+  const byAudit = () => (member !== null ? run.gone.has(member) || b.departing.has(member)
+    : transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
+  // (an asker at its barrier sent its FIN of this epoch first, on the same ordered link)
+  const finFirst = run.fins.get(from)?.epoch === d.epoch;
+  const atEnd = () => member === null && finFirst && run.finishing && !b.stateAnswered.has(endKey);
+  const owed = () => run.book === b && (byAudit() || atEnd());
+  if (!(await waitOwed(ctl, run, b, d.step, owed, run.collective.deadlineMs))) {
     if (run.book === b) ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: not this round's auditor of this device, nor judging it`);
     return;
+  }
+  if (!byAudit()) {                          // the end's barrier: one state per member
+    if (!atEnd()) { ctl.mesh.drop(from, m, `a second ROUND_STATE_ASK at the run's end (step ${d.step})`); return; }
+    b.stateAnswered.add(endKey);
   }
   const st = kept();
   if (st) ctl.mesh.send(from, { type: TYPES.ROUND_STATE, slot: run.slot, runId: run.desc.runId, step: d.step, payload: encodeRoundState(st) }).catch(() => {});

@@ -115,12 +115,13 @@ export function transcriptOwed(run, b, asker, epoch, t, round = false) {
 // an auditor or a judge asks this device, the owner of a shard, for its transcript of a step. Sent
 // only where the protocol owes it: to the auditor the beacon named for this device's slot at that
 // step, or to a member judging an EVIDENCE of this device's reduce at that step; once per asker and
-// step, while kept. An ask not owed yet (this device has not drawn that step's pairs, or the
-// evidence is still on its way) waits for it up to the exchange deadline; one never owed is a bad
+// step, while kept. An ask not owed yet (this device has not drawn that step's pairs: it draws them once their
+// frames are here; or the evidence is still on its way) waits for it up to the exchange deadline; one never owed is a bad
 // frame (counted toward the flood limit), as is a repeated one. So a member makes this device send
 // a transcript only where the run would anyway (docs/PROTOCOL.md "Mesh limits"). Also answered
 // from the run that just ended here (idle): a member still auditing the last steps may ask then.
-export async function onTranscriptAsk(ctl, from, m) {
+// waitOwed: (ctl, run, b, step, owed, ms) -> whether owed() held within ms (verdicts.js owedOnceDrawn, handed in by audits.js)
+export async function onTranscriptAsk(ctl, from, m, waitOwed) {
   const run = ctl.phase === 'running' ? ctl.at : ctl.lastRun, d = m.json, b = run?.book;
   const ok = b && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step);
   const parts = ok ? b.received.get(d.step)?.transcript : null;
@@ -129,7 +130,7 @@ export async function onTranscriptAsk(ctl, from, m) {
   if (b.answered.has(key)) { ctl.mesh.drop(from, m, `a second TRANSCRIPT_ASK of step ${d.step}`); return; }
   b.answered.add(key);                       // a repeat while this one waits is a second ask too
   const owed = () => run.book === b && transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step);
-  if (!(await waitUntil(owed, run.collective.deadlineMs, (wake) => ctl.onPoke(wake)))) {
+  if (!(await waitOwed(ctl, run, b, d.step, owed, run.collective.deadlineMs))) {
     if (run.book === b) ctl.mesh.drop(from, m, `TRANSCRIPT_ASK of step ${d.step}: not this step's auditor of this device, nor judging its reduce`);
     return;
   }

@@ -6,12 +6,13 @@
 // waiting (advance), which may judge more evidence and convict again.
 // Imports: audit_book.js, audit_recompute.js, transcripts.js, rollback.js; the controller's
 // ctl.convicted / ctl.judged / ctl.peerGone carry a verdict to the membership modules.
-// Exports: auditStep, work, drainEvidence, convict, advance, evidenceKey, alarmSplit.
+// Exports: auditStep, work, drainEvidence, convict, advance, drawUpTo, owedOnceDrawn, evidenceKey, alarmSplit.
 import { TYPES } from '../mesh/frames.js';
-import { auditLoad, auditPairs, beacon, checkStartState, judge, slotDigest, Evidence } from '../audit.js';
+import { waitUntil } from '../page_clock.js';
+import { AUDIT_WINDOW, auditLoad, auditPairs, beacon, checkStartState, judge, slotDigest, Evidence } from '../audit.js';
 import { toHex, fromHex } from '../hashing.js';
 import { alarm } from './ending.js';
-import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, prevExchange, roundIndex } from './audit_book.js';
+import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, prevExchange, roundIndex, GATE_LOOK_MS } from './audit_book.js';
 import { AuditVoid, recompute } from './audit_recompute.js';
 import { askTranscript, ownerVerdict, ownerWords, noTranscript } from './transcripts.js';
 import { askRoundState } from './round_states.js';
@@ -99,26 +100,42 @@ export async function auditStep(ctl, run, t) {
     else if (!colluding) {
       const batch = run.batches.one(t, audited);      // fetched now: here by the time the recomputation runs
       batch.catch(() => {});
-      b.queued.push({ t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0, end: null });
-      if (b.span > 1) askRoundState(ctl, run, b, t, audited);   // its state at the round's start, asked for now (one ask)
+      const item = { t, audited, committed, epoch: run.epoch, batch, done: 0, release: null, admitting: null, inflight: 0, end: null, stateReady: b.span === 1 };
+      b.queued.push(item);
+      // local steps: its state at the round's start, asked for now (one ask). It may take longer
+      // than an exchange to come (26.5 MB at the largest settings behind a 10 Mbit/s uplink): the
+      // ask waits half the verdict window in rounds, and at least the exchange deadline
+      if (b.span > 1) askRoundState(ctl, run, b, t, audited, audited, auditStateWait(run, t)).then(() => { item.stateReady = true; ctl.poke(); });
     }
   }
   return drainEvidence(ctl, run);
 }
 
-// the queue's worker: one recomputation at a time, in deadline order; each judged when it ends, a
-// failed one is evidence to every member
+// how long an auditor waits for the audited slot's round state: until half the verdict window has
+// passed (W/2 rounds after the audited exchange t; at the run's end or a stop, no later than there)
+// and the exchange deadline too
+function auditStateWait(run, t) {
+  const t0 = performance.now(), due = t + (AUDIT_WINDOW / 2) * run.cfg.local_steps;
+  return () => (run.finishing || run.completed >= Math.min(due, run.cfg.steps, run.stopAfter ?? Infinity))
+    && performance.now() - t0 >= run.collective.deadlineMs;
+}
+
+// the queue's worker: one recomputation at a time, in deadline order among those whose round state
+// is here (local steps: an audit waits for the audited slot's state without holding up the others);
+// each judged when it ends, a failed one is evidence to every member
 export function work(ctl, run, b) {
   if (b.working || !b.queued.length) return;
   b.working = (async () => {
     while (b.queued.length && run.book === b && !run.ended) {
-      const item = b.queued[0];
+      const item = b.queued.find((a) => a.stateReady);
+      if (!item) { await waitUntil(() => b.queued.some((a) => a.stateReady) || !b.queued.length || run.book !== b || run.ended, GATE_LOOK_MS, (wake) => ctl.onPoke(wake)); continue; }
       try {
         await checkAudit(ctl, run, b, item);
       } catch (err) {
         if (!(err instanceof AuditVoid)) console.warn('daisy: an audit failed:', err);
       }
-      if (b.queued[0] === item) b.queued.shift();
+      const i = b.queued.indexOf(item);
+      if (i >= 0) b.queued.splice(i, 1);
       ctl.poke();
     }
   })().finally(() => { b.working = null; });
@@ -383,14 +400,48 @@ function checkingEarlier(ctl, run, b, id, a) {
   return true;
 }
 
+// the step whose audits this device draws next (local steps: the next round's exchange), if its
+// frames are all here and it is at most upTo
+const drawable = (run, b, upTo) => {
+  const t = exchangeAt(run.cfg, b.done + 1);
+  return run.book === b && !run.ended && t <= upTo && t < run.completed && !missingFor(run, t).length;
+};
+
+// every step up to upTo whose frames are all here is drawn now (auditStep), earliest first, outside
+// the loop's own catch-up (which checks b.done again after each wait: no step is drawn twice).
+// -> false when a conviction or an alarm stopped it
+export async function drawUpTo(ctl, run, upTo) {
+  const b = run.book;
+  while (drawable(run, b, upTo)) {
+    if (!(await auditStep(ctl, run, exchangeAt(run.cfg, b.done + 1)))) return false;
+  }
+  return true;
+}
+
+// An ask of this device's transcript or round state of step t is owed once this device drew t's
+// pairs (owed(): transcriptOwed). Its loop draws them two exchanges late, and may be held in an
+// exchange that a member's recovery halted, while that member, halted, drew them from the frames
+// (advance) and asked: so this device draws them itself as soon as their frames are here.
+// -> whether it became owed within ms
+export async function owedOnceDrawn(ctl, run, b, t, owed, ms) {
+  const until = performance.now() + ms;
+  let drawing = true;          // (a draw stopped by a conviction or an alarm is not tried again: no spin)
+  for (;;) {
+    if (owed()) return true;
+    if (run.book !== b || run.ended) return false;
+    if (drawing && drawable(run, b, t)) { drawing = await drawUpTo(ctl, run, t); continue; }
+    const left = until - performance.now();
+    if (left <= 0) return false;
+    const ready = () => owed() || run.book !== b || run.ended || (drawing && drawable(run, b, t));
+    if (!(await waitUntil(ready, left, (wake) => ctl.onPoke(wake)))) return owed();
+  }
+}
+
 // Outside the loop (a recovery parks it): every step whose frames are all here is audited now,
 // then the evidence waiting for it is judged (a member must judge evidence while it is halted)
 export async function advance(ctl, run) {
   const b = run.book;
-  const next = () => exchangeAt(run.cfg, b.done + 1);
-  while (run.book === b && !run.ended && next() < run.completed && !missingFor(run, next()).length) {
-    if (!(await auditStep(ctl, run, next()))) return;
-  }
+  if (!(await drawUpTo(ctl, run, Infinity))) return;
   if (run.book !== b) return;
   // an accused that left for good: the steps blocked only by its withheld frames are skipped once
   // every other member's frames of them are here, which may be after the conviction (settle)

@@ -25,3 +25,14 @@ test('audit schedule counts: H = 1 is the published table; rounds of 4 cost the 
     assert.ok(Math.abs(four.perPage - 0.1) < 0.01, `P ${four.P}: a page's mean share ${four.perPage} local steps per step`);
   }
 });
+
+// the pages call shareUnits once per round, at its exchange, with a book of span H (run/loop.js
+// payShare): counting its deadlines and its least share in rounds, it pays what the rounds model pays
+test('audit schedule counts: the share as the pages pay it (span H, once per round) = the share counted in rounds', () => {
+  const rounds = bench('--rates', '0.1', '--local-steps', '4,16').rows, pages = bench('--rates', '0.1', '--local-steps', '4,16', '--share', 'pages').rows;
+  assert.equal(pages.length, rounds.length);
+  for (const [i, r] of rounds.entries()) {
+    const p = pages[i];
+    assert.deepEqual([p.H, p.P, p.ratio, p.perPage, p.lagMax], [r.H, r.P, r.ratio, r.perPage, r.lagMax], `H ${r.H} P ${r.P}`);
+  }
+});
