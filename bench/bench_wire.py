@@ -23,7 +23,7 @@ same way), then the group of P pages; each page's browser pinned to core i mod c
     python bench/bench_wire.py --frame-kib 4,8,16                # frame sizes, likewise
     python bench/bench_wire.py --e2e                             # + the 300-step default run on loopback
     python bench/bench_wire.py --audit-rates 0,0.1               # gradient audits off and at the default chance (run/audits.js)
-    python bench/bench_wire.py --local-steps 1,4,16 --audit-rates 0     # local steps (H > 1 runs with audits off)
+    python bench/bench_wire.py --local-steps 1,4,16 --audit-rates 0,0.1  # local steps (H > 1: the rate is per round)
     python bench/bench_wire.py --target-step 200 --profiles lan,home --peers 2 --settings default
                                                                  # + time to the loss one page reaches at step 200
 
@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--gpu", default="off", help="the pages' ?gpu= (off: the CPU path, one engine for every row)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin each page's browser to a core")
     ap.add_argument("--local-steps", default="", help="comma-separated local steps H to compare, e.g. 1,4,16 (the run "
-                    "setting local_steps, docs/VERIFICATION.md; H > 1 runs with audits off)")
+                    "setting local_steps, docs/VERIFICATION.md; with H > 1 an audit rate is per round)")
     ap.add_argument("--audit-rates", default="", help="comma-separated audit chances (per slot and step) to compare, e.g. 0,0.1 "
                     "(the run's auditRate; empty: the page's default)")
     ap.add_argument("--e2e", action="store_true", help="also the 300-step default 2-page run on loopback (bench_mesh)")
@@ -231,7 +231,7 @@ def main() -> None:
                         print(json.dumps({"profile": prof, "settings": name, "exchange": exchange, "P": 1,
                                           **{k: v for k, v in alone.items() if k != "lead"}}), flush=True)
                         for P in peers:
-                            cases = [(l, f, a if H == 1 else 0, H) for l in lane_counts for f in frame_caps for a in audits for H in local]
+                            cases = [(l, f, a, H) for l in lane_counts for f in frame_caps for a in audits for H in local]
                             for lanes, kib, audit, H in dict.fromkeys(cases):
                                 target = alone.get("target") if args.target_step else None
                                 run_settings = settings if H == 1 else {**settings, "local_steps": H}

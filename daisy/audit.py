@@ -30,6 +30,14 @@ BEACON_TAG = b"daisy-beacon-v1"
 NONCE_TAG = b"daisy-audit-nonce-v1"
 STATE_TAG = b"daisy-adam-state-v1"
 DEFAULT_AUDIT_RATE = 0.1        # the chance that a slot's contribution to a step is audited (a run setting)
+DEFAULT_ROUND_AUDIT_RATE = 0.1  # local steps: the chance that a slot's round is audited (docs/VERIFICATION.md §13)
+
+
+def default_audit_rate(local_steps: int) -> float:
+    """The run's audit rate when none is given: per step, or per round of local steps."""
+    return DEFAULT_ROUND_AUDIT_RATE if local_steps > 1 else DEFAULT_AUDIT_RATE
+
+
 MAX_AUDIT_RATE = 1.0            # every slot audited at every step
 AUDIT_WINDOW = 16               # W: steps an audit may take (its verdict comes by step + W), and the
                                 # window over which auditors' loads are balanced (docs/VERIFICATION.md §13)

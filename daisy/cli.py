@@ -37,7 +37,7 @@ from pathlib import Path
 from . import data
 from .attack import AuditedRun, check_attack, parse_attack, parse_audit_rate, run_audited
 from .attack_rounds import RoundAuditedRun
-from .audit import DEFAULT_AUDIT_RATE
+from .audit import default_audit_rate
 from .batch_source import BatchError, HttpBatches, StreamBatches, data_info
 from .config import Config, ConfigError
 from .files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -141,7 +141,8 @@ def audited_args(ap, args) -> None:
     if args.roster is not None or args.resume is not None or args.save is not None:
         ap.error("--attack and --audit-rate run --peers P from step 0: drop --roster, --resume and --save")
     try:
-        args.audit_rate = DEFAULT_AUDIT_RATE if args.audit_rate is None else parse_audit_rate(args.audit_rate)
+        args.audit_rate = (default_audit_rate(args.local_steps or 1) if args.audit_rate is None
+                           else parse_audit_rate(args.audit_rate))
     except ValueError as e:
         ap.error(str(e))
     if args.attack is not None:

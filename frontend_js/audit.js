@@ -23,6 +23,9 @@ export const BEACON_TAG = ascii('daisy-beacon-v1');
 export const NONCE_TAG = ascii('daisy-audit-nonce-v1');
 export const STATE_TAG = ascii('daisy-adam-state-v1');
 export const DEFAULT_AUDIT_RATE = 0.1;        // the chance that a slot's contribution to a step is audited (a run setting)
+export const DEFAULT_ROUND_AUDIT_RATE = 0.1;  // local steps: the chance that a slot's round is audited (docs/VERIFICATION.md §13)
+// the run's audit rate when none is given: per step, or per round of local steps
+export const defaultAuditRate = (localSteps) => (localSteps > 1 ? DEFAULT_ROUND_AUDIT_RATE : DEFAULT_AUDIT_RATE);
 export const MAX_AUDIT_RATE = 1;              // every slot audited at every step
 export const AUDIT_WINDOW = 16;               // W: steps an audit may take (its verdict comes by step + W), and the
                                               // window over which auditors' loads are balanced (docs/VERIFICATION.md §13)

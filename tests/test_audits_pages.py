@@ -6,8 +6,9 @@ normal page load). Every page draws the reference run's nonces, so the audit pai
 on its panel, and keep exactly the reference run of that attack, step by step (the last hash a
 page recorded for a step: a conviction rolls the group back, 'step-undone', and the steps from
 there are recomputed without the liar; the last JSON line the reference prints for a step is the
-run's). tests/js/audit_mesh.test.mjs is the same over the in-memory transport. The last test is
-issue 27's forger that withholds its AUDIT frames and leaves at once: a departure is a barrier.
+run's). tests/js/audit_mesh.test.mjs is the same over the in-memory transport. Then issue 27's
+forger that withholds its AUDIT frames and leaves at once: a departure is a barrier. The last test
+audits rounds of local steps (tests/js/audit_rounds.test.mjs over the in-memory transport).
 """
 from __future__ import annotations
 
@@ -224,3 +225,37 @@ def test_a_forger_that_withholds_its_audit_frames_and_leaves_is_checked_at_the_b
             assert_kept_timeline(label, page, left_run)
         outcomes.append(bool(standing))
     assert outcomes[0] == outcomes[1], f"the survivors judged otherwise (convicted: slot 0 {outcomes[0]}, slot 2 {outcomes[1]})"
+
+
+def test_audited_rounds_of_local_steps_a_forger_is_removed_and_the_run_is_the_reference(app_url, pages):
+    """Local steps (H 4) with audits of rounds (docs/VERIFICATION.md §13 "Rounds of local steps"),
+    three pages over WebRTC (tests/js/audit_rounds.test.mjs is the same over the in-memory transport): slot 1 sends
+    -1000 x its round's delta from step index 5, committed to honestly. An audit of its round (its
+    auditor asks it for its Adam state at the round's start: ROUND_STATE over WebRTC) does not
+    reproduce; both honest pages remove it, each restores its own state at the round start after
+    its last pass, and they finish the run `python -m daisy.train --local-steps 4 --attack
+    "slot=1,from=5,kind=scale:-1000" --audit-rate 0.3` keeps, step by step."""
+    attack, rate = "slot=1,from=5,kind=scale:-1000", 0.3
+    want, events = reference_run("--peers", "3", "--local-steps", "4", "--attack", attack, "--audit-rate", str(rate))
+    assert len(events) == 1 and events[0]["peer"] == 1, f"the reference removes slot 1: {events}"
+    group = [open_peer(pages, app_url + "/", f"r{i}", init_script=fault_plan(
+        {"forge": {"from": 5, "kind": "scale", "factor": -1000}} if i == 1 else {})) for i in range(3)]
+    for page in group:
+        linked(page, [o for o in group if o is not page])
+        record(page)
+        page.evaluate(RECORD_AUDITS)
+    group[0].evaluate("(cfg) => window.daisy.start(cfg)", {**SETTINGS, "local_steps": 4, "auditRate": rate})
+    ids = [state(p)["peerId"] for p in group]
+    assert state(group[0])["run"]["roster"] == ids, "slots: not the order the pages joined in"
+    forger = f"{state(group[1])['name']} ({ids[1]})"                  # peer.js nameOf
+    for i in (0, 2):
+        page, label = group[i], f"slot {i}"
+        s = ended(page, f"{label} finished", RUN_MS)
+        try:
+            assert s["runState"] == "done" and s["step"] == STEPS, f"{label}: {s['runState']} at {s['step']}: {s['message']}"
+            assert ids[1] not in s["run"]["roster"], f"{label} still has the forger: {s['run']['roster']}"
+            assert_kept_timeline(label, page, want)
+            assert_convicted(page, label, rf"round of {re.escape(forger)} did not reproduce at step (\d+): removed \(", events[0], ids[1])
+        except AssertionError as e:
+            drops = "\n".join(f"slot {j} dropped {p.evaluate('window.daisy.mesh.drops()')['recent'][-12:]}" for j, p in enumerate(group))
+            raise AssertionError(f"{e}\n{group_story(group)}\n{drops}") from None

@@ -149,21 +149,22 @@ def test_two_pages_train_the_run_of_the_reference(app_url, pages):
 
 
 def test_two_pages_train_local_steps_equal_to_the_reference(app_url, pages):
-    """Local steps (H 4, audits off; docs/VERIFICATION.md "Local steps") in two pages: every step's
-    hash (the group's anchor) = python -m daisy.train --local-steps 4, to the run's end."""
+    """Local steps (H 4; docs/VERIFICATION.md "Local steps") in two pages, their rounds audited at the
+    default rate (§13 "Rounds of local steps"): every step's hash (the group's anchor) = python -m
+    daisy.train --local-steps 4, to the run's end, and the panel says how soon a liar is caught."""
     a, b = open_group(pages, app_url + "/", 2)
     for page in (a, b):
         record_steps(page)
     settings = {"steps": 100, "local_steps": 4, **TINY}
-    err = a.evaluate("(cfg) => window.daisy.start(cfg).then(() => '', (e) => e.message)", {**settings, "auditRate": 1})
-    assert "run without gradient audits" in err, err
-    a.evaluate("(cfg) => window.daisy.start(cfg)", settings)         # audits off by default with local steps
+    a.evaluate("(cfg) => window.daisy.start(cfg)", settings)         # audits of rounds at the default rate
     sa, sb = ended(a, "a finished"), ended(b, "b finished")
     for s in (sa, sb):
         assert s["runState"] == "done" and s["step"] == 100, s["message"]
     want = reference_hashes(2, settings, 100)
     assert_hashes_equal("leader", step_hashes(a), want)
     assert_hashes_equal("member", step_hashes(b), want)
+    # every owed audit of a round ran before FIN; rounds of 4 at the default chance 0.1: ~40 steps
+    assert "rounds audited through step 100 (one liar is caught within ~40 steps)" in a.inner_text("#daisy-peer")
 
 
 def test_three_pages_stop_together_and_equal_the_reference(app_url, pages):

@@ -63,8 +63,7 @@ export class Peer {
     // test hooks set before the page loads (tests/test_membership.py, test_mesh.py) become the
     // run controller's injected fault plan: the controller reads no globals
     const test = globalThis.__daisyTest || {};
-    // (tests/test_audits_pages.py: a forger {from, kind, factor}, a lying auditor {from}, a lying shard owner {from}, the reference's nonces,
-    // auditRounds: audits with local steps, which pages refuse otherwise: run/start.js checkLocalSteps)
+    // (tests/test_audits_pages.py: a forger {from, kind, factor}, a lying auditor {from}, a lying shard owner {from}, the reference's nonces)
     const forge = test.forge && typeof test.forge === 'object' ? { from: Number(test.forge.from) || 0, kind: String(test.forge.kind), factor: Number(test.forge.factor ?? 1) } : null;
     const liarAuditor = test.liarAuditor && typeof test.liarAuditor === 'object' ? { from: Number(test.liarAuditor.from) || 0 } : null;
     const liarOwner = test.liarOwner && typeof test.liarOwner === 'object' ? { from: Number(test.liarOwner.from) || 0 } : null;
@@ -72,7 +71,7 @@ export class Peer {
     const timing = Object.fromEntries(Object.entries(test.timing && typeof test.timing === 'object' ? test.timing : {})
       .filter(([k, v]) => Object.hasOwn(TIMING, k) && Number.isFinite(v) && v > 0));
     this.runs = new RunController(runHost(this), { timing, faults: { corruptNextSync: Boolean(test.corruptNextSync), noJoin: Boolean(test.noJoin),
-      forge, liarAuditor, liarOwner, referenceNonces: Boolean(test.referenceNonces), auditRounds: Boolean(test.auditRounds) } });
+      forge, liarAuditor, liarOwner, referenceNonces: Boolean(test.referenceNonces) } });
     this.outage = new OutageWatch(this, bus);   // server outages: the run goes on (outage.js)
     this.links = new Links(this);          // the links to the other peers (links.js)
     this.conn = null;                      // the ServerConnection, from boot()

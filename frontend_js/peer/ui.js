@@ -165,8 +165,10 @@ function replicaText(s) {
   const { count, agree, agreeing, step } = s.replicas;
   if (count === 1) return `1 replica at step ${step} (no other peer in this run)`;
   const a = s.audits;
-  // each contribution audited with chance `rate`: a liar's forgeries are caught after 1/rate steps on average
-  const audited = !a ? '' : a.rate ? `; gradients audited through step ${a.through} (one liar is caught within ~${Math.round(1 / a.rate)} steps)` : '; gradients not audited';
+  // each contribution (a step's gradient, or a round of `span` local steps) audited with chance
+  // `rate`: a liar's forgeries are caught after 1/rate contributions, span/rate steps, on average
+  const unit = (a?.span ?? 1) > 1 ? 'rounds' : 'gradients';
+  const audited = !a ? '' : a.rate ? `; ${unit} audited through step ${a.through} (one liar is caught within ~${Math.round((a.span ?? 1) / a.rate)} steps)` : `; ${unit} not audited`;
   return (agree ? `${agreeing ?? count} of ${count} replicas agree at step ${step}` : `MISMATCH among ${count} replicas at step ${step}`) + audited;
 }
 

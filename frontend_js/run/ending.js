@@ -113,7 +113,7 @@ function kept(ctl, run, runState, message, error) {
   h.models.step = run.completed;
   h.models.runEnded(run.replica, runState, error);
   h.show({ running: false, runState, message, error, step: run.completed, hash: run.hash,
-           audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0 } });
+           audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0, span: run.book?.span ?? 1 } });
   h.announce();
   h.emit('run-ended', { state: runState, step: run.completed, error, message, hash: run.hash, history: run.history.map((e) => e.slice()) });
   h.stored?.afterRun(run, { state: runState, error });   // stored_run.js

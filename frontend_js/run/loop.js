@@ -222,7 +222,7 @@ function report(ctl, run, step, loss) {
   // peers' hashes arrive one step late (with the next step's frames): agreement is at step-1
   h.show({ step, loss, hash: run.hash, tokensPerS: rate, speed, peerHashes: Object.fromEntries(run.peerHashes), curve: run.curve,
            replicas: { count: P, agree: true, agreeing: P, step: P > 1 ? step - 1 : step },
-           audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0 } });
+           audits: { rate: run.book?.rate ?? 0, through: run.book ? run.book.done + 1 : 0, span: run.book?.span ?? 1 } });
   h.emit('step', { step, loss, hash: run.hash, peers: P });
 }
 

@@ -20,15 +20,8 @@ import { Proposal, Acceptance, newRunId, short, isHash } from './record.js';
 import { readPeerState } from '../peer_state.js';
 import { validAuditRate } from './audits.js';
 import { keptOutOf } from '../mesh/roster.js';
-import { DEFAULT_AUDIT_RATE } from '../audit.js';
+import { defaultAuditRate } from '../audit.js';
 
-// Local steps (cfg.local_steps > 1, docs/VERIFICATION.md "Local steps") run without audits on pages
-// until the audits of rounds (§13 "Rounds of local steps") cover a conviction's rollback, a
-// departure and the run's end ("Pages (open)"): a page refuses them with audits on. `rounds`: the
-// fault plan's test hook (record.js auditRounds) lifts it for the Node tests of the slices built
-export function checkLocalSteps(cfg, auditRate, rounds = false) {
-  if (cfg.local_steps > 1 && auditRate !== 0 && !rounds) throw new Error('local steps (local_steps > 1) run without gradient audits: start them with auditRate 0');
-}
 
 export function freshReplica(cfg) {
   const params = initParams(cfg);
@@ -49,7 +42,7 @@ export async function start(ctl, config) {
   // resume: true continues the model this tab holds (a loaded checkpoint or a stopped run) from
   // its step with its config; false starts a new run from step 0; absent: a loaded checkpoint
   // short of its last step is continued
-  // auditRate: given, else the default (0 for local steps, which run without audits: checkLocalSteps)
+  // auditRate: given, else the default (local steps: each slot's rounds are audited, docs/VERIFICATION.md §13 "Rounds of local steps")
   const { resume: want, auditRate: givenRate, ...settings } = config || {};
   if (want !== undefined && typeof want !== 'boolean') throw new Error(`resume must be true or false, got ${JSON.stringify(want)}`);
   if (givenRate !== undefined && !validAuditRate(givenRate)) throw new Error(`auditRate must be a chance from 0 to 1 (each slot's contribution audited with it at each step), got ${JSON.stringify(givenRate)}`);
@@ -63,8 +56,7 @@ export async function start(ctl, config) {
   const dataId = await h.dataId();
   const resume = point && (want === true || (want === undefined && m.resumable)) ? m.model : null;
   const cfg = resume ? resume.cfg : makeConfig(settings);
-  const auditRate = givenRate ?? (cfg.local_steps > 1 ? 0 : DEFAULT_AUDIT_RATE);
-  checkLocalSteps(cfg, auditRate, ctl.faults.auditRounds);
+  const auditRate = givenRate ?? defaultAuditRate(cfg.local_steps);
   await h.prepare(cfg);                               // a measured GPU route timed at these settings (backends.js)
   // members: every admitted peer of the group whose link is up (waiting for links still opening)
   const keptOut = h.members().filter((q) => ctl.keptOut.has(q.id));
@@ -176,7 +168,6 @@ export async function onRun(ctl, from, m) {
     const out = keptOutOf(d.roster, ctl.keptOut, ctl.host.nameOf);
     if (out) throw new Error(out);
     cfg = makeConfig(d.config);
-    checkLocalSteps(cfg, d.auditRate, ctl.faults.auditRounds);
     if (!Number.isInteger(d.startStep) || d.startStep < 0 || d.startStep >= cfg.steps) throw new Error(`bad start step ${d.startStep}`);
     if (!isHash(d.initHash)) throw new Error('bad start hash');
     if (!validAuditRate(d.auditRate)) throw new Error(`bad audit rate ${JSON.stringify(d.auditRate)}`);

@@ -1,7 +1,6 @@
 // Audited rounds of local steps over the mesh (docs/VERIFICATION.md §13 "Rounds of local steps",
-// "Pages (open)"; frontend_js/run/audits.js): run controllers over the in-memory transport
-// (run_harness.mjs), local_steps H = 4, every page drawing the reference run's nonces, the fault
-// plan's test hook auditRounds lifting the pages' refusal of audits with local steps. Each honest
+// "Pages"; frontend_js/run/audits.js): run controllers over the in-memory transport
+// (run_harness.mjs), local_steps H = 4, every page drawing the reference run's nonces. Each honest
 // page must end with exactly the reference run (frontend_js/attack_rounds.js RoundAuditedRun,
 // itself tested equal to python -m daisy.train --local-steps 4 --attack), hash for hash.
 //   1. nobody lies, every round of every slot audited (rate 1): the plain run of local steps, and
@@ -36,7 +35,7 @@ const H = 4;
 async function audited(peers, liar, faults, settings, timing = TIMING) {
   const g = new Group({ seed: 21, timing });
   const nodes = [];
-  for (let i = 0; i < peers; i++) nodes.push(...g.add(1, { faults: { referenceNonces: true, auditRounds: true, ...(i === liar ? faults : {}) } }));
+  for (let i = 0; i < peers; i++) nodes.push(...g.add(1, { faults: { referenceNonces: true, ...(i === liar ? faults : {}) } }));
   await g.linked();
   await nodes[0].ctl.start({ ...SETTINGS, steps: STEPS, local_steps: H, ...settings });
   return { g, nodes };
