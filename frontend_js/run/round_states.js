@@ -104,8 +104,10 @@ export function onRoundState(ctl, from, m) {
 // recomputes the others' rounds forward from a round start after their last settled pass, as it
 // counts them, so each member is owed one state of this device there: at any round start it keeps
 // (its own kept states reach back to its own last settled pass, which no member counts later than
-// it: audit_book.js pruneStates). One per asker and epoch, asked after the asker's FIN (it asks at
-// its barrier), so the bytes a member can make it send at the end are one state's. Also answered from the run that just ended here.
+// it: audit_book.js pruneStates), whether or not this device is still at its own (its barrier may
+// have convicted someone already: a member still at its barrier needs the state to judge alike).
+// One per asker and epoch, asked after the asker's FIN (it asks at its barrier), so the bytes a
+// member can make it send at the end are one state's. Also answered from the run that just ended here.
 // `of` (another slot): a departed member's state after its last passed audit, which this device
 // recomputed as that audit's auditor (passedStates): owed to a member while that member is gone here
 export async function onRoundStateAsk(ctl, from, m, waitOwed) {
@@ -113,6 +115,8 @@ export async function onRoundStateAsk(ctl, from, m, waitOwed) {
   const ok = b && b.span > 1 && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step)
     && (d.of === undefined || (Number.isInteger(d.of) && d.of >= 0 && d.of < run.roster.length && d.of !== run.slot));
   const member = ok && d.of !== undefined ? run.roster[d.of] : null;
+  // (an asker at its barrier sent its FIN of this epoch first, on the same ordered link)
+  const finFirst = Boolean(ok) && run.fins.get(from)?.epoch === d.epoch;
   const kept = () => {
     if (!ok) return null;
     if (member === null) return b.states.get(roundStart(run.cfg, d.step));
@@ -125,9 +129,7 @@ export async function onRoundStateAsk(ctl, from, m, waitOwed) {
   b.stateAnswered.add(key);                  // a repeat while this one waits is a second ask too
   const byAudit = () => (member !== null ? run.gone.has(member) || b.departing.has(member)
     : transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
-  // (an asker at its barrier sent its FIN of this epoch first, on the same ordered link)
-  const finFirst = run.fins.get(from)?.epoch === d.epoch;
-  const atEnd = () => member === null && finFirst && run.finishing && !b.stateAnswered.has(endKey);
+  const atEnd = () => member === null && finFirst && !b.stateAnswered.has(endKey);
   const owed = () => run.book === b && (byAudit() || atEnd());
   if (!(await waitOwed(ctl, run, b, d.step, owed, run.collective.deadlineMs))) {
     if (run.book === b) ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: not this round's auditor of this device, nor judging it`);
