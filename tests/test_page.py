@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from daisy.config import RANGES, Config
-from daisy.space.page import NO_MODEL, SETTINGS
+from daisy.space.page import ADVANCED, NO_MODEL, SETTINGS
 from tests.app_server import WAIT_MS, free_port, open_peer, start_app, state, stop_app, wait_state, wait_up
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,8 @@ def test_offline_app_starts_and_says_why(servers):
 def test_widgets_ranges_defaults_and_peer(servers, pages):
     page = open_peer(pages, servers["main"] + "/", "widgets")
     defaults = Config()
-    for name, label, step, _ in SETTINGS:
+    page.locator("#daisy-advanced button").first.click()     # ADVANCED (local steps) is folded under "Speed"
+    for name, label, step, _ in SETTINGS + ADVANCED:
         lo, hi, _ = RANGES[name]
         got = page.evaluate("""(id) => { const r = document.querySelector(`#${id} input[type=range]`);
             return r && {min: +r.min, max: +r.max, step: +r.step, value: +r.value}; }""", f"setting-{name}")
@@ -295,11 +296,12 @@ def test_start_trains_and_the_hash_moves(servers, pages):
     err = page.evaluate("window.daisy.start({resume: 'yes'}).then(() => 'started', (e) => e.message)")
     assert err == 'resume must be true or false, got "yes"', err
 
-    # Start a new run runs the sliders' settings (the defaults here)
+    # Start a new run runs the sliders' settings (the defaults here, and local steps 4 under "Speed")
+    set_box(page, "local_steps", "4")
     page.get_by_role("button", name="Start a new run", exact=True).click()
     wait_state(page, "s.running && s.step >= 1", "run from the button")
-    got = {k: v for k, v in state(page)["config"].items() if k in {n for n, *_ in SETTINGS}}
-    assert got == {n: getattr(Config(), n) for n, *_ in SETTINGS}, got
+    got = {k: v for k, v in state(page)["config"].items() if k in {n for n, *_ in SETTINGS + ADVANCED}}
+    assert got == {**{n: getattr(Config(), n) for n, *_ in SETTINGS}, "local_steps": 4}, got
     # the widgets follow the state on a later turn of the page: hidden within the wait, or the test fails
     page.locator("#daisy-continue").wait_for(state="hidden", timeout=WAIT_MS)   # no Continue while a run is going
     page.get_by_role("button", name="Start a new run", exact=True).click()      # a second start is refused

@@ -42,6 +42,12 @@ SETTINGS = [
     ("lr_x1000", "Learning rate ×1000", 1, "Adam learning rate times 1000 (10 = 0.01)"),
 ]
 assert 16 % Config().heads == 0, "width slider step must keep width a multiple of heads"
+# A run setting under the five, folded away: local steps (docs/VERIFICATION.md "Local steps"), which
+# the peer panel suggests when the exchange slows the group ("… local steps 12 would hide it")
+ADVANCED = [
+    ("local_steps", "Local steps", 1, "steps each device takes between exchanges (1 = exchange every "
+     "step); more hides a slow link: the panel suggests a number"),
+]
 
 NO_MODEL = "Train or load a model first."
 
@@ -61,7 +67,7 @@ def _on_load(export: str, what: str) -> str:
 def settings_spec() -> list[dict]:
     """The settings as the page's JS checks them: the sliders' names, labels and allowed values."""
     return [{"name": name, "label": label, "min": RANGES[name][0], "max": RANGES[name][1], "step": step}
-            for name, label, step, _ in SETTINGS]
+            for name, label, step, _ in SETTINGS + ADVANCED]
 
 
 def peer_panel_html() -> str:
@@ -119,6 +125,11 @@ def build_page(source: DataSource) -> gr.Blocks:
                     lo, hi, _ = RANGES[name]
                     sliders.append(gr.Slider(lo, hi, value=getattr(defaults, name), step=step,
                                              label=label, info=info, elem_id=f"setting-{name}"))
+                with gr.Accordion("Speed", open=False, elem_id="daisy-advanced"):
+                    for name, label, step, info in ADVANCED:
+                        lo, hi, _ = RANGES[name]
+                        sliders.append(gr.Slider(lo, hi, value=getattr(defaults, name), step=step,
+                                                 label=label, info=info, elem_id=f"setting-{name}"))
                 with gr.Row():
                     # widgets.js relabels Start ("Start a new run" once this tab holds a model) and
                     # shows Continue only while there is a run to continue (its label says the step)
