@@ -57,7 +57,10 @@ export function decodeRoundState(bytes, like) {
 // its last passed audit, asked of the auditor that recomputed it (a departure's barrier). One ask
 // to k per round at a time (its ROUND_STATE names only k and the round: asks of it are answered in turn)
 // waitMs: how long to wait for it: ms (the exchange deadline unless given), or a predicate that says
-// when to give up (an audit's: verdicts.js auditStateWait)
+// when to give up (an audit's: verdicts.js auditStateWait, then the exchange deadline). Counted from
+// the ask or from the last frame of a ROUND_STATE that came from k: a state on its way is waited for
+// (26.5 MB at the largest settings take 21 s behind a 10 Mbit/s uplink, and a member at the end's
+// barrier sends one to each other member)
 export function askRoundState(ctl, run, b, t, k, of = k, waitMs = run.collective.deadlineMs) {
   if (k === run.slot && of === k) {
     const st = b.states.get(roundStart(run.cfg, t));
@@ -69,8 +72,13 @@ export function askRoundState(ctl, run, b, t, k, of = k, waitMs = run.collective
     b.stateAsking.set(wire, key);
     ctl.mesh.sendJson(run.roster[k], TYPES.ROUND_STATE_ASK, { runId: run.desc.runId, epoch: run.epoch, step: t, ...(of !== k ? { of } : {}) }, { runId: run.desc.runId, slot: run.slot }).catch(() => {});
     const here = () => b.roundStates.has(key) || run.ended || run.book !== b;
-    if (typeof waitMs === 'number') await waitUntil(here, waitMs, (wake) => ctl.onPoke(wake));
-    else while (!here() && !waitMs()) await waitUntil(here, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+    let last = performance.now();
+    const off = ctl.mesh.on('progress', (e) => { if (e.peer === run.roster[k] && e.type === TYPES.ROUND_STATE) last = performance.now(); });
+    const quiet = (ms) => performance.now() - last >= ms;
+    const late = typeof waitMs === 'number' ? () => quiet(waitMs) : () => waitMs() && quiet(run.collective.deadlineMs);
+    try {
+      while (!here() && !late()) await waitUntil(here, GATE_LOOK_MS, (wake) => ctl.onPoke(wake));
+    } finally { off(); }
     b.stateAsking.delete(wire);
   })());
   return b.stateAsked.get(key).then(() => b.roundStates.get(key) ?? null);

@@ -249,3 +249,4 @@ test('a member flooding ROUND_STATE_ASKs and unasked ROUND_STATEs (P = 3, rate 1
     assert.ok(answers.size <= asks.size - (flooded - floodedStates), `the honest pages sent ${answers.size} states for ${asks.size - flooded + floodedStates} asks of the member's own audits and barrier`);
   } finally { await g.close(); }
 });
+
