@@ -114,12 +114,15 @@ export function recordPass(run, audited, auditor, after) {
 }
 
 // the first step of `id`'s contributions not covered by a settled pass: after its latest pass by an
-// auditor never convicted whose verdict is in, the book's floor or the last rollback
-export function checkedFrom(run, id) {
+// auditor never convicted whose verdict is in, the book's floor or the last rollback. shared: only
+// the passes every member counts settled by now, those older than the verdict window (W + 1 units
+// before the audits done); others' views differ (an auditor knows its own verdicts at once, a FIN
+// settles what its sender audited), so a page keeps its own states from there (pruneStates)
+export function checkedFrom(run, id, shared = false) {
   const b = run.book, slot = run.roster.indexOf(id);
   const settled = new Map([[null, b.floor]]);
   for (const [auditor, steps] of b.passes.get(id) || []) {
-    const ok = steps.filter((x) => !b.pending.has(`${x - 1}:${slot}`));
+    const ok = steps.filter((x) => (shared ? x - 1 < b.done - (AUDIT_WINDOW + 1) * b.span : !b.pending.has(`${x - 1}:${slot}`)));
     if (ok.length) settled.set(auditor, ok[ok.length - 1]);
   }
   return Math.max(b.floor, b.since, trustedStep(settled, new Set(b.excludedFrom.keys())));
@@ -138,8 +141,9 @@ function pruneStates(run) {
   for (const byAuditor of b.passes.values()) for (const steps of byAuditor.values()) for (const t of steps) needed.add(t);
   for (const { t } of b.pending.values()) needed.add(roundStart(run.cfg, t));   // audits whose verdict may still come
   for (let t = barrierFloor(run); t < c; t++) needed.add(t);       // what a departure's barrier checks
-  // (local steps: this device's own state since its last settled pass, which the end's barrier asks of it)
-  if (b.span > 1 && run.slot >= 0) for (let t = checkedFrom(run, run.roster[run.slot]); t < c; t++) needed.add(t);
+  // (local steps: this device's own state since its last pass every member counts settled, from
+  // which the end's barrier may ask it: a member that has not seen a later verdict asks an earlier one)
+  if (b.span > 1 && run.slot >= 0) for (let t = checkedFrom(run, run.roster[run.slot], true); t < c; t++) needed.add(t);
   const ring = KEPT_RING * b.span;
   for (const t of [...b.states.keys()]) if (t < c - ring && !needed.has(t)) release(b, t);
   const old = [...b.states.keys()].filter((t) => t < c - ring && t !== b.floor).sort((x, y) => x - y);

@@ -111,8 +111,8 @@ export function onRoundState(ctl, from, m) {
 // owed, a repeat, or one of a round not kept is a bad frame. At the run's end's barrier every member
 // recomputes the others' rounds forward from a round start after their last settled pass, as it
 // counts them, so each member is owed one state of this device there: at any round start it keeps
-// (its own kept states reach back to its own last settled pass, which no member counts later than
-// it: audit_book.js pruneStates), whether or not this device is still at its own (its barrier may
+// (its own kept states reach back to its last pass that every member counts settled: audit_book.js
+// pruneStates), whether or not this device is still at its own (its barrier may
 // have convicted someone already: a member still at its barrier needs the state to judge alike).
 // One per asker and epoch, asked after the asker's FIN (it asks at its barrier), so the bytes a
 // member can make it send at the end are one state's. Also answered from the run that just ended here.
