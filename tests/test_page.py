@@ -296,7 +296,9 @@ def test_start_trains_and_the_hash_moves(servers, pages):
     err = page.evaluate("window.daisy.start({resume: 'yes'}).then(() => 'started', (e) => e.message)")
     assert err == 'resume must be true or false, got "yes"', err
 
-    # Start a new run runs the sliders' settings (the defaults here, and local steps 4 under "Speed")
+    # Start a new run runs the sliders' settings (the defaults here, and local steps 4 under "Speed",
+    # folded until opened)
+    page.locator("#daisy-advanced button").first.click()
     set_box(page, "local_steps", "4")
     page.get_by_role("button", name="Start a new run", exact=True).click()
     wait_state(page, "s.running && s.step >= 1", "run from the button")
