@@ -18,9 +18,10 @@
 //   rounds  counted in rounds (the default): once per round, at the exchange, shareUnits over a book
 //           whose unit is the round (H·U units, deadlines W rounds): a round's share is the per-step
 //           rule's share of a step, with rounds for steps. H = 1: the per-step schedule exactly.
-//   pages   as run/loop.js calls it today: payShare (shareUnits with span H, deadlines in steps)
-//           once per round at the exchange step: its "steps left" are steps while it is paid per
-//           round, so it pays about 1/H of the round's share until the last deadline forces the rest.
+//   pages   as run/loop.js calls it: payShare (shareUnits with span H, its deadlines and least
+//           share counted in rounds) once per round at the exchange step: the same numbers as
+//           `rounds` (tests/js/audit_schedule_bench.test.mjs); before that fix it counted steps and
+//           paid about 1/H of a round's share until the last deadline forced the rest.
 // Deterministic: the same numbers on any machine.
 //   node bench/bench_audit_schedule.mjs [--steps 4000] [--layers 8] [--rates 0.05,0.1,0.125,0.2]
 //        [--local-steps 1,4,16] [--share rounds|pages] [--uniform] [--json]
@@ -148,10 +149,11 @@ function byteRows() {
 //   slowdown(q)  = (1 − (1 − q)^2) · behind / R   a round holds some page's state with that chance
 //   paced(q)     = q·T_state <= H·C            a state sent only while its page computes (never ahead
 //                  of a GRAD) spreads over rounds: hidden on average when the uplink's idle time covers it
-//   today(q)     = head · (T_state + hop) / R  today's pages (docs/VERIFICATION.md §13 "Pages
-//                  (open)" (6)): an auditor whose share starts on an audit drawn at this exchange
-//                  waits for its state inside the lockstep (head: schedule()'s rounds a share starts
-//                  on a state just asked, P = 2); counting only audits whose state is here removes it
+//   today(q)     = head · (T_state + hop) / R  the pages before the sixth session's fix (docs/VERIFICATION.md
+//                  §13 "Pages", race (c)): an auditor whose share started on an audit drawn at this
+//                  exchange waited for its state inside the lockstep (head: schedule()'s rounds a share
+//                  starts on a state just asked, P = 2); the share now counts only audits whose state
+//                  is here, so this column is what that fix removed
 //   deadline     = max(TIMING.deadlineMs, deadlineSteps x the mean step R / H) (loop.js), the ask's
 //                  wait: a state slower than it and the auditor counts the page gone
 function secondRows() {
