@@ -8,7 +8,9 @@
    too); bad settings and bad schedules give the same error message.
 The Python and node processes run concurrently to keep the suite inside its time budget.
 """
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -63,6 +65,51 @@ def run(cmd, **kw):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, **kw)
 
 
+def descendants(pid):
+    """Every process below pid (from /proc: a process's parent is the 4th field of its stat)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def run_node_suite(cmd, env):
+    """`node --test` within TIMEOUT. At the bound it is stopped, and what it was doing is told: the
+    test files still running and each one's JavaScript stack (tests/js/stacks.mjs: a file spinning
+    in a loop or in microtasks never reaches its own test timeouts). Only the suite's test fails."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        files = {}
+        for pid in descendants(proc.pid):
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            named = [a.decode() for a in args if a.endswith(b".test.mjs")]
+            if named:
+                files[pid] = named[0]
+        stacks = subprocess.run([NODE, "tests/js/stacks.mjs", *map(str, files)], cwd=ROOT, capture_output=True,
+                                text=True, timeout=60).stdout if files else ""
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        running = ", ".join(f"{f} (pid {pid})" for pid, f in files.items()) or "none"
+        return subprocess.CompletedProcess(cmd, None, out, f"{err[-3000:]}\nthe suite ran into its {TIMEOUT} s bound;"
+                                           f" test files still running: {running}\n{stacks}")
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Everything runs once, concurrently: fixtures then node --test; each CLI pair."""
@@ -79,11 +126,10 @@ def results(tmp_path_factory):
         # (100 of its schedules here, 200 in a developer's `node --test`: the fuzz is the suite's
         # longest test, ~55 s of one worker for 200, and the fixed seed's schedules repeat each run)
         env = {"DAISY_FIXTURES": str(fixtures), "PATH": "/usr/bin:/bin", "DAISY_FUZZ_SEED": "509416", "FUZZ_SCHEDULES": "100"}
-        import os
         env = {**os.environ, **env}
         # two test files at a time (node's default on 2 cores is one): most of the suite waits on
         # timers and the in-memory transport, so this halves its time (~180 s -> ~95 s here)
-        return run([NODE, "--test", "--test-concurrency=2", "tests/js/"], env=env)
+        return run_node_suite([NODE, "--test", "--test-concurrency=2", "tests/js/"], env)
 
     jobs = {"node-test": fixture_suite}
     for name, args in CLI_CASES.items():
@@ -113,7 +159,7 @@ def failed_blocks(tap, limit=12000):
 
 def test_node_suite_against_fixtures(results):
     r = results["node-test"]
-    assert r.returncode == 0, f"node --test tests/js/ failed:\n{failed_blocks(r.stdout)}\n{r.stderr[-2000:]}"
+    assert r.returncode == 0, f"node --test tests/js/ failed:\n{failed_blocks(r.stdout)}\n{r.stderr[-6000:]}"
     assert "# fail 0" in r.stdout and "# pass " in r.stdout, r.stdout[-2000:]
 
 
