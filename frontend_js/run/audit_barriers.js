@@ -6,9 +6,9 @@
 // Imports: audit_book.js (checkedFrom), audit_recompute.js, verdicts.js (convict). Exports:
 // checkDeparture (departures.js), checkEnd (loop.js, through audits.js).
 import { waitUntil } from '../page_clock.js';
-import { adamStateHash, checkStartState } from '../audit.js';
-import { toHex, fromHex } from '../hashing.js';
-import { GATE_LOOK_MS, checkedFrom, exchangeAt } from './audit_book.js';
+import { checkStartState } from '../audit.js';
+import { fromHex } from '../hashing.js';
+import { GATE_LOOK_MS, checkedFrom, exchangeAt, heldState, roundMismatch } from './audit_book.js';
 import { recompute } from './audit_recompute.js';
 import { askRoundState } from './round_states.js';
 import { convict } from './verdicts.js';
@@ -138,11 +138,8 @@ async function recheckRounds(ctl, run, b, members, where, void_, upTo, startOf, 
       if (!got || !b.states.has(u)) { h.note(`Cannot check the round of ${h.nameOf(x.id)} ending at step ${e + 1} ${where}: its state is no longer kept here.`); running.delete(x.slot); continue; }
       const mine = await recompute(ctl, run, e, x.slot, null, null, true, running.get(x.slot));
       if (mine === null || void_()) return null;
-      const committed = b.stateHashes.get(e)?.[x.slot] ?? b.commits.get(`${run.epoch}:${e}`)?.get(x.slot)?.stateHash;   // (none where its AUDIT of e never came: the delta still is checked)
-      if (mine.hash !== got.inHashes[x.slot] || !Object.is(mine.loss, got.losses[x.slot])) {
-        return convicts(x, e, `received ${got.inHashes[x.slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)}`);
-      }
-      if (committed && toHex(adamStateHash(mine.adam)) !== committed) return convicts(x, e, "its Adam state at the round's end is not the one it committed to");
+      const why = roundMismatch(run, b, e, x.slot, mine, got);
+      if (why !== null) return convicts(x, e, why);
       b.pending.delete(`${e}:${x.slot}`);
       running.set(x.slot, mine.adam);
     }
@@ -156,16 +153,6 @@ async function recheckRounds(ctl, run, b, members, where, void_, upTo, startOf, 
 // that auditor, passedStates; asked of it, ROUND_STATE_ASK naming the leaver's slot), checked here
 // against that hash first: a state that does not hash to it is the auditor's error, not the
 // leaver's lie (those rounds are named on the panel and left unchecked)
-// a member's state at round start x.from that this device holds with the hash the member committed
-// to: its own kept state there (at the run's start, everyone's), or the end state it recomputed as
-// the auditor of the member's pass there (passedStates); else null
-function heldState(run, b, x) {
-  const st = b.states.get(x.from), chain = b.stateHashes.get(x.from - 1)?.[x.slot], p = b.passedStates.get(x.id);
-  if (!chain) return null;
-  if (st && toHex(adamStateHash(st)) === chain) return { t: st.t, m: st.m, v: st.v };
-  return p && p.at === x.from && toHex(adamStateHash(p.adam)) === chain ? p.adam : null;
-}
-
 function departRounds(ctl, run, b, member, upTo, void_) {
   const h = ctl.host;
   const start = async (x) => {

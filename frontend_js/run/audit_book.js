@@ -5,7 +5,8 @@
 // step are missing, from which step a peer's contributions are not covered by a settled pass.
 // Imports only the rules (audit.js) and the records; every other audit module imports it.
 // Exports: exchangeAt, prevExchange, roundStart, roundIndex (audited units: steps or rounds),
-// openBook, restartBook, rechain, keepState, recordPass, checkedFrom, barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
+// nextExchange, heldState, roundMismatch, openBook, restartBook, rechain, keepState, recordPass, checkedFrom,
+// barrierFloor, missingFor, unitsPerStep, validAuditRate, sha256Hex, VERDICT_STEPS, GATE_LOOK_MS.
 import { AUDIT_WINDOW, MAX_AUDIT_RATE, adamStateHash, roundEnd, trustedStep } from '../audit.js';
 import { adamInit } from '../optim.js';
 import { jsSha, toHex } from '../hashing.js';
@@ -24,12 +25,37 @@ export const GATE_LOOK_MS = 250;
 // round is a step (exchangeAt(s) = s, prevExchange(e) = e - 1, roundStart(e) = roundIndex(e) = e).
 // the first exchange step at or after step index x
 export const exchangeAt = (cfg, x) => roundEnd(x, cfg.local_steps, cfg.steps);
+// the exchange whose audits are drawn after those of `done`'s, or null after the run's last
+// (exchangeAt clamps to the last step: a loop that drew "the next" there drew the last one again
+// forever, synchronously: CI's Node suite hung so)
+export const nextExchange = (cfg, done) => (done + 1 < cfg.steps ? exchangeAt(cfg, done + 1) : null);
 // the exchange before the round ending at e (its commitment holds the state the round starts from)
 export const prevExchange = (cfg, e) => roundStart(cfg, e) - 1;
 // the first step of the round ending at e (the kept state an audit of it starts from)
 export const roundStart = (cfg, e) => Math.floor(e / cfg.local_steps) * cfg.local_steps;
 // the round's index: what auditLoad counts (the loads of the last W rounds)
 export const roundIndex = (cfg, e) => Math.floor(e / cfg.local_steps);
+
+// ---- rounds rechecked forward (a barrier, audit_barriers.js; an end before it, kept_check.js)
+// a member's state at round start x.from ({id, slot, from}) that this device holds with the hash
+// the member committed to: its own kept state there (at the run's start, everyone's), or the end
+// state it recomputed as the auditor of the member's pass there (passedStates); else null
+export function heldState(run, b, x) {
+  const st = b.states.get(x.from), chain = b.stateHashes.get(x.from - 1)?.[x.slot], p = b.passedStates.get(x.id);
+  if (!chain) return null;
+  if (st && toHex(adamStateHash(st)) === chain) return { t: st.t, m: st.m, v: st.v };
+  return p && p.at === x.from && toHex(adamStateHash(p.adam)) === chain ? p.adam : null;
+}
+
+// slot's round ending at e as this device recomputed it (mine: recompute(..., sent = true, adam))
+// against what it received (got: b.received.get(e)) and the end state the slot committed to (none
+// where its AUDIT of e never came: the delta is still checked) -> null, or why it does not reproduce
+export function roundMismatch(run, b, e, slot, mine, got) {
+  if (mine.hash !== got.inHashes[slot] || !Object.is(mine.loss, got.losses[slot])) return `received ${got.inHashes[slot].slice(0, 16)}, recomputed ${mine.hash.slice(0, 16)}`;
+  const committed = b.stateHashes.get(e)?.[slot] ?? b.commits.get(`${run.epoch}:${e}`)?.get(slot)?.stateHash;
+  if (committed && toHex(adamStateHash(mine.adam)) !== committed) return "its Adam state at the round's end is not the one it committed to";
+  return null;
+}
 
 // ---- the book: one per run, from its start (loop.begin) -----------------------------------------
 // joined: this device joins a running group (its own state is fresh; the members' are their own)

@@ -12,7 +12,7 @@ import { waitUntil } from '../page_clock.js';
 import { AUDIT_WINDOW, auditLoad, auditPairs, beacon, checkStartState, judge, slotDigest, Evidence } from '../audit.js';
 import { toHex, fromHex } from '../hashing.js';
 import { alarm } from './ending.js';
-import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, prevExchange, roundIndex, GATE_LOOK_MS } from './audit_book.js';
+import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, nextExchange, prevExchange, roundIndex, GATE_LOOK_MS } from './audit_book.js';
 import { AuditVoid, recompute } from './audit_recompute.js';
 import { askTranscript, ownerVerdict, ownerWords, noTranscript } from './transcripts.js';
 import { askRoundState } from './round_states.js';
@@ -403,8 +403,8 @@ function checkingEarlier(ctl, run, b, id, a) {
 // the step whose audits this device draws next (local steps: the next round's exchange), if its
 // frames are all here and it is at most upTo
 const drawable = (run, b, upTo) => {
-  const t = exchangeAt(run.cfg, b.done + 1);
-  return run.book === b && !run.ended && t <= upTo && t < run.completed && !missingFor(run, t).length;
+  const t = nextExchange(run.cfg, b.done);
+  return t !== null && run.book === b && !run.ended && t <= upTo && t < run.completed && !missingFor(run, t).length;
 };
 
 // every step up to upTo whose frames are all here is drawn now (auditStep), earliest first, outside
@@ -413,7 +413,7 @@ const drawable = (run, b, upTo) => {
 export async function drawUpTo(ctl, run, upTo) {
   const b = run.book;
   while (drawable(run, b, upTo)) {
-    if (!(await auditStep(ctl, run, exchangeAt(run.cfg, b.done + 1)))) return false;
+    if (!(await auditStep(ctl, run, nextExchange(run.cfg, b.done)))) return false;
   }
   return true;
 }

@@ -20,6 +20,8 @@
 //   6. a lying auditor: every member judges its accusation from the accused's start state
 //   7. a round started from another state than the one committed to (unchained): the chain breaks
 //   8. a member flooding ROUND_STATE_ASKs and unasked ROUND_STATEs: bad frames, no state sent for them
+// First, the rule that walks the exchanges: after the run's last there is none (the draw that
+// asked for "the next" there drew the last again forever, synchronously: CI's Node suite hung so)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
@@ -27,6 +29,7 @@ import { Group, SETTINGS, BACKEND, TIMING, TYPES, firstOffReference, sleep } fro
 import { parseHeader } from '../../frontend_js/mesh/frames.js';
 import { attackedRun } from './attack_runs.mjs';
 import { scheduleString } from '../../frontend_js/mesh/roster.js';
+import { nextExchange } from '../../frontend_js/run/audit_book.js';
 
 const STEPS = 100;          // the shortest run a config allows
 const H = 4;
@@ -40,6 +43,17 @@ async function audited(peers, liar, faults, settings, timing = TIMING) {
   await nodes[0].ctl.start({ ...SETTINGS, steps: STEPS, local_steps: H, ...settings });
   return { g, nodes };
 }
+
+test('the exchange drawn after step `done` (H = 1, H = 4, a last round cut short): each later than `done`, none after the run\'s last', () => {
+  const walk = (cfg) => { const out = []; for (let t = nextExchange(cfg, -1); t !== null && out.length <= cfg.steps; t = nextExchange(cfg, t)) out.push(t); return out; };   // (bounded: a wrong rule fails, never spins)
+  assert.deepEqual(walk({ steps: 5, local_steps: 1 }), [0, 1, 2, 3, 4]);
+  assert.deepEqual(walk({ steps: 12, local_steps: 4 }), [3, 7, 11]);
+  assert.deepEqual(walk({ steps: 10, local_steps: 4 }), [3, 7, 9]);
+  for (const cfg of [{ steps: 100, local_steps: 1 }, { steps: 100, local_steps: 4 }, { steps: 10, local_steps: 4 }]) {
+    assert.equal(nextExchange(cfg, cfg.steps - 1), null, `after the last step of ${JSON.stringify(cfg)}`);
+    for (let done = -1; done < cfg.steps - 1; done++) assert.ok(nextExchange(cfg, done) > done, `${JSON.stringify(cfg)}: after ${done}`);
+  }
+});
 
 const convictions = (n) => n.events.filter(([e]) => e === 'convicted').map(([, p]) => p);
 
@@ -119,6 +133,36 @@ test('the run\'s end is a barrier for moments (P = 3, rate 0.1): the forged end 
   const { ref, honest } = await attackCase(3, 2, { forge: { from: 92, kind: 'moments' } }, 'slot=2,from=92,kind=moments', 0.1);
   assert.match(ref.removals[0].why, /checked at the run's end/);
   for (const n of honest) assert.match(convictions(n)[0].why, /round of p2 did not reproduce at step 96: removed \(checked at the run's end; its Adam state at the round's end/);
+});
+
+// an end before the barrier (run/kept_check.js, rounds): a member forges its round ending at step
+// 8 and crashes right after; the honest two lose their link, the server away: neither can go on nor
+// reach the end's barrier. Each rechecks the rounds it keeps forward from each member's last pass
+// (nobody is asked: from a state it holds) and keeps the state before the forged round, the honest run's.
+test('an end without the barrier keeps no forged round: a member forges the round ending at step 8, then crashes while the honest two lose their link (P = 3, rate 0.1, the server away)', async () => {
+  const { g, nodes } = await audited(3, 1, { forge: { from: 5, kind: 'scale', factor: -1000 } }, { auditRate: 0.1 });
+  try {
+    const [a, liar, c] = nodes;
+    g.serverDown = true;
+    await g.until(() => a.completed >= 2 * H || c.completed >= 2 * H, `an honest page applied the round ending at step ${2 * H}`, 30_000);
+    const applied = [a, c].filter((n) => n.completed >= 2 * H);
+    g.crash(liar);
+    g.cut(a, c);
+    await g.ended([a, c], 60_000);
+    const ref = await reference(3, null, 0.1);
+    for (const n of [a, c]) {
+      assert.equal(n.ended.state, 'stopped', `${n.id}: ${n.ended.message}`);
+      assert.ok(n.ended.step <= H, `${n.id} kept step ${n.ended.step}, past the forged round (steps ${H + 1}..${2 * H}): ${n.ended.message}`);
+      assert.equal(n.ended.hash, n.ended.step === 0 ? n.run.desc.initHash : ref.hashes.get(n.ended.step), `${n.id}: the state kept is the honest run's`);
+    }
+    // a page that applied it went back to its start: the forged round did not reproduce (the
+    // round before rechecked from the run's start), or a member's round there could not be
+    // checked (its last pass, at step 4, audited by another page: no state of it held here)
+    for (const n of applied) {
+      assert.equal(n.ended.step, H, `${n.id}: ${n.ended.message}`);
+      assert.match(n.ended.message, /the round of (p1 ending at step 8 did not reproduce|p\d ending at step 8 could not be checked here \(no Adam state of it to start from\))/, n.ended.message);
+    }
+  } finally { await g.close(); }
 });
 
 test('a departure is a barrier (P = 3, rate 0.1): a member forges its round from step 9, withholds its AUDIT frames and leaves at the next round start; every survivor recomputes its rounds forward from the run\'s start, convicts it and keeps the reference run', async () => {
