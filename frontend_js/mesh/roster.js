@@ -92,7 +92,9 @@ export function keptOutOf(roster, keptOut, nameOf = (id) => id) {
 // has accepted it and seen the GO before it applies). A recovery removes departed peers only and restarts at completed or completed - 1
 // (this peer then undoes its last step); with local steps `completed` is the round start this peer
 // holds and `back` the one before it (a peer one round ahead goes back a round), and joiners
-// enter at one of the next two round starts (`round` = H).
+// enter at one of the next three round starts (`round` = H): the leader proposes the round start
+// after its next from its exchange, while a member may still hold the round start before (it
+// applies that exchange after its audits' share: the per-step rule's completed + 3, in rounds).
 export function checkRoster(msg, current, sender) {
   const { roster, epoch, from } = msg;
   if (!Array.isArray(roster) || !roster.length || roster.length > 64 || !roster.every((x) => typeof x === 'string' && x.length <= 64)
@@ -112,9 +114,9 @@ export function checkRoster(msg, current, sender) {
   }
   if (added.length && kept.length !== current.roster.length) return 'a roster both adds and removes peers';
   if (added.length) {
-    // (local steps, current.round = H: at a round start within the next two, this peer's position a round start)
+    // (local steps, current.round = H: at a round start within the next three, this peer's position a round start)
     const H = current.round ?? 1;
-    const early = H > 1 ? from % H !== 0 || from <= current.completed || from > current.completed + 2 * H
+    const early = H > 1 ? from % H !== 0 || from <= current.completed || from > current.completed + 3 * H
       : from < current.completed + 1 || from > current.completed + 3;
     if (early) return `joiners from step ${from + 1}, this peer is at ${current.completed}`;
   } else if (from !== current.completed && from !== (current.back ?? current.completed - 1)) {
