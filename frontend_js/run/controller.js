@@ -168,8 +168,12 @@ export class RunController {
     }
     if (QUIET.get(type)?.has(this.phase)) return;
     // the run that just ended here: a member's relay of its STOP (each relays it once) or its FIN
-    // may still be on its way
-    if (LATE_OF_ENDED.has(type) && this.justEnded(m.runId) && this.firstLate(from, type)) { this.mesh.dropStale(); return; }
+    // may still be on its way (a FIN is kept: its sender is owed one state at the end's barrier)
+    if (LATE_OF_ENDED.has(type) && this.justEnded(m.runId) && this.firstLate(from, type)) {
+      if (type === TYPES.FIN) loopP.onFin(this, from, m, this.lastRun);
+      else this.mesh.dropStale();
+      return;
+    }
     this.mesh.drop(from, m, `not expected while this device is ${this.phase}`);
   }
 

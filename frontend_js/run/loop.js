@@ -284,8 +284,11 @@ function finishRun(ctl, run) {
   end(ctl, run, 'done', `Run finished: ${run.completed} steps${loss}${run.roster.length > 1 ? `, ${run.roster.length - missing.length} replicas agree` : ''}${note}.`, '');
 }
 
-export function onFin(ctl, from, m) {
-  const run = ctl.at, d = m.json;
+// run: the running one, or the one that just ended here (a member's FIN may come after this page
+// passed the barrier without it: that member is still owed one state at the end's barrier,
+// round_states.js onRoundStateAsk, and asks for it after its FIN)
+export function onFin(ctl, from, m, run = ctl.at) {
+  const d = m.json;
   if (d.runId !== run.desc.runId || !run.roster.includes(from) || !isHash(d.hash) || !Number.isInteger(d.epoch) || !Number.isInteger(d.step)) { ctl.mesh.drop(from, m, 'FIN for no run of ours'); return; }
   if (!Array.isArray(d.undrawn) || d.undrawn.length > MAX_UNDRAWN || !d.undrawn.every(Number.isInteger)) { ctl.mesh.drop(from, m, `FIN without its undrawn steps (at most ${MAX_UNDRAWN} integers)`); return; }
   // its first of an epoch and step (a rollback ends again, in a new epoch)

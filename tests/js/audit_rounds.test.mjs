@@ -20,6 +20,8 @@
 //   6. a lying auditor: every member judges its accusation from the accused's start state
 //   7. a round started from another state than the one committed to (unchained): the chain breaks
 //   8. a member flooding ROUND_STATE_ASKs and unasked ROUND_STATEs: bad frames, no state sent for them
+//   9. an end without the barrier (a lost quorum) keeps no forged round (kept_check.js); a FIN that
+//      comes after a page passed its barrier without it still makes that page owe its state
 // First, the rule that walks the exchanges: after the run's last there is none (the draw that
 // asked for "the next" there drew the last again forever, synchronously: CI's Node suite hung so)
 import { test } from 'node:test';
@@ -161,6 +163,34 @@ test('an end without the barrier keeps no forged round: a member forges the roun
     for (const n of applied) {
       assert.equal(n.ended.step, H, `${n.id}: ${n.ended.message}`);
       assert.match(n.ended.message, /the round of (p1 ending at step 8 did not reproduce|p\d ending at step 8 could not be checked here \(no Adam state of it to start from\))/, n.ended.message);
+    }
+  } finally { await g.close(); }
+});
+
+// a member's FIN that comes after this page passed the end's barrier without it (its wait for
+// FINs is bounded): the member is still owed this page's state there, asked after its FIN (the
+// late FIN used to be dropped uncounted, the ask then refused, and the member convicted this
+// honest page for "no Adam state in time"; a loaded joiner test showed it)
+test('a FIN that comes after a member passed the end\'s barrier without it: the late member still gets the state it asks for there (P = 3, rate 0.1)', async () => {
+  const { g, nodes } = await audited(3, -1, {}, { auditRate: 0.1 });
+  try {
+    const b = nodes[1];
+    const held = new Map();            // each other member's frames to b from its FIN on, until b ended
+    g.net.lose((from, to, bytes) => {
+      if (to !== b.id || b.ended || (!held.has(from) && parseHeader(bytes).type !== TYPES.FIN)) return false;
+      if (!held.has(from)) held.set(from, []);
+      held.get(from).push(bytes);
+      return true;
+    });
+    await g.until(() => b.ended, 'b ended', 90_000);
+    const types = [...held].map(([from, xs]) => `${from}: ${xs.map((x) => parseHeader(x).type).join(',')}`).join('; ');
+    for (const [from, xs] of held) for (const x of xs) g.net.inject(from, b.id, x);
+    await g.ended(nodes, 90_000);
+    assert.ok([...held.values()].flat().some((x) => parseHeader(x).type === TYPES.ROUND_STATE_ASK), `a member asked b for a state at its barrier (held: ${types})`);
+    for (const n of nodes) {
+      assert.equal(n.ended.state, 'done', `${n.id}: ${n.ended.message} | ${g.describe()}`);
+      assert.deepEqual(convictions(n), [], `${n.id} convicted nobody`);
+      assert.equal(await firstOffReference(n), null);
     }
   } finally { await g.close(); }
 });

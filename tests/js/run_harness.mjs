@@ -176,7 +176,8 @@ export class Group {
 
   describe() {
     return this.nodes.map((n) => `${n.id}${n.alive ? '' : '(dead)'} ${n.ctl.phase} step ${n.ended?.step ?? n.completed} ${n.ended ? `ended ${n.ended.state}: ${n.ended.message}` : n.state.message || ''}`
-      + (n.notes.length ? ` [notes: ${n.notes.slice(-4).join(' / ')}]` : '')).join(' | ');
+      + (n.notes.length ? ` [notes: ${n.notes.slice(-4).join(' / ')}]` : '')
+      + (n.mesh.drops.count ? ` [${n.mesh.drops.count} frames dropped, the last: ${n.mesh.drops.recent.slice(-3).join(' / ')}]` : '')).join(' | ');
   }
 
   // stop timers of everything still running (end of a test)
