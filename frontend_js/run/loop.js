@@ -294,6 +294,7 @@ export function onFin(ctl, from, m, run = ctl.at) {
   // its first of an epoch and step (a rollback ends again, in a new epoch)
   const had = run.fins.get(from);
   if (!had || had.epoch !== d.epoch || had.step !== d.step) run.fins.set(from, { epoch: d.epoch, step: d.step, hash: d.hash, undrawn: d.undrawn.slice() });
+  ctl.poke();                    // (an ask of this device's state at the end's barrier may wait for it)
 }
 
 // ---- stopping ---------------------------------------------------------------------------------

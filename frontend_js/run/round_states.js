@@ -123,8 +123,9 @@ export async function onRoundStateAsk(ctl, from, m, waitOwed) {
   const ok = b && b.span > 1 && d.runId === run.desc.runId && d.epoch === run.epoch && run.roster.includes(from) && Number.isInteger(d.step)
     && (d.of === undefined || (Number.isInteger(d.of) && d.of >= 0 && d.of < run.roster.length && d.of !== run.slot));
   const member = ok && d.of !== undefined ? run.roster[d.of] : null;
-  // (an asker at its barrier sent its FIN of this epoch first, on the same ordered link)
-  const finFirst = Boolean(ok) && run.fins.get(from)?.epoch === d.epoch;
+  // (an asker at its barrier sent its FIN of this epoch first, on the same ordered link; looked at
+  // while the ask waits: the in-memory test links reorder frames, and a FIN records itself late)
+  const finFirst = () => Boolean(ok) && run.fins.get(from)?.epoch === d.epoch;
   const kept = () => {
     if (!ok) return null;
     if (member === null) return b.states.get(roundStart(run.cfg, d.step));
@@ -137,7 +138,7 @@ export async function onRoundStateAsk(ctl, from, m, waitOwed) {
   b.stateAnswered.add(key);                  // a repeat while this one waits is a second ask too
   const byAudit = () => (member !== null ? run.gone.has(member) || b.departing.has(member)
     : transcriptOwed(run, b, run.roster.indexOf(from), d.epoch, d.step, true));
-  const atEnd = () => member === null && finFirst && !b.stateAnswered.has(endKey);
+  const atEnd = () => member === null && finFirst() && !b.stateAnswered.has(endKey);
   const owed = () => run.book === b && (byAudit() || atEnd());
   if (!(await waitOwed(ctl, run, b, d.step, owed, run.collective.deadlineMs))) {
     if (run.book === b) ctl.mesh.drop(from, m, `ROUND_STATE_ASK of step ${d.step}: not this round's auditor of this device, nor judging it`);

@@ -422,17 +422,18 @@ export async function drawUpTo(ctl, run, upTo) {
 // pairs (owed(): transcriptOwed). Its loop draws them two exchanges late, and may be held in an
 // exchange that a member's recovery halted, while that member, halted, drew them from the frames
 // (advance) and asked: so this device draws them itself as soon as their frames are here.
-// -> whether it became owed within ms
+// A run that ended here draws nothing more, but an ask may still become owed there (the asker's
+// FIN, which the ask follows, may come after it on links that reorder). -> whether it became owed within ms
 export async function owedOnceDrawn(ctl, run, b, t, owed, ms) {
   const until = performance.now() + ms;
   let drawing = true;          // (a draw stopped by a conviction or an alarm is not tried again: no spin)
   for (;;) {
     if (owed()) return true;
-    if (run.book !== b || run.ended) return false;
+    if (run.book !== b) return false;
     if (drawing && drawable(run, b, t)) { drawing = await drawUpTo(ctl, run, t); continue; }
     const left = until - performance.now();
     if (left <= 0) return false;
-    const ready = () => owed() || run.book !== b || run.ended || (drawing && drawable(run, b, t));
+    const ready = () => owed() || run.book !== b || (drawing && drawable(run, b, t));
     if (!(await waitUntil(ready, left, (wake) => ctl.onPoke(wake)))) return owed();
   }
 }
