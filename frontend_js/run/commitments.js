@@ -10,7 +10,7 @@ import { waitUntil } from '../page_clock.js';
 import { AUDIT_WINDOW, adamStateHash, referenceNonce } from '../audit.js';
 import { toHex } from '../hashing.js';
 import { isHash } from './record.js';
-import { sha256Hex, VERDICT_STEPS, barrierFloor, missingFor, exchangeAt, prevExchange, roundIndex } from './audit_book.js';
+import { sha256Hex, VERDICT_STEPS, barrierFloor, missingFor, exchangeAt, nextExchange, prevExchange, roundIndex } from './audit_book.js';
 import { alarmSplit, auditStep, work, advance } from './verdicts.js';
 
 // ---- after each exchange: commit, then the audits two exchanges back ------------------------------
@@ -86,7 +86,7 @@ export async function flush(ctl, run) {
 async function catchUp(ctl, run, upTo) {
   const b = run.book;
   while (b.done < upTo && run.book === b && !run.ended && !run.recovery) {
-    const t = exchangeAt(run.cfg, b.done + 1);
+    const t = nextExchange(run.cfg, b.done);
     // (at the run's end a member gone is not waited for: its steps are recomputed, checkEnd)
     const missing = () => missingFor(run, t).filter((id) => !run.finishing || !run.gone.has(id));
     const ok = await waitUntil(() => !missing().length || run.ended || run.recovery || run.book !== b, run.collective.deadlineMs,

@@ -12,7 +12,7 @@ import { waitUntil } from '../page_clock.js';
 import { AUDIT_WINDOW, auditLoad, auditPairs, beacon, checkStartState, judge, slotDigest, Evidence } from '../audit.js';
 import { toHex, fromHex } from '../hashing.js';
 import { alarm } from './ending.js';
-import { sha256Hex, keepState, recordPass, missingFor, exchangeAt, nextExchange, prevExchange, roundIndex, GATE_LOOK_MS } from './audit_book.js';
+import { sha256Hex, keepState, recordPass, missingFor, nextExchange, prevExchange, roundIndex, GATE_LOOK_MS } from './audit_book.js';
 import { AuditVoid, recompute } from './audit_recompute.js';
 import { askTranscript, ownerVerdict, ownerWords, noTranscript } from './transcripts.js';
 import { askRoundState } from './round_states.js';
@@ -347,7 +347,7 @@ function settle(ctl, run) {
 function skipWithheld(ctl, run, b) {
   const accused = new Set(b.accused.keys()), from = b.done;
   const upTo = Math.max(...[...b.accused.values()].map((a) => prevExchange(run.cfg, a.step)));
-  const next = () => exchangeAt(run.cfg, b.done + 1);
+  const next = () => nextExchange(run.cfg, b.done);
   while (b.done < upTo && next() < run.completed && missingFor(run, next()).every((id) => accused.has(id))) {
     ctl.host.note(`Step ${next() + 1} is not audited: ${missingFor(run, next()).map((id) => ctl.host.nameOf(id)).join(', ')} withheld its audit frames.`);
     b.done = next();
