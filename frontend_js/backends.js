@@ -22,7 +22,7 @@
 import { bestBackend, withEngine } from './engines.js';
 import { defaultThreads } from './cpu/workers.js';
 import { Trainer, Replica } from './train.js';
-import { lossAndGrads, NORM_EPS, initParams } from './model.js';
+import { lossAndGrads, NORM_EPS, initParams, paramShapes } from './model.js';
 import * as optim from './optim.js';
 import { treeSum } from './detmath.js';
 import { VOCAB_SIZE } from './tokenizer.js';
@@ -142,7 +142,8 @@ export async function pickCpuBackend({ threads = 'auto', has = () => true } = {}
 // change after the pick (a fault, a measurement): the page sets its state and announces it, so
 // the peer table and the compute line agree.
 export class PickedBackend {
-  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null, resident = null, residentCandidate = null }) {
+  constructor({ mode, cpu, threads, gpuModule = null, engine = null, gpuBackend = null, gpu = null, resident = null, residentCandidate = null,
+    timeSteps = timeTrainers }) {
     this.mode = mode; this.cpu = cpu; this.threads = threads;
     this.gpuModule = gpuModule; this.engine = engine; this.gpuBackend = gpuBackend;
     this.gpu = gpu;                       // describeChoice's gpu argument when there is no engine
@@ -150,6 +151,7 @@ export class PickedBackend {
     this.settledFor = new Set();          // the settings (shape keys) whose paths prepare() timed
     this.residentCandidate = residentCandidate;   // mode 'auto' on a hardware adapter: the resident step, timed per settings
     this.residentTimes = new Map();       // settings key -> {residentMs, cpuMs, chosen}: whole steps timed at those settings
+    this.timeSteps = timeSteps;           // timeTrainers (the tests script its medians)
     this.prepared = null;                 // the last prepare()'s verdict on the resident step, for describe()
     this.changeCallbacks = [];
   }
@@ -166,7 +168,7 @@ export class PickedBackend {
 
   residentTrainer({ kernels, unit, ResidentTrainer }, cfg, replica, batches) {
     return new ResidentTrainer({ kernels, unit, cfg, replica, batches, cpu: this.cpu, onFault: (reason) => this.residentFault(reason),
-      lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads } });
+      lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes } });
   }
 
   // Before a run's first step (a page's start, a member's accept; the CLI's pickBackend with
@@ -174,7 +176,8 @@ export class PickedBackend {
   // (settle), once per settings. Nothing else to do on the CPU, a fixed route or the resident step.
   // In mode 'auto' on a hardware adapter the resident step is then timed too, whole replica steps
   // against the faster of the CPU and the route (timeTrainers), and runs at these settings only
-  // where it wins by more than route.js's margin (a run of local steps keeps a Trainer).
+  // where it wins by more than route.js's margin (a run of local steps keeps a Trainer); medians
+  // within route.js's WHOLE_STEP_CLOSE of each other are timed again on more steps first.
   async prepare(cfg) {
     const key = settingsKey(cfg);
     if (this.settledFor.has(key)) { this.prepared = this.residentTimes.get(key) ?? null; this.changed(); return; }
@@ -182,11 +185,13 @@ export class PickedBackend {
     if (this.engine?.route?.measure && this.engine.status.path === 'gpu') await settle(this, cfg);
     this.prepared = null;
     if (!this.residentCandidate || cfg.local_steps > 1) return;
-    const { wholeStepSide } = await import('./gpu/route.js');
+    const { wholeStepSide, wholeStepsClose, WHOLE_STEP_MORE_REPS } = await import('./gpu/route.js');
     const candidate = this.residentCandidate;
     try {
-      const [cpuMs, residentMs] = await timeTrainers([(c, r, b) => new Trainer(c, r, b, this.backend),
-        (c, r, b) => this.residentTrainer(candidate, c, r, b)], cfg);
+      const makers = [(c, r, b) => new Trainer(c, r, b, this.backend), (c, r, b) => this.residentTrainer(candidate, c, r, b)];
+      let [cpuMs, residentMs] = await this.timeSteps(makers, cfg);
+      // too close to call on three steps each: decided on more
+      if (this.residentCandidate && wholeStepsClose(cpuMs, residentMs)) [cpuMs, residentMs] = await this.timeSteps(makers, cfg, WHOLE_STEP_MORE_REPS);
       if (!this.residentCandidate) return;            // it faulted while timed (residentFault said so)
       this.prepared = { residentMs, cpuMs, chosen: wholeStepSide(cpuMs, residentMs) === 'gpu' };
       this.residentTimes.set(key, this.prepared);
@@ -285,9 +290,14 @@ function withResidentTimed(d, { residentMs, cpuMs, chosen, fault = null }) {
 }
 
 // Whole replica steps (a local step, then Adam with its own gradient) of each candidate trainer
-// at `cfg`, made by makers[i](cfg, replica, batches), alternately on fixed tokens: a warm-up each,
-// then `reps` each -> the medians (ms). The replicas are thrown away.
-export async function timeTrainers(makers, cfg, reps = 3) {
+// at `cfg`, made by makers[i](cfg, replica, batches), on fixed tokens: each candidate in its own
+// block, warmed up for at least `warmupMs` (at least one step, at most WARMUP_STEPS), then `reps`
+// steps -> the medians (ms). The replicas are thrown away. Blocks, not alternation: a GPU left idle
+// while the CPU trainer ran its step clocked down, and a resident step timed right after took ~3x
+// its steady time (TEST_RESULTS.md "Where the resident step's host time went"); a GPU needs a
+// few hundred ms of work to clock up again.
+export const WARMUP_MS = 300, WARMUP_STEPS = 16;
+export async function timeTrainers(makers, cfg, reps = 3, { warmupMs = WARMUP_MS } = {}) {
   const B = cfg.batch, T = cfg.seq_len;
   const x = Int32Array.from({ length: B * T }, (_, i) => (i * 7919) % VOCAB_SIZE);
   const y = Int32Array.from({ length: B * T }, (_, i) => (i * 104729 + 1) % VOCAB_SIZE);
@@ -296,16 +306,19 @@ export async function timeTrainers(makers, cfg, reps = 3) {
     const params = initParams(cfg);
     return make(cfg, new Replica(params, optim.adamInit(params)), batches);
   });
+  const wholeStep = async (t, r) => {
+    const arena = t.backend?.newArena?.();
+    const t0 = performance.now();
+    const { grads } = await t.localStep(r, 0, arena);
+    await t.apply(grads);
+    return performance.now() - t0;
+  };
   const ms = makers.map(() => []);
   try {
-    for (let r = 0; r <= reps; r++) {
-      for (const [i, t] of trainers.entries()) {
-        const arena = t.backend?.newArena?.();
-        const t0 = performance.now();
-        const { grads } = await t.localStep(r, 0, arena);
-        await t.apply(grads);
-        if (r > 0) ms[i].push(performance.now() - t0);
-      }
+    for (const [i, t] of trainers.entries()) {
+      let r = 0;
+      for (const start = performance.now(); r === 0 || (r < WARMUP_STEPS && performance.now() - start < warmupMs); r++) await wholeStep(t, r);
+      for (let k = 0; k < reps; k++, r++) ms[i].push(await wholeStep(t, r));
     }
   } finally {
     for (const t of trainers) t.destroy?.();

@@ -1,6 +1,6 @@
 // The trainer's collective seam, mirroring daisy/collective.py. A step is
 //   local step (loss, grads on this peer's batch)
-//   -> collective.exchange(step, roster, slot, loss, grads) -> {loss, grads: G}   (the reduce)
+//   -> collective.exchange(step, roster, slot, loss, grads, encoded?) -> {loss, grads: G}   (the reduce)
 //   -> Adam -> hash
 // SimulatedCollective: P replicas in one process (the CLI, tests). MeshCollective
 // (mesh/mesh_collective.js): one replica per page, gradients over the mesh, in either topology:
@@ -49,14 +49,17 @@ export const shardBounds = evenBounds;
 export const reduceShard = slotMean;
 
 // flats: each slot's (N) flat gradient in slot order -> G by the codec, shard by shard as the
-// mesh computes it (all-gather: one shard of N)
-export function codecReduce(codec, flats, { seed, step, topology }) {
+// mesh computes it (all-gather: one shard of N). encoded[slot] (optional): that slot's message of
+// its whole flat gradient, made where it was computed (the resident step, on the GPU): its shards
+// are cut from it instead of encoded here (the same bytes).
+export function codecReduce(codec, flats, { seed, step, topology }, encoded = []) {
   const N = flats[0].length, P = flats.length;
   const bounds = topology === 'allgather' ? [0, N] : codec.shardBounds(N, P);
   const G = new Float64Array(N);
   for (let k = 0; k + 1 < bounds.length; k++) {
     const lo = bounds[k], hi = bounds[k + 1];
-    const decoded = flats.map((f, slot) => codec.decode(codec.encode(f.subarray(lo, hi), { seed, step, slot, offset: lo }), hi - lo));
+    const message = (f, slot) => (encoded[slot] ? codec.sliceMessage(encoded[slot], N, lo, hi) : codec.encode(f.subarray(lo, hi), { seed, step, slot, offset: lo }));
+    const decoded = flats.map((f, slot) => codec.decode(message(f, slot), hi - lo));
     G.set(codec.reduce(decoded, { seed, step, offset: lo }), lo);
   }
   return G;
@@ -79,23 +82,25 @@ export class SimulatedCollective {
     this.pending = null;      // {step, P, losses[], flats[], got, waiters[], out}
   }
 
-  // post slot's (loss, grads) of `step`; roster lists the step's peers in slot order
-  exchange(step, roster, slot, loss, grads) {
+  // post slot's (loss, grads) of `step`; roster lists the step's peers in slot order; encoded: the
+  // codec's message of the slot's whole flat gradient when its trainer made it (else null)
+  exchange(step, roster, slot, loss, grads, encoded = null) {
     const P = roster.length;
     if (!(slot >= 0 && slot < P)) throw new RangeError(`slot ${slot} is outside the roster of ${P} peers`);
     let p = this.pending;
     if (!p || p.step !== step || p.out) {
       if (p && !p.out) throw new Error(`step ${step} posted while step ${p.step} still waits for slots`);
-      p = this.pending = { step, P, losses: new Array(P), flats: new Array(P), got: 0, waiters: [], out: null };
+      p = this.pending = { step, P, losses: new Array(P), flats: new Array(P), encoded: new Array(P).fill(null), got: 0, waiters: [], out: null };
     }
     if (p.P !== P) throw new RangeError(`step ${step}: roster of ${P} peers, but the step began with ${p.P}`);
     if (p.flats[slot]) throw new RangeError(`step ${step}: slot ${slot} posted twice`);
     p.losses[slot] = loss;
     p.flats[slot] = flattenGrads(grads, this.names);
+    p.encoded[slot] = encoded;
     p.got++;
     const done = new Promise((resolve) => p.waiters.push(resolve));
     if (p.got === P) {
-      const G = codecReduce(this.codec, p.flats, { seed: this.seed, step, topology: this.topology || topologyFor(P) });
+      const G = codecReduce(this.codec, p.flats, { seed: this.seed, step, topology: this.topology || topologyFor(P) }, p.encoded);
       p.out = { loss: reduceLosses(p.losses), grads: unflatten(G, this.shapes) };
       for (const w of p.waiters) w(p.out);
     }

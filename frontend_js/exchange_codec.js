@@ -6,6 +6,9 @@
 //   codec.shardBounds(N, P) -> the reduce-scatter's P + 1 cut points (int8: on block boundaries)
 //   codec.block                -> 1 (f64) or 256 (int8): a message of values [lo, hi) with lo, hi
 //                                 multiples of it is exactly those bytes of a longer one (streamed GRADs)
+//   codec.sliceMessage(message, n, lo, hi) -> the message of values [lo, hi) of `message` (n values
+//                                 from offset 0), cut on blocks (lo, and hi unless it is n, multiples
+//                                 of block): its bytes, no copy
 //   codec.reduce(slices in slot order, {seed, step, offset}) -> G
 //     = codec.decode(codec.reduceMessage(...), n)              (the REDUCED payload decoded)
 // A slot's message is a pure function of (its gradient, run seed, step, slot, offset): any peer
@@ -34,6 +37,18 @@ function checkSlotKey(seed, step, slot) {
   for (const [name, v] of [['seed', seed], ['step', step], ['slot', slot]]) {
     if (!(Number.isInteger(v) && v >= 0 && v <= 0xffffffff)) throw new RangeError(`${name} ${v} is not a uint32`);
   }
+}
+
+// The message of values [lo, hi) of a message of n values (from offset 0) is its own bytes when
+// the cut falls on blocks (lo a multiple of the block, hi too or hi = n): every value's key is its
+// index from offset 0, each block's scale is its own, and values [0, lo) take messageBytes(lo)
+function sliceOf(codec, message, n, lo, hi) {
+  if (message.length !== codec.messageBytes(n)) throw new RangeError(`a message of ${message.length} bytes does not hold ${n} values`);
+  if (!(Number.isInteger(lo) && Number.isInteger(hi) && lo >= 0 && hi >= lo && hi <= n && lo % codec.block === 0 && (hi % codec.block === 0 || hi === n))) {
+    throw new RangeError(`values [${lo}, ${hi}) of ${n} are not cut on blocks of ${codec.block}`);
+  }
+  const at = codec.messageBytes(lo);
+  return message.subarray(at, at + codec.messageBytes(hi - lo));
 }
 
 // ---- f64: today's bytes ---------------------------------------------------------------------
@@ -94,6 +109,8 @@ class F64Codec {
   }
 
   shardBounds(N, P) { return evenBounds(N, P); }
+
+  sliceMessage(message, n, lo, hi) { return sliceOf(this, message, n, lo, hi); }
 
   reduceMessage(slices, { seed, step, offset }) {
     return this.encode(slotMean(slices), { seed, step, slot: 0, offset });
@@ -192,6 +209,8 @@ class Int8Codec {
 
   // cut points on block boundaries: [min(N, BLOCK * floor(k * nb / P))], nb = ceil(N / BLOCK)
   shardBounds(N, P) { return evenBounds(blocksOf(N), P).map((b) => Math.min(N, BLOCK * b)); }
+
+  sliceMessage(message, n, lo, hi) { return sliceOf(this, message, n, lo, hi); }
 
   reduceMessage(slices, { seed, step, offset }) {
     checkSlotKey(seed, step, 0);

@@ -148,7 +148,7 @@ export class Group {
     try {
       for (let slot = 0; slot < this.trainers.length; slot++) {
         const r = await this.trainers[slot].localStep(s, slot, this.arena);
-        reduced.push(this.collective.exchange(s, roster, slot, r.loss, r.grads));
+        reduced.push(this.collective.exchange(s, roster, slot, r.loss, r.grads, r.encoded ?? null));
       }
     } catch (e) {
       this.arena = this.backend.newArena();   // a failed step's arrays are never handed out again

@@ -74,7 +74,9 @@ def test_forward_and_backward_resident_on_the_gpu_equal_loss_and_grads(selftest)
 
 def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest):
     """2 replicas whose steps run on the GPU (ResidentTrainer: forward, backward, Adam resident;
-    the int8 exchange on the host) = the same Group on the CPU: loss and hashes at every step."""
+    each slot's int8 exchange message encoded on the GPU, the reduce on the host) = the same Group
+    on the CPU: loss and hashes at every step; every GPU message = the host codec's, byte for byte."""
     r = selftest("residentGroup", {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 2, "steps": 100}, 4, timeout_s=400)
     assert r["firstBad"] is None, r
     assert len(r["hashes"]) == 4 and len(set(r["hashes"])) == 4 and r["cpuSteps"] == [0, 0], r
+    assert r["encodedOnGpu"] == 8 and r["messageBad"] is None, r

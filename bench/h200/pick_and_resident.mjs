@@ -1,7 +1,6 @@
 // Issue 26 on the lent H200, one device call (Node `webgpu` = Dawn on the NVIDIA Vulkan driver):
 //   source .gpu/setup.sh && $NODE bench/h200/pick_and_resident.mjs        (carry: .gpu)
-// Not run on a GPU yet (TEST_RESULTS.md "The resident step in the run": no device could be started). Sections, each written to $OUT/pick_resident.json as
-// soon as it is done:
+// Sections, each written to $OUT/pick_resident.json as soon as it is done:
 //   pick       the registry (frontend_js/backends.js pickBackend, route 'measure') at the default and
 //              the largest settings: what it picks, the per-shape medians, the summary (speedup over
 //              the CPU path, the GPU path alone vs the CPU), and 2-peer Group steps (ms, medians) on
@@ -157,7 +156,10 @@ await section('residentStep', async () => {
     if (process.env.DAISY_SPLIT !== '0') {
       const t = g.trainers[0], split = { localStep: [], apply: [] };
       progress(name, 'one replica, split');
-      for (let s = 0; s < 3; s++) {
+      // the GPU idled through the CPU steps above and clocked down: warmed up again first (a few
+      // hundred ms of its work; timed at once, the first local steps took ~3x their steady time)
+      for (let s = 0; s < 12; s++) { const r = await t.localStep(STEPS + 100 + s, 0); await t.apply(r.grads); }
+      for (let s = 0; s < 5; s++) {
         progress(name, 'split', s, 'localStep');
         let t0 = performance.now(); const r = await t.localStep(STEPS + s, 0); split.localStep.push(performance.now() - t0);
         progress(name, 'split', s, 'apply');

@@ -28,7 +28,7 @@ const { createResidentStep, ResidentTrainer } = await import('../../frontend_js/
 const { pickCpuBackend } = await import('../../frontend_js/backends.js');
 const { makeConfig } = await import('../../frontend_js/config.js');
 const { Replica } = await import('../../frontend_js/train.js');
-const { initParams, lossAndGrads, NORM_EPS } = await import('../../frontend_js/model.js');
+const { initParams, lossAndGrads, NORM_EPS, paramShapes } = await import('../../frontend_js/model.js');
 const optim = await import('../../frontend_js/optim.js');
 const { treeSum } = await import('../../frontend_js/detmath.js');
 const { VOCAB_SIZE } = await import('../../frontend_js/tokenizer.js');
@@ -62,7 +62,7 @@ const y = Int32Array.from({ length: B * T }, (_, i) => (i * 104729 + 1) % VOCAB_
 const batches = { get: async () => ({ x, y }) };
 const params = initParams(cfg);
 const trainer = new ResidentTrainer({ kernels, unit, cfg, replica: new Replica(params, optim.adamInit(params)), batches, cpu,
-  lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads } });
+  lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes } });
 
 // --- the wall: submit times through the queue ---------------------------------------------------
 const marks = [];

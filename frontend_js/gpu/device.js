@@ -72,6 +72,15 @@ export async function compileKernel(device, code, constants, label) {
   return pipeline;
 }
 
+// A pipeline's bind group layout 0, asked of it once: a step makes ~200 bind groups, and each
+// getBindGroupLayout call makes a new layout object (Node's Dawn: a crossing and an allocation)
+const layouts = new WeakMap();
+export function bindLayout(pipe) {
+  let layout = layouts.get(pipe);
+  if (!layout) { layout = pipe.getBindGroupLayout(0); layouts.set(pipe, layout); }
+  return layout;
+}
+
 // Runs fn(encoder) on the queue inside validation/OOM/internal error scopes; throws on any error.
 export async function submitChecked(device, fn) {
   for (const s of ERROR_SCOPES) device.pushErrorScope(s);

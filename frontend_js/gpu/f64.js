@@ -23,7 +23,7 @@
 import { MAX_K, cpuEngine, quantizeRows, qmatmulT as unitQmatmulT } from '../units.js';
 import { rint } from '../detmath.js';
 import { draw } from '../prng.js';
-import { ERROR_SCOPES, loadText, compileKernel as compile } from './device.js';
+import { ERROR_SCOPES, loadText, bindLayout, compileKernel as compile } from './device.js';
 import { KERNEL_BASE, GEMM_BODY, gemmSource } from './gemm_kernel.js';
 
 
@@ -66,7 +66,7 @@ export class GpuF64Unit {
   }
 
   bind(pipe, buffers) {
-    return this.device.createBindGroup({ layout: pipe.getBindGroupLayout(0),
+    return this.device.createBindGroup({ layout: bindLayout(pipe),
       entries: buffers.map(([buffer, offset, size], binding) => ({ binding, resource: { buffer, offset, size } })) });
   }
 
@@ -227,9 +227,10 @@ export class GpuF64Unit {
   // u32 the caller zeroed and reads once per step: then the step is the CPU's). scratch(bytes):
   // where the codes, scales and accumulators come from (the resident step's pool, zeroed; default
   // fresh buffers, returned); uniform(words): where the four dispatches' parameters go, -> [buffer,
-  // offset, size] (the resident step's slots; default fresh buffers, returned). -> the call's
-  // fresh temporary buffers, for the caller to destroy once its submit is done.
-  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null, uniform = null) {
+  // offset, size] (the resident step's slots; default fresh buffers, returned); bind(pipe,
+  // entries): where the bind groups come from (the resident step's cache; default made here).
+  // -> the call's fresh temporary buffers, for the caller to destroy once its submit is done.
+  encodeUnit(enc, xa, transA, xb, transB, nb, m, kk, n, out, flags, scratch = null, uniform = null, bind = null) {
     if (kk > MAX_K) throw new Error(`K=${kk} could overflow int32`);
     const k4 = Math.ceil(kk / 4), d = this.device, p = this.pipes;
     const plan = unitPlan(nb, m, kk, n, transA, transB, this.tuning, this.planOpts);
@@ -238,10 +239,11 @@ export class GpuF64Unit {
     const qa = own(nb * m * k4 * 4), qb = own(nb * n * k4 * 4), sa = own(nb * m * 8), sb = own(nb * n * 8), c = own(plan.splits * nb * m * n * 4);
     const uni = uniform || ((words) => { const b = this.buffer(ALIGN, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST); d.queue.writeBuffer(b, 0, new Uint32Array(words)); temps.push(b); return [b, 0, ALIGN]; });
     const whole = (buf) => [buf, 0, buf.size];
-    const bgQA = this.bind(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), uni(plan.quantA.params)]);
-    const bgQB = this.bind(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), uni(plan.quantB.params)]);
-    const bgMM = this.bind(p.mm, [whole(qa), whole(qb), whole(c), uni(plan.mm.params)]);
-    const bgEp = this.bind(p.epi, [whole(c), whole(sa), whole(sb), whole(out), uni(plan.epi.params)]);
+    const bgOf = bind || ((pipe, entries) => this.bind(pipe, entries));
+    const bgQA = bgOf(p.quant, [whole(xa), whole(qa), whole(sa), whole(flags), uni(plan.quantA.params)]);
+    const bgQB = bgOf(p.quant, [whole(xb), whole(qb), whole(sb), whole(flags), uni(plan.quantB.params)]);
+    const bgMM = bgOf(p.mm, [whole(qa), whole(qb), whole(c), uni(plan.mm.params)]);
+    const bgEp = bgOf(p.epi, [whole(c), whole(sa), whole(sb), whole(out), uni(plan.epi.params)]);
     const pass = enc.beginComputePass();
     encodePlan(pass, p, plan, [bgQA, bgQB, bgMM, bgEp]);
     pass.end();

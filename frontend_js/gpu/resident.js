@@ -6,15 +6,22 @@
 // for bit, at boot and in the tests.
 //   ResidentKernels.create(device, opts) compiles them (opts.texts: file -> text, the bug corpus)
 //   k.f64(values) / k.zeros(n) / k.u32(words) / k.read(buffer, n)   buffers in and out
-//   k.scratch(bytes, enc) / k.recycle()   a step's temporaries from the pool (cleared in `enc`),
-//                         back into it once the step's read-back is done
+//   k.beginStep() -> step   a step's lease: step.scratch(bytes, enc) (a temporary from the pool,
+//                         cleared in `enc`), step.input(words) (one written from the host),
+//                         step.bind(pipe, entries) (a bind group, kept across steps), step.end()
+//                         (its temporaries back into the pool, its parameter slots free: after
+//                         its read-back)
 //   k.uniform(words) / k.holdUniforms() / k.releaseUniforms()   dispatch parameters in 256-byte
 //                         slots of a few kept buffers, reused once no step that wrote them is in flight
+//   k.submit(commandBuffers)   the parameters written since the last submit onto the GPU, then
+//                         the commands: every submit of work that reads a slot goes through it
 //   k.<piece>(..., enc?)  one dispatch on GPU buffers, encoded into `enc` (a GPUCommandEncoder)
 //                         or submitted at once
 // Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
-import { loadText, compileKernel, ERROR_SCOPES } from './device.js';
+import { loadText, compileKernel, bindLayout, ERROR_SCOPES } from './device.js';
 import { KERNEL_BASE } from './gemm_kernel.js';
+import { key, PURPOSE_EXCHANGE } from '../prng.js';
+import { CODECS } from '../exchange_codec.js';
 
 export const RESIDENT_LIBS = Object.freeze(['f64_lib.wgsl', 'f64_rows.wgsl']);
 // piece -> [kernel file, TREE_N (the workgroup tree's capacity: half the longest row it sums, padded)]
@@ -48,33 +55,74 @@ const words = (x) => new Uint32Array(new Float64Array([x]).buffer);
 // the int8 message of n values as u32 words: per block of 256, 65 words (scale + codes)
 export const int8MessageWords = (n) => Math.ceil((4 * Math.ceil(n / 256) + n) / 4);
 
+// Bind groups kept by what they bind (the pipeline; each entry's buffer, offset and size): a step
+// binds the same pool buffers and parameter slots every time, so it makes its bind groups once
+// (a bind group cost more host time than any other call of a dispatch, Dawn under Node). At most
+// `cap` are kept: past it the cache starts over (a change of settings, the gates' fresh buffers).
+export class BindGroupCache {
+  constructor(device, cap = 4096) {
+    this.device = device; this.cap = cap;
+    this.ids = new WeakMap(); this.nextId = 1;     // object -> a number for the key
+    this.groups = new Map();                        // key -> GPUBindGroup
+    this.made = 0;                                  // bind groups made (a bench's count)
+  }
+  id(obj) { let i = this.ids.get(obj); if (!i) { i = this.nextId++; this.ids.set(obj, i); } return i; }
+  // pipe, entries [[buffer, offset, size], ...] (binding i = entry i) -> a GPUBindGroup
+  get(pipe, entries) {
+    let key = `${this.id(pipe)}`;
+    for (const [b, offset, size] of entries) key += ` ${this.id(b)}/${offset}/${size}`;
+    let g = this.groups.get(key);
+    if (!g) {
+      if (this.groups.size >= this.cap) this.groups.clear();
+      g = this.device.createBindGroup({ layout: bindLayout(pipe), entries: entries.map(([buffer, offset, size], binding) => ({ binding, resource: { buffer, offset, size } })) });
+      this.groups.set(key, g);
+      this.made++;
+    }
+    return g;
+  }
+}
+
 export class ResidentKernels {
   constructor(device, pipes) {
     this.device = device; this.pipes = pipes;
     this.uniformChunks = [];         // UNIFORM_CHUNK-byte uniform buffers, kept; 256-byte slots
     this.uniformsUsed = 0;           // slots written since they were last free
     this.stepsInFlight = 0;          // steps between holdUniforms() and their releaseUniforms()
-    this.pool = new Map();           // size (a power of two) -> free storage buffers of the step's temporaries
-    this.lent = [];                  // the temporaries taken since recycle()
+    this.pool = new Map();           // size (a power of two) -> free storage buffers of the steps' temporaries
     this.reads = new Map();          // size -> free mappable buffers (read-backs)
+    this.groups = new BindGroupCache(device);
   }
 
-  // A temporary of at least `bytes`, zeroed by a clear encoded into `enc` (as a fresh buffer is):
-  // from the pool, so a step allocates nothing once the shapes have been seen (a buffer's creation
-  // and first clear cost more than the clear)
-  scratch(bytes, enc) {
-    const size = 2 ** Math.ceil(Math.log2(align(bytes)));
-    const b = this.pool.get(size)?.pop() || this.device.createBuffer({ size, usage: STORAGE() });
-    enc.clearBuffer(b);
-    this.lent.push(b);
-    return b;
+  // A step's lease on the pool, the parameter slots and the bind groups. The pool hands buffers
+  // out first in, first out, so a step of the same shapes gets the same buffers in the same order
+  // each time, its parameters the same slots, and so the same bind groups (kept in this.groups:
+  // from the second step on a step makes none; ~200 at the largest settings otherwise).
+  beginStep() {
+    const k = this, lent = [];
+    let open = true;
+    k.holdUniforms();
+    return {
+      // a temporary of at least `bytes`, zeroed by a clear encoded into `enc` (as a fresh buffer is)
+      scratch(bytes, enc) { const b = k.take(bytes); enc.clearBuffer(b); lent.push(b); return b; },
+      // a temporary holding `data` (a typed array), written now: queue order puts the write after
+      // the work already submitted and before this step's
+      input(data) { const b = k.take(data.byteLength); k.device.queue.writeBuffer(b, 0, data); lent.push(b); return b; },
+      bind: (pipe, entries) => k.groups.get(pipe, entries),
+      // the temporaries back into the pool, the slots free (after the work that used them)
+      end() {
+        if (!open) return;
+        open = false;
+        for (const b of lent) k.pool.get(b.size).push(b);
+        k.releaseUniforms();
+      },
+    };
   }
-  // every temporary taken since the last recycle back into the pool (after the work that used them)
-  recycle() {
-    for (const b of this.lent.splice(0)) {
-      if (!this.pool.has(b.size)) this.pool.set(b.size, []);
-      this.pool.get(b.size).push(b);
-    }
+  // a storage buffer of at least `bytes` (a power of two), from the pool: a step allocates nothing
+  // once its shapes have been seen (a buffer's creation and first clear cost more than a clear)
+  take(bytes) {
+    const size = 2 ** Math.ceil(Math.log2(align(bytes)));
+    if (!this.pool.has(size)) this.pool.set(size, []);
+    return this.pool.get(size).shift() || this.device.createBuffer({ size, usage: STORAGE() });
   }
 
   // opts: kernelBase; texts: {file: WGSL text} replacing a kernel or library file (the bug corpus);
@@ -95,17 +143,32 @@ export class ResidentKernels {
   f64(values) { const b = this.buffer(values.length * 8); this.device.queue.writeBuffer(b, 0, Float64Array.from(values)); return b; }
   zeros(n) { return this.buffer(n * 8); }                       // WebGPU zero-fills: +0.0 each
   u32(values) { const b = this.buffer(values.length * 4); this.device.queue.writeBuffer(b, 0, Uint32Array.from(values)); return b; }
-  // One dispatch's parameters -> its binding {buffer, offset, size}: the next free slot, written
-  // now (queue order puts the write before the submit that reads it). A fresh buffer per dispatch
-  // (~280 per local step) cost the host several times a write into a kept slot (Dawn).
+  // One dispatch's parameters -> its binding {buffer, offset, size}: the next free slot of a few
+  // kept buffers, written into the host's copy of its buffer now and onto the GPU by the next
+  // submit() (one write per buffer per submit; queue order puts it before the commands that read
+  // it). A fresh buffer per dispatch (~280 per local step) cost the host several times a write
+  // into a kept slot (Dawn), and a write per slot again more than one per submit.
   uniform(u32s) {
-    const data = new Uint32Array(Math.ceil(u32s.length / 4) * 4); data.set(u32s);
-    if (data.byteLength > ALIGN) throw new Error(`${data.byteLength} bytes of parameters: a slot holds ${ALIGN}`);
+    const n = Math.ceil(u32s.length / 4) * 4;
+    if (n * 4 > ALIGN) throw new Error(`${n * 4} bytes of parameters: a slot holds ${ALIGN}`);
     const per = UNIFORM_CHUNK / ALIGN, i = this.uniformsUsed++, c = Math.floor(i / per);
-    if (c === this.uniformChunks.length) this.uniformChunks.push(this.device.createBuffer({ size: UNIFORM_CHUNK, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST }));
-    const slot = { buffer: this.uniformChunks[c], offset: (i % per) * ALIGN, size: ALIGN };
-    this.device.queue.writeBuffer(slot.buffer, slot.offset, data);
-    return slot;
+    if (c === this.uniformChunks.length) {
+      this.uniformChunks.push({ buffer: this.device.createBuffer({ size: UNIFORM_CHUNK, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST }),
+        host: new Uint32Array(UNIFORM_CHUNK / 4), lo: Infinity, hi: 0 });
+    }
+    const chunk = this.uniformChunks[c], offset = (i % per) * ALIGN, at = offset / 4;
+    chunk.host.fill(0, at, at + n); chunk.host.set(u32s, at);
+    chunk.lo = Math.min(chunk.lo, offset); chunk.hi = Math.max(chunk.hi, offset + n * 4);
+    return { buffer: chunk.buffer, offset, size: ALIGN };
+  }
+  // the parameters written since the last submit onto the GPU, then the command buffers
+  submit(commandBuffers) {
+    for (const chunk of this.uniformChunks) {
+      if (chunk.hi <= chunk.lo) continue;
+      this.device.queue.writeBuffer(chunk.buffer, chunk.lo, chunk.host, chunk.lo / 4, (chunk.hi - chunk.lo) / 4);
+      chunk.lo = Infinity; chunk.hi = 0;
+    }
+    this.device.queue.submit(commandBuffers);
   }
   // A step takes the slots it writes until its releaseUniforms() (after its read-back: its work is
   // done); the slots are free again once no held step is in flight, so two trainers' steps on
@@ -123,7 +186,7 @@ export class ResidentKernels {
     try {
       const enc = d.createCommandEncoder();
       enc.copyBufferToBuffer(buffer, 0, read, 0, bytes);
-      d.queue.submit([enc.finish()]);
+      this.submit([enc.finish()]);
       await read.mapAsync(GPUMapMode.READ);
       return new Float64Array(read.getMappedRange(0, bytes).slice(0, n * 8));
     } finally {
@@ -145,7 +208,7 @@ export class ResidentKernels {
     try {
       const enc = d.createCommandEncoder();
       list.forEach(([buffer, n], i) => enc.copyBufferToBuffer(buffer, 0, read, at[i], align(n * 8)));
-      d.queue.submit([enc.finish()]);
+      this.submit([enc.finish()]);
       await read.mapAsync(GPUMapMode.READ, 0, bytes);
       const all = read.getMappedRange(0, bytes);
       const out = list.map(([, n, into], i) => (into ? (into.set(new Float64Array(all, at[i], n)), into) : new Float64Array(all.slice(at[i], at[i] + n * 8))));
@@ -157,19 +220,21 @@ export class ResidentKernels {
     }
   }
 
-  // one dispatch of `piece` over `groups` workgroups (a count; laid out in 2D under the limit)
+  // one dispatch of `piece` over `groups` workgroups (a count; laid out in 2D under the limit);
+  // its bind group from the cache (a step's buffers and slots repeat)
   dispatch(piece, buffers, groups, enc = null) {
     const d = this.device, pipe = this.pipes[piece];
     if (!pipe) throw new Error(`resident kernel ${piece} was not compiled`);
     // a buffer whole, or a binding {buffer, offset, size} (a uniform slot)
-    const bg = d.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: buffers.map((b, binding) => ({ binding, resource: b.buffer ? b : { buffer: b } })) });
+    const entries = buffers.map((b) => (b.buffer ? [b.buffer, b.offset, b.size] : [b, 0, b.size]));
+    const bg = this.groups.get(pipe, entries);
     const own = !enc, e = enc || d.createCommandEncoder();
     const pass = e.beginComputePass();
     pass.setPipeline(pipe); pass.setBindGroup(0, bg);
     const lim = d.limits.maxComputeWorkgroupsPerDimension, gx = Math.max(1, Math.min(groups, lim));
     pass.dispatchWorkgroups(gx, Math.ceil(groups / gx));
     pass.end();
-    if (own) d.queue.submit([e.finish()]);
+    if (own) this.submit([e.finish()]);
   }
 
   // --- the pieces (shapes as model.js; every buffer float64 unless said) ----------------------
@@ -245,28 +310,33 @@ export class ResidentKernels {
 // -> {loss, logits (N, V), lossN (N), nonFinite}: nonFinite true = an operand of a unit held
 // ±inf or NaN (the caller then computes the step on the CPU)
 // withGrads: the backward pass too (model.js backward), its gradients read back as {name: Float64Array}
-export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false) {
+// encode ({names, key}, with withGrads): the gradients laid end to end in `names` order (the flat
+// gradient) and encoded on the GPU as the int8 exchange's message under the stream key `key`
+// (exchange_codec.js; the slot's key) -> out.encoded (Uint8Array), or null when the kernel flagged
+// a value the JS codec refuses (the exchange then encodes on the host, and says why)
+export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false, encode = null) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, scale = 1.0 / Math.sqrt(D);
   const d = k.device, temps = [];
   // an invalid command buffer runs nothing and reads back zeros: every error is caught and thrown
   for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
-  k.holdUniforms();
+  const step = k.beginStep();
   // The step is encoded in parts, each submitted when encoded (after the forward pass, after each
   // block's backward), so the GPU runs one part while the host encodes the next; the queue keeps
   // their order, so nothing else changes. `enc` is the part being encoded.
   let enc = d.createCommandEncoder();
-  const submitPart = () => { d.queue.submit([enc.finish()]); enc = d.createCommandEncoder(); };
-  const z = (n) => k.scratch(n * 8, enc);          // every activation and gradient: the pool's, zeroed
-  const flags = k.u32([0, 0, 0, 0]), idxBuf = k.u32(idx), targetBuf = k.u32(targets);
-  temps.push(flags, idxBuf, targetBuf);
+  const submitPart = () => { k.submit([enc.finish()]); enc = d.createCommandEncoder(); };
+  const z = (n) => step.scratch(n * 8, enc);       // every activation and gradient: the pool's, zeroed
+  // token ids (>= 0) as the kernels' u32: an Int32Array's words as they are, anything else copied
+  const u32 = (a) => (ArrayBuffer.isView(a) && a.BYTES_PER_ELEMENT === 4 ? new Uint32Array(a.buffer, a.byteOffset, a.length) : Uint32Array.from(a));
+  const flags = step.scratch(16, enc), idxBuf = step.input(u32(idx)), targetBuf = step.input(u32(targets));
   const uniform = (words) => { const u = k.uniform(words); return [u.buffer, u.offset, u.size]; };
   const mm = (a, ta, b, tb, nb, M, K, Nn) => {
     const out = z(nb * M * Nn);
-    temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => k.scratch(bytes, enc), uniform));
+    temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => step.scratch(bytes, enc), uniform, step.bind));
     return out;
   };
-  let grads = null, logits, lossN;
+  let grads = null, logits, lossN, message = null;
   try {
     const norm = (x, g) => { const y = z(N * C), cache = { xhat: z(N * C), r: z(N) }; k.rmsnorm(x, g, y, cache.xhat, cache.r, N, C, NORM_EPS, enc); return [y, cache]; };
     const x = z(N * C);
@@ -300,23 +370,37 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
       submitPart();
       grads = residentBackward(k, params, cfg, { encoder: () => enc, submitPart, z, mm, caches, xf, nf, dl, idxBuf, scale, V });
     }
-    d.queue.submit([enc.finish()]);
+    if (grads && encode) {
+      const total = encode.names.reduce((n, name) => n + grads[name][1], 0);
+      const flat = z(total);
+      let at = 0;
+      for (const name of encode.names) { const [b, n] = grads[name]; enc.copyBufferToBuffer(b, 0, flat, 8 * at, 8 * n); at += n; }
+      const words = int8MessageWords(total);
+      message = { buffer: step.scratch(4 * words, enc), flags: step.scratch(16, enc), words, bytes: 4 * Math.ceil(total / 256) + total };
+      k.int8Encode(flat, message.buffer, message.flags, total, encode.key, 0, enc);
+    }
+    k.submit([enc.finish()]);
   } catch (e) {                                     // a host-side error while encoding: nothing held stays
     await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()));
-    for (const b of temps) b.destroy(); k.releaseUniforms(); k.recycle();
+    for (const b of temps) b.destroy();
+    step.end();
     throw e;
   }
   const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
-  if (errors.length) { for (const b of temps) b.destroy(); k.releaseUniforms(); k.recycle(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
+  if (errors.length) { for (const b of temps) b.destroy(); step.end(); throw new Error(`GPU error in the resident step: ${errors.map((e) => e.message).join('; ')}`); }
   // one read-back: the per-row losses, the flag, and the gradients (training) or the logits
   const named = grads ? Object.entries(grads) : [];
-  const got = await k.readMany([[lossN, N], [flags, 1], ...(grads ? named.map(([, bn]) => bn) : [[logits, N * V]])]);
+  const tail = message ? [[message.flags, 1], [message.buffer, Math.ceil(message.words / 2)]] : [];
+  const got = await k.readMany([[lossN, N], [flags, 1], ...(grads ? named.map(([, bn]) => bn) : [[logits, N * V]]), ...tail]);
   for (const b of temps) b.destroy();
-  k.releaseUniforms();
-  k.recycle();
+  step.end();
   const [ln, fl] = got;
   const out = { loss: treeSum(ln, 0, N) / N, logits: grads ? null : got[2], lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
   if (grads) out.grads = Object.fromEntries(named.map(([name], i) => [name, got[2 + i]]));
+  if (message) {
+    const [mf, mw] = got.slice(-2);
+    out.encoded = new Uint32Array(mf.buffer)[0] === 0 ? new Uint8Array(mw.buffer, 0, message.bytes) : null;
+  }
   return out;
 }
 
@@ -373,6 +457,36 @@ function residentBackward(k, params, cfg, { encoder, submitPart, z, mm, caches, 
   return g;
 }
 
+// A message of the whole flat gradient (grads {name: Float64Array} end to end in `names` order),
+// made on the GPU, against the host codec on a few of its blocks: the first, the last and `more`
+// drawn ones (a GPU fault that the boot gate missed would show in every block) -> null when they
+// agree, else what differs. ~1,000 values encoded on the host instead of the whole gradient.
+export function spotCheckMessage(codec, grads, names, message, { seed, step, slot }, more = 2) {
+  const total = names.reduce((n, name) => n + grads[name].length, 0), blocks = Math.ceil(total / codec.block);
+  if (message.length !== codec.messageBytes(total)) return `${message.length} bytes for ${total} values`;
+  const values = (lo, hi) => {                     // the flat gradient's values [lo, hi)
+    const out = new Float64Array(hi - lo);
+    let at = 0;
+    for (const name of names) {
+      const g = grads[name], a = Math.max(lo, at), b = Math.min(hi, at + g.length);
+      if (a < b) out.set(g.subarray(a - at, b - at), a - lo);
+      at += g.length;
+    }
+    return out;
+  };
+  const picks = new Set([0, blocks - 1]);
+  for (let i = 0; i < more; i++) picks.add(Math.floor(Math.random() * blocks));
+  for (const j of picks) {
+    const lo = j * codec.block, hi = Math.min(total, lo + codec.block);
+    let want;
+    try { want = codec.encode(values(lo, hi), { seed, step, slot, offset: lo }); } catch (e) { return `block ${j}: the host codec refuses it (${e.message})`; }
+    const got = codec.sliceMessage(message, total, lo, hi);
+    const i = want.findIndex((b, n) => b !== got[n]);
+    if (i >= 0) return `block ${j}, byte ${i}: GPU ${got[i]}, host ${want[i]}`;
+  }
+  return null;
+}
+
 // A replica trained through the resident step, behind train.js Trainer's interface (Group and the
 // run loop call localStep and apply; `backend` is the CPU backend, for whoever recomputes a step
 // on the host: audits, a joiner's checks), so a Group of them is the reference's run. Weights and
@@ -392,7 +506,7 @@ export class ResidentTrainer {
   constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null }) {
     this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
     this.backend = cpu;                  // the CPU backend (engines.js interface)
-    this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads}
+    this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes}
     this.w = {}; this.m = {}; this.v = {};
     this.g = {};                         // the reduced gradient's buffers (rewritten every step)
     this.heldT = -1; this.heldParams = null;   // the host state the GPU buffers hold (adam.t, the params object)
@@ -423,13 +537,23 @@ export class ResidentTrainer {
 
   // (loss, grads) of this replica on the batch of (seed, step, slot); sink (the streamed
   // exchange) is not fed: the gradients arrive together and the collective sends them whole
+  // -> {loss, grads, encoded}: encoded, with the int8 exchange, the gradient's message under this
+  // slot's key encoded on the GPU (the collective cuts its GRADs from it instead of encoding them;
+  // null where the kernel flagged a value or a spot check of its blocks failed: then the host encodes)
   async localStep(step, slot, arena = undefined) {
     const cfg = this.cfg, { x, y } = await this.batches.get(step, slot), L = this.lib;
     if (!this.fault) {
       try {
         this.sync();
-        const r = await residentForward(this.k, this.unit, this.w, cfg, x, y, L, true);
-        if (!r.nonFinite) return { loss: r.loss, grads: r.grads };
+        const names = L.paramShapes(cfg).map(([name]) => name);   // the flat gradient's order (collective.js)
+        const encode = cfg.exchange === 'int8' ? { names, key: key(PURPOSE_EXCHANGE, cfg.seed, step, slot) } : null;
+        const r = await residentForward(this.k, this.unit, this.w, cfg, x, y, L, true, encode);
+        if (!r.nonFinite) {
+          let encoded = r.encoded ?? null;
+          const why = encoded && spotCheckMessage(CODECS.int8, r.grads, names, encoded, { seed: cfg.seed, step, slot });
+          if (why) { console.error(`daisy: the resident step's exchange message failed its spot check, the host encodes it: ${why}`); encoded = null; }
+          return { loss: r.loss, grads: r.grads, encoded };
+        }
       } catch (e) {
         this.failed(e);
       }
@@ -465,7 +589,7 @@ export class ResidentTrainer {
         if (this.g[name]) d.queue.writeBuffer(this.g[name], 0, G[name]); else this.g[name] = this.k.f64(G[name]);
         this.k.adam(this.w[name], this.g[name], this.m[name], this.v[name], G[name].length, optim, this.cfg.lr, bc1, bc2, enc);
       }
-      d.queue.submit([enc.finish()]);
+      this.k.submit([enc.finish()]);
       const errors = (await Promise.all(ERROR_SCOPES.map(() => d.popErrorScope()))).filter(Boolean);
       if (errors.length) throw new Error(`GPU error in the resident Adam step: ${errors.map((e) => e.message).join('; ')}`);
       // weights and moments straight into the host copy (all of it, or none on a failed map)

@@ -69,7 +69,8 @@ export function gradParts(cuts, lo, hi, codec) {
 // One run's gradient exchange over a Mesh (mesh.js). roster: peer ids in slot order; the frames
 // of a step carry the sender's hash after the previous step (the sync guard reads them).
 //   const c = new MeshCollective(mesh, { runId, roster, selfId, shapes, deadlineMs, exchange: cfg.exchange, seed: cfg.seed });
-//   const { loss, grads, hashes } = await c.exchange(step, roster, slot, loss, grads, prevHash);
+//   const { loss, grads, hashes } = await c.exchange(step, roster, slot, loss, grads, prevHash, encoded?);
+// (encoded: the trainer's codec message of its whole gradient, the resident step's; else made here)
 // or, streamed (the GRAD's parts go out while the backward pass runs; the same bits):
 //   const local = await trainer.localStep(step, slot, arena, c.beginStep(step));
 //   const out = await c.exchange(step, roster, slot, local.loss, local.grads, prevHash);
@@ -318,12 +319,13 @@ export class MeshCollective {
     return this.stream;
   }
 
-  // our GRAD(s), whole -> our codec messages in message order (all-gather: one; rsag: shard k's for slot k)
-  async sendWhole(step, grads, loss, prevHash) {
+  // our GRAD(s), whole -> our codec messages in message order (all-gather: one; rsag: shard k's for
+  // slot k); encoded: our whole gradient's message when the trainer made it (cut, not encoded)
+  async sendWhole(step, grads, loss, prevHash, encoded = null) {
     const { codec, seed, slot } = this;
-    const flat = flattenGrads(grads, this.names);
     const b = this.bounds;
-    const encode = (k) => codec.encode(flat.subarray(b[k], b[k + 1]), { seed, step, slot, offset: b[k] });
+    const flat = encoded ? null : flattenGrads(grads, this.names);
+    const encode = (k) => (encoded ? codec.sliceMessage(encoded, this.N, b[k], b[k + 1]) : codec.encode(flat.subarray(b[k], b[k + 1]), { seed, step, slot, offset: b[k] }));
     const others = this.roster.map((id, s) => [id, s]).filter(([, s]) => s !== slot);
     if (this.topology === 'allgather') {
       const message = encode(0);
@@ -344,7 +346,7 @@ export class MeshCollective {
   //    After beginStep(step) our GRAD's last part is sent here (the rest went during the backward
   //    pass), else the whole GRAD. A peer's gradient that fails a cheap check is told to onLie
   //    (the run convicts its sender, which ends this exchange); the collective itself only drops it.
-  async exchange(step, roster, slot, loss, grads, prevHash = null) {
+  async exchange(step, roster, slot, loss, grads, prevHash = null, encoded = null) {
     if (this.failure) throw this.failure;
     if (slot !== this.slot || roster.length !== this.P) throw new Error('a collective serves one roster: a new roster needs a new collective');
     this.current = step;
@@ -357,7 +359,7 @@ export class MeshCollective {
     const missingFrom = (has, kind) => () => ({ kind, peers: others.filter(([, s]) => !has(s)).map(([id]) => id) });
     const { codec, seed } = this;
     const b = this.bounds;
-    const ownMessages = stream ? await stream.finish(grads, loss, prevHash) : await this.sendWhole(step, grads, loss, prevHash);
+    const ownMessages = stream ? await stream.finish(grads, loss, prevHash, encoded) : await this.sendWhole(step, grads, loss, prevHash, encoded);
     const ownMessage = ownMessages.length === 1 ? ownMessages[0] : ownMessages[slot];
     let G, rsag = null;
     if (this.topology === 'allgather') {
@@ -422,6 +424,7 @@ class GradStream {
     }));
     this.chains = new Map(others.map((id) => [id, Promise.resolve()]));   // each receiver's parts, in order
     this.error = null;                             // the first failed send (an ExchangeError), thrown by finish
+    this.encoded = null;                           // the trainer's message of the whole gradient (finish), or null
   }
 
   // the sink: the gradient of `name` is final (values are copied: the caller's arrays stay its own)
@@ -448,7 +451,8 @@ class GradStream {
       while (sl.next < sl.parts.length - (all ? 0 : 1) && sl.parts[sl.next].vlo >= ready) {
         const index = sl.next++, part = sl.parts[index];
         if (part.vhi > part.vlo) {
-          const message = codec.encode(this.flat.subarray(part.vlo, part.vhi), { seed, step: this.step, slot, offset: part.vlo });
+          const message = this.encoded ? codec.sliceMessage(this.encoded, this.c.N, part.vlo, part.vhi)
+            : codec.encode(this.flat.subarray(part.vlo, part.vhi), { seed, step: this.step, slot, offset: part.vlo });
           sl.payload.set(message, HEADER_BYTES + codec.messageBytes(part.vlo - sl.lo));
         }
         if (!sl.to.length) continue;
@@ -472,8 +476,10 @@ class GradStream {
   }
 
   // exchange's part: the step's gradients must be those streamed (bit for bit; a missing one is
-  // taken from grads), then the header and the last parts go -> our codec messages (as sendWhole)
-  async finish(grads, loss, prevHash) {
+  // taken from grads), then the header and the last parts go -> our codec messages (as sendWhole;
+  // encoded: the whole gradient's message when the trainer made it, its parts cut from it)
+  async finish(grads, loss, prevHash, encoded = null) {
+    this.encoded = encoded;
     const { names, sizes } = this.c;
     for (let t = 0; t < names.length; t++) {
       const g = grads[names[t]], at = this.offsets[t];

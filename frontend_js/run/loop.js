@@ -130,7 +130,10 @@ async function steps(ctl, run) {
     audits.idle(ctl, run);                          // the audits this device owes, beside the transfer
     let out;
     try {
-      out = await run.collective.exchange(s, run.roster, slot, local.loss, local.grads, run.hash);
+      // the trainer's own message of its gradient (the resident step's, from the GPU), unless the
+      // gradient sent is not the one it encoded (a forger's, a round's delta)
+      const encoded = cfg.local_steps === 1 && !forging ? local.encoded ?? null : null;
+      out = await run.collective.exchange(s, run.roster, slot, local.loss, local.grads, run.hash, encoded);
     } catch (err) {
       if (!(err instanceof ExchangeError)) throw err;
       if (run.ended) return;

@@ -4,8 +4,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute, wholeStepSide, WHOLE_STEP_MARGIN } from '../../frontend_js/gpu/route.js';
-import { describeChoice, cpuName, pickBackend, GPU_MODES, PickedBackend, timeTrainers } from '../../frontend_js/backends.js';
+import { MEASURE, measuredSide, measureSummary, newShapeTimes, shapeKey, routeRule, ruleForAdapter, describeRoute, wholeStepSide, WHOLE_STEP_MARGIN,
+  wholeStepsClose, WHOLE_STEP_CLOSE, WHOLE_STEP_MORE_REPS } from '../../frontend_js/gpu/route.js';
+import { describeChoice, cpuName, pickBackend, GPU_MODES, PickedBackend, timeTrainers, WARMUP_STEPS } from '../../frontend_js/backends.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { initParams } from '../../frontend_js/model.js';
 import { adamInit } from '../../frontend_js/optim.js';
@@ -52,6 +53,8 @@ test('whole steps decide: the route is kept only where whole steps are faster by
   assert.equal(wholeStepSide(511, 511), 'cpu', 'a tie stays on the CPU');
   assert.equal(wholeStepSide(511, 511 / WHOLE_STEP_MARGIN), 'cpu', 'within the margin: the CPU');
   assert.equal(wholeStepSide(511, 400), 'gpu');
+  assert.ok(wholeStepsClose(13.3, 12.4) && wholeStepsClose(12.4, 13.3), 'the H200 default settings\' medians are close');
+  assert.ok(!wholeStepsClose(202.3, 73.0) && !wholeStepsClose(10, 10 * WHOLE_STEP_CLOSE));
   const shapes = { big: entry([30, 30, 30], [10, 10, 10], 8), small: entry([1, 1, 1], [4, 4, 4], 8) };
   const slow = measureSummary(shapes, MEASURE.samples, { cpuMs: 511, pickedMs: 741, side: 'cpu' });
   assert.deepEqual([slow.decided, slow.shapes, slow.gpuShapes, slow.pickedMs, slow.speedup], [true, 2, 0, 8 * 30 + 8 * 1, 1]);
@@ -150,10 +153,14 @@ test('whole replica steps are timed for each candidate trainer; the compute line
   const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 2, steps: 100 });
   const made = [];
   const maker = (backend) => (c, r, b) => { const t = new Trainer(c, r, b, backend); made.push(t); return t; };
-  const ms = await timeTrainers([maker(referenceBackend), maker(await bestBackend())], cfg, 2);
+  const ms = await timeTrainers([maker(referenceBackend), maker(await bestBackend())], cfg, 2, { warmupMs: 0 });
   assert.equal(ms.length, 2);
   for (const x of ms) assert.ok(Number.isFinite(x) && x > 0, `ms ${ms}`);
   assert.deepEqual(made.map((t) => t.replica.step), [3, 3], 'a warm-up and 2 timed steps each');
+  // warmed up for a time: more steps than one, at most WARMUP_STEPS + the timed ones
+  made.length = 0;
+  await timeTrainers([maker(referenceBackend)], cfg, 2, { warmupMs: 40 });
+  assert.ok(made[0].replica.step > 3 && made[0].replica.step <= WARMUP_STEPS + 2, `steps ${made[0].replica.step}`);
   const cpu = await bestBackend();
   const picked = new PickedBackend({ mode: 'auto', cpu, threads: { count: 1, shared: false, reason: 'one thread asked for' }, gpu: { state: 'off' } });
   picked.prepared = { residentMs: 195, cpuMs: 515, chosen: true };
@@ -171,4 +178,29 @@ test('whole replica steps are timed for each candidate trainer; the compute line
   await picked.prepare(cfg);
   assert.equal(picked.prepared, null);
   assert.ok(picked.trainer(cfg, made[0].replica, null) instanceof Trainer);
+});
+
+// prepare()'s verdict on a resident candidate from the medians timeSteps gives (scripted here): far
+// apart, three steps each decide; close, the verdict is the one of more steps (the first is dropped)
+test('medians too close to call are timed again on more steps, and that verdict is kept', async () => {
+  const { makeConfig } = await import('../../frontend_js/config.js');
+  const { bestBackend } = await import('../../frontend_js/engines.js');
+  const cfg = makeConfig({ width: 16, seq_len: 16, batch: 2, layers: 1, heads: 2, steps: 100 });
+  const cpu = await bestBackend();
+  const prepared = async (script) => {
+    const calls = [];
+    const timeSteps = async (makers, c, reps = 3) => { calls.push(reps); assert.equal(makers.length, 2); return script[calls.length - 1]; };
+    const picked = new PickedBackend({ mode: 'auto', cpu, threads: { count: 1, shared: false, reason: null }, gpu: { state: 'off' },
+      residentCandidate: { kernels: null, unit: null, ResidentTrainer: class {} }, timeSteps });
+    await picked.prepare(cfg);
+    return { calls, prepared: picked.prepared };
+  };
+  let r = await prepared([[202.3, 73.0]]);
+  assert.deepEqual(r.calls, [3], 'far apart: decided on three steps each');
+  assert.deepEqual(r.prepared, { residentMs: 73.0, cpuMs: 202.3, chosen: true });
+  r = await prepared([[13.3, 12.4], [13.1, 12.9]]);
+  assert.deepEqual(r.calls, [3, WHOLE_STEP_MORE_REPS], 'close: timed again');
+  assert.deepEqual(r.prepared, { residentMs: 12.9, cpuMs: 13.1, chosen: false }, 'the second verdict: within the margin, the CPU');
+  r = await prepared([[13.3, 12.4], [14.0, 11.0]]);
+  assert.deepEqual(r.prepared, { residentMs: 11.0, cpuMs: 14.0, chosen: true });
 });

@@ -24,7 +24,7 @@ export function stream32(...words) {
 // peer id's step s after its local step: the collective's exchange (every peer sent the same
 // previous hash: the sync guard), then the reduced gradient applied -> {step, loss, hash}
 export async function exchangeAndApply(c, trainer, { id, s, roster, slot, local, hash }) {
-  const out = await c.exchange(s, roster, slot, local.loss, local.grads, hash);
+  const out = await c.exchange(s, roster, slot, local.loss, local.grads, hash, local.encoded ?? null);
   assert.deepEqual(out.hashes, roster.map(() => hash), `${id} step ${s}: the peers' previous hashes (sync guard)`);
   const applied = await trainer.apply(out.grads);
   return { step: applied.step, loss: out.loss, hash: applied.hash };

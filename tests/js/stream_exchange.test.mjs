@@ -82,7 +82,9 @@ const SMALL_PART = 256;         // the tiny model's GRADs in several parts (a ru
 
 // P pages training `steps` steps over the memory net; streams(slot) says whether that page streams.
 // Every GRAD payload a receiver assembles from parts is kept (received) to compare with the whole one.
-async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFrame, streams, recompute = null }) {
+// encodes(slot): that page's trainer hands over its gradient's message (the resident step's way: it
+// feeds no sink, the message comes with the gradient; here encoded by `encodeOwn`).
+async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFrame, streams, recompute = null, encodes = () => false, encodeOwn = null }) {
   const cfg = makeConfig({ ...configToDict(SMALL), exchange });
   const stream = builtinStream();
   const net = new MemoryNet({ seed, maxFrame, dup: 0.03, delay: 0.25 });
@@ -113,7 +115,8 @@ async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFra
     for (let s = 0; s < steps; s++) {
       arena.reset();
       const sink = streams(slot) ? c.beginStep(s) : null;
-      let local = await trainer.localStep(s, slot, arena, sink);
+      let local = await trainer.localStep(s, slot, arena, encodes(slot) ? null : sink);
+      if (encodes(slot)) local = { ...local, encoded: encodeOwn(flattenGrads(local.grads, c.names), { seed: cfg.seed, step: s, slot, offset: 0 }) };
       if (recompute && recompute(slot, s)) {
         await Promise.all(sink.chains.values());      // the first pass's parts are out
         const bytes0 = c.bytesSent;
@@ -121,7 +124,7 @@ async function trainOverMesh({ P, exchange, topology = null, steps, seed, maxFra
         local = await trainer.localStep(s, slot, arena, c.beginStep(s));
         assert.equal(c.bytesSent, bytes0, `${id} step ${s}: the recomputed local step sent parts again`);
       }
-      if (sink) {
+      if (sink && !encodes(slot)) {
         // before exchange is called, every part but the header's went out during the backward pass
         for (const sl of sink.slices) assert.equal(sl.next, sl.parts.length - 1, `${id} step ${s}: parts posted before exchange`);
       }
@@ -182,6 +185,60 @@ for (const [P, exchange, topology, maxFrame, streams] of [
     assert.ok(parts >= 3, `the GRADs here have at most ${parts} parts: too few to show streaming`);
   });
 }
+
+// A page whose trainer made its gradient's message (the resident step encodes it on the GPU) sends
+// that message's bytes, cut to its shards and parts, and encodes none of its own: whether it
+// streams (a sink no one feeds) or sends whole GRADs; the run equals Group, every GRAD is the
+// unstreamed one byte for byte.
+for (const [P, topology] of [[3, 'rsag'], [2, null]]) {
+  test(`a trainer's own message (the resident step's): ${P} peers ${topology || 'allgather'}, int8; none re-encoded, hashes equal Group`, async () => {
+    const steps = 3, codec = CODECS.int8, realEncode = codec.encode;
+    const ownEncodes = new Map([[0, 0], [1, 0]]);          // encode calls of the message pages, in their exchange
+    codec.encode = function (values, opts) {
+      if (ownEncodes.has(opts.slot)) ownEncodes.set(opts.slot, ownEncodes.get(opts.slot) + 1);
+      return realEncode.call(this, values, opts);
+    };
+    let run;
+    try {
+      run = await trainOverMesh({ P, exchange: 'int8', topology, steps, seed: 71 + P, maxFrame: 4096,
+        streams: (slot) => slot !== 1, encodes: (slot) => slot <= 1, encodeOwn: (flat, opts) => realEncode.call(codec, flat, opts) });
+    } finally {
+      codec.encode = realEncode;
+    }
+    assert.deepEqual([...ownEncodes.values()], [0, 0], 'a page with its own message encoded its GRAD again');
+    await checkAgainstGroup(run.cfg, P, steps, run.got, `own messages, ${P} peers`);
+    for (const a of run.assembled) {
+      const want = wholePayload(run, run.cs[a.from], a.from, a.to, a.step);
+      assert.equal(firstDiff(a.payload, want), -1, `step ${a.step} GRAD ${a.from} -> ${a.to}`);
+    }
+    assert.ok(run.assembled.some((a) => a.from === 0), 'slot 0 (a sink, its message) sent no parts');
+  });
+}
+
+test('a message cut on block boundaries is the message of those values (sliceMessage), both codecs; misuse refused', () => {
+  const seed = 4242;
+  console.log(`seed ${seed}`);
+  let s = seed;
+  const rnd = () => { s = (Math.imul(s, 1103515245) + 12345) >>> 0; return s / 2 ** 32 - 0.5; };
+  for (const codec of Object.values(CODECS)) {
+    for (const N of [1, 255, 256, 257, 1000, 4096 + 17]) {
+      const x = Float64Array.from({ length: N }, rnd), opts = { seed: 7, step: 3, slot: 2 };
+      const whole = codec.encode(x, { ...opts, offset: 0 });
+      for (let lo = 0; lo < N; lo += 256) {
+        for (const hi of [Math.min(N, lo + 256), N, Math.min(N, lo + 512)]) {
+          const want = codec.encode(x.subarray(lo, hi), { ...opts, offset: lo });
+          assert.equal(firstDiff(codec.sliceMessage(whole, N, lo, hi), want), -1, `${codec.name} N=${N} [${lo}, ${hi})`);
+        }
+      }
+    }
+    const m600 = codec.encode(new Float64Array(600), { seed: 1, step: 1, slot: 0, offset: 0 });
+    assert.throws(() => codec.sliceMessage(m600, 600, 512, 700), /not cut on blocks/);
+    assert.throws(() => codec.sliceMessage(m600, 601, 0, 256), /does not hold 601 values/);
+  }
+  // a cut inside a block: that block's scale is the whole block's, not the cut's
+  const m = CODECS.int8.encode(new Float64Array(1000).fill(1), { seed: 1, step: 1, slot: 0, offset: 0 });
+  for (const [lo, hi] of [[100, 256], [0, 300], [256, 700]]) assert.throws(() => CODECS.int8.sliceMessage(m, 1000, lo, hi), /not cut on blocks of 256/);
+});
 
 // ---- 3. recompute, bad parts ---------------------------------------------------------------------
 
