@@ -13,6 +13,9 @@
 #             wall split, at the largest and the default settings
 #   quant.jsonl, splitk.jsonl   dev/unit_quant and dev/gemm_splitk: the unit's kernels before and
 #             after issue 26's second pass, per shape of the largest step, results compared
+#   hs_largest/, hs_default/   host_split.mjs: the host's calls, read-back waits and GCs of each
+#             local step and Adam, alone, in a 2-peer Group (vs the CPU Group), alone after CPU steps
+#   clocks.csv   the GPU's clocks, P-state and use every 100 ms through the whole call (nvidia-smi)
 # Each part is bounded by `timeout` so that the whole fits one 10-minute call.
 set -u
 # Everything is written under $RUN_DIR and packed into $OUT/issue26.tgz at the end (the device
@@ -24,9 +27,12 @@ source .gpu/setup.sh > "$OUT/setup.txt" 2>&1
 if [ -f tfjs_nm.tar.xz ] && [ ! -d bench/tfjs/node_modules ]; then
   python3 -c "import tarfile; tarfile.open('tfjs_nm.tar.xz').extractall('bench/tfjs')"
 fi
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pstate,utilization.gpu,power.draw --format=csv -lms 100 > "$OUT/clocks.csv" 2>&1 & CLOCKS=$!
 LARGEST="--width 128 --seq-len 128 --batch 32"     # the five settings at their most
-t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; pkill -9 -f pick_and_resident; pkill -9 -f bench_tfjs; pkill -9 -f cli.mjs; pkill -9 -f resident_profile; pkill -9 -f /bench.mjs; sleep 1; }
+t0=$(date +%s); stamp() { echo "$1: $(( $(date +%s) - t0 )) s" >> "$OUT/times.txt"; pkill -9 -f pick_and_resident; pkill -9 -f bench_tfjs; pkill -9 -f cli.mjs; pkill -9 -f resident_profile; pkill -9 -f host_split; pkill -9 -f /bench.mjs; sleep 1; }
 OUT=$OUT/rs DAISY_SPLIT=0 DAISY_SECTIONS=residentStep timeout 150 $NODE bench/h200/pick_and_resident.mjs > "$OUT/rs.log" 2>&1; echo "exit $?" >> "$OUT/rs.log"; stamp residentStep
+OUT=$OUT/hs_largest STEPS=12 timeout 90 $NODE bench/h200/host_split.mjs > "$OUT/hs_largest.log" 2>&1; echo "exit $?" >> "$OUT/hs_largest.log"; stamp hs_largest
+OUT=$OUT/hs_default STEPS=12 DAISY_SETTINGS_JSON='{"width":32,"seq_len":32,"batch":8}' timeout 60 $NODE bench/h200/host_split.mjs > "$OUT/hs_default.log" 2>&1; echo "exit $?" >> "$OUT/hs_default.log"; stamp hs_default
 OUT=$OUT/pick DAISY_SECTIONS=pick,resident timeout 120 $NODE bench/h200/pick_and_resident.mjs > "$OUT/pick.log" 2>&1; echo "exit $?" >> "$OUT/pick.log"; stamp pick
 timeout 60 $NODE frontend_js/cli.mjs --gpu resident --json --stop-after 30 > "$OUT/cli_default.jsonl" 2> "$OUT/cli_default.err"; stamp cli_default
 if [ -d bench/tfjs/node_modules ]; then
@@ -40,5 +46,6 @@ OUT=$OUT/prof_largest timeout 120 $NODE bench/h200/resident_profile.mjs > "$OUT/
 OUT=$OUT/prof_default DAISY_PROFILE_SETTINGS='{"width":32,"seq_len":32,"batch":8}' timeout 60 $NODE bench/h200/resident_profile.mjs > "$OUT/prof_default.log" 2>&1; echo "exit $?" >> "$OUT/prof_default.log"; stamp prof_default
 timeout 90 $NODE dev/unit_quant/bench.mjs > "$OUT/quant.jsonl" 2>&1; echo "exit $?" >> "$OUT/quant.jsonl"; stamp quant
 timeout 60 $NODE dev/gemm_splitk/bench.mjs > "$OUT/splitk.jsonl" 2>&1; echo "exit $?" >> "$OUT/splitk.jsonl"; stamp splitk
+kill $CLOCKS
 tar czf "$FINAL_OUT/issue26.tgz" -C "$OUT" .
 cat "$OUT/times.txt"; tail -n 30 "$OUT"/rs.log "$OUT"/split.log; tail -n 4 "$OUT"/pick.log; cat "$OUT"/quant.jsonl "$OUT"/splitk.jsonl; tail -n 12 "$OUT"/prof_largest.log
