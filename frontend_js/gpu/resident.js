@@ -491,8 +491,9 @@ export function spotCheckMessage(codec, grads, names, message, { seed, step, slo
 // run loop call localStep and apply; `backend` is the CPU backend, for whoever recomputes a step
 // on the host: audits, a joiner's checks), so a Group of them is the reference's run. Weights and
 // Adam's moments live on the GPU (one buffer per tensor); per step the host sends the tokens and
-// reads the loss and the gradients (one read-back: the exchange's codec and reduce are the
-// host's), sends the reduced gradient, and reads the weights and moments back (one read-back):
+// reads the loss, the gradients and (int8 exchange) the gradient's message encoded on the GPU
+// (one read-back: the decode and the reduce are the host's), sends the reduced gradient, and
+// reads the weights and moments back (one read-back):
 // replica.params and replica.adam stay the whole host copy that the run's undo, audits, joins and
 // checkpoints read. A host copy changed under the trainer (an undo, a rollback: adam.t or the
 // arrays differ from what the GPU holds) is sent up again before the next step. A unit operand
