@@ -293,9 +293,9 @@ function withResidentTimed(d, { residentMs, cpuMs, chosen, fault = null }) {
 // at `cfg`, made by makers[i](cfg, replica, batches), on fixed tokens: each candidate in its own
 // block, warmed up for at least `warmupMs` (at least one step, at most WARMUP_STEPS), then `reps`
 // steps -> the medians (ms). The replicas are thrown away. Blocks, not alternation: a GPU left idle
-// while the CPU trainer ran its step clocked down, and a resident step timed right after took ~3x
-// its steady time (TEST_RESULTS.md "Where the resident step's host time went"); a GPU needs a
-// few hundred ms of work to clock up again.
+// while the CPU trainer ran its step was slow again after it (likely clocked down): a resident
+// step timed right after took ~3x its steady time for its first 4-6 steps (TEST_RESULTS.md
+// "Where the resident step's host time went").
 export const WARMUP_MS = 300, WARMUP_STEPS = 16;
 export async function timeTrainers(makers, cfg, reps = 3, { warmupMs = WARMUP_MS } = {}) {
   const B = cfg.batch, T = cfg.seq_len;

@@ -156,7 +156,7 @@ await section('residentStep', async () => {
     if (process.env.DAISY_SPLIT !== '0') {
       const t = g.trainers[0], split = { localStep: [], apply: [] };
       progress(name, 'one replica, split');
-      // the GPU idled through the CPU steps above and clocked down: warmed up again first (a few
+      // the GPU idled through the CPU steps above (likely clocked down): warmed up again first (a few
       // hundred ms of its work; timed at once, the first local steps took ~3x their steady time)
       for (let s = 0; s < 12; s++) { const r = await t.localStep(STEPS + 100 + s, 0); await t.apply(r.grads); }
       for (let s = 0; s < 5; s++) {
