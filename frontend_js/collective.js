@@ -79,7 +79,7 @@ export class SimulatedCollective {
     this.seed = seed;
     this.codec = codecFor(exchange);
     this.topology = topology;
-    this.pending = null;      // {step, P, losses[], flats[], got, waiters[], out}
+    this.pending = null;      // {step, P, losses[], flats[], encoded[], got, waiters[], out}
   }
 
   // post slot's (loss, grads) of `step`; roster lists the step's peers in slot order; encoded: the
