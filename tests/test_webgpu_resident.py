@@ -75,8 +75,13 @@ def test_forward_and_backward_resident_on_the_gpu_equal_loss_and_grads(selftest)
 def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest):
     """2 replicas whose steps run on the GPU (ResidentTrainer: forward, backward, Adam resident;
     each slot's int8 exchange message encoded on the GPU, the reduce on the host) = the same Group
-    on the CPU: loss and hashes at every step; every GPU message = the host codec's, byte for byte."""
+    on the CPU: loss and hashes at every step; every GPU message = the host codec's, byte for byte.
+    Each Adam starts the next local step on the GPU before the weights are hashed: steps 2-4 of each
+    replica are those (3 taken, none dropped); a local step of another slot drops the one started
+    and equals the CPU's on the same weights and batch."""
     r = selftest("residentGroup", {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 2, "steps": 100}, 4, timeout_s=400)
     assert r["firstBad"] is None, r
     assert len(r["hashes"]) == 4 and len(set(r["hashes"])) == 4 and r["cpuSteps"] == [0, 0], r
     assert r["encodedOnGpu"] == 8 and r["messageBad"] is None, r
+    assert r["aheadUsed"] == [3, 3] and r["aheadDropped"] == [0, 0], r
+    assert r["otherSlotBad"] is None and r["droppedAfter"] == 1, r

@@ -493,7 +493,9 @@ export function spotCheckMessage(codec, grads, names, message, { seed, step, slo
 // Adam's moments live on the GPU (one buffer per tensor); per step the host sends the tokens and
 // reads the loss, the gradients and (int8 exchange) the gradient's message encoded on the GPU
 // (one read-back: the decode and the reduce are the host's), sends the reduced gradient, and
-// reads the weights and moments back (one read-back):
+// reads the weights and moments back (one read-back), then starts the next local step on the GPU
+// (same slot) and hashes the weights on the host while it runs; the next localStep takes that
+// step if it asks for it on the same weights, else drops it.
 // replica.params and replica.adam stay the whole host copy that the run's undo, audits, joins and
 // checkpoints read. A host copy changed under the trainer (an undo, a rollback: adam.t or the
 // arrays differ from what the GPU holds) is sent up again before the next step. A unit operand
@@ -514,6 +516,15 @@ export class ResidentTrainer {
     this.cpuSteps = 0;                   // local steps computed on the CPU (a flagged operand, a fault)
     this.fault = null;                   // the GPU error that moved this trainer to the CPU, or null
     this.onFault = onFault;
+    this.names = lib.paramShapes(cfg).map(([name]) => name);   // the flat gradient's order (collective.js)
+    // The next local step, started on the GPU once Adam's weights are back, so that the GPU runs it
+    // while the host hashes the weights and the run does its bookkeeping:
+    // {step, slot, t, params (what the GPU's weights are), batch (Promise), run (Promise of
+    // residentForward's result, or null when the batch failed)}; taken by the next localStep when
+    // it asks for that step of the same weights, else waited out and dropped
+    this.ahead = null;
+    this.lastSlot = null;                // the slot of the last local step (the next one's guess)
+    this.aheadUsed = 0; this.aheadDropped = 0;
     this.upload();
   }
 
@@ -542,16 +553,17 @@ export class ResidentTrainer {
   // slot's key encoded on the GPU (the collective cuts its GRADs from it instead of encoding them;
   // null where the kernel flagged a value or a spot check of its blocks failed: then the host encodes)
   async localStep(step, slot, arena = undefined) {
-    const cfg = this.cfg, { x, y } = await this.batches.get(step, slot), L = this.lib;
+    const cfg = this.cfg, L = this.lib;
+    this.lastSlot = slot;
+    const ahead = await this.takeAhead(step, slot);
+    const { x, y } = await (ahead ? ahead.batch.catch(() => this.batches.get(step, slot)) : this.batches.get(step, slot));
     if (!this.fault) {
       try {
-        this.sync();
-        const names = L.paramShapes(cfg).map(([name]) => name);   // the flat gradient's order (collective.js)
-        const encode = cfg.exchange === 'int8' ? { names, key: key(PURPOSE_EXCHANGE, cfg.seed, step, slot) } : null;
-        const r = await residentForward(this.k, this.unit, this.w, cfg, x, y, L, true, encode);
+        let r = ahead ? await ahead.run : null;          // null: not started ahead, or its batch failed
+        if (!r) { this.sync(); r = await this.forward(step, slot, x, y); }
         if (!r.nonFinite) {
           let encoded = r.encoded ?? null;
-          const why = encoded && spotCheckMessage(CODECS.int8, r.grads, names, encoded, { seed: cfg.seed, step, slot });
+          const why = encoded && spotCheckMessage(CODECS.int8, r.grads, this.names, encoded, { seed: cfg.seed, step, slot });
           if (why) { console.error(`daisy: the resident step's exchange message failed its spot check, the host encodes it: ${why}`); encoded = null; }
           return { loss: r.loss, grads: r.grads, encoded };
         }
@@ -561,6 +573,35 @@ export class ResidentTrainer {
     }
     this.cpuSteps++;
     return L.lossAndGrads(this.replica.params, cfg, x, y, cfg.batch, cfg.seq_len, this.backend, arena);
+  }
+
+  // one local step encoded and submitted now (residentForward's synchronous part) on the weights the
+  // GPU holds -> Promise of its result
+  forward(step, slot, x, y) {
+    const encode = this.cfg.exchange === 'int8' ? { names: this.names, key: key(PURPOSE_EXCHANGE, this.cfg.seed, step, slot) } : null;
+    return residentForward(this.k, this.unit, this.w, this.cfg, x, y, this.lib, true, encode);
+  }
+
+  // the next local step on the GPU, submitted as soon as its batch is here (apply calls it before
+  // hashing: the same bits as a step started later, from the same weights and batch)
+  startAhead(step, slot) {
+    const batch = this.batches.get(step, slot);
+    const run = batch.then(({ x, y }) => this.forward(step, slot, x, y), () => null);
+    batch.catch(() => {}); run.catch(() => {});         // a failure is the taker's (or nobody's: dropped)
+    this.ahead = { step, slot, t: this.replica.adam.t, params: this.replica.params, batch, run };
+  }
+
+  // the local step started ahead if it is this one: the same step and slot, on the weights the host
+  // copy holds now (an undo or a rollback changes adam.t or the arrays: then the GPU's are uploaded
+  // again, sync). One that is not is waited out first (its buffers go back to the pool in order).
+  async takeAhead(step, slot) {
+    const a = this.ahead;
+    if (!a) return null;
+    this.ahead = null;
+    if (!this.fault && a.step === step && a.slot === slot && a.t === this.replica.adam.t && a.params === this.replica.params) { this.aheadUsed++; return a; }
+    await a.run.catch(() => null);
+    this.aheadDropped++;
+    return null;
   }
 
   // Adam with the group's G on the GPU (one encoder), the weights and moments back -> {step, hash}
@@ -579,6 +620,7 @@ export class ResidentTrainer {
   }
 
   async applyOnGpu(G) {
+    await this.takeAhead(-1, -1);         // (none in the loop's order: a local step took it)
     this.sync();
     const { optim, weightHash } = this.lib, r = this.replica, t = r.adam.t + 1, d = this.k.device;
     for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
@@ -601,10 +643,16 @@ export class ResidentTrainer {
     }
     r.adam.t = t;
     this.heldT = t;
+    // the next step (same slot) runs on the GPU while the host hashes: with WebCrypto's digest
+    // (off the main thread) the host encodes it meanwhile too
+    if (this.lastSlot !== null && r.step < this.cfg.steps) this.startAhead(r.step, this.lastSlot);
     const hash = this.backend?.weightHashAsync ? await this.backend.weightHashAsync(r.params) : weightHash(r.params);
     return { step: r.step, hash };
   }
 
-  // the GPU buffers freed (the trainer is not used after)
-  destroy() { for (const set of [this.w, this.m, this.v, this.g]) for (const b of Object.values(set)) b.destroy(); }
+  // the GPU buffers freed (the trainer is not used after; a step started ahead fails, unheard)
+  destroy() {
+    this.ahead = null;
+    for (const set of [this.w, this.m, this.v, this.g]) for (const b of Object.values(set)) b.destroy();
+  }
 }
