@@ -128,4 +128,17 @@ def wait_state(page, js_condition: str, what: str, timeout_ms: int = WAIT_MS):
         page.wait_for_function(f"(() => {{ const s = window.daisy.state(); return {js_condition}; }})()",
                                timeout=timeout_ms)
     except Exception:
-        raise AssertionError(f"{what}: not within {timeout_ms} ms; message {state(page).get('message')!r}; state is {json.dumps(state(page))[:1500]}")
+        s = answered_state(page)
+        if s is None:       # an evaluate would wait for good: the stack says where the page spins
+            from tests.page_browser import js_stack      # (page_browser imports this module)
+            raise AssertionError(f"{what}: not within {timeout_ms} ms, and the page does not answer (its main thread never yields); "
+                                 f"its JavaScript stack: {js_stack(page)}") from None
+        raise AssertionError(f"{what}: not within {timeout_ms} ms; message {s.get('message')!r}; state is {json.dumps(s)[:1500]}") from None
+
+
+def answered_state(page, timeout_ms: int = 5000) -> dict | None:
+    """window.daisy.state(), or None when the page does not answer within timeout_ms."""
+    try:
+        return json.loads(page.wait_for_function("JSON.stringify(window.daisy.state())", timeout=timeout_ms, polling=100).json_value())
+    except Exception:
+        return None

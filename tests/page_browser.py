@@ -12,6 +12,7 @@ import os
 import subprocess
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
@@ -45,6 +46,7 @@ class BrowserPages:
     def open(self, page, url: str, label: str):
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"{label}: console: {m.text}"))
         page.on("pageerror", lambda e: self.problems.append(f"{label}: uncaught: {e}"))
+        watch_stack(page)
         page.goto(url, wait_until="load", timeout=30_000)
         return page
 
@@ -52,6 +54,46 @@ class BrowserPages:
         for context in self.contexts:
             context.close()
         self.contexts.clear()
+
+
+# A page's JavaScript stack on demand, also while its main thread never yields (a test that waits on
+# such a page then fails saying where it spins, instead of waiting forever in an evaluate): the
+# Debugger domain is enabled when the page opens, because enabling it needs the main thread;
+# Debugger.pause then interrupts whatever runs.
+_DEBUGGERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def watch_stack(page) -> None:
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Debugger.enable")
+    _DEBUGGERS[page] = cdp
+
+
+def js_stack(page, timeout_ms: int = 3000) -> str | None:
+    """The JavaScript stack of a page that does not answer (its main thread runs JavaScript and
+    never yields), innermost first; None when no pause came within timeout_ms or the page has no
+    debugger (not opened through BrowserPages). Only for such a page: on an idle one the pause
+    would wait for its next script and stop it there (and Debugger.disable, which could cancel
+    it, needs the main thread, so it would wait for good on a spinning page)."""
+    cdp = _DEBUGGERS.get(page)
+    if cdp is None:
+        return None
+    frames: list = []
+    on_pause = lambda event: frames.append(event["callFrames"])   # noqa: E731
+    cdp.on("Debugger.paused", on_pause)
+    try:
+        cdp.send("Debugger.pause")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not frames and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+        if frames:
+            cdp.send("Debugger.resume")
+    finally:
+        cdp.remove_listener("Debugger.paused", on_pause)
+    if not frames:
+        return None
+    return " <- ".join(f"{f['functionName'] or '(anonymous)'} ({f['url'].rsplit('/', 1)[-1]}:{f['location']['lineNumber'] + 1})"
+                       for f in frames[0][:16])
 
 
 @contextlib.contextmanager
