@@ -85,3 +85,18 @@ def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest
     assert r["encodedOnGpu"] == 8 and r["messageBad"] is None, r
     assert r["aheadUsed"] == [3, 3] and r["aheadDropped"] == [0, 0], r
     assert r["otherSlotBad"] is None and r["droppedAfter"] == 1, r
+    # every unit call of every step self-audited (its samples gathered on the GPU, checked on the host)
+    assert r["unitAudits"][0] == r["unitAudits"][1] > 0 and r["unitAudits"][0] % 4 == 0, r
+
+
+def test_the_units_self_audit_catches_a_gpu_gone_bad_and_the_cpu_takes_the_step(selftest):
+    """After its gates, replica 0's GPU returns one wrong element in a unit call of every step
+    (the last element of the 4th call cleared). The step's self-audit (that element gathered with
+    its row and column, recomputed on the host) catches it at the first step: nothing it computed
+    is used, the step and every later one are the CPU's, and the Group = the CPU Group at every
+    step. (A gather that copied nothing, or a check that compared nothing, passes the fault: this
+    test then fails.)"""
+    r = selftest("residentAuditCatches", {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 2, "steps": 100}, 3, 3, timeout_s=400)
+    assert r["firstBad"] is None, r
+    assert r["cpuSteps"] == [3, 0], r
+    assert r["faults"][1] is None and "the unit's self-audit failed: unit call 4" in (r["faults"][0] or ""), r

@@ -20,8 +20,9 @@
 // Runs in a browser (kernels fetched relative to gemm_kernel.js) and under Node's `webgpu` package.
 import { loadText, compileKernel, bindLayout, ERROR_SCOPES } from './device.js';
 import { KERNEL_BASE } from './gemm_kernel.js';
-import { key, PURPOSE_EXCHANGE } from '../prng.js';
+import { key, draw, PURPOSE_EXCHANGE, PURPOSE_AUDIT } from '../prng.js';
 import { CODECS } from '../exchange_codec.js';
+import { unitElement } from './f64.js';
 
 export const RESIDENT_LIBS = Object.freeze(['f64_lib.wgsl', 'f64_rows.wgsl']);
 // piece -> [kernel file, TREE_N (the workgroup tree's capacity: half the longest row it sums, padded)]
@@ -43,8 +44,13 @@ export const RESIDENT_KERNELS = Object.freeze({
   mergeHeads: ['res_merge_heads.wgsl', 1],
   int8Encode: ['res_codec_encode.wgsl', 1],
   int8Decode: ['res_codec_decode.wgsl', 1],
+  auditGather: ['res_audit_gather.wgsl', 1],
 });
 export const RESIDENT_WG = 64;
+// elements of every unit call's result self-audited per step (its last and one drawn): the rows
+// and columns they need are read back with the step, ~1.2 MB at the largest settings
+export const UNIT_AUDIT_SAMPLES = 2;
+const UNIT_AUDIT_STREAM = 0x5e1fa0d1;   // the elements' draw: the audit purpose's key, another stream (no bit depends on it)
 const ALIGN = 256;
 const UNIFORM_CHUNK = 64 * 1024;    // 256 parameter slots per uniform buffer
 const align = (bytes) => Math.ceil(Math.max(bytes, 16) / ALIGN) * ALIGN;
@@ -238,6 +244,14 @@ export class ResidentKernels {
   }
 
   // --- the pieces (shapes as model.js; every buffer float64 unless said) ----------------------
+  // one unit call's audit samples -> out: per sample [row of A (kk)][column of B (kk)][the result
+  // element]; samples: [{aBase, aStride, bBase, bStride, e}] (at most 4; auditSamples)
+  auditGather(a, b, r, out, kk, samples, enc) {
+    if (samples.length > 4) throw new RangeError(`${samples.length} audit samples: a dispatch holds 4`);
+    const at = [0, 1, 2, 3].flatMap((i) => { const x = samples[i]; return x ? [x.aBase, x.aStride, x.bBase, x.bStride] : [0, 0, 0, 0]; });
+    const elem = [0, 1, 2, 3].flatMap((i) => [samples[i]?.e ?? 0, 0, 0, 0]);
+    this.dispatch('auditGather', [a, b, r, out, this.uniform([kk, samples.length, 0, 0, ...at, ...elem])], Math.ceil(samples.length * (2 * kk + 1) / RESIDENT_WG), enc);
+  }
   // x (n) += y (n)
   add(x, y, n, enc) { this.dispatch('add', [x, y, this.uniform([n])], Math.ceil(n / RESIDENT_WG), enc); }
   // h (n) -> hr (n)
@@ -314,7 +328,11 @@ export class ResidentKernels {
 // gradient) and encoded on the GPU as the int8 exchange's message under the stream key `key`
 // (exchange_codec.js; the slot's key) -> out.encoded (Uint8Array), or null when the kernel flagged
 // a value the JS codec refuses (the exchange then encodes on the host, and says why)
-export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false, encode = null) {
+// audit ({key, samples, clearResultOf}): every unit call's self-audit (VERIFICATION.md §9.2): its
+// `samples` elements (auditSamples, drawn under `key`) gathered with their rows of A and columns
+// of B into the call's audit buffer, read back with the step -> out.audits, for checkUnitAudits.
+// clearResultOf: a test's fault, the last element of that unit call (0-based) cleared after it ran.
+export async function residentForward(k, unit, params, cfg, idx, targets, { treeSum, NORM_EPS, VOCAB_SIZE }, withGrads = false, encode = null, audit = null) {
   const C = cfg.width, H = cfg.heads, L = cfg.layers, V = VOCAB_SIZE, B = cfg.batch, T = cfg.seq_len;
   const D = Math.floor(C / H), N = B * T, G = B * H, scale = 1.0 / Math.sqrt(D);
   const d = k.device, temps = [];
@@ -331,9 +349,17 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
   const u32 = (a) => (ArrayBuffer.isView(a) && a.BYTES_PER_ELEMENT === 4 ? new Uint32Array(a.buffer, a.byteOffset, a.length) : Uint32Array.from(a));
   const flags = step.scratch(16, enc), idxBuf = step.input(u32(idx)), targetBuf = step.input(u32(targets));
   const uniform = (words) => { const u = k.uniform(words); return [u.buffer, u.offset, u.size]; };
+  const audits = [];                               // per unit call: {kk, samples, buffer}
   const mm = (a, ta, b, tb, nb, M, K, Nn) => {
     const out = z(nb * M * Nn);
     temps.push(...unit.encodeUnit(enc, a, ta, b, tb, nb, M, K, Nn, out, flags, (bytes) => step.scratch(bytes, enc), uniform, step.bind));
+    if (audit) {
+      const call = audits.length, samples = auditSamples(nb, M, K, Nn, ta, tb, audit.key, call, audit.samples);
+      if (audit.clearResultOf === call) enc.clearBuffer(out, 8 * (nb * M * Nn - 1), 8);
+      const buffer = z(samples.length * (2 * K + 1));
+      k.auditGather(a, b, out, buffer, K, samples, enc);
+      audits.push({ kk: K, samples, buffer });
+    }
     return out;
   };
   let grads = null, logits, lossN, message = null;
@@ -391,17 +417,49 @@ export async function residentForward(k, unit, params, cfg, idx, targets, { tree
   // one read-back: the per-row losses, the flag, and the gradients (training) or the logits
   const named = grads ? Object.entries(grads) : [];
   const tail = message ? [[message.flags, 1], [message.buffer, Math.ceil(message.words / 2)]] : [];
-  const got = await k.readMany([[lossN, N], [flags, 1], ...(grads ? named.map(([, bn]) => bn) : [[logits, N * V]]), ...tail]);
+  const audited = audits.map((x) => [x.buffer, x.samples.length * (2 * x.kk + 1)]);
+  const got = await k.readMany([[lossN, N], [flags, 1], ...(grads ? named.map(([, bn]) => bn) : [[logits, N * V]]), ...audited, ...tail]);
   for (const b of temps) b.destroy();
   step.end();
   const [ln, fl] = got;
   const out = { loss: treeSum(ln, 0, N) / N, logits: grads ? null : got[2], lossN: ln, nonFinite: new Uint32Array(fl.buffer)[0] !== 0 };
   if (grads) out.grads = Object.fromEntries(named.map(([name], i) => [name, got[2 + i]]));
+  const firstAudit = 2 + (grads ? named.length : 1);
+  out.audits = audits.map((x, i) => ({ kk: x.kk, samples: x.samples, values: got[firstAudit + i] }));
   if (message) {
     const [mf, mw] = got.slice(-2);
     out.encoded = new Uint32Array(mf.buffer)[0] === 0 ? new Uint8Array(mw.buffer, 0, message.bytes) : null;
   }
   return out;
+}
+
+// The elements of one unit call's result that its self-audit checks: the last (a ragged edge's)
+// and `count - 1` drawn under (key, call), each with where its row of A and column of B start and
+// their strides (the layouts of f64.js spotAudit) -> [{aBase, aStride, bBase, bStride, e}]
+export function auditSamples(nb, m, kk, n, transA, transB, auditKey, call, count) {
+  const total = nb * m * n, out = [];
+  for (let s = 0; s < count && total > 0; s++) {
+    const e = s === 0 ? total - 1 : draw(auditKey, call * count + s) % total;
+    const bi = Math.floor(e / (m * n)), i = Math.floor(e / n) % m, j = e % n;
+    out.push({ aBase: transA ? bi * kk * m + i : bi * m * kk + i * kk, aStride: transA ? m : 1,
+      bBase: transB ? bi * n * kk + j * kk : bi * kk * n + j, bStride: transB ? 1 : n, e });
+  }
+  return out;
+}
+
+// A step's unit calls audited: each gathered element recomputed on the host from its gathered row
+// and column (f64.js unitElement) and compared in all 64 bits -> null, or the first difference
+export function checkUnitAudits(audits) {
+  const a = new Float64Array(2), bits = new Uint32Array(a.buffer);
+  for (const [call, { kk, samples, values }] of audits.entries()) {
+    for (const [s, { e }] of samples.entries()) {
+      const at = s * (2 * kk + 1);
+      a[0] = values[at + 2 * kk];
+      a[1] = unitElement(values.subarray(at, at + kk), values.subarray(at + kk, at + 2 * kk), kk);
+      if (bits[0] !== bits[2] || bits[1] !== bits[3]) return `unit call ${call + 1}, element ${e}: GPU ${a[0]}, CPU ${a[1]}`;
+    }
+  }
+  return null;
 }
 
 // model.js backward on the GPU, encoded after the forward into the same encoder -> {name: [buffer,
@@ -506,7 +564,7 @@ export function spotCheckMessage(codec, grads, names, message, { seed, step, slo
 // from the host copy (whole after every step): onFault(reason) tells the registry.
 //   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, onFault})   cpu: a backend (engines.js)
 export class ResidentTrainer {
-  constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null }) {
+  constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null, testFault = null }) {
     this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
     this.backend = cpu;                  // the CPU backend (engines.js interface)
     this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes}
@@ -525,6 +583,8 @@ export class ResidentTrainer {
     this.ahead = null;
     this.lastSlot = null;                // the slot of the last local step (the next one's guess)
     this.aheadUsed = 0; this.aheadDropped = 0;
+    this.unitAudits = 0;                 // unit calls self-audited (UNIT_AUDIT_SAMPLES elements each)
+    this.testFault = testFault;          // tests only: {clearResultOf: unit call} (residentForward's audit)
     this.upload();
   }
 
@@ -562,6 +622,11 @@ export class ResidentTrainer {
         let r = ahead ? await ahead.run : null;          // null: not started ahead, or its batch failed
         if (!r) { this.sync(); r = await this.forward(step, slot, x, y); }
         if (!r.nonFinite) {
+          // the unit's self-audit: a wrong element means this GPU cannot be trusted with the run
+          // (VERIFICATION.md §9: never sent, never applied): the step is the CPU's, and so is every later one
+          const bad = checkUnitAudits(r.audits);
+          this.unitAudits += r.audits.length;
+          if (bad) throw new Error(`the unit's self-audit failed: ${bad}`);
           let encoded = r.encoded ?? null;
           const why = encoded && spotCheckMessage(CODECS.int8, r.grads, this.names, encoded, { seed: cfg.seed, step, slot });
           if (why) { console.error(`daisy: the resident step's exchange message failed its spot check, the host encodes it: ${why}`); encoded = null; }
@@ -579,7 +644,8 @@ export class ResidentTrainer {
   // GPU holds -> Promise of its result
   forward(step, slot, x, y) {
     const encode = this.cfg.exchange === 'int8' ? { names: this.names, key: key(PURPOSE_EXCHANGE, this.cfg.seed, step, slot) } : null;
-    return residentForward(this.k, this.unit, this.w, this.cfg, x, y, this.lib, true, encode);
+    const audit = { key: (key(PURPOSE_AUDIT, this.cfg.seed, step, slot) ^ UNIT_AUDIT_STREAM) >>> 0, samples: UNIT_AUDIT_SAMPLES, clearResultOf: this.testFault?.clearResultOf ?? null };
+    return residentForward(this.k, this.unit, this.w, this.cfg, x, y, this.lib, true, encode, audit);
   }
 
   // the next local step on the GPU, submitted as soon as its batch is here (apply calls it before

@@ -7,7 +7,7 @@ import * as model from '../model.js';
 import * as optim from '../optim.js';
 import { CODECS } from '../exchange_codec.js';
 import { key, PURPOSE_EXCHANGE } from '../prng.js';
-import { int8MessageWords, ResidentKernels } from './resident.js';
+import { int8MessageWords, ResidentKernels, auditSamples } from './resident.js';
 import { GpuF64Unit, gateF64 } from './f64.js';
 import { openDevice } from './device.js';
 import { KERNEL_BASE } from './gemm_kernel.js';
@@ -195,12 +195,30 @@ const CHECKS = {
     out.push(['int8 exchange refusals flagged', fe && fd ? null : `GPU flags ${fe} (inf value), ${fd} (code -128): 0 means let through`]);
     return out;
   },
+  // the unit's self-audit gather: each sample's row of A, column of B and result element, both
+  // layouts of each operand, against the same values picked out on the host
+  async auditGather(k, seed) {
+    const out = [];
+    for (const [nb, m, kk, n, ta, tb, count] of [[1, 1, 1, 1, false, false, 1], [1, 5, 7, 3, false, true, 2], [3, 4, 9, 6, true, false, 4], [2, 17, 33, 5, true, true, 3]]) {
+      const a = values(nb * m * kk, seed++, true), b = values(nb * kk * n, seed++, true), r = values(nb * m * n, seed++, true);
+      const samples = auditSamples(nb, m, kk, n, ta, tb, seed++, 5, count), dst = k.zeros(count * (2 * kk + 1));
+      k.auditGather(k.f64(a), k.f64(b), k.f64(r), dst, kk, samples);
+      const want = new Float64Array(count * (2 * kk + 1));
+      for (const [s, x] of samples.entries()) {
+        const at = s * (2 * kk + 1);
+        for (let i = 0; i < kk; i++) { want[at + i] = a[x.aBase + i * x.aStride]; want[at + kk + i] = b[x.bBase + i * x.bStride]; }
+        want[at + 2 * kk] = r[x.e];
+      }
+      out.push([`audit gather (${nb}x${m}x${kk}x${n}${ta ? ' A^T' : ''}${tb ? ' B^T' : ''}, ${count} samples)`, compare('gathered', await k.read(dst, want.length), want)]);
+    }
+    return out;
+  },
 };
 // resident.js pieces each check needs compiled
 export const GATE_PIECES = Object.freeze({
   add: ['add'], relu: ['relu'], reluBack: ['reluBack'], adam: ['adam'], rmsnorm: ['rmsnorm'], rmsnormBackward: ['rmsnormDx', 'rmsnormDg'],
   causalSoftmax: ['causalSoftmax'], softmaxBackward: ['softmaxBack'], crossEntropy: ['crossEntropy'], embeddingBackward: ['embedBack'],
-  int8Exchange: ['int8Encode', 'int8Decode'],
+  int8Exchange: ['int8Encode', 'int8Decode'], auditGather: ['auditGather'],
 });
 
 // kernels (resident.js ResidentKernels) -> {ok, reason, cases}; only: the checks to run (names of

@@ -119,6 +119,10 @@ export const RESIDENT_MUTANTS = [
     edits: [deleteLine('  if (u64_lt(f32_bits_to_f64(sb), m)) { sb = sb + 1u; }     // the next float32 up')] },
   { id: 'res_codec_floor_trunc', kernel: 'f64_rows.wgsl', check: 'int8Exchange', failure: 'floor as truncation toward zero (negative codes off by one)',
     edits: [['  return -i32(ip.x) - select(1, 0, exact);', '  return -i32(ip.x);   // BUG: truncates']] },
+  { id: 'res_audit_b_stride', kernel: 'res_audit_gather.wgsl', check: 'auditGather', failure: "the self-audit reads B's column with A's stride (checks other values than the unit used)",
+    edits: [['    OUT[g] = B[at.z + (w - K) * at.w];', '    OUT[g] = B[at.z + (w - K) * at.y];   // BUG: A\'s stride']] },
+  { id: 'res_audit_no_element', kernel: 'res_audit_gather.wgsl', check: 'auditGather', failure: 'the self-audit gathers the first result element, not the sampled one',
+    edits: [['    OUT[g] = R[P.elem[s].x];', '    OUT[g] = R[0];   // BUG: always the first element']] },
 ].map((m) => ({ mustFail: 'the resident gate (frontend_js/gpu/resident_gates.js gateResident)', ...m }));
 
 export class StaleMutant extends Error {}
