@@ -562,7 +562,7 @@ export function spotCheckMessage(codec, grads, names, message, { seed, step, slo
 // a train.js Trainer for them.
 // A GPU error (a failed dispatch, a lost device) moves this trainer to the CPU backend for good,
 // from the host copy (whole after every step): onFault(reason) tells the registry.
-//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, onFault})   cpu: a backend (engines.js)
+//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, onFault, testFault})   cpu: a backend (engines.js)
 export class ResidentTrainer {
   constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null, testFault = null }) {
     this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
