@@ -3,8 +3,9 @@
 // Sections, each written to $OUT/pick_resident.json as soon as it is done:
 //   pick       the registry (frontend_js/backends.js pickBackend, route 'measure') at the default and
 //              the largest settings: what it picks, the per-shape medians, the summary (speedup over
-//              the CPU path, the GPU path alone vs the CPU), and 2-peer Group steps (ms, steady medians) on
-//              the picked path as the page runs it (its trainers: the resident step where picked), the CPU backend on every core, and route 'all'; hashes equal
+//              the CPU path, the GPU path alone vs the CPU), and 2-peer Group steps (ms, steady
+//              medians) on the picked path as the page runs it (its trainers: the resident step
+//              where picked), the CPU backend on every core, and route 'all'; hashes equal
 //   residentStep  a 2-peer Group trained through the resident step (the registry's mode 'resident':
 //              ResidentTrainer) at the default and largest settings: ms per step vs the CPU backend
 //              on every core, the hash of every step equal (issue 26's target: >= 4x at the largest)
@@ -53,9 +54,9 @@ async function section(name, fn) {
 const SETTINGS = SMALL ? { tiny: { width: 16, seq_len: 16, batch: 2, layers: 1, heads: 2, steps: 100 } }
   : { default: { steps: 100 }, largest: { width: 128, seq_len: 128, batch: 32, steps: 100 } };   // the five settings at their most (layers, heads: the defaults)
 // Steps per timed run, and how many of its first steps are left out of the median: after a boot or
-// the other path's steps the GPU's first 4-6 steps take ~3x their steady time (likely its clock
-// coming back up, TEST_RESULTS "Where the resident step's host time went"); the CPU path's first
-// steps are slow too. Both paths are timed alike: the median of steps WARM_STEPS+1 .. STEPS.
+// the other path's steps the GPU's first 4-6 steps take ~3x their steady time (its clock coming
+// back up from idle, logged in TEST_RESULTS "The resident step measured again, on lent H100s");
+// the CPU path's first steps are slow too. Both paths are timed alike: the median of steps WARM_STEPS+1 .. STEPS.
 const STEPS = SMALL ? 3 : Number(process.env.DAISY_STEPS || 20);
 // DAISY_WARM_STEPS: more of them left out (a long run: the GPU's clock took ~3 s of light load to
 // climb from 345 to 1,185 MHz on the H100, clocks.csv of the ninth session)
