@@ -662,12 +662,20 @@ export class ResidentTrainer {
   // again, sync). One that is not is waited out first (its buffers go back to the pool in order).
   async takeAhead(step, slot) {
     const a = this.ahead;
-    if (!a) return null;
+    if (a && !this.fault && a.step === step && a.slot === slot && a.t === this.replica.adam.t && a.params === this.replica.params) {
+      this.ahead = null; this.aheadUsed++; return a;
+    }
+    await this.dropAhead();
+    return null;
+  }
+
+  // the local step started ahead, if any, waited out and dropped
+  async dropAhead() {
+    const a = this.ahead;
+    if (!a) return;
     this.ahead = null;
-    if (!this.fault && a.step === step && a.slot === slot && a.t === this.replica.adam.t && a.params === this.replica.params) { this.aheadUsed++; return a; }
     await a.run.catch(() => null);
     this.aheadDropped++;
-    return null;
   }
 
   // Adam with the group's G on the GPU (one encoder), the weights and moments back -> {step, hash}
@@ -686,7 +694,7 @@ export class ResidentTrainer {
   }
 
   async applyOnGpu(G) {
-    await this.takeAhead(-1, -1);         // (none in the loop's order: a local step took it)
+    await this.dropAhead();               // (none in the loop's order: a local step took it)
     this.sync();
     const { optim, weightHash } = this.lib, r = this.replica, t = r.adam.t + 1, d = this.k.device;
     for (const sc of ERROR_SCOPES) d.pushErrorScope(sc);
