@@ -48,7 +48,7 @@ export const RESIDENT_KERNELS = Object.freeze({
 });
 export const RESIDENT_WG = 64;
 // elements of every unit call's result self-audited per step (its last and one drawn): the rows
-// and columns they need are read back with the step, ~1.2 MB at the largest settings
+// and columns they need are read back with the step, 1.3 MB at the largest settings
 export const UNIT_AUDIT_SAMPLES = 2;
 const UNIT_AUDIT_STREAM = 0x5e1fa0d1;   // the elements' draw: the audit purpose's key, another stream (no bit depends on it)
 const ALIGN = 256;
