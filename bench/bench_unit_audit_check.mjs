@@ -5,7 +5,7 @@
 // check passes and each is timed whole. Medians of REPS after a warm-up.
 //   node bench/bench_unit_audit_check.mjs [--reps 15] [--width 128 --seq-len 128 --batch 32]
 import { checkUnitAudits, UNIT_AUDIT_SAMPLES } from '../frontend_js/gpu/resident.js';
-import { unitElement } from '../frontend_js/gpu/f64.js';
+import { unitDot } from '../frontend_js/units.js';
 import { referenceBackend } from '../frontend_js/engines.js';
 import { initParams, lossAndGrads } from '../frontend_js/model.js';
 import { makeConfig } from '../frontend_js/config.js';
@@ -25,7 +25,7 @@ const audits = ks.map((kk, call) => {
   const values = Float64Array.from({ length: UNIT_AUDIT_SAMPLES * (2 * kk + 1) }, (_, i) => Math.sin(i * 1.7 + call) * 3);
   for (let s = 0; s < UNIT_AUDIT_SAMPLES; s++) {
     const at = s * (2 * kk + 1);
-    values[at + 2 * kk] = unitElement(values.subarray(at, at + kk), values.subarray(at + kk, at + 2 * kk), kk);
+    values[at + 2 * kk] = unitDot(values.subarray(at, at + kk), values.subarray(at + kk, at + 2 * kk), kk);
   }
   return { kk, samples: Array.from({ length: UNIT_AUDIT_SAMPLES }, (_, e) => ({ e })), values };
 });

@@ -150,6 +150,28 @@ export async function qmatmulT(engine, a, transA, b, transB, batch, M, K, N, out
   return epilogue(acc, sa, sb, batch, M, N, out);
 }
 
+// One element of qmatmul from its row of A and column of B (K values each): both quantized as
+// quantizeRows quantizes a row of one, the exact integer dot product, the epilogue. One fused pass
+// (no arrays): the resident step's self-audit recomputes ~80 of these per local step on the host,
+// ~2.4x faster than through quantizeRows (TEST_RESULTS "What the unit's self-audit costs"); the
+// same operations on the same values, so the same bits (tests/js/mirror.test.mjs compares them).
+export function unitDot(row, col, K) {
+  let amaxA = 0, amaxB = 0;
+  for (let k = 0; k < K; k++) {
+    const a = Math.abs(row[k]), b = Math.abs(col[k]);
+    if (a > amaxA) amaxA = a;
+    if (b > amaxB) amaxB = b;
+  }
+  const sa = (amaxA > SCALE_FLOOR ? amaxA : SCALE_FLOOR) / QMAX, sb = (amaxB > SCALE_FLOOR ? amaxB : SCALE_FLOOR) / QMAX;
+  let acc = 0;                                   // |acc| <= 127^2 K < 2^31: exact in a float64
+  for (let k = 0; k < K; k++) {
+    const va = rint(row[k] / sa), vb = rint(col[k] / sb);
+    // clamped, then `| 0` as the Int8Array store does it (NaN and -0 become 0)
+    acc += ((va > QMAX ? QMAX : va < -QMAX ? -QMAX : va) | 0) * ((vb > QMAX ? QMAX : vb < -QMAX ? -QMAX : vb) | 0);
+  }
+  return (acc * sa) * sb;
+}
+
 // --- int8 packed four to a u32, as the WGSL kernels read them (little-endian lanes) ---------
 // pack:   word = b0 | b1<<8 | b2<<16 | b3<<24, with b = q & 0xff
 export function packI8x4(q) {

@@ -19,10 +19,8 @@
 //                                     deterministic random sweep; a 1-ULP error fails it
 //   spotAudit(...)                 -> null or a reason: sampled elements of a result recomputed on
 //                                     the CPU (the engine audits every call with it)
-//   unitElement(row, col, kk)      -> one result element from its row and column (spotAudit's and
-//                                     the resident step's self-audit's recomputation)
 // Runs in a browser (kernels fetched relative to this file) and under Node's `webgpu` package.
-import { MAX_K, cpuEngine, quantizeRows, qmatmulT as unitQmatmulT } from '../units.js';
+import { MAX_K, cpuEngine, qmatmulT as unitQmatmulT, unitDot } from '../units.js';
 import { rint } from '../detmath.js';
 import { draw } from '../prng.js';
 import { ERROR_SCOPES, loadText, bindLayout, compileKernel as compile } from './device.js';
@@ -494,15 +492,6 @@ export async function gateF64(unit, opts = {}) {
 
 // --- the audit of every call ----------------------------------------------------------------
 
-// One element of a unit result from its row of A and column of B (kk values each), exactly as
-// units.js computes it: both quantized as rows of one, the int dot product, the epilogue
-export function unitElement(row, col, kk) {
-  const qa = quantizeRows(row, 1, 1, kk), qb = quantizeRows(col, 1, 1, kk);
-  let acc = 0;
-  for (let k = 0; k < kk; k++) acc += qa.q[k] * qb.q[k];
-  return (acc * qa.s[0]) * qb.s[0];
-}
-
 // Spot audit of one unit result (the codes never leave the GPU, so the GEMM engine's Freivalds
 // check has nothing to check): `samples` elements, the first and the last of the whole result
 // and the rest drawn from the PRNG keyed by (key, call), recomputed exactly on the CPU through
@@ -518,7 +507,7 @@ export function spotAudit(a, transA, b, transB, nb, m, kk, n, result, key, call,
       row[k] = transA ? a[bi * kk * m + k * m + i] : a[bi * m * kk + i * kk + k];
       col[k] = transB ? b[bi * n * kk + j * kk + k] : b[bi * kk * n + k * n + j];
     }
-    want.setFloat64(0, unitElement(row, col, kk), true);
+    want.setFloat64(0, unitDot(row, col, kk), true);
     if (got.getUint32(8 * e, true) !== want.getUint32(0, true) || got.getUint32(8 * e + 4, true) !== want.getUint32(4, true)) {
       return `spot audit: batch ${bi} row ${i} col ${j}: GPU ${show(result[e])}, CPU ${show(want.getFloat64(0, true))}`;
     }

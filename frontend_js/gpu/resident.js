@@ -22,7 +22,7 @@ import { loadText, compileKernel, bindLayout, ERROR_SCOPES } from './device.js';
 import { KERNEL_BASE } from './gemm_kernel.js';
 import { key, draw, PURPOSE_EXCHANGE, PURPOSE_AUDIT } from '../prng.js';
 import { CODECS } from '../exchange_codec.js';
-import { unitElement } from './f64.js';
+import { unitDot } from '../units.js';
 
 export const RESIDENT_LIBS = Object.freeze(['f64_lib.wgsl', 'f64_rows.wgsl']);
 // piece -> [kernel file, TREE_N (the workgroup tree's capacity: half the longest row it sums, padded)]
@@ -122,6 +122,20 @@ export class ResidentKernels {
         k.releaseUniforms();
       },
     };
+  }
+  // Another ResidentKernels on this device and these pipelines, with its own pool, parameter slots,
+  // read-back buffers and bind groups: one ResidentTrainer's. A trainer's steps never overlap (it
+  // waits its step started ahead out before another), so each of its steps takes the same buffers
+  // and slots in the same order, and so the same bind groups. Two trainers sharing one instance (a
+  // Group of two in one process) took them in an order that changed with the steps' overlap: on an
+  // H100, ~160 bind groups remade per local step at the default settings, +2 ms of encoding
+  // (TEST_RESULTS "What the unit's self-audit costs").
+  own() { return new ResidentKernels(this.device, this.pipes); }
+  // every buffer this instance holds freed (its trainer is done with it)
+  destroy() {
+    for (const list of [...this.pool.values(), ...this.reads.values()]) for (const b of list) b.destroy();
+    for (const chunk of this.uniformChunks) chunk.buffer.destroy();
+    this.pool.clear(); this.reads.clear(); this.uniformChunks = []; this.groups = new BindGroupCache(this.device);
   }
   // a storage buffer of at least `bytes` (a power of two), from the pool: a step allocates nothing
   // once its shapes have been seen (a buffer's creation and first clear cost more than a clear)
@@ -448,14 +462,14 @@ export function auditSamples(nb, m, kk, n, transA, transB, auditKey, call, count
 }
 
 // A step's unit calls audited: each gathered element recomputed on the host from its gathered row
-// and column (f64.js unitElement) and compared in all 64 bits -> null, or the first difference
+// and column (units.js unitDot) and compared in all 64 bits -> null, or the first difference
 export function checkUnitAudits(audits) {
   const a = new Float64Array(2), bits = new Uint32Array(a.buffer);
   for (const [call, { kk, samples, values }] of audits.entries()) {
     for (const [s, { e }] of samples.entries()) {
       const at = s * (2 * kk + 1);
       a[0] = values[at + 2 * kk];
-      a[1] = unitElement(values.subarray(at, at + kk), values.subarray(at + kk, at + 2 * kk), kk);
+      a[1] = unitDot(values.subarray(at, at + kk), values.subarray(at + kk, at + 2 * kk), kk);
       if (bits[0] !== bits[2] || bits[1] !== bits[3]) return `unit call ${call + 1}, element ${e}: GPU ${a[0]}, CPU ${a[1]}`;
     }
   }
@@ -565,7 +579,8 @@ export function spotCheckMessage(codec, grads, names, message, { seed, step, slo
 //   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, onFault, testFault})   cpu: a backend (engines.js)
 export class ResidentTrainer {
   constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null, testFault = null }) {
-    this.k = kernels; this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
+    this.k = kernels.own();              // this trainer's pool, parameter slots and bind groups (own())
+    this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
     this.backend = cpu;                  // the CPU backend (engines.js interface)
     this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes}
     this.w = {}; this.m = {}; this.v = {};
@@ -578,12 +593,13 @@ export class ResidentTrainer {
     // The next local step, started on the GPU once Adam's weights are back, so that the GPU runs it
     // while the host hashes the weights and the run does its bookkeeping:
     // {step, slot, t, params (what the GPU's weights are), batch (Promise), run (Promise of
-    // residentForward's result, or null when the batch failed)}; taken by the next localStep when
+    // audited()'s {result, auditFailure}, or null when the batch failed)}; taken by the next localStep when
     // it asks for that step of the same weights, else waited out and dropped
     this.ahead = null;
     this.lastSlot = null;                // the slot of the last local step (the next one's guess)
     this.aheadUsed = 0; this.aheadDropped = 0;
-    this.unitAudits = 0;                 // unit calls self-audited (UNIT_AUDIT_SAMPLES elements each)
+    this.unitAudits = 0;                 // unit calls self-audited (unitAuditSamples elements each)
+    this.unitAuditSamples = UNIT_AUDIT_SAMPLES;   // per unit call; 0 only in benches (the step timed without its audit)
     this.testFault = testFault;          // tests only: {clearResultOf: unit call} (residentForward's audit)
     this.upload();
   }
@@ -619,14 +635,14 @@ export class ResidentTrainer {
     const { x, y } = await (ahead ? ahead.batch.catch(() => this.batches.get(step, slot)) : this.batches.get(step, slot));
     if (!this.fault) {
       try {
-        let r = ahead ? await ahead.run : null;          // null: not started ahead, or its batch failed
-        if (!r) { this.sync(); r = await this.forward(step, slot, x, y); }
+        let ran = ahead ? await ahead.run : null;        // null: not started ahead, or its batch failed
+        if (!ran) { this.sync(); ran = this.audited(await this.forward(step, slot, x, y)); }
+        const r = ran.result;
         if (!r.nonFinite) {
           // the unit's self-audit: a wrong element means this GPU cannot be trusted with the run
           // (VERIFICATION.md §9: never sent, never applied): the step is the CPU's, and so is every later one
-          const bad = checkUnitAudits(r.audits);
           this.unitAudits += r.audits.length;
-          if (bad) throw new Error(`the unit's self-audit failed: ${bad}`);
+          if (ran.auditFailure) throw new Error(`the unit's self-audit failed: ${ran.auditFailure}`);
           let encoded = r.encoded ?? null;
           const why = encoded && spotCheckMessage(CODECS.int8, r.grads, this.names, encoded, { seed: cfg.seed, step, slot });
           if (why) { console.error(`daisy: the resident step's exchange message failed its spot check, the host encodes it: ${why}`); encoded = null; }
@@ -644,15 +660,23 @@ export class ResidentTrainer {
   // GPU holds -> Promise of its result
   forward(step, slot, x, y) {
     const encode = this.cfg.exchange === 'int8' ? { names: this.names, key: key(PURPOSE_EXCHANGE, this.cfg.seed, step, slot) } : null;
-    const audit = { key: (key(PURPOSE_AUDIT, this.cfg.seed, step, slot) ^ UNIT_AUDIT_STREAM) >>> 0, samples: UNIT_AUDIT_SAMPLES, clearResultOf: this.testFault?.clearResultOf ?? null };
+    const audit = this.unitAuditSamples > 0 ? { key: (key(PURPOSE_AUDIT, this.cfg.seed, step, slot) ^ UNIT_AUDIT_STREAM) >>> 0, samples: this.unitAuditSamples, clearResultOf: this.testFault?.clearResultOf ?? null } : null;
     return residentForward(this.k, this.unit, this.w, this.cfg, x, y, this.lib, true, encode, audit);
+  }
+
+  // a local step's result with the unit's self-audit checked -> {result, auditFailure (null, or
+  // checkUnitAudits' first difference)}. A step started ahead is checked as soon as it is back,
+  // while the host waits on the weights' hash, not on the way to the exchange (TEST_RESULTS "What
+  // the unit's self-audit costs").
+  audited(result) {
+    return { result, auditFailure: result.nonFinite ? null : checkUnitAudits(result.audits) };
   }
 
   // the next local step on the GPU, submitted as soon as its batch is here (apply calls it before
   // hashing: the same bits as a step started later, from the same weights and batch)
   startAhead(step, slot) {
     const batch = this.batches.get(step, slot);
-    const run = batch.then(({ x, y }) => this.forward(step, slot, x, y), () => null);
+    const run = batch.then(({ x, y }) => this.forward(step, slot, x, y).then((r) => this.audited(r)), () => null);
     batch.catch(() => {}); run.catch(() => {});         // a failure is the taker's (or nobody's: dropped)
     this.ahead = { step, slot, t: this.replica.adam.t, params: this.replica.params, batch, run };
   }
@@ -728,5 +752,6 @@ export class ResidentTrainer {
   destroy() {
     this.ahead = null;
     for (const set of [this.w, this.m, this.v, this.g]) for (const b of Object.values(set)) b.destroy();
+    this.k.destroy();
   }
 }

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 
 import { f64Bits } from '../../frontend_js/fixtures.js';
 import { loadFixture, assertSame, REGEN } from './helpers.mjs';
-import { quantizeRows, quantizeCols, cpuEngine, epilogue, qmatmul } from '../../frontend_js/units.js';
+import { quantizeRows, quantizeCols, cpuEngine, epilogue, qmatmul, unitDot, SCALE_FLOOR } from '../../frontend_js/units.js';
+import { key, draw } from '../../frontend_js/prng.js';
 import { makeConfig } from '../../frontend_js/config.js';
 import { forward, lossAndGrads, paramShapes, initParams } from '../../frontend_js/model.js';
 import { Group } from '../../frontend_js/train.js';
@@ -37,6 +38,46 @@ for (const { engine } of backends) {
     }
   });
 }
+
+// unitDot (the self-audits' one element, fused) against the reference's whole results, element by element
+test('units: unitDot of every row and column = the reference qmatmul, element by element', () => {
+  const fx = loadFixture('units.dsyf');
+  for (let i = 0; i < fx.header.meta.cases; i++) {
+    const T = (n) => fx.tensors[`case${i}.${n}`];
+    const [M, K] = T('a').shape, N = T('b').shape[1], a = T('a').data, b = T('b').data;
+    const got = new Float64Array(M * N), col = new Float64Array(K);
+    for (let j = 0; j < N; j++) {
+      for (let k = 0; k < K; k++) col[k] = b[k * N + j];
+      for (let r = 0; r < M; r++) got[r * N + j] = unitDot(a.subarray(r * K, (r + 1) * K), col, K);
+    }
+    assertSame(`case${i}.out via unitDot`, got, T('out').data);
+  }
+});
+
+// ... and against quantizeRows's path on the values a row can hold: ties, zeros of both signs,
+// rows under the scale's floor, huge, infinite and NaN values (the Int8Array store's NaN -> 0)
+test('units: unitDot = quantizeRows + the integer dot + the epilogue on edge values (seeded)', () => {
+  const seed = Number(process.env.DAISY_FUZZ_SEED || Date.now() % 1e9);
+  console.log(`unitDot sweep seed ${seed} (DAISY_FUZZ_SEED reproduces it)`);
+  const k0 = key(0x756e6974, seed >>> 0);
+  let n = 0;
+  const r = (m) => draw(k0, n++) % m;
+  const special = [0, -0, 0.5, -0.5, 1.5, 2.5, -2.5, 127, -127, 1e300, -1e300, SCALE_FLOOR, SCALE_FLOOR / 3, 5e-324, Infinity, -Infinity, NaN];
+  const value = (scale) => (r(5) === 0 ? special[r(special.length)] : ((r(2 ** 20) / 2 ** 19) - 1) * scale);
+  const bits = new Float64Array(2), words = new Uint32Array(bits.buffer);
+  for (let t = 0; t < 3000; t++) {
+    const K = 1 + r(70), scale = [1, 1e-20, 1e-300, 1e200, 127][r(5)];
+    const row = Float64Array.from({ length: K }, () => value(scale)), col = Float64Array.from({ length: K }, () => value(scale));
+    const qa = quantizeRows(row, 1, 1, K), qb = quantizeRows(col, 1, 1, K);
+    let acc = 0;
+    for (let k = 0; k < K; k++) acc += qa.q[k] * qb.q[k];
+    bits[0] = unitDot(row, col, K); bits[1] = (acc * qa.s[0]) * qb.s[0];
+    if (words[0] !== words[2] || words[1] !== words[3]) {
+      const hex = (i) => `${words[2 * i + 1].toString(16).padStart(8, '0')}${words[2 * i].toString(16).padStart(8, '0')}`;
+      assert.fail(`seed ${seed}, case ${t}: unitDot ${bits[0]} (bits ${hex(0)}), quantizeRows path ${bits[1]} (bits ${hex(1)}) (row ${Array.from(row)}, col ${Array.from(col)})`);
+    }
+  }
+});
 
 test('init: the seeded parameters of the fixture config', () => {
   const fx = loadFixture('forward.dsyf'), cfg = cfgOf(fx.header);
