@@ -2,13 +2,16 @@
 // self-audit": +13–29 ms of the largest 2-peer step on an H100, not found on the host's side in
 // Chromium). A 2-peer Group through the registry's resident trainers, the audit on
 // (UNIT_AUDIT_SAMPLES elements per unit call) and off (trainer.unitAuditSamples = 0), in
-// alternating runs in one process, so the host, the GPU's clock and the pools are the same; the
-// audit's check where the trainer runs it (ResidentTrainer.audited: as soon as a step started ahead
-// is back) and, for comparison, where localStep reads the verdict ('on-at-step'). Per run:
+// alternating runs in one process, so the host, the GPU's clock and the pools are the same. (Commit
+// 6e25954 also timed the check placed at a step's arrival against localStep: no difference.) Per run:
 //   stepMs        the Group's step, median of the steady steps (the first WARM left out)
 //   encodeMs      forward()'s synchronous part (the host encoding the local step), median
 //   resolveMs     from forward()'s return to its result (the GPU's work and the read-back), median
-//   checkMs       checkUnitAudits on that result, timed here again (the trainer runs it too)
+//   checkMs       checkUnitAudits on the run's last result, timed after the run (medians of 15)
+//   checkRowsMs   the same check with each element through units.js quantizeRows (what unitDot
+//                 replaced), on the same values: the fused element's gain on this host
+// (Commits 6e25954 and before timed the check inside each step: that added the check's time again
+// to the audited runs' steps, ~2.6 ms per replica at the largest settings.)
 //   bindGroups, uniformChunks   bind groups made and uniform buffers held, added during the steady steps
 //   readMB        the local step's read-back per replica (what readMany copies)
 // Then, with GPU timestamps (a device opened as resident_profile.mjs opens it), one local step
@@ -29,6 +32,21 @@ const { makeConfig } = await import('../../frontend_js/config.js');
 const { Group } = await import('../../frontend_js/train.js');
 const { textStream } = await import('../../frontend_js/data.js');
 const { checkUnitAudits, UNIT_AUDIT_SAMPLES } = await import('../../frontend_js/gpu/resident.js');
+const { quantizeRows } = await import('../../frontend_js/units.js');
+
+// checkUnitAudits with each element through quantizeRows (the code before unitDot) -> the count of differences
+function checkViaRows(audits) {
+  let bad = 0;
+  for (const { kk, samples, values } of audits) {
+    for (let s = 0; s < samples.length; s++) {
+      const at = s * (2 * kk + 1), qa = quantizeRows(values.subarray(at, at + kk), 1, 1, kk), qb = quantizeRows(values.subarray(at + kk, at + 2 * kk), 1, 1, kk);
+      let acc = 0;
+      for (let k = 0; k < kk; k++) acc += qa.q[k] * qb.q[k];
+      if (!Object.is((acc * qa.s[0]) * qb.s[0], values[at + 2 * kk])) bad++;
+    }
+  }
+  return bad;
+}
 
 const OUT = process.env.OUT || 'out';
 mkdirSync(OUT, { recursive: true });
@@ -52,7 +70,7 @@ const chunks = (g) => SHARED ? picked.resident.kernels.uniformChunks.length : g.
 result.sharedKernels = SHARED;
 
 // a trainer whose forward() is timed: its synchronous part (encoding) and the rest (GPU + read-back)
-function metered(trainer, samples, placement, meter) {
+function metered(trainer, samples, meter) {
   trainer.unitAuditSamples = samples;
   if (SHARED) trainer.k = picked.resident.kernels;
   const real = trainer.forward.bind(trainer);
@@ -60,31 +78,34 @@ function metered(trainer, samples, placement, meter) {
     const t0 = performance.now(), p = real(...a), t1 = performance.now();
     return p.then((r) => {
       const t2 = performance.now();
-      const c0 = performance.now(); checkUnitAudits(r.audits); const c1 = performance.now();
       if (meter.on) {
-        meter.encodeMs.push(t1 - t0); meter.resolveMs.push(t2 - t1); meter.checkMs.push(c1 - c0);
+        meter.encodeMs.push(t1 - t0); meter.resolveMs.push(t2 - t1); meter.audits = r.audits;
         meter.readMB = (Object.values(r.grads).reduce((n, g) => n + g.length, 0) + r.audits.reduce((n, x) => n + x.values.length, 0)) * 8 / 2 ** 20;
         meter.auditMB = r.audits.reduce((n, x) => n + x.values.length, 0) * 8 / 2 ** 20;
       }
       return r;
     });
   };
-  // 'at step': the check where localStep reads it (where it was before it moved to the result's
-  // arrival), for the comparison
-  if (placement === 'atStep') trainer.audited = (result) => ({ result, get auditFailure() { return result.nonFinite ? null : checkUnitAudits(result.audits); } });
   return trainer;
 }
 
-async function run(samples, label, placement = 'arrival') {
-  const meter = { on: false, encodeMs: [], resolveMs: [], checkMs: [], readMB: 0, auditMB: 0 };
-  const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => metered(picked.trainer(c, r, b), samples, placement, meter));
+async function run(samples, label) {
+  const meter = { on: false, encodeMs: [], resolveMs: [], audits: [], readMB: 0, auditMB: 0 };
+  const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => metered(picked.trainer(c, r, b), samples, meter));
   const ms = [], hashes = [];
   let made0 = 0, chunks0 = 0;
   for (let s = 0; s < STEPS; s++) {
     if (s === WARM) { meter.on = true; made0 = made(g); chunks0 = chunks(g); }
     const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]);
   }
-  const out = { label, samples, placement, stepMs: median(ms.slice(WARM)), encodeMs: median(meter.encodeMs), resolveMs: median(meter.resolveMs), checkMs: median(meter.checkMs),
+  // the last step's check timed after the run (inside it, the timing would be the step's too)
+  const checkMs = [], checkRowsMs = [];
+  let rowsBad = 0;
+  for (let i = 0; i < 15; i++) {
+    const c0 = performance.now(); checkUnitAudits(meter.audits); const c1 = performance.now(); rowsBad += checkViaRows(meter.audits);
+    checkMs.push(c1 - c0); checkRowsMs.push(performance.now() - c1);
+  }
+  const out = { label, samples, stepMs: median(ms.slice(WARM)), encodeMs: median(meter.encodeMs), resolveMs: median(meter.resolveMs), checkMs: median(checkMs), checkRowsMs: median(checkRowsMs), rowsBad,
     bindGroups: made(g) - made0, uniformChunks: chunks(g) - chunks0, readMB: +meter.readMB.toFixed(3), auditMB: +meter.auditMB.toFixed(3),
     unitAudits: g.trainers.map((t) => t.unitAudits), cpuSteps: g.trainers.map((t) => t.cpuSteps), aheadUsed: g.trainers.map((t) => t.aheadUsed), all: ms, hashes };
   progress(label, 'step', out.stepMs.toFixed(1), 'encode', out.encodeMs.toFixed(2), 'resolve', out.resolveMs.toFixed(2), 'check', out.checkMs.toFixed(2), 'bind groups', out.bindGroups);
@@ -92,9 +113,8 @@ async function run(samples, label, placement = 'arrival') {
 }
 
 for (let round = 0; round < ROUNDS; round++) {
-  const order = [[UNIT_AUDIT_SAMPLES, 'on'], [0, 'off'], [UNIT_AUDIT_SAMPLES, 'on-at-step', 'atStep']];
-  for (const [samples, label, placement] of round % 2 ? order.reverse() : order) {
-    result.runs.push(await run(samples, label, placement));
+  for (const [samples, label] of round % 2 ? [[0, 'off'], [UNIT_AUDIT_SAMPLES, 'on']] : [[UNIT_AUDIT_SAMPLES, 'on'], [0, 'off']]) {
+    result.runs.push(await run(samples, label));
     save();
   }
 }
@@ -102,7 +122,7 @@ const first = result.runs[0].hashes;
 result.hashesEqual = result.runs.every((r) => JSON.stringify(r.hashes) === JSON.stringify(first));
 for (const r of result.runs) delete r.hashes;
 const by = (label, key) => median(result.runs.filter((r) => r.label === label).map((r) => r[key]));
-result.summary = Object.fromEntries(['stepMs', 'encodeMs', 'resolveMs', 'checkMs'].map((key) => [key, { on: by('on', key), onAtStep: by('on-at-step', key), off: by('off', key), diff: by('on', key) - by('off', key) }]));
+result.summary = Object.fromEntries(['stepMs', 'encodeMs', 'resolveMs', 'checkMs', 'checkRowsMs'].map((key) => [key, { on: by('on', key), off: by('off', key), diff: by('on', key) - by('off', key) }]));
 save();
 
 // the GPU's side: one local step's dispatches timed, with the audit and without

@@ -128,8 +128,8 @@ export class ResidentKernels {
   // waits its step started ahead out before another), so each of its steps takes the same buffers
   // and slots in the same order, and so the same bind groups. Two trainers sharing one instance (a
   // Group of two in one process) took them in an order that changed with the steps' overlap: on an
-  // H100, ~160 bind groups remade per local step at the default settings, +2 ms of encoding
-  // (TEST_RESULTS "What the unit's self-audit costs").
+  // H100, ~160 bind groups remade per local step at the default settings, its encoding 2.7 -> 5.6
+  // ms, the 2-peer step 12.0 -> 17.5 ms (TEST_RESULTS "What the unit's self-audit costs").
   own() { return new ResidentKernels(this.device, this.pipes); }
   // every buffer this instance holds freed (its trainer is done with it)
   destroy() {
@@ -593,7 +593,7 @@ export class ResidentTrainer {
     // The next local step, started on the GPU once Adam's weights are back, so that the GPU runs it
     // while the host hashes the weights and the run does its bookkeeping:
     // {step, slot, t, params (what the GPU's weights are), batch (Promise), run (Promise of
-    // audited()'s {result, auditFailure}, or null when the batch failed)}; taken by the next localStep when
+    // residentForward's result, or null when the batch failed)}; taken by the next localStep when
     // it asks for that step of the same weights, else waited out and dropped
     this.ahead = null;
     this.lastSlot = null;                // the slot of the last local step (the next one's guess)
@@ -635,14 +635,16 @@ export class ResidentTrainer {
     const { x, y } = await (ahead ? ahead.batch.catch(() => this.batches.get(step, slot)) : this.batches.get(step, slot));
     if (!this.fault) {
       try {
-        let ran = ahead ? await ahead.run : null;        // null: not started ahead, or its batch failed
-        if (!ran) { this.sync(); ran = this.audited(await this.forward(step, slot, x, y)); }
-        const r = ran.result;
+        let r = ahead ? await ahead.run : null;          // null: not started ahead, or its batch failed
+        if (!r) { this.sync(); r = await this.forward(step, slot, x, y); }
         if (!r.nonFinite) {
           // the unit's self-audit: a wrong element means this GPU cannot be trusted with the run
-          // (VERIFICATION.md §9: never sent, never applied): the step is the CPU's, and so is every later one
+          // (VERIFICATION.md §9: never sent, never applied): the step is the CPU's, and so is every
+          // later one. (Checked here, on the way to the exchange: checked as soon as a step started
+          // ahead was back, it saved nothing measurable, TEST_RESULTS "What the unit's self-audit costs".)
+          const bad = checkUnitAudits(r.audits);
           this.unitAudits += r.audits.length;
-          if (ran.auditFailure) throw new Error(`the unit's self-audit failed: ${ran.auditFailure}`);
+          if (bad) throw new Error(`the unit's self-audit failed: ${bad}`);
           let encoded = r.encoded ?? null;
           const why = encoded && spotCheckMessage(CODECS.int8, r.grads, this.names, encoded, { seed: cfg.seed, step, slot });
           if (why) { console.error(`daisy: the resident step's exchange message failed its spot check, the host encodes it: ${why}`); encoded = null; }
@@ -664,19 +666,11 @@ export class ResidentTrainer {
     return residentForward(this.k, this.unit, this.w, this.cfg, x, y, this.lib, true, encode, audit);
   }
 
-  // a local step's result with the unit's self-audit checked -> {result, auditFailure (null, or
-  // checkUnitAudits' first difference)}. A step started ahead is checked as soon as it is back,
-  // while the host waits on the weights' hash, not on the way to the exchange (TEST_RESULTS "What
-  // the unit's self-audit costs").
-  audited(result) {
-    return { result, auditFailure: result.nonFinite ? null : checkUnitAudits(result.audits) };
-  }
-
   // the next local step on the GPU, submitted as soon as its batch is here (apply calls it before
   // hashing: the same bits as a step started later, from the same weights and batch)
   startAhead(step, slot) {
     const batch = this.batches.get(step, slot);
-    const run = batch.then(({ x, y }) => this.forward(step, slot, x, y).then((r) => this.audited(r)), () => null);
+    const run = batch.then(({ x, y }) => this.forward(step, slot, x, y), () => null);
     batch.catch(() => {}); run.catch(() => {});         // a failure is the taker's (or nobody's: dropped)
     this.ahead = { step, slot, t: this.replica.adam.t, params: this.replica.params, batch, run };
   }
