@@ -78,7 +78,8 @@ def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest
     on the CPU: loss and hashes at every step; every GPU message = the host codec's, byte for byte.
     Each Adam starts the next local step on the GPU before the weights are hashed: steps 2-4 of each
     replica are those (3 taken, none dropped); a local step of another slot drops the one started
-    and equals the CPU's on the same weights and batch."""
+    and equals the CPU's on the same weights and batch. From the third step on neither trainer
+    makes a bind group (each leases from its own kernels: the same buffers and slots every step)."""
     r = selftest("residentGroup", {"width": 16, "seq_len": 16, "batch": 2, "layers": 1, "heads": 2, "steps": 100}, 4, timeout_s=400)
     assert r["firstBad"] is None, r
     assert len(r["hashes"]) == 4 and len(set(r["hashes"])) == 4 and r["cpuSteps"] == [0, 0], r
@@ -87,6 +88,8 @@ def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest
     assert r["otherSlotBad"] is None and r["droppedAfter"] == 1, r
     # every unit call of every step self-audited (its samples gathered on the GPU, checked on the host)
     assert r["unitAudits"][0] == r["unitAudits"][1] > 0 and r["unitAudits"][0] % 4 == 0, r
+    # each trainer leases from its own kernels (ResidentKernels.own): steps 3-4 make no bind group
+    assert r["bindGroupsAfterStep2"] == [0, 0], r
 
 
 def test_the_units_self_audit_catches_a_gpu_gone_bad_and_the_cpu_takes_the_step(selftest):
