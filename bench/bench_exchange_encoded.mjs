@@ -2,7 +2,8 @@
 // (collective.js) with each slot's gradient encoded here, against the same exchange given each
 // slot's message made beforehand (what the resident step now hands over: encoded on the GPU), and
 // the resident trainer's spot check of such a message (gpu/resident.js spotCheckMessage). Same G
-// both ways (checked); medians of REPS after a warm-up, both orders alternately.
+// both ways (checked); medians of REPS after a warm-up, both orders alternately. reduceMs: the
+// codec's reduce alone (two decoded slices -> G, what a page of 2 or 3 runs after the last message).
 //   node bench/bench_exchange_encoded.mjs [--reps 15] [--width 128 --seq-len 128 --batch 32]
 import { SimulatedCollective, flattenGrads } from '../frontend_js/collective.js';
 import { CODECS } from '../frontend_js/exchange_codec.js';
@@ -27,7 +28,7 @@ async function exchange(step, encoded) {
   const outs = await Promise.all(grads.map((g, slot) => c.exchange(step, [0, 1], slot, 1.0, g, encoded ? encoded[slot] : null)));
   return { ms: performance.now() - t0, G: outs[0].grads };
 }
-const ms = { host: [], given: [], spot: [] };
+const ms = { host: [], given: [], spot: [], reduce: [] };
 for (let r = 0; r <= REPS; r++) {
   const pre = messages(r);
   const a = await exchange(r, null), b = await exchange(r, pre);
@@ -36,9 +37,12 @@ for (let r = 0; r <= REPS; r++) {
   const why = spotCheckMessage(CODECS.int8, grads[0], names, pre[0], { seed: cfg.seed, step: r, slot: 0 });
   const spot = performance.now() - t0;
   if (why) throw new Error(`spot check: ${why}`);
-  if (r > 0) { ms.host.push(a.ms); ms.given.push(b.ms); ms.spot.push(spot); }
+  const decoded = pre.map((m) => CODECS.int8.decode(m, N)), t1 = performance.now();
+  CODECS.int8.reduce(decoded, { seed: cfg.seed, step: r, offset: 0 });
+  const reduce = performance.now() - t1;
+  if (r > 0) { ms.host.push(a.ms); ms.given.push(b.ms); ms.spot.push(spot); ms.reduce.push(reduce); }
 }
-const out = { values: N, reps: REPS, hostEncodesMs: median(ms.host), messagesGivenMs: median(ms.given), spotCheckMs: median(ms.spot) };
+const out = { values: N, reps: REPS, hostEncodesMs: median(ms.host), messagesGivenMs: median(ms.given), spotCheckMs: median(ms.spot), reduceMs: median(ms.reduce) };
 out.savedMs = out.hostEncodesMs - out.messagesGivenMs;
 out.ratio = out.messagesGivenMs / out.hostEncodesMs;
 console.log(JSON.stringify(out));

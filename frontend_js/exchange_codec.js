@@ -63,16 +63,22 @@ export function evenBounds(N, P) {
 
 // the reduce rule of reduce.js on slices in slot order: acc = g_0; acc = acc + g_s (s ascending);
 // acc / P  (P = 1: g_0 / 1 = g_0, the same bits)
+// (each element's sum in slot order then its division, in one pass: the same operations as the
+// rule's acc array, without three passes over it; P = 2, the common group, has its own loop)
 export function slotMean(slices, out = null) {
   const P = slices.length;
   if (!P) throw new RangeError('no slices to reduce');
-  const acc = out || new Float64Array(slices[0].length);
-  acc.set(slices[0]);
-  for (let s = 1; s < P; s++) {
-    const g = slices[s];
-    for (let i = 0; i < acc.length; i++) acc[i] = acc[i] + g[i];
+  const n = slices[0].length, acc = out || new Float64Array(n), g0 = slices[0];
+  if (P === 2) {
+    const g1 = slices[1];
+    for (let i = 0; i < n; i++) acc[i] = (g0[i] + g1[i]) / 2;
+    return acc;
   }
-  for (let i = 0; i < acc.length; i++) acc[i] = acc[i] / P;
+  for (let i = 0; i < n; i++) {
+    let a = g0[i];
+    for (let s = 1; s < P; s++) a = a + slices[s][i];
+    acc[i] = a / P;
+  }
   return acc;
 }
 
@@ -133,14 +139,16 @@ function roundUpF32(m) {
 
 const blocksOf = (n) => Math.ceil(n / BLOCK);
 
-// values (n) -> the message: per block [float32 scale][codes int8], key = the stream's key
-function quantize(x, k, offset) {
+// values (n), key = the stream's key -> per block a float32 scale and int8 codes, written into
+// `message` (per block [float32 scale][codes int8]) and/or as the values they decode to into
+// `values` (n; Int8Codec.decode's (q * s) / 127, zero where the scale is): a reduce that only needs
+// the reduced values skips the message and its decode (the same bits, tests/js/exchange_codec.test.mjs)
+function quantize(x, k, offset, { message = null, values = null }) {
   if (offset % BLOCK) throw new RangeError(`offset ${offset} is not a multiple of the block size ${BLOCK}`);
   finiteOrRefuse(x, 'gradient');
   const n = x.length, nb = blocksOf(n);
-  const out = new Uint8Array(SCALE_BYTES * nb + n);
-  const dv = new DataView(out.buffer);
-  const codes = new Int8Array(out.buffer);
+  const dv = message && new DataView(message.buffer, message.byteOffset, message.byteLength);
+  const codes = message && new Int8Array(message.buffer, message.byteOffset, message.byteLength);
   for (let j = 0; j < nb; j++) {
     const i0 = j * BLOCK, i1 = Math.min(n, i0 + BLOCK);
     let m = 0;
@@ -150,17 +158,18 @@ function quantize(x, k, offset) {
       throw new CodecError(`gradient block ${j} is out of the int8 exchange's range (max |value| must be below 2^64)`);
     }
     const at = j * (SCALE_BYTES + BLOCK);
-    dv.setFloat32(at, s, true);
-    if (s === 0) continue;                          // codes stay 0
+    if (message) dv.setFloat32(at, s, true);
+    if (s === 0) continue;                          // codes stay 0, and so do the values
     for (let i = i0; i < i1; i++) {
       const y = (x[i] * 127) / s;                   // |y| <= 127: |x| <= s, both ops monotone
       const f = Math.floor(y);
       const idx = offset + i;
       const u = (mix32((mix32((idx ^ k) >>> 0) + 0x632be5ab) >>> 0) >>> 8) * 2 ** -24;   // prng.uniform(k, idx)
-      codes[at + SCALE_BYTES + (i - i0)] = f + (u < y - f ? 1 : 0);
+      const q = f + (u < y - f ? 1 : 0);            // -127..127 (+0 for a -0 floor: as the Int8Array stores it)
+      if (message) codes[at + SCALE_BYTES + (i - i0)] = q;
+      if (values) values[i] = (q * s) / 127;
     }
   }
-  return out;
 }
 
 class Int8Codec {
@@ -172,7 +181,9 @@ class Int8Codec {
 
   encode(values, { seed, step, slot, offset }) {
     checkSlotKey(seed, step, slot);
-    return quantize(values, key(PURPOSE_EXCHANGE, seed, step, slot), offset);
+    const message = new Uint8Array(this.messageBytes(values.length));
+    quantize(values, key(PURPOSE_EXCHANGE, seed, step, slot), offset, { message });
+    return message;
   }
 
   decode(bytes, n) {
@@ -214,11 +225,17 @@ class Int8Codec {
 
   reduceMessage(slices, { seed, step, offset }) {
     checkSlotKey(seed, step, 0);
-    return quantize(slotMean(slices), key(PURPOSE_EXCHANGE_REDUCED, seed, step), offset);
+    const message = new Uint8Array(this.messageBytes(slices[0].length));
+    quantize(slotMean(slices), key(PURPOSE_EXCHANGE_REDUCED, seed, step), offset, { message });
+    return message;
   }
 
+  // = decode(reduceMessage(slices)), without the message
   reduce(slices, { seed, step, offset }) {
-    return this.decode(this.reduceMessage(slices, { seed, step, offset }), slices[0].length);
+    checkSlotKey(seed, step, 0);
+    const values = new Float64Array(slices[0].length);
+    quantize(slotMean(slices), key(PURPOSE_EXCHANGE_REDUCED, seed, step), offset, { values });
+    return values;
   }
 }
 

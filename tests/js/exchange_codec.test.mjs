@@ -63,6 +63,34 @@ test('exchange codec: a non-finite or out-of-range gradient is refused before en
   assert.throws(() => int8.encode(new Float64Array(4), { ...o, offset: 100 }), /offset 100 is not a multiple of the block size 256/);
 });
 
+// reduce skips the reduced message (quantize's `values` sink): the same bits as decoding it, and
+// the same refusals (seeded; the seed is printed)
+test('exchange codec: int8 reduce = decode(reduceMessage) bit for bit, and refuses what it refuses', () => {
+  const int8 = codecFor('int8'), seed = Number(process.env.DAISY_FUZZ_SEED || Date.now() % 1e9);
+  console.log(`reduce sweep seed ${seed} (DAISY_FUZZ_SEED reproduces it)`);
+  const k = key(0x72656475, seed >>> 0);
+  let d = 0;
+  const r = (m) => draw(k, d++) % m;
+  const special = [0, -0, 1e-300, -1e-300, 5e-324, 1e18, -1e18, 1.5, -2.5];
+  for (let t = 0; t < 200; t++) {
+    const P = 1 + r(5), n = 1 + r(3 * BLOCK), scale = [1, 1e-12, 1e12, 1e-310][r(4)], zeroBlock = r(3) === 0;
+    const slices = Array.from({ length: P }, () => Float64Array.from({ length: n }, (_, i) =>
+      (zeroBlock && i < BLOCK ? 0 : r(6) === 0 ? special[r(special.length)] : ((r(2 ** 20) / 2 ** 19) - 1) * scale)));
+    const o = { seed: r(1000), step: r(1000), offset: BLOCK * r(4) };
+    const want = int8.decode(int8.reduceMessage(slices, o), n), got = int8.reduce(slices, o);
+    const i = want.findIndex((v, j) => !Object.is(v, got[j]));
+    assert.equal(i, -1, `seed ${seed}, case ${t} (P ${P}, n ${n}): value ${i}: reduce ${got[i]}, decode(reduceMessage) ${want[i]}`);
+  }
+  const o = { seed: 1, step: 2, offset: 0 };
+  for (const v of [NaN, Infinity, 2 ** 66]) {          // (the mean of 0 and 2^66 is over the range)
+    const slices = [new Float64Array(300), new Float64Array(300)]; slices[1][260] = v;
+    let why = null;
+    try { int8.reduceMessage(slices, o); } catch (e) { why = e.message; }
+    assert.ok(why, `${v}: reduceMessage refused nothing`);
+    assert.throws(() => int8.reduce(slices, o), (e) => e instanceof CodecError && e.message === why, why);
+  }
+});
+
 // random shapes of flat gradients (seeded; the seed is printed on failure)
 test('exchange codec: int8 G is the same in both topologies for any P and N; the shard bounds fall on blocks', () => {
   const seed = 0x21c0dec;
