@@ -3,7 +3,9 @@
 // ResidentTrainer at the given settings (default the largest: width 128, seq 128, batch 32), then
 //   wall    localStep and apply (Adam + read-back + hash) of warm steps, medians; the local step
 //           split at its last part's submit (the step is submitted in parts as it is encoded: the
-//           host's encoding ends there) into encoding and the wait for the read-back
+//           host's encoding ends there) into encoding and the wait for the read-back. Since apply
+//           starts the next local step ahead, localStep takes it and only waits: encode and
+//           afterLastPart are then null (the split is host_split.mjs's and audit_cost.mjs's)
 //   gpu     per kernel from GPU timestamps: every dispatch of one local step in its own compute pass
 //           with timestampWrites (a profile: the passes split, nothing else changes), summed by
 //           kernel and by unit call shape (nb x M x K x N, T = transposed operand), and the span
@@ -79,10 +81,13 @@ for (let s = 0; s < 7; s++) {
   const t3 = performance.now();
   if (s === 0) continue;                          // compile-free from here
   const last = localMarks.at(-2);                 // the last part's submit (the read-back's copy is the last)
-  wall.localStep.push(t1 - t0); wall.encode.push(last - t0); wall.afterLastPart.push(t1 - last); wall.apply.push(t3 - t2); wall.submits.push(localMarks.length);
+  wall.localStep.push(t1 - t0); wall.apply.push(t3 - t2); wall.submits.push(localMarks.length);
+  // a local step taken from the one apply started ahead (ResidentTrainer.startAhead) submitted its
+  // parts during apply: it only waits here, and there is no split to record
+  if (last !== undefined) { wall.encode.push(last - t0); wall.afterLastPart.push(t1 - last); }
   progress('step', s, 'local', (t1 - t0).toFixed(1), 'encode', (last - t0).toFixed(1), 'apply', (t3 - t2).toFixed(1));
 }
-result.wallMs = Object.fromEntries(Object.entries(wall).map(([k, v]) => [k, median(v)]));
+result.wallMs = Object.fromEntries(Object.entries(wall).map(([k, v]) => [k, v.length ? median(v) : null]));
 result.wallAll = wall;
 result.cpuSteps = trainer.cpuSteps;
 save();
