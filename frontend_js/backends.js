@@ -159,15 +159,17 @@ export class PickedBackend {
   get backend() { return this.gpuBackend && this.engine.status.path === 'gpu' ? this.gpuBackend : this.cpu; }
 
   // The trainer of a replica (train.js Trainer's interface): a ResidentTrainer in mode
-  // 'resident' (not for local steps), else a Trainer on `backend`
-  trainer(cfg, replica, batches) {
+  // 'resident' (not for local steps), else a Trainer on `backend`. concurrent: other trainers of
+  // this process step beside it (a train.js Group of several): a ResidentTrainer then leases from
+  // kernels of its own (ResidentKernels.own); a page's one trainer shares the registry's
+  trainer(cfg, replica, batches, { concurrent = false } = {}) {
     const resident = this.resident || (this.residentTimes.get(settingsKey(cfg))?.chosen ? this.residentCandidate : null);
     if (!resident || cfg.local_steps > 1) return new Trainer(cfg, replica, batches, this.backend);
-    return this.residentTrainer(resident, cfg, replica, batches);
+    return this.residentTrainer(resident, cfg, replica, batches, concurrent);
   }
 
-  residentTrainer({ kernels, unit, ResidentTrainer }, cfg, replica, batches) {
-    return new ResidentTrainer({ kernels, unit, cfg, replica, batches, cpu: this.cpu, onFault: (reason) => this.residentFault(reason),
+  residentTrainer({ kernels, unit, ResidentTrainer }, cfg, replica, batches, ownKernels = false) {
+    return new ResidentTrainer({ kernels, unit, cfg, replica, batches, cpu: this.cpu, ownKernels, onFault: (reason) => this.residentFault(reason),
       lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes } });
   }
 

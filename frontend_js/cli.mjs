@@ -262,7 +262,7 @@ export async function main(argv) {
   }
   // the GPU's backend holds its engine, which computes on the CPU by itself after a fault; a
   // wrong result caught by an audit (GpuFault) redoes the step (nothing was applied yet)
-  const group = new Group(cfg, peersAt(args.schedule, 0), stream, picked.backend, null, (c, r, b) => picked.trainer(c, r, b));
+  const group = new Group(cfg, peersAt(args.schedule, 0), stream, picked.backend, null, (c, r, b, o) => picked.trainer(c, r, b, o));
   const step = picked.gpuModule ? () => picked.gpuModule.withGpuFallback(picked.engine, () => group.step()) : () => group.step();
   if (args.audit_rate !== null) {
     const runner = cfg.local_steps > 1 ? RoundAuditedRun : AuditedRun;     // local steps: rounds are audited

@@ -104,8 +104,10 @@ export function checkLoss(loss, step) {
 }
 
 // P replicas training in lockstep on one token stream (Uint16Array) or a BatchSource.
-// trainer(cfg, replica, batches): makes each replica's trainer (backends.js PickedBackend.trainer:
-// the resident step's); default a Trainer on `backend`
+// trainer(cfg, replica, batches, {concurrent: true}): makes each replica's trainer (backends.js
+// PickedBackend.trainer: the resident step's, which then leases GPU buffers of its own, as its
+// steps overlap the others'); default a Trainer on `backend`
+const IN_GROUP = Object.freeze({ concurrent: true });
 export class Group {
   constructor(cfg, peers, stream, backend = referenceBackend, replicas = null, trainer = null) {
     this.cfg = cfg; this.backend = checkBackend(backend, 'Group');
@@ -117,7 +119,7 @@ export class Group {
     if (cfg.local_steps > 1) replicas = replicas.map(withLocalState);
     this.replicas = replicas;
     this.makeTrainer = trainer || ((c, r, b) => new Trainer(c, r, b, backend));
-    this.trainers = replicas.map((r) => this.makeTrainer(cfg, r, this.batches));
+    this.trainers = replicas.map((r) => this.makeTrainer(cfg, r, this.batches, IN_GROUP));
     this.collective = new SimulatedCollective(paramShapes(cfg), { seed: cfg.seed, exchange: cfg.exchange });
     this.arena = this.backend.newArena();   // every array of a step; reused by the next step
   }
@@ -134,7 +136,7 @@ export class Group {
     while (this.replicas.length < peers) {
       const r = this.cfg.local_steps > 1 ? localJoiner(this.replicas[0]) : cloneReplica(this.replicas[0]);
       this.replicas.push(r);
-      this.trainers.push(this.makeTrainer(this.cfg, r, this.batches));
+      this.trainers.push(this.makeTrainer(this.cfg, r, this.batches, IN_GROUP));
     }
   }
 

@@ -88,7 +88,7 @@ def test_a_group_trained_through_the_resident_step_equals_the_cpu_group(selftest
     assert r["otherSlotBad"] is None and r["droppedAfter"] == 1, r
     # every unit call of every step self-audited (its samples gathered on the GPU, checked on the host)
     assert r["unitAudits"][0] == r["unitAudits"][1] > 0 and r["unitAudits"][0] % 4 == 0, r
-    # each trainer leases from its own kernels (ResidentKernels.own): steps 3-4 make no bind group
+    # each trainer leases from its own kernels (ownKernels, as in a Group): steps 3-4 make no bind group
     assert r["bindGroupsAfterStep2"] == [0, 0], r
 
 

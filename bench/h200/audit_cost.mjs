@@ -72,7 +72,7 @@ result.sharedKernels = SHARED;
 // a trainer whose forward() is timed: its synchronous part (encoding) and the rest (GPU + read-back)
 function metered(trainer, samples, meter) {
   trainer.unitAuditSamples = samples;
-  if (SHARED) trainer.k = picked.resident.kernels;
+  if (SHARED) { trainer.k = picked.resident.kernels; trainer.ownsKernels = false; }
   const real = trainer.forward.bind(trainer);
   trainer.forward = (...a) => {
     const t0 = performance.now(), p = real(...a), t1 = performance.now();
@@ -91,7 +91,7 @@ function metered(trainer, samples, meter) {
 
 async function run(samples, label) {
   const meter = { on: false, encodeMs: [], resolveMs: [], audits: [], readMB: 0, auditMB: 0 };
-  const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => metered(picked.trainer(c, r, b), samples, meter));
+  const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b, o) => metered(picked.trainer(c, r, b, o), samples, meter));
   const ms = [], hashes = [];
   let made0 = 0, chunks0 = 0;
   for (let s = 0; s < STEPS; s++) {

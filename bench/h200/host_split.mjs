@@ -134,7 +134,7 @@ await alone('alone');
 {
   progress('group');
   log = [];
-  const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => meter(picked.trainer(c, r, b)));
+  const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b, o) => meter(picked.trainer(c, r, b, o)));
   const realExchange = g.collective.exchange.bind(g.collective);
   g.collective.exchange = (...a) => { const r = { kind: 'exchange' }, t0 = performance.now(); const p = realExchange(...a); r.callMs = performance.now() - t0; log.push(r); return p.then((v) => { r.wallMs = performance.now() - t0; return v; }); };
   const hashes = [];

@@ -87,7 +87,7 @@ await section('pick', async () => {
     const measured = await pickBackend({ gpu: create([]), mode: 'auto', threads: 'auto', settings: cfg, engineOpts: { log: quiet, ...(SMALL ? { routeRule: { measure: true } } : {}) } });
     const all = await pickBackend({ gpu: create([]), mode: 'all', threads: 'auto', engineOpts: { log: quiet } });
     const onCpu = await steps(cfg, cpu.backend);
-    const onPick = await steps(cfg, measured.backend, measured.gpuModule, measured.engine, (c, r, b) => measured.trainer(c, r, b));
+    const onPick = await steps(cfg, measured.backend, measured.gpuModule, measured.engine, (c, r, b, o) => measured.trainer(c, r, b, o));
     const onAll = await steps(cfg, all.backend, all.gpuModule, all.engine);
     out[name] = { picked: measured.describe(), summary: measured.engine?.status.measure ?? null, shapes: measured.engine?.shapeTimes ?? null,
       cpuMs: onCpu.ms, pickedMs: onPick.ms, allGpuMs: onAll.ms, pickedVsCpu: onCpu.ms / onPick.ms, allGpuVsCpu: onCpu.ms / onAll.ms,
@@ -146,7 +146,7 @@ await section('residentStep', async () => {
   out.adapter = picked.resident.info;
   for (const [name, st] of Object.entries(SETTINGS)) {
     const cfg = makeConfig(st);
-    const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b) => picked.trainer(c, r, b));
+    const g = new Group(cfg, 2, stream, picked.cpu, null, (c, r, b, o) => picked.trainer(c, r, b, o));
     const ms = [], hashes = [], losses = [];
     for (let s = 0; s < STEPS; s++) {
       const t0 = performance.now(); const r = await g.step(); ms.push(performance.now() - t0); hashes.push(r.hashes[0]); losses.push(r.loss);

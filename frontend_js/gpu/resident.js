@@ -124,12 +124,13 @@ export class ResidentKernels {
     };
   }
   // Another ResidentKernels on this device and these pipelines, with its own pool, parameter slots,
-  // read-back buffers and bind groups: one ResidentTrainer's. A trainer's steps never overlap (it
-  // waits its step started ahead out before another), so each of its steps takes the same buffers
-  // and slots in the same order, and so the same bind groups. Two trainers sharing one instance (a
-  // Group of two in one process) took them in an order that changed with the steps' overlap: on an
-  // H100, ~160 bind groups remade per local step at the default settings, its encoding 2.7 -> 5.6
-  // ms, the 2-peer step 12.0 -> 17.5 ms (TEST_RESULTS "What the unit's self-audit costs").
+  // read-back buffers and bind groups: one ResidentTrainer's among several of one process. A
+  // trainer's steps never overlap (it waits its step started ahead out before another), so each
+  // of its steps takes the same buffers and slots in the same order, and so the same bind groups.
+  // Two trainers sharing one instance (a Group of two) took them in an order that changed with
+  // their steps' overlap: on an H100, ~160 bind groups remade per local step at the default
+  // settings, its encoding 2.7 -> 5.6 ms, the 2-peer step 12.0 -> 17.5 ms (TEST_RESULTS "What the
+  // unit's self-audit costs"). A page's one trainer at a time keeps sharing one pool.
   own() { return new ResidentKernels(this.device, this.pipes); }
   // every buffer this instance holds freed (its trainer is done with it)
   destroy() {
@@ -576,10 +577,13 @@ export function spotCheckMessage(codec, grads, names, message, { seed, step, slo
 // a train.js Trainer for them.
 // A GPU error (a failed dispatch, a lost device) moves this trainer to the CPU backend for good,
 // from the host copy (whole after every step): onFault(reason) tells the registry.
-//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, onFault, testFault})   cpu: a backend (engines.js)
+//   new ResidentTrainer({kernels, unit, cfg, replica, batches, cpu, lib, ownKernels, onFault, testFault})   cpu: a backend (engines.js)
+// ownKernels: lease from kernels.own() (other trainers of this process step beside this one: a
+// Group of several), not from `kernels` itself (a page's one trainer at a time: one pool, reused)
 export class ResidentTrainer {
-  constructor({ kernels, unit, cfg, replica, batches, cpu, lib, onFault = null, testFault = null }) {
-    this.k = kernels.own();              // this trainer's pool, parameter slots and bind groups (own())
+  constructor({ kernels, unit, cfg, replica, batches, cpu, lib, ownKernels = false, onFault = null, testFault = null }) {
+    this.ownsKernels = ownKernels;
+    this.k = ownKernels ? kernels.own() : kernels;   // the pool, parameter slots and bind groups its steps lease
     this.unit = unit; this.cfg = cfg; this.replica = replica; this.batches = batches;
     this.backend = cpu;                  // the CPU backend (engines.js interface)
     this.lib = lib;                      // {treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes}
@@ -746,6 +750,6 @@ export class ResidentTrainer {
   destroy() {
     this.ahead = null;
     for (const set of [this.w, this.m, this.v, this.g]) for (const b of Object.values(set)) b.destroy();
-    this.k.destroy();
+    if (this.ownsKernels) this.k.destroy();
   }
 }
