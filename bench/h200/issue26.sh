@@ -3,7 +3,8 @@
 # "GPU path: the registry and the resident kernels"). From the project root, with .gpu/ made by
 # the GPU notes' prepare.sh (node, the pruned `webgpu`, the GL/Vulkan loaders) and, for the
 # TensorFlow.js ratios, bench/tfjs/node_modules (npm ci there; or a tfjs_nm.tar.xz of it in the
-# root, unpacked here):   bash bench/h200/issue26.sh      (writes under $OUT, default ./out)
+# root, made by bench/h200/pack_tfjs.sh to fit the carry beside .gpu/, unpacked here):
+#   bash bench/h200/issue26.sh      (writes under $OUT, default ./out)
 #   rs_default/, rs_largest/   the resident 2-peer step vs the CPU backend on every core
 #             (pick_and_resident.mjs residentStep; 300 and 60 steps, medians of the second half)
 #   pick/     the registry's measured pick and the resident kernels' times (sections pick, resident)
