@@ -33,6 +33,7 @@ const { Group } = await import('../../frontend_js/train.js');
 const { textStream } = await import('../../frontend_js/data.js');
 const { checkUnitAudits, UNIT_AUDIT_SAMPLES } = await import('../../frontend_js/gpu/resident.js');
 const { quantizeRows } = await import('../../frontend_js/units.js');
+const { timeDispatches } = await import('./dispatch_timer.mjs');
 
 // checkUnitAudits with each element through quantizeRows (the code before unitDot) -> the count of differences
 function checkViaRows(audits) {
@@ -134,24 +135,7 @@ if (process.env.DAISY_TIMESTAMPS !== '0') {
     const { device, kernels, unit } = step, names = new Map();
     for (const [n, p] of Object.entries(kernels.pipes)) names.set(p, n);
     for (const [n, p] of Object.entries(unit.pipes)) names.set(p, `unit.${n}`);
-    const qs = device.createQuerySet({ type: 'timestamp', count: 4096 }), labels = [];
-    const realCreate = device.createCommandEncoder.bind(device);
-    device.createCommandEncoder = (desc) => {
-      const enc = realCreate(desc), begin = enc.beginComputePass.bind(enc);
-      enc.beginComputePass = () => {
-        let pipe = null; const groups = [];
-        return {
-          setPipeline(p) { pipe = p; }, setBindGroup(i, bg) { groups[i] = bg; }, end() {},
-          dispatchWorkgroups(gx, gy = 1, gz = 1) {
-            const q = labels.length * 2;
-            labels.push(names.get(pipe) ?? 'unknown');
-            const pass = begin({ timestampWrites: { querySet: qs, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
-            pass.setPipeline(pipe); groups.forEach((bg, i) => pass.setBindGroup(i, bg)); pass.dispatchWorkgroups(gx, gy, gz); pass.end();
-          },
-        };
-      };
-      return enc;
-    };
+    const timer = timeDispatches(device, (pipe) => names.get(pipe) ?? 'unknown');
     result.gpu = {};
     const { Replica } = await import('../../frontend_js/train.js');
     const { initParams, lossAndGrads, NORM_EPS, paramShapes } = await import('../../frontend_js/model.js');
@@ -167,22 +151,13 @@ if (process.env.DAISY_TIMESTAMPS !== '0') {
     for (const [samples, label] of [[UNIT_AUDIT_SAMPLES, 'on'], [0, 'off'], [UNIT_AUDIT_SAMPLES, 'on2'], [0, 'off2']]) {
       t.unitAuditSamples = samples;
       await t.localStep(0, 0);                       // pipelines and bind groups warm
-      labels.length = 0;
+      timer.start();
       await t.localStep(1, 0);
-      const n = labels.length * 2;
-      const resolve = device.createBuffer({ size: n * 8, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
-      const read = device.createBuffer({ size: n * 8, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-      const enc = realCreate();
-      enc.resolveQuerySet(qs, 0, n, resolve, 0); enc.copyBufferToBuffer(resolve, 0, read, 0, n * 8);
-      device.queue.submit([enc.finish()]);
-      await read.mapAsync(GPUMapMode.READ);
-      const ts = new BigUint64Array(read.getMappedRange().slice(0));
-      read.unmap(); read.destroy(); resolve.destroy();
-      const ms = (i) => Number(ts[2 * i + 1] - ts[2 * i]) / 1e6;
+      const { labels, ms, spanMs } = await timer.read();
       const byKernel = {};
-      labels.forEach((name, i) => { byKernel[name] = +((byKernel[name] || 0) + ms(i)).toFixed(4); });
-      result.gpu[label] = { dispatches: labels.length, kernelsMs: +labels.reduce((s, _, i) => s + ms(i), 0).toFixed(3),
-        spanMs: +(Number(ts[2 * labels.length - 1] - ts[0]) / 1e6).toFixed(3), gatherMs: byKernel.auditGather ?? 0, byKernel };
+      labels.forEach((name, i) => { byKernel[name] = +((byKernel[name] || 0) + ms[i]).toFixed(4); });
+      result.gpu[label] = { dispatches: labels.length, kernelsMs: +ms.reduce((a, b) => a + b, 0).toFixed(3),
+        spanMs: +spanMs.toFixed(3), gatherMs: byKernel.auditGather ?? 0, byKernel };
       progress('gpu', label, JSON.stringify({ ...result.gpu[label], byKernel: undefined }));
       save();
     }

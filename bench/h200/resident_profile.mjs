@@ -6,7 +6,7 @@
 //           host's encoding ends there) into encoding and the wait for the read-back. Since apply
 //           starts the next local step ahead, localStep takes it and only waits: encode and
 //           afterLastPart are then null (the split is host_split.mjs's and audit_cost.mjs's)
-//   gpu     per kernel from GPU timestamps: every dispatch of one local step in its own compute pass
+//   gpu     per kernel from GPU timestamps (dispatch_timer.mjs): every dispatch of one local step in its own compute pass
 //           with timestampWrites (a profile: the passes split, nothing else changes), summed by
 //           kernel and by unit call shape (nb x M x K x N, T = transposed operand), and the span
 //           from the first dispatch's start to the last one's end
@@ -35,6 +35,7 @@ const optim = await import('../../frontend_js/optim.js');
 const { treeSum } = await import('../../frontend_js/detmath.js');
 const { VOCAB_SIZE } = await import('../../frontend_js/tokenizer.js');
 const { weightHash } = await import('../../frontend_js/hashing.js');
+const { timeDispatches } = await import('./dispatch_timer.mjs');
 
 const OUT = process.env.OUT || 'out';
 mkdirSync(OUT, { recursive: true });
@@ -97,70 +98,42 @@ if (timestamps) {
   const names = new Map();
   for (const [n, p] of Object.entries(kernels.pipes)) names.set(p, n);
   for (const [n, p] of Object.entries(unit.pipes)) names.set(p, `unit.${n}`);
-  const MAXQ = 4096, qs = device.createQuerySet({ type: 'timestamp', count: MAXQ });
-  const labels = [];
   let ctx = null, quantIndex = 0;
   const realEncodeUnit = unit.encodeUnit.bind(unit);
   unit.encodeUnit = (enc, xa, ta, xb, tb, nb, m, kk, n, ...rest) => {
     ctx = `${nb}x${m}${ta ? 'T' : ''}x${kk}x${n}${tb ? 'T' : ''}`; quantIndex = 0;
     try { return realEncodeUnit(enc, xa, ta, xb, tb, nb, m, kk, n, ...rest); } finally { ctx = null; }
   };
-  const realCreate = device.createCommandEncoder.bind(device);
-  device.createCommandEncoder = (desc) => {
-    const enc = realCreate(desc), begin = enc.beginComputePass.bind(enc);
-    enc.beginComputePass = () => {
-      let pipe = null; const groups = [];
-      return {
-        setPipeline(p) { pipe = p; },
-        setBindGroup(i, bg) { groups[i] = bg; },
-        dispatchWorkgroups(gx, gy = 1, gz = 1) {
-          let name = names.get(pipe) ?? 'unknown';
-          if (name === 'unit.quant') name = quantIndex++ === 0 ? 'unit.quantA' : 'unit.quantB';
-          const q = labels.length * 2;
-          if (q + 2 > MAXQ) throw new Error('more dispatches than the query set holds');
-          labels.push({ name, shape: ctx, groups: gx * gy * gz });
-          const pass = begin({ timestampWrites: { querySet: qs, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
-          pass.setPipeline(pipe); groups.forEach((bg, i) => pass.setBindGroup(i, bg)); pass.dispatchWorkgroups(gx, gy, gz); pass.end();
-        },
-        end() {},
-      };
-    };
-    return enc;
-  };
+  const timer = timeDispatches(device, (pipe, groups) => {
+    let name = names.get(pipe) ?? 'unknown';
+    if (name === 'unit.quant') name = quantIndex++ === 0 ? 'unit.quantA' : 'unit.quantB';
+    return { name, shape: ctx, groups };
+  });
   const runs = [];
   for (let rep = 0; rep < 3; rep++) {
-    labels.length = 0;
+    timer.start();
     const r = await trainer.localStep(100 + rep, 0);
-    const n = labels.length * 2;
-    const resolve = device.createBuffer({ size: n * 8, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
-    const read = device.createBuffer({ size: n * 8, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-    const enc = realCreate();
-    enc.resolveQuerySet(qs, 0, n, resolve, 0); enc.copyBufferToBuffer(resolve, 0, read, 0, n * 8);
-    realSubmit([enc.finish()]);
-    await read.mapAsync(GPUMapMode.READ);
-    const ts = new BigUint64Array(read.getMappedRange().slice(0));
-    read.unmap(); read.destroy(); resolve.destroy();
-    runs.push({ ts, labels: labels.map((l) => ({ ...l })), grads: r.grads });
+    runs.push({ ...(await timer.read()), grads: r.grads });
   }
   // the median run by its kernels' sum
-  const kernelNs = (run) => run.labels.reduce((s, _, i) => s + Number(run.ts[2 * i + 1] - run.ts[2 * i]), 0);
-  const run = [...runs].sort((a, b) => kernelNs(a) - kernelNs(b))[1];
+  const kernelMs = (run) => run.ms.reduce((a, b) => a + b, 0);
+  const run = [...runs].sort((a, b) => kernelMs(a) - kernelMs(b))[1];
   const byKernel = {}, byShape = {};
   run.labels.forEach((l, i) => {
-    const ms = Number(run.ts[2 * i + 1] - run.ts[2 * i]) / 1e6;
+    const ms = run.ms[i];
     const k = (byKernel[l.name] ||= { ms: 0, dispatches: 0 }); k.ms += ms; k.dispatches++;
     if (l.shape) { const s = (byShape[`${l.shape} ${l.name}`] ||= { ms: 0, calls: 0, groups: l.groups }); s.ms += ms; s.calls++; }
   });
   const round = (o) => Object.fromEntries(Object.entries(o).sort((a, b) => b[1].ms - a[1].ms).map(([k, v]) => [k, { ...v, ms: +v.ms.toFixed(3) }]));
   result.gpu = {
     dispatches: run.labels.length,
-    kernelsMs: +(kernelNs(run) / 1e6).toFixed(3),
-    spanMs: +(Number(run.ts[2 * run.labels.length - 1] - run.ts[0]) / 1e6).toFixed(3),
-    allRunsKernelsMs: runs.map((r) => +(kernelNs(r) / 1e6).toFixed(3)),
+    kernelsMs: +kernelMs(run).toFixed(3),
+    spanMs: +run.spanMs.toFixed(3),
+    allRunsKernelsMs: runs.map((r) => +kernelMs(r).toFixed(3)),
     byKernel: round(byKernel), byShape: round(byShape),
   };
   // the profiled steps trained nothing (no apply): their gradients equal the unprofiled step's
-  device.createCommandEncoder = realCreate; unit.encodeUnit = realEncodeUnit;
+  timer.restore(); unit.encodeUnit = realEncodeUnit;
   const plain = await trainer.localStep(200, 0);
   const diff = Object.keys(plain.grads).find((k) => runs.some((r) => Buffer.compare(Buffer.from(r.grads[k].buffer), Buffer.from(plain.grads[k].buffer)) !== 0));
   result.check = diff ? `gradient ${diff} differs between the profiled and the plain step` : 'equal';
