@@ -318,9 +318,15 @@ def test_start_trains_and_the_hash_moves(servers, pages):
 
 
 def set_box(page, name: str, value: str) -> None:
+    """Type into a setting's number box as a user does: the value, Enter, then focus leaves the box
+    (its change event), and the box still shows it. (Once, in a full run, a Start clicked right
+    after Enter ran local_steps 1 where 4 was typed into the box of the accordion just opened.)"""
     box = page.locator(f"#setting-{name} input[type=number]")
     box.fill(value)
     box.press("Enter")
+    box.blur()
+    page.wait_for_function("([sel, v]) => document.querySelector(sel)?.value === v",
+                           arg=[f"#setting-{name} input[type=number]", value], timeout=WAIT_MS)
 
 
 def test_settings_outside_the_sliders_are_refused_by_name(servers, pages):
