@@ -138,16 +138,14 @@ if (process.env.DAISY_TIMESTAMPS !== '0') {
     const timer = timeDispatches(device, (pipe) => names.get(pipe) ?? 'unknown');
     result.gpu = {};
     const { Replica } = await import('../../frontend_js/train.js');
-    const { initParams, lossAndGrads, NORM_EPS, paramShapes } = await import('../../frontend_js/model.js');
-    const optim = await import('../../frontend_js/optim.js');
-    const { treeSum } = await import('../../frontend_js/detmath.js');
+    const { initParams } = await import('../../frontend_js/model.js');
+    const { adamInit } = await import('../../frontend_js/optim.js');
     const { VOCAB_SIZE } = await import('../../frontend_js/tokenizer.js');
-    const { weightHash } = await import('../../frontend_js/hashing.js');
     const B = cfg.batch, T = cfg.seq_len;
     const x = Int32Array.from({ length: B * T }, (_, i) => (i * 7919) % VOCAB_SIZE), y = Int32Array.from({ length: B * T }, (_, i) => (i * 104729 + 1) % VOCAB_SIZE);
     const params = initParams(cfg);
-    const t = new gpuModule.ResidentTrainer({ kernels, unit, cfg, replica: new Replica(params, optim.adamInit(params)), batches: { get: async () => ({ x, y }) }, cpu: picked.cpu,
-      lib: { treeSum, NORM_EPS, VOCAB_SIZE, optim, weightHash, lossAndGrads, paramShapes } });
+    // the registry's own maker, on this timestamped device's kernels
+    const t = picked.residentTrainer({ kernels, unit, ResidentTrainer: gpuModule.ResidentTrainer }, cfg, new Replica(params, adamInit(params)), { get: async () => ({ x, y }) });
     for (const [samples, label] of [[UNIT_AUDIT_SAMPLES, 'on'], [0, 'off'], [UNIT_AUDIT_SAMPLES, 'on2'], [0, 'off2']]) {
       t.unitAuditSamples = samples;
       await t.localStep(0, 0);                       // pipelines and bind groups warm
